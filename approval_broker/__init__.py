@@ -1,0 +1,1 @@
+"""The approval-broker command line: composes the broker, workers, notifiers and API."""

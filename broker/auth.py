@@ -1,0 +1,65 @@
+"""Principals and tokens: who is asking, and may they decide this request.
+
+Tokens are never stored: the config holds their sha256, compared in constant time.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import secrets
+from dataclasses import dataclass, field
+
+from broker.config import Config
+from broker.models import Request
+
+ADMIN = "admin"
+EVERY_ROLE = "*"
+REQUESTER = "requester"
+
+
+def hash_token(token: str) -> str:
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+def new_token() -> str:
+    """A fresh bearer token (256 bits, URL-safe)."""
+    return "ab_" + secrets.token_urlsafe(32)
+
+
+@dataclass(frozen=True)
+class Principal:
+    """An approver or service, as the config names it; `roles` decide what it may do."""
+
+    name: str
+    roles: frozenset[str] = field(default_factory=frozenset)
+
+    def has_role(self, role: str) -> bool:
+        return EVERY_ROLE in self.roles or role in self.roles
+
+    def may_decide(self, request: Request) -> bool:
+        """Empty `allowed_roles` means any approver; otherwise one role must match."""
+        if not request.allowed_roles or EVERY_ROLE in self.roles:
+            return True
+        return bool(self.roles.intersection(request.allowed_roles))
+
+
+def authenticate(
+    config: Config, token: str | None, admin_token: str | None = None
+) -> Principal | None:
+    """The principal a bearer token belongs to, or None. Every candidate is compared."""
+    if not token:
+        return None
+    digest = hash_token(token)
+    found: Principal | None = None
+    if admin_token and hmac.compare_digest(digest, hash_token(admin_token)):
+        found = Principal(ADMIN, frozenset({EVERY_ROLE}))
+    for name, approver in config.approvers.items():
+        if approver.token_sha256 and hmac.compare_digest(digest, approver.token_sha256):
+            found = found or Principal(name, frozenset(approver.roles))
+    return found
+
+
+def principal_named(config: Config, name: str) -> Principal:
+    approver = config.approvers.get(name)
+    return Principal(name, frozenset(approver.roles if approver else ()))

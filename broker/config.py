@@ -1,0 +1,240 @@
+"""Configuration: the TOML file named by APPROVAL_BROKER_CONFIG plus the APPROVAL_BROKER_* environment.
+
+A config is checked as a whole when it is loaded, so a fleet never starts with a queue that
+routes to nowhere or an escalation chain that loops.
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from pathlib import Path
+from typing import Annotated, Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from broker.errors import ConfigError
+
+DEFAULT_QUEUE = "default"
+DEFAULT_TIMEOUT_S = 600.0
+CHANNEL_KINDS = ("inbox", "webhook", "slack", "email")
+
+
+class Settings(BaseSettings):
+    """The APPROVAL_BROKER_* environment (contract: see DESIGN)."""
+
+    model_config = SettingsConfigDict(env_prefix="APPROVAL_BROKER_", extra="ignore")
+
+    redis_url: str | None = None
+    config: Path | None = None
+    admin_token: str | None = None
+    port: int = 8000
+    host: str = "127.0.0.1"
+    key_prefix: str = "ab:"
+    data_dir: Path | None = None
+
+
+def resolve_secret(value: str | None, key: str) -> str | None:
+    """Turn `env:NAME` into the value of that environment variable; refuse a missing one."""
+    if value is None or not value.startswith("env:"):
+        return value
+    name = value[4:]
+    if name not in os.environ:
+        raise ConfigError(f"config: {key} names environment variable {name}, which is not set")
+    return os.environ[name]
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+
+class QueueConfig(_Section):
+    channels: list[str] = Field(default_factory=lambda: ["inbox"])
+    timeout_s: Annotated[float, Field(gt=0)] = DEFAULT_TIMEOUT_S
+    escalate_to: str | None = None
+
+
+class WebhookConfig(_Section):
+    url: str
+    secret: str | list[str]
+    roles: list[str] = Field(default_factory=list)
+    max_attempts: Annotated[int, Field(ge=1, le=50)] = 6
+    backoff_s: Annotated[float, Field(gt=0)] = 0.5
+    max_backoff_s: Annotated[float, Field(gt=0)] = 60.0
+    timeout_s: Annotated[float, Field(gt=0)] = 10.0
+
+    @property
+    def secrets(self) -> list[str]:
+        """All secrets in force: the first signs, any of them verifies (rotation)."""
+        return [self.secret] if isinstance(self.secret, str) else list(self.secret)
+
+
+class SlackChannelConfig(_Section):
+    channel: str
+
+
+class SlackConfig(_Section):
+    bot_token: str
+    signing_secret: str
+    api_base_url: str = "https://slack.com/api/"
+    channels: dict[str, SlackChannelConfig] = Field(default_factory=dict)
+
+
+class EmailListConfig(_Section):
+    to: list[str]
+
+
+class EmailConfig(_Section):
+    smtp_url: str = "smtp://localhost:1025"
+    from_: str = Field(alias="from", default="approvals@localhost")
+    public_url: str = "http://127.0.0.1:8000"
+    starttls: bool = False
+    username: str | None = None
+    password: str | None = None
+    link_ttl_s: Annotated[float, Field(gt=0)] = 86400.0
+    lists: dict[str, EmailListConfig] = Field(default_factory=dict)
+
+
+class ApproverConfig(_Section):
+    token_sha256: str | None = None
+    roles: list[str] = Field(default_factory=list)
+    slack_user_id: str | None = None
+    email: str | None = None
+
+    @field_validator("token_sha256")
+    @classmethod
+    def _hex64(cls, value: str | None) -> str | None:
+        if value is not None and (
+            len(value) != 64 or any(c not in "0123456789abcdef" for c in value)
+        ):
+            raise ValueError(
+                "must be 64 lowercase hex digits (run `approval-broker token new NAME`)"
+            )
+        return value
+
+
+class AgentConfig(_Section):
+    path: str = Field(description="import path of the pydantic-ai Agent, 'package.module:name'")
+    deps: str | None = Field(default=None, description="import path of a deps factory")
+    queue: str = DEFAULT_QUEUE
+    tool_queues: dict[str, str] = Field(default_factory=dict)
+    max_rounds: Annotated[int, Field(ge=1)] = 10
+
+
+class BrokerSection(_Section):
+    max_rounds: Annotated[int, Field(ge=1)] = 10
+    stream_maxlen: Annotated[int, Field(ge=1000)] = 1_000_000
+
+
+class Config(_Section):
+    """The whole TOML config, checked for dangling names and escalation loops."""
+
+    broker: BrokerSection = Field(default_factory=BrokerSection)
+    queues: dict[str, QueueConfig] = Field(default_factory=dict)
+    webhooks: dict[str, WebhookConfig] = Field(default_factory=dict)
+    slack: SlackConfig | None = None
+    email: EmailConfig | None = None
+    approvers: dict[str, ApproverConfig] = Field(default_factory=dict)
+    agents: dict[str, AgentConfig] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _check_references(self) -> Config:
+        self.queues.setdefault(DEFAULT_QUEUE, QueueConfig())
+        for name, queue in self.queues.items():
+            for i, channel in enumerate(queue.channels):
+                problem = self.channel_problem(channel)
+                if problem:
+                    raise ValueError(f"queues.{name}.channels[{i}]: {problem}")
+            if queue.escalate_to is not None and queue.escalate_to not in self.queues:
+                raise ValueError(
+                    f"queues.{name}.escalate_to: queue {queue.escalate_to!r} is not defined"
+                )
+        for name in self.queues:
+            seen = [name]
+            nxt = self.queues[name].escalate_to
+            while nxt is not None:
+                if nxt in seen:
+                    chain = " -> ".join([*seen, nxt])
+                    raise ValueError(f"queues.{name}.escalate_to: escalation loops: {chain}")
+                seen.append(nxt)
+                nxt = self.queues[nxt].escalate_to
+        for name, agent in self.agents.items():
+            for key, queue_name in [("queue", agent.queue), *agent.tool_queues.items()]:
+                if queue_name not in self.queues:
+                    where = "queue" if key == "queue" else f"tool_queues.{key}"
+                    raise ValueError(f"agents.{name}.{where}: queue {queue_name!r} is not defined")
+        return self
+
+    def channel_problem(self, channel: str) -> str | None:
+        """Why a channel name such as 'slack:approvals' points at nothing, or None if it is fine."""
+        kind, _, name = channel.partition(":")
+        if kind not in CHANNEL_KINDS:
+            return f"unknown channel kind {kind!r} in {channel!r} (use one of {CHANNEL_KINDS})"
+        if kind == "inbox":
+            return None if not name else f"'inbox' takes no name, got {channel!r}"
+        if not name:
+            return f"{channel!r} needs a name, as in '{kind}:NAME'"
+        if kind == "webhook" and name not in self.webhooks:
+            return f"webhook {name!r} is not defined under [webhooks.{name}]"
+        if kind == "slack" and (self.slack is None or name not in self.slack.channels):
+            return f"slack channel {name!r} is not defined under [slack.channels.{name}]"
+        if kind == "email" and (self.email is None or name not in self.email.lists):
+            return f"email list {name!r} is not defined under [email.lists.{name}]"
+        return None
+
+    def escalation_target(self, queue: str) -> str | None:
+        q = self.queues.get(queue)
+        return q.escalate_to if q else None
+
+    def timeout_for(self, queue: str) -> float:
+        q = self.queues.get(queue)
+        return q.timeout_s if q else DEFAULT_TIMEOUT_S
+
+
+def _resolve_secrets(raw: dict[str, Any]) -> None:
+    """Replace every `env:NAME` string value under the secret-bearing sections, in place."""
+
+    def walk(node: Any, path: str) -> Any:
+        if isinstance(node, dict):
+            return {k: walk(v, f"{path}.{k}" if path else k) for k, v in node.items()}
+        if isinstance(node, list):
+            return [walk(v, f"{path}[{i}]") for i, v in enumerate(node)]
+        if isinstance(node, str):
+            return resolve_secret(node, path)
+        return node
+
+    for section in ("webhooks", "slack", "email", "approvers"):
+        if section in raw:
+            raw[section] = walk(raw[section], section)
+
+
+def _format_validation_error(exc: ValidationError, source: str) -> str:
+    first = exc.errors()[0]
+    where = ".".join(str(p) for p in first["loc"])
+    msg = first["msg"].removeprefix("Value error, ")
+    return f"{source}: {where + ': ' if where else ''}{msg}"
+
+
+def parse_config(raw: dict[str, Any], source: str = "config") -> Config:
+    _resolve_secrets(raw)
+    try:
+        return Config.model_validate(raw)
+    except ValidationError as exc:
+        raise ConfigError(_format_validation_error(exc, source)) from None
+
+
+def load_config(path: Path | str | None) -> Config:
+    """Read and check a TOML config; no path means the defaults (one `default` queue, inbox only)."""
+    if path is None:
+        return parse_config({})
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise ConfigError(f"config {path}: cannot read it ({exc.strerror})") from None
+    try:
+        raw = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"config {path}: not valid TOML: {exc}") from None
+    return parse_config(raw, f"config {path}")

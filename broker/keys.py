@@ -1,0 +1,83 @@
+"""The Redis key schema, in one place. Every key the broker touches is named here.
+
+Lua scripts build the same names from the prefix they are given; keep the two in step.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+NOTIFIER_GROUP = "notifiers"
+RESUMER_GROUP = "resumers"
+
+
+@dataclass(frozen=True)
+class Keys:
+    prefix: str = "ab:"
+
+    def request(self, request_id: str) -> str:
+        """Hash: one request's fields (JSON for structured ones)."""
+        return f"{self.prefix}req:{request_id}"
+
+    @property
+    def expiry(self) -> str:
+        """ZSET: pending request ids scored by when they expire; also the index of pending ones."""
+        return f"{self.prefix}expiry"
+
+    @property
+    def requests(self) -> str:
+        """ZSET: every request id scored by creation time, for listings."""
+        return f"{self.prefix}requests"
+
+    def stream(self, queue: str) -> str:
+        """Stream: events of one handler queue, read by the notifier consumer group."""
+        return f"{self.prefix}stream:{queue}"
+
+    @property
+    def resumes(self) -> str:
+        """Stream: the outbox of runs whose round is fully answered, read by resumers."""
+        return f"{self.prefix}resumes"
+
+    @property
+    def dead_letters(self) -> str:
+        """Stream: deliveries or entries that could not be handled, with their error."""
+        return f"{self.prefix}dead-letters"
+
+    def run(self, run_id: str) -> str:
+        """Hash: a run's status, round, agent, output or error."""
+        return f"{self.prefix}run:{run_id}"
+
+    def run_pending(self, run_id: str) -> str:
+        """Set: request ids of the run's current round that still wait for an outcome."""
+        return f"{self.prefix}run:{run_id}:pending"
+
+    def run_round(self, run_id: str, round_no: int) -> str:
+        """List: request ids created in one round of a run, in call order."""
+        return f"{self.prefix}run:{run_id}:round:{round_no}"
+
+    def run_messages(self, run_id: str) -> str:
+        """String: the run's message history (pydantic-ai JSON), kept to resume it."""
+        return f"{self.prefix}run:{run_id}:messages"
+
+    @property
+    def runs(self) -> str:
+        """ZSET: run ids by creation time."""
+        return f"{self.prefix}runs"
+
+    def delivery(self, request_id: str) -> str:
+        """Hash: per-channel delivery state of a request (posted Slack message, etc.)."""
+        return f"{self.prefix}delivery:{request_id}"
+
+    def seen(self, namespace: str, ident: str) -> str:
+        """String with TTL: a one-time marker (replayed webhook ids, used email links)."""
+        return f"{self.prefix}seen:{namespace}:{ident}"
+
+    @property
+    def agents(self) -> str:
+        """Set: names of agents registered at run time through the Python API."""
+        return f"{self.prefix}agents"
+
+    @property
+    def secret(self) -> str:
+        """String: a fleet-wide random secret, created once (email link signing)."""
+        return f"{self.prefix}secret"

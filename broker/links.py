@@ -1,0 +1,75 @@
+"""Signed, single-use, expiring email links: created by the email notifier, checked by the API.
+
+A link names one request, one recipient and one action. The signing key is a random secret
+created once per Redis (so every process of a fleet agrees on it without configuration).
+All links of one mail share a nonce, and the nonce is spent on first use.
+"""
+
+from __future__ import annotations
+
+import secrets
+from dataclasses import dataclass
+
+from itsdangerous import BadSignature, SignatureExpired, URLSafeTimedSerializer
+
+from broker.client import Broker
+from broker.errors import BrokerError
+
+ACTIONS = ("approve", "reject", "answer", "view")
+
+
+class LinkError(BrokerError):
+    """A link that is forged, expired or already used; `code` says which."""
+
+    code = "bad_link"
+
+
+@dataclass(frozen=True)
+class LinkClaims:
+    request_id: str
+    recipient: str
+    action: str
+    nonce: str
+
+
+def _serializer(broker: Broker) -> URLSafeTimedSerializer:
+    key = broker.keys.secret
+    broker.redis.set(key, secrets.token_hex(32), nx=True)
+    secret = broker.redis.get(key)
+    assert secret is not None
+    return URLSafeTimedSerializer(secret.decode(), salt="approval-broker.email-link")
+
+
+def new_nonce() -> str:
+    return secrets.token_urlsafe(12)
+
+
+def sign_link(broker: Broker, request_id: str, recipient: str, action: str, nonce: str) -> str:
+    """The token for `/v1/email/{token}`."""
+    if action not in ACTIONS:
+        raise ValueError(f"unknown link action {action!r}")
+    return _serializer(broker).dumps({"r": request_id, "to": recipient, "a": action, "n": nonce})
+
+
+def read_link(broker: Broker, token: str, max_age_s: float) -> LinkClaims:
+    """Check signature, age and that the link is unused; change nothing."""
+    try:
+        data = _serializer(broker).loads(token, max_age=max_age_s)
+    except SignatureExpired:
+        raise LinkError("this link has expired", code="link_expired") from None
+    except BadSignature:
+        raise LinkError("this link is not valid", code="link_invalid") from None
+    if not isinstance(data, dict) or not {"r", "to", "a", "n"} <= data.keys():
+        raise LinkError("this link is not valid", code="link_invalid")
+    claims = LinkClaims(str(data["r"]), str(data["to"]), str(data["a"]), str(data["n"]))
+    if broker.redis.exists(broker.keys.seen("email", claims.nonce)):
+        raise LinkError("this link has already been used", code="link_used")
+    return claims
+
+
+def spend_link(broker: Broker, claims: LinkClaims, ttl_s: float) -> None:
+    """Mark the link's mail as used; only the first caller succeeds."""
+    if not broker.redis.set(
+        broker.keys.seen("email", claims.nonce), claims.request_id, nx=True, ex=int(ttl_s) + 60
+    ):
+        raise LinkError("this link has already been used", code="link_used")

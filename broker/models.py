@@ -1,0 +1,167 @@
+"""The broker's domain: requests, decisions, runs and their history, as pydantic models."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from datetime import UTC, datetime
+from enum import StrEnum
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field, JsonValue, model_validator
+
+Kind = Literal["approval", "question", "external"]
+KINDS: tuple[str, ...] = ("approval", "question", "external")
+
+
+class Status(StrEnum):
+    pending = "pending"
+    approved = "approved"
+    modified = "modified"
+    rejected = "rejected"
+    answered = "answered"
+    timed_out = "timed_out"
+
+
+class Outcome(StrEnum):
+    approved = "approved"
+    modified = "modified"
+    rejected = "rejected"
+    answered = "answered"
+    escalated = "escalated"
+    timed_out = "timed_out"  # recorded by the sweeper; never accepted from a caller
+
+
+class RunStatus(StrEnum):
+    queued = "queued"
+    running = "running"
+    waiting = "waiting"
+    finished = "finished"
+    failed = "failed"
+
+
+EventType = Literal[
+    "approval.requested", "approval.decided", "approval.escalated", "approval.timed_out"
+]
+
+
+def canonical_json(value: Any) -> str:
+    """JSON with sorted keys and no spaces: the form `args_hash` is computed over."""
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def args_hash(args: Any) -> str:
+    """sha256 of the canonical JSON of a tool call's args: what binds a decision to what was seen."""
+    return hashlib.sha256(canonical_json(args).encode()).hexdigest()
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+def from_timestamp(ts: float) -> datetime:
+    return datetime.fromtimestamp(ts, UTC)
+
+
+class Decision(BaseModel):
+    """What a person (or a system) answered. `decided_by`/`decided_at` are set by the broker."""
+
+    outcome: Outcome
+    reason: str | None = Field(default=None, max_length=10_000)
+    args: dict[str, JsonValue] | None = None
+    answer: JsonValue = None
+    target: str | None = Field(default=None, max_length=200)
+    args_hash: str | None = Field(default=None, max_length=128)
+    metadata: dict[str, JsonValue] | None = None
+    decided_by: str | None = None
+    decided_at: datetime | None = None
+
+    @model_validator(mode="after")
+    def _check_shape(self) -> Decision:
+        if self.outcome is Outcome.modified and self.args is None:
+            raise ValueError("a 'modified' decision needs 'args', the arguments to run with")
+        if self.outcome is not Outcome.modified and self.args is not None:
+            raise ValueError("'args' only goes with the 'modified' outcome")
+        if self.outcome is not Outcome.escalated and self.target is not None:
+            raise ValueError("'target' only goes with the 'escalated' outcome")
+        return self
+
+    def public(self) -> dict[str, Any]:
+        return self.model_dump(mode="json", exclude_none=True)
+
+
+class HistoryEntry(BaseModel):
+    """One thing that happened to a request besides its decision: an escalation or a delivery."""
+
+    at: datetime
+    event: str
+    by: str | None = None
+    from_queue: str | None = None
+    to_queue: str | None = None
+    reason: str | None = None
+    channel: str | None = None
+    detail: str | None = None
+
+
+class Request(BaseModel):
+    """A durable request for a person's decision on one tool call (contract: see DESIGN)."""
+
+    id: str
+    run_id: str | None = None
+    round: int = 0
+    tool_call_id: str
+    tool_name: str
+    args: dict[str, JsonValue] = Field(default_factory=dict)
+    args_hash: str
+    kind: Kind = "approval"
+    prompt: str = ""
+    data: JsonValue = None
+    metadata: dict[str, JsonValue] = Field(default_factory=dict)
+    queue: str = "default"
+    allowed_roles: list[str] = Field(default_factory=list)
+    callback: str | None = None
+    created_at: datetime
+    expires_at: datetime
+    status: Status = Status.pending
+    decision: Decision | None = None
+    history: list[HistoryEntry] = Field(default_factory=list)
+
+    @property
+    def is_pending(self) -> bool:
+        return self.status is Status.pending
+
+    def public(self) -> dict[str, Any]:
+        return self.model_dump(mode="json")
+
+
+class NewRequest(BaseModel):
+    """What a caller gives to create a request; the broker fills in the rest."""
+
+    tool_name: str = Field(min_length=1, max_length=200)
+    args: dict[str, JsonValue] = Field(default_factory=dict)
+    kind: Kind = "approval"
+    prompt: str | None = Field(default=None, max_length=20_000)
+    data: JsonValue = None
+    metadata: dict[str, JsonValue] = Field(default_factory=dict)
+    queue: str = Field(default="default", min_length=1, max_length=200)
+    timeout_s: float | None = Field(default=None, gt=0, le=365 * 86400)
+    allowed_roles: list[str] = Field(default_factory=list)
+    callback: str | None = None
+    tool_call_id: str | None = Field(default=None, max_length=200)
+
+
+class Run(BaseModel):
+    """An agent run the fleet executes, pauses on deferred calls and resumes round by round."""
+
+    id: str
+    agent: str
+    status: RunStatus = RunStatus.queued
+    round: int = 0
+    pending: list[str] = Field(default_factory=list)
+    output: JsonValue = None
+    error: str | None = None
+    created_at: datetime
+    updated_at: datetime
+
+    def public(self) -> dict[str, Any]:
+        return self.model_dump(mode="json")

@@ -1,0 +1,96 @@
+"""Test harness: one real Redis for the session, started by the broker's own launcher.
+
+Each test gets a fresh database on it (flushed first) and a broker with its own key prefix;
+no test depends on a Redis already running.
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from redis import Redis
+
+from broker.client import Broker
+from broker.config import Config, parse_config
+from broker.redis_server import EmbeddedRedis
+
+_db_numbers = itertools.cycle(range(1, 16))
+
+
+@pytest.fixture(scope="session")
+def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedRedis]:
+    server = EmbeddedRedis(tmp_path_factory.mktemp("redis"))
+    server.start()
+    yield server
+    server.close()
+
+
+@pytest.fixture
+def redis_url(redis_server: EmbeddedRedis) -> str:
+    """A URL to a freshly flushed database of the session's Redis."""
+    db = next(_db_numbers)
+    url = f"redis://127.0.0.1:{redis_server.port}/{db}"
+    client = Redis.from_url(url)
+    client.flushdb()
+    client.close()
+    return url
+
+
+@pytest.fixture
+def redis(redis_url: str) -> Iterator[Redis]:
+    client = Redis.from_url(redis_url)
+    yield client
+    client.close()
+
+
+@pytest.fixture
+def make_config() -> Callable[..., Config]:
+    def make(raw: dict[str, Any] | None = None) -> Config:
+        return parse_config(raw or {})
+
+    return make
+
+
+@pytest.fixture
+def config() -> Config:
+    """Two queues: `default` escalates to `managers`, which times out."""
+    return parse_config(
+        {
+            "queues": {
+                "default": {"channels": ["inbox"], "timeout_s": 600, "escalate_to": "managers"},
+                "managers": {"channels": ["inbox"], "timeout_s": 1800},
+            }
+        }
+    )
+
+
+@pytest.fixture
+def broker(redis: Redis, config: Config) -> Broker:
+    return Broker(redis, config, prefix="t:")
+
+
+def wait_for(predicate: Callable[[], Any], timeout: float = 10.0, interval: float = 0.02) -> Any:
+    """Poll until `predicate()` is truthy, or fail after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"condition not met within {timeout}s")
+        time.sleep(interval)
+
+
+@pytest.fixture
+def tmp_config(tmp_path: Path) -> Callable[[str], Path]:
+    def write(text: str) -> Path:
+        path = tmp_path / "approval-broker.toml"
+        path.write_text(text)
+        return path
+
+    return write
