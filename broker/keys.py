@@ -73,6 +73,11 @@ class Keys:
         return f"{self.prefix}seen:{namespace}:{ident}"
 
     @property
+    def stats(self) -> str:
+        """Hash: fleet-wide counters (HINCRBY), e.g. `delivered:slack`, `failed:webhook`."""
+        return f"{self.prefix}stats"
+
+    @property
     def agents(self) -> str:
         """Set: names of agents registered at run time through the Python API."""
         return f"{self.prefix}agents"
