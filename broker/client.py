@@ -6,6 +6,7 @@ or not at all, and concurrent callers can't both win.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import secrets
 import time
@@ -13,6 +14,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from pydantic_core import to_json
 from redis import Redis
 from redis.exceptions import ResponseError
 
@@ -28,7 +30,7 @@ from broker.models import (
     Run,
     RunStatus,
     Status,
-    args_hash,
+    canonical_json,
     from_timestamp,
     utcnow,
 )
@@ -41,6 +43,10 @@ _OUTCOME_STATUS = {
     Outcome.answered: Status.answered,
 }
 _JSON_FIELDS = ("args", "data", "metadata", "allowed_roles", "decision", "history")
+_FIELDS = (
+    "id", "run_id", "round", "tool_call_id", "tool_name", "args", "args_hash", "kind", "prompt", "data",
+    "metadata", "queue", "allowed_roles", "callback", "created_at", "expires_at", "status", "history",
+)  # fmt: skip
 _TIMED_OUT_REASON = "No one answered within %s seconds."
 
 
@@ -115,6 +121,7 @@ class Broker:
             )
         timeout = new.timeout_s if new.timeout_s is not None else self.config.timeout_for(new.queue)
         expires = now + timeout
+        canonical = canonical_json(new.args)
         request = Request(
             id=rid,
             run_id=run_id,
@@ -122,7 +129,7 @@ class Broker:
             tool_call_id=new.tool_call_id or rid,
             tool_name=new.tool_name,
             args=new.args,
-            args_hash=args_hash(new.args),
+            args_hash=hashlib.sha256(canonical.encode()).hexdigest(),
             kind=new.kind,
             prompt=new.prompt or default_prompt(new.tool_name, new.args),
             data=new.data,
@@ -139,14 +146,14 @@ class Broker:
             "round": str(round_no),
             "tool_call_id": request.tool_call_id,
             "tool_name": request.tool_name,
-            "args": json.dumps(request.args, separators=(",", ":")),
+            "args": canonical,
             "args_hash": request.args_hash,
             "kind": request.kind,
             "prompt": request.prompt,
-            "data": json.dumps(request.data, separators=(",", ":")),
-            "metadata": json.dumps(request.metadata, separators=(",", ":")),
+            "data": _json(request.data),
+            "metadata": _json(request.metadata),
             "queue": request.queue,
-            "allowed_roles": json.dumps(request.allowed_roles),
+            "allowed_roles": _json(request.allowed_roles),
             "callback": request.callback or "",
             "created_at": f"{now:.6f}",
             "expires_at": f"{expires:.6f}",
@@ -161,6 +168,14 @@ class Broker:
         request, fields = self._build(new, now, None, 0, new_id("req"))
         self._create(now, "", 0, [(request, fields)])
         return request
+
+    def create_requests(self, news: Sequence[NewRequest]) -> list[Request]:
+        """Create many standalone requests in one atomic step (bulk import, load tests)."""
+        now = time.time()
+        built = [self._build(new, now, None, 0, new_id("req")) for new in news]
+        if built:
+            self._create(now, "", 0, built)
+        return [request for request, _ in built]
 
     def create_round(
         self, run_id: str, round_no: int, calls: Sequence[NewRequest]
@@ -184,9 +199,9 @@ class Broker:
     def _create(
         self, now: float, run_id: str, round_no: int, built: list[tuple[Request, dict[str, str]]]
     ) -> str:
-        argv: list[Any] = [self.keys.prefix, f"{now:.6f}", self.maxlen, run_id, round_no]
-        for request, fields in built:
-            argv += [request.id, request.queue, fields["expires_at"], json.dumps(fields)]
+        argv: list[Any] = [self.keys.prefix, f"{now:.6f}", self.maxlen, run_id, round_no, *_FIELDS]
+        for _, fields in built:
+            argv += [fields[name] for name in _FIELDS]
         result = [_dec(x) for x in self.scripts.create(args=argv)]
         if result[0] == "duplicate":
             raise InvalidInput(f"request {result[1]} already exists", code="duplicate")
@@ -530,6 +545,10 @@ class Broker:
     def dead_letters(self, count: int = 100) -> list[tuple[str, dict[str, str]]]:
         rows = self.redis.xrange(self.keys.dead_letters, count=count)
         return [(_dec(eid), {_dec(k): _dec(v) for k, v in f.items()}) for eid, f in rows]  # type: ignore[misc]
+
+
+def _json(value: Any) -> str:
+    return to_json(value).decode()
 
 
 def default_prompt(tool_name: str, args: dict[str, Any]) -> str:

@@ -1,24 +1,27 @@
 -- Create one request, or every request of one round of a run, in a single step.
--- ARGV: prefix, now, maxlen, run_id ('' for none), round, then per request:
---       id, queue, expires_at, fields (JSON object of string values).
--- Returns {'ok'}, or {'exists'} when this run's round was already registered (a retried job).
+-- ARGV: prefix, now, maxlen, run_id ('' for none), round, then the 18 field names
+--       (the first is id, then ... queue at 12, expires_at at 16), then 18 values per request.
+-- Returns {'ok'}, {'exists'} when this run's round was already registered (a retried job),
+-- or {'duplicate', id} when a request id is taken (nothing is written then).
 local prefix, now, maxlen, run_id, round = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5]
+local NAMES, N = 6, 18
+local FIRST = NAMES + N
 local round_key
 if run_id ~= '' then
   round_key = prefix .. 'run:' .. run_id .. ':round:' .. round
   if redis.call('EXISTS', round_key) == 1 then return {'exists'} end
 end
-for i = 6, #ARGV, 4 do
-  local id, queue, expires_at = ARGV[i], ARGV[i + 1], ARGV[i + 2]
-  local key = prefix .. 'req:' .. id
-  if redis.call('EXISTS', key) == 1 then return {'duplicate', id} end
-  local fields = cjson.decode(ARGV[i + 3])
+for i = FIRST, #ARGV, N do
+  if redis.call('EXISTS', prefix .. 'req:' .. ARGV[i]) == 1 then return {'duplicate', ARGV[i]} end
+end
+for i = FIRST, #ARGV, N do
+  local id, queue, expires_at = ARGV[i], ARGV[i + 11], ARGV[i + 15]
   local flat = {}
-  for k, v in pairs(fields) do
-    flat[#flat + 1] = k
-    flat[#flat + 1] = v
+  for j = 0, N - 1 do
+    flat[#flat + 1] = ARGV[NAMES + j]
+    flat[#flat + 1] = ARGV[i + j]
   end
-  redis.call('HSET', key, unpack(flat))
+  redis.call('HSET', prefix .. 'req:' .. id, unpack(flat))
   redis.call('ZADD', prefix .. 'expiry', expires_at, id)
   redis.call('ZADD', prefix .. 'requests', now, id)
   redis.call('XADD', prefix .. 'stream:' .. queue, 'MAXLEN', '~', maxlen, '*',

@@ -1,0 +1,3 @@
+from approval_broker.cli import main
+
+main()

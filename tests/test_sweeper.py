@@ -1,0 +1,129 @@
+"""Expiry sweeps: escalation along named handler queues, time-outs, and racing sweepers."""
+
+from __future__ import annotations
+
+import multiprocessing
+import threading
+import time
+
+import pytest
+from redis import Redis
+
+from broker.client import Broker
+from broker.config import parse_config
+from broker.models import NewRequest, Status
+from tests.conftest import wait_for
+from workers.sweeper import sweep_due, sweep_forever
+
+CHAIN = {
+    "queues": {
+        "default": {"timeout_s": 0.3, "escalate_to": "leads"},
+        "leads": {"timeout_s": 0.3, "escalate_to": "managers"},
+        "managers": {"timeout_s": 0.3},
+    }
+}
+
+
+def events(broker: Broker, queue: str) -> list[tuple[str, str]]:
+    return [
+        (f[b"type"].decode(), f.get(b"to", b"").decode())
+        for _, f in broker.redis.xrange(broker.keys.stream(queue))
+    ]
+
+
+@pytest.fixture
+def chain_broker(redis: Redis) -> Broker:
+    return Broker(redis, parse_config(CHAIN), prefix="t:")
+
+
+def test_request_passes_two_queues_then_times_out_and_resumes_once(chain_broker: Broker):
+    broker = chain_broker
+    broker.create_run("refunds", "go", run_id="run1")
+    [request] = broker.create_round(
+        "run1", 1, [NewRequest(tool_name="refund", args={"amount": 500})]
+    )
+    stop = threading.Event()
+    sweeper = threading.Thread(target=sweep_forever, args=(broker, stop), kwargs={"interval": 0.05})
+    sweeper.start()
+    try:
+        done = wait_for(
+            lambda: (r := broker.get_request(request.id)).status is Status.timed_out and r
+        )
+    finally:
+        stop.set()
+        sweeper.join()
+    assert done.queue == "managers"
+    assert [(h.from_queue, h.to_queue, h.by) for h in done.history] == [
+        ("default", "leads", "sweeper"),
+        ("leads", "managers", "sweeper"),
+    ]
+    assert done.decision.outcome.value == "timed_out"
+    assert done.decision.reason.startswith("No one answered within ")
+    assert events(broker, "default") == [
+        ("approval.requested", ""),
+        ("approval.escalated", "leads"),
+    ]
+    assert events(broker, "leads") == [
+        ("approval.escalated", "leads"),
+        ("approval.escalated", "managers"),
+    ]
+    assert events(broker, "managers") == [
+        ("approval.escalated", "managers"),
+        ("approval.timed_out", ""),
+    ]
+    outbox = broker.redis.xrange(broker.keys.resumes)
+    assert [(f[b"run_id"], f[b"round"]) for _, f in outbox] == [(b"run1", b"1")]
+    assert broker.get_run("run1").status.value == "queued"
+
+
+def test_own_timeout_wins_in_first_queue_only(chain_broker: Broker):
+    broker = chain_broker
+    request = broker.create_request(NewRequest(tool_name="t", timeout_s=3600))
+    assert (request.expires_at - request.created_at).total_seconds() == pytest.approx(
+        3600, abs=0.01
+    )
+    assert sweep_due(broker, now=time.time() + 10) == []
+    [moved] = sweep_due(broker, now=time.time() + 3601)
+    assert (moved.from_queue, moved.to_queue, moved.action) == ("default", "leads", "escalated")
+    stored = broker.get_request(request.id)
+    assert stored.expires_at.timestamp() == pytest.approx(time.time() + 3601 + 0.3, abs=1)
+
+
+def test_sweep_leaves_requests_not_yet_due(chain_broker: Broker):
+    broker = chain_broker
+    soon = broker.create_request(NewRequest(tool_name="soon", timeout_s=1))
+    later = broker.create_request(NewRequest(tool_name="later", timeout_s=100))
+    results = sweep_due(broker, now=time.time() + 5)
+    assert [r.request_id for r in results] == [soon.id]
+    assert broker.get_request(later.id).queue == "default"
+
+
+def _sweep_in_process(url: str, at: float, out: multiprocessing.Queue) -> None:
+    broker = Broker(Redis.from_url(url), parse_config(CHAIN), prefix="t:")
+    out.put([(r.request_id, r.action) for r in sweep_due(broker, now=at, batch=50)])
+
+
+def test_three_sweeper_processes_handle_each_due_request_once(chain_broker: Broker, redis_url: str):
+    broker = chain_broker
+    n = 1500
+    for i in range(0, n, 100):
+        queue = ["default", "leads", "managers"][(i // 100) % 3]
+        broker.create_requests(
+            [NewRequest(tool_name="t", args={"i": i + j}, queue=queue) for j in range(100)]
+        )
+    at = time.time() + 1  # everything is due then, nothing after it moved
+    ctx = multiprocessing.get_context("spawn")
+    out: multiprocessing.Queue = ctx.Queue()
+    procs = [ctx.Process(target=_sweep_in_process, args=(redis_url, at, out)) for _ in range(3)]
+    for p in procs:
+        p.start()
+    results = [item for _ in procs for item in out.get(timeout=60)]
+    for p in procs:
+        p.join(timeout=30)
+    ids = [rid for rid, _ in results]
+    assert len(ids) == n and len(set(ids)) == n
+    assert sum(a == "timed_out" for _, a in results) == n // 3
+    for queue in ("default", "leads", "managers"):
+        types = [t for t, _ in events(broker, queue)]
+        assert types.count("approval.timed_out") == (n // 3 if queue == "managers" else 0)
+    assert broker.redis.zcount(broker.keys.expiry, "-inf", at) == 0
