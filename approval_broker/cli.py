@@ -292,16 +292,36 @@ def decide(
 @app.command("dead-letters")
 def dead_letters(
     count: Annotated[int, typer.Option(help="How many to show.")] = 100,
+    redrive_all: Annotated[
+        bool,
+        typer.Option("--redrive", help="Also put every listed one back on its stream."),
+    ] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="One JSON object per line.")] = False,
     data_dir: DataDir = None,
 ) -> None:
     """List dead letters: deliveries and entries that could not be handled, with their cause."""
     broker = connect(data_dir)
     with clear_errors():
         rows = broker.dead_letters(count)
-    if not rows:
+    if not rows and not as_json:
         typer.echo("no dead letters")
     for entry_id, fields in rows:
-        typer.echo(f"{entry_id}  {fields.get('source', '?')}: {fields.get('error', '?')}")
+        if as_json:
+            typer.echo(json.dumps({"id": entry_id, **fields}))
+            continue
+        what = " ".join(x for x in (fields.get("f.type"), fields.get("f.request_id")) if x)
+        typer.echo(
+            f"{entry_id}  {fields.get('at', '?')[:19]}  {fields.get('source', '?')}"
+            f"{'  ' + what if what else ''}: {fields.get('error', '?')}"
+        )
+    if redrive_all:
+        with clear_errors():
+            for entry_id, fields in rows:
+                if fields.get("stream"):
+                    broker.redrive(entry_id)
+                    typer.echo(f"{entry_id}: re-driven")
+                else:
+                    typer.echo(f"{entry_id}: not from a stream; left as is")
 
 
 @app.command("redrive")

@@ -1,34 +1,157 @@
-"""`approval-broker up`: everything in one process group, for a laptop or a demo."""
+"""`approval-broker up`: the whole fleet in one process group, for a laptop or a demo.
+
+Each role runs as a child process (as in production, just on one machine); Ctrl-C or SIGTERM
+stops them all, process groups included, so no RQ work-horse is left behind.
+"""
 
 from __future__ import annotations
 
+import os
 import signal
+import subprocess
+import sys
 import threading
+import time
+from dataclasses import dataclass, field
 
 import typer
+from redis import Redis
 
+from broker.auth import new_token
+from broker.client import Broker
 from broker.config import Config, Settings
 from broker.redis_server import EmbeddedRedis
 
+ROLES: tuple[tuple[str, ...], ...] = (("api",), ("worker",), ("notifier",), ("sweeper",))
+
+
+@dataclass
+class Child:
+    """One role process, restarted if it dies while the fleet is up."""
+
+    args: tuple[str, ...]
+    env: dict[str, str]
+    process: subprocess.Popen[bytes] | None = None
+    restarts: int = 0
+    started_at: float = field(default=0.0)
+
+    @property
+    def name(self) -> str:
+        return self.args[0]
+
+    def start(self) -> None:
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "approval_broker", *self.args],
+            env=self.env,
+            start_new_session=True,  # its own process group: we stop it and its forks together
+        )
+        self.started_at = time.monotonic()
+
+    def stop(self, timeout: float = 10.0) -> None:
+        if self.process is None or self.process.poll() is not None:
+            return
+        _signal_group(self.process.pid, signal.SIGTERM)
+        try:
+            self.process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            _signal_group(self.process.pid, signal.SIGKILL)
+            self.process.wait()
+        _signal_group(self.process.pid, signal.SIGKILL)  # anything its forks left behind
+
+
+def _signal_group(pid: int, sig: signal.Signals) -> None:
+    try:
+        os.killpg(pid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def banner(settings: Settings, admin_token: str, generated: bool, demo_runs: list[str]) -> str:
+    url = f"http://{settings.host}:{settings.port}"
+    lines = [
+        "",
+        "approval-broker is up",
+        f"  inbox        {url}/",
+        f"  API          {url}/v1/requests   (OpenAPI: {url}/docs)",
+        f"  admin token  {admin_token}" + ("   (generated; set APPROVAL_BROKER_ADMIN_TOKEN to keep one)" if generated else ""),
+        f"  Redis        {settings.redis_url}",
+    ]
+    if demo_runs:
+        lines.append(f"  demo runs    {', '.join(demo_runs)} (their approvals wait in the inbox)")
+    lines += ["Press Ctrl-C to stop.", ""]
+    return "\n".join(lines)
+
+
+def wait_healthy(url: str, timeout: float = 30.0) -> bool:
+    import httpx
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            if httpx.get(f"{url}/healthz", timeout=1).status_code == 200:
+                return True
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.1)
+    return False
+
 
 def run_up(settings: Settings, config: Config, *, demo: bool = False) -> None:
-    """Start the embedded Redis (unless a URL is set) and the roles that exist, until Ctrl-C."""
+    """Start Redis (unless a URL is set) and every role, print where to click, wait for Ctrl-C."""
     embedded: EmbeddedRedis | None = None
-    if not settings.redis_url:
-        embedded = EmbeddedRedis(settings.data_dir and settings.data_dir / "redis")
-        typer.echo(f"starting embedded Redis (AOF on) in {embedded.data_dir} ...")
-        embedded.start()
-        settings.redis_url = embedded.url
-    typer.echo(f"Redis: {settings.redis_url}")
+    children: list[Child] = []
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    signal.signal(signal.SIGINT, lambda *_: stop.set())
     try:
-        typer.echo("approval-broker is up; press Ctrl-C to stop.")
+        if not settings.redis_url:
+            embedded = EmbeddedRedis(settings.data_dir and settings.data_dir / "redis")
+            typer.echo(f"[up] starting embedded Redis (AOF on) in {embedded.data_dir} ...")
+            embedded.start()
+            settings.redis_url = embedded.url
+        generated = not settings.admin_token
+        admin_token = settings.admin_token or new_token()
+        env = {
+            **os.environ,
+            "APPROVAL_BROKER_REDIS_URL": settings.redis_url,
+            "APPROVAL_BROKER_ADMIN_TOKEN": admin_token,
+            "APPROVAL_BROKER_PORT": str(settings.port),
+            "APPROVAL_BROKER_HOST": settings.host,
+            "APPROVAL_BROKER_KEY_PREFIX": settings.key_prefix,
+            "PYTHONUNBUFFERED": "1",
+        }
+        if settings.config:
+            env["APPROVAL_BROKER_CONFIG"] = str(settings.config)
+        demo_runs: list[str] = []
+        broker = Broker(Redis.from_url(settings.redis_url), config, prefix=settings.key_prefix)
+        if demo:
+            from workers.demo import register_demo
+
+            register_demo(broker)
+        for args in ROLES:
+            child = Child(args, env)
+            typer.echo(f"[up] starting {child.name} ...")
+            child.start()
+            children.append(child)
+        url = f"http://{settings.host}:{settings.port}"
+        if not wait_healthy(url):
+            typer.echo(f"[up] the API did not answer on {url}/healthz; see its output above", err=True)
+        elif demo:
+            from workers.demo import start_demo_runs
+
+            demo_runs = start_demo_runs(broker)
+        typer.echo(banner(settings, admin_token, generated, demo_runs))
         while not stop.wait(0.5):
-            pass
-    except KeyboardInterrupt:
-        pass
+            for child in children:
+                if child.process and child.process.poll() is not None and not stop.is_set():
+                    typer.echo(f"[up] {child.name} exited with {child.process.returncode}; restarting", err=True)
+                    child.restarts += 1
+                    time.sleep(min(5.0, 0.5 * child.restarts))
+                    child.start()
     finally:
+        typer.echo("[up] stopping ...")
+        for child in children:
+            child.stop()
         if embedded:
-            typer.echo("stopping embedded Redis ...")
             embedded.close()
+        typer.echo("[up] stopped")

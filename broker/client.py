@@ -69,15 +69,6 @@ class SweepResult:
     to_queue: str | None
 
 
-@dataclass(frozen=True)
-class ResumeEntry:
-    """An outbox entry: this run's round has every outcome and should resume."""
-
-    entry_id: str
-    run_id: str
-    round: int
-
-
 class Broker:
     """Durable approval requests and runs on one Redis.
 
@@ -466,31 +457,6 @@ class Broker:
         except ResponseError as exc:
             if "BUSYGROUP" not in str(exc):
                 raise
-
-    def read_resumes(
-        self,
-        consumer: str,
-        *,
-        count: int = 100,
-        block_ms: int | None = 1000,
-        min_idle_ms: int = 30_000,
-    ) -> list[ResumeEntry]:
-        """Entries for this consumer: first any left by a dead resumer, then new ones."""
-        self.ensure_group(self.keys.resumes, RESUMER_GROUP)
-        _, claimed, _ = self.redis.xautoclaim(
-            self.keys.resumes, RESUMER_GROUP, consumer, min_idle_ms, "0-0", count=count
-        )
-        entries = list(claimed)
-        if not entries:
-            got = self.redis.xreadgroup(
-                RESUMER_GROUP, consumer, {self.keys.resumes: ">"}, count=count, block=block_ms
-            )
-            entries = got[0][1] if got else []
-        return [
-            ResumeEntry(_dec(eid), _dec(f[b"run_id"]), int(f[b"round"]))  # type: ignore[arg-type]
-            for eid, f in entries
-            if f
-        ]
 
     def ack_resume(self, entry_id: str) -> None:
         self.redis.xack(self.keys.resumes, RESUMER_GROUP, entry_id)

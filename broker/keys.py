@@ -82,7 +82,16 @@ class Keys:
         """Set: names of agents registered at run time through the Python API."""
         return f"{self.prefix}agents"
 
+    def agent(self, name: str) -> str:
+        """String: the spec (AgentConfig JSON) of an agent registered through the Python API."""
+        return f"{self.prefix}agent:{name}"
+
     @property
     def secret(self) -> str:
         """String: a fleet-wide random secret, created once (email link signing)."""
         return f"{self.prefix}secret"
+
+    @property
+    def disabled(self) -> str:
+        """Hash: delivery channels switched off (a webhook that answered 410) -> why, as JSON."""
+        return f"{self.prefix}disabled"

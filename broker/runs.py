@@ -1,7 +1,9 @@
 """Starting and following agent runs from an app, a test or the API.
 
 A run is started by enqueueing the agent job by name (`workers.jobs.run_agent`) on the RQ
-queue `agent-runs` with RQ's JSON serializer; the broker never imports worker code.
+queue `agent-runs` with RQ's JSON serializer; the broker never imports worker code. A fully
+answered round is resumed by `workers.jobs.resume_agent` under the job id
+`resume-{run_id}-{round}`, so the same round can never be enqueued twice.
 """
 
 from __future__ import annotations
@@ -10,7 +12,8 @@ import json
 import time
 from typing import Any
 
-from rq import Queue
+from rq import Queue, Retry
+from rq.exceptions import DuplicateJobError
 from rq.serializers import JSONSerializer
 
 from broker.client import Broker
@@ -22,9 +25,33 @@ RUN_JOB = "workers.jobs.run_agent"
 RESUME_JOB = "workers.jobs.resume_agent"
 FINAL = (RunStatus.finished, RunStatus.failed)
 
+RETRY_INTERVALS: list[int] = [2, 10, 60]
+"""Back-off, in seconds, before the attempts after a transient error (model or network)."""
+JOB_TIMEOUT_S = 900
+JOB_RESULT_TTL_S = 7 * 86400
+"""How long a finished job's id stays taken: a stale outbox entry re-read later is refused."""
+
 
 def run_queue(broker: Broker) -> Queue:
     return Queue(RUN_QUEUE, connection=broker.redis, serializer=JSONSerializer)
+
+
+def run_job_id(run_id: str) -> str:
+    return f"run-{run_id}-0"
+
+
+def resume_job_id(run_id: str, round_no: int) -> str:
+    return f"resume-{run_id}-{round_no}"
+
+
+def _job_options(job_id: str) -> dict[str, Any]:
+    return {
+        "job_id": job_id,
+        "retry": Retry(max=len(RETRY_INTERVALS), interval=RETRY_INTERVALS),
+        "job_timeout": JOB_TIMEOUT_S,
+        "result_ttl": JOB_RESULT_TTL_S,
+        "failure_ttl": JOB_RESULT_TTL_S,
+    }
 
 
 def known_agents(broker: Broker) -> set[str]:
@@ -34,16 +61,36 @@ def known_agents(broker: Broker) -> set[str]:
 
 
 def start_run(broker: Broker, agent: str, prompt: str, *, deps: Any = None) -> Run:
-    """Create a run and enqueue its first round on the fleet; returns the run as `queued`."""
+    """Create a run and enqueue its first round on the fleet; returns the run as `queued`.
+
+    `deps` is JSON: the agent's deps factory gets it (without a factory, it is the deps).
+    """
     if agent not in known_agents(broker):
         raise NotFound(f"no agent named {agent!r} is registered", code="unknown_agent")
+    if not isinstance(prompt, str):
+        raise InvalidInput("prompt must be a string")
     try:
         deps_json = json.dumps(deps)
     except (TypeError, ValueError) as exc:
         raise InvalidInput(f"deps must be JSON-serializable: {exc}") from None
     run = broker.create_run(agent, prompt, extra={"deps": deps_json})
-    run_queue(broker).enqueue(RUN_JOB, run.id, job_id=f"run-{run.id}-0")
+    run_queue(broker).enqueue(RUN_JOB, run.id, **_job_options(run_job_id(run.id)))
     return run
+
+
+def enqueue_resume(broker: Broker, run_id: str, round_no: int) -> bool:
+    """Enqueue the resume of one round, once: False when that job already exists."""
+    try:
+        run_queue(broker).enqueue(
+            RESUME_JOB,
+            run_id,
+            round_no,
+            unique=True,
+            **_job_options(resume_job_id(run_id, round_no)),
+        )
+    except DuplicateJobError:
+        return False
+    return True
 
 
 def wait_run(

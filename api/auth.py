@@ -1,0 +1,64 @@
+"""Bearer-token authentication and role checks as FastAPI dependencies.
+
+Tokens are looked up by sha256 in constant time (broker.auth); the admin token has every role.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import Depends
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+
+from api.errors import ApiError, unauthorized
+from api.state import State
+from broker.auth import REQUESTER, Principal, authenticate
+from broker.config import Config
+
+bearer = HTTPBearer(
+    auto_error=False,
+    description="An approver's token (config stores its sha256) or APPROVAL_BROKER_ADMIN_TOKEN.",
+)
+
+
+def current_principal(
+    credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)],
+    state: State,
+) -> Principal:
+    """The caller, or 401 with `WWW-Authenticate: Bearer`."""
+    if credentials is None:
+        raise unauthorized()
+    principal = authenticate(state.config, credentials.credentials, state.settings.admin_token)
+    if principal is None:
+        raise unauthorized("the bearer token is not valid")
+    return principal
+
+
+Caller = Annotated[Principal, Depends(current_principal)]
+
+
+def requester(principal: Caller) -> Principal:
+    """A caller with the `requester` role: may create requests and start runs."""
+    if not principal.has_role(REQUESTER):
+        raise ApiError(403, "forbidden", f"{principal.name!r} does not have the 'requester' role")
+    return principal
+
+
+Requester = Annotated[Principal, Depends(requester)]
+
+
+def approver_by_slack_user(config: Config, user_id: str) -> Principal:
+    """The approver whose `slack_user_id` this is, else `slack:<id>` with no roles."""
+    for name, approver in config.approvers.items():
+        if approver.slack_user_id and approver.slack_user_id == user_id:
+            return Principal(name, frozenset(approver.roles))
+    return Principal(f"slack:{user_id}", frozenset())
+
+
+def approver_by_email(config: Config, address: str) -> Principal:
+    """The approver whose `email` this is (case-insensitive), else `email:<addr>` with no roles."""
+    wanted = address.strip().casefold()
+    for name, approver in config.approvers.items():
+        if approver.email and approver.email.strip().casefold() == wanted:
+            return Principal(name, frozenset(approver.roles))
+    return Principal(f"email:{address}", frozenset())

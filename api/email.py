@@ -1,0 +1,168 @@
+"""Email links (`/v1/email/{token}`): GET shows what is asked, POST decides.
+
+Mail scanners follow links, so GET changes nothing: it renders the request and a confirm form.
+POST checks everything that can be checked first (signature, age, kind, roles, still pending),
+then spends the link (single use) and decides. Answers are HTML pages, errors too:
+410 for a used or expired link, 403 for a forged one, 404 when the request is gone,
+409 when it was already decided, 422 for a form that can't apply.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path as FilePath
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Form, Path, Request
+from fastapi.responses import HTMLResponse
+from fastapi.templating import Jinja2Templates
+
+from api.auth import approver_by_email
+from api.deciding import check_may_decide, decide_as
+from api.errors import ApiError, broker_error_status
+from api.state import ApiState, State
+from broker.config import EmailConfig
+from broker.errors import BrokerError, Conflict
+from broker.links import LinkClaims, LinkError, read_link, spend_link
+from broker.models import Decision, Outcome
+from broker.models import Request as BrokerRequest
+
+router = APIRouter(prefix="/v1/email", tags=["email"])
+templates = Jinja2Templates(directory=str(FilePath(__file__).parent / "templates"))
+
+Token = Annotated[str, Path(min_length=1, max_length=4000, description="the signed link token")]
+
+_VERBS = {"approve": "Approve", "reject": "Reject", "answer": "Answer", "view": "Request"}
+_LINK_PAGES = {
+    "link_expired": (410, "This link has expired"),
+    "link_used": (410, "This link was already used"),
+    "link_invalid": (403, "This link is not valid"),
+}
+_HTML = {"content": {"text/html": {}}}
+
+
+class PageError(Exception):
+    """Answered as an HTML error page."""
+
+    def __init__(self, status: int, error: str, title: str, detail: str) -> None:
+        super().__init__(detail)
+        self.status, self.error, self.title, self.detail = status, error, title, detail
+
+
+def _email_config(state: ApiState) -> EmailConfig:
+    if state.config.email is None:
+        raise ApiError(404, "not_configured", "email not configured")
+    return state.config.email
+
+
+def _page(request: Request, name: str, context: dict[str, Any], status: int = 200) -> HTMLResponse:
+    return templates.TemplateResponse(request, name, context, status_code=status)
+
+
+def _error_page(request: Request, exc: PageError) -> HTMLResponse:
+    context = {"error": exc.error, "title": exc.title, "detail": exc.detail}
+    return _page(request, "email_error.html", context, exc.status)
+
+
+def _from_broker_error(exc: BrokerError) -> PageError:
+    if isinstance(exc, LinkError):
+        status, title = _LINK_PAGES.get(exc.code, (403, "This link is not valid"))
+        return PageError(status, exc.code, title, exc.detail)
+    if isinstance(exc, Conflict):
+        decision = exc.request.decision
+        who = f" by {decision.decided_by}" if decision and decision.decided_by else ""
+        return PageError(
+            409,
+            "conflict",
+            "Already decided",
+            f"This request was already {exc.request.status.value}{who}.",
+        )
+    status = broker_error_status(exc)
+    titles = {403: "Not allowed", 404: "Request not found", 422: "Can't do that"}
+    return PageError(status, exc.code, titles.get(status, "Can't do that"), exc.detail)
+
+
+def _load(state: ApiState, token: str) -> tuple[LinkClaims, BrokerRequest]:
+    email = _email_config(state)
+    claims = read_link(state.broker, token, email.link_ttl_s)
+    return claims, state.broker.get_request(claims.request_id)
+
+
+def _decision(claims: LinkClaims, request: BrokerRequest, form: dict[str, str | None]) -> Decision:
+    """What the link and the form ask for; refused before the link is spent."""
+    action, approval = claims.action, request.kind == "approval"
+    args_hash = form.get("args_hash") or None
+    if args_hash is not None and args_hash != request.args_hash:
+        raise PageError(
+            422, "stale_args", "The request changed", "What you saw is not what is asked now."
+        )
+    if action == "approve" and approval:
+        return Decision(outcome=Outcome.approved, args_hash=args_hash)
+    if action == "reject":
+        reason = (form.get("reason") or "").strip() or None
+        return Decision(outcome=Outcome.rejected, reason=reason, args_hash=args_hash)
+    if action == "answer" and not approval:
+        answer = (form.get("answer") or "").strip()
+        if not answer:
+            raise PageError(422, "invalid", "No answer given", "Type an answer, then send it.")
+        return Decision(outcome=Outcome.answered, answer=answer, args_hash=args_hash)
+    if action == "view":
+        raise PageError(422, "invalid", "Nothing to decide", "This link only shows the request.")
+    raise PageError(
+        422,
+        "wrong_kind",
+        "Can't do that",
+        f"'{action}' does not apply to a {request.kind} request.",
+    )
+
+
+@router.get("/{token}", response_class=HTMLResponse, responses={410: _HTML, 403: _HTML})
+def confirm_page(token: Token, request: Request, state: State) -> HTMLResponse:
+    """Show what is asked and a confirm form. Changes nothing."""
+    try:
+        claims, item = _load(state, token)
+        if not item.is_pending:
+            raise Conflict(f"request {item.id} is already {item.status.value}", request=item)
+    except BrokerError as exc:
+        return _error_page(request, _from_broker_error(exc))
+    context = {
+        "item": item,
+        "action": claims.action,
+        "verb": _VERBS.get(claims.action, "Request"),
+        "recipient": claims.recipient,
+        "args_json": json.dumps(item.args, indent=2, ensure_ascii=False),
+        "options": [str(o) for o in item.metadata.get("options") or []]
+        if isinstance(item.metadata.get("options"), list)
+        else [],
+    }
+    return _page(request, "email_confirm.html", context)
+
+
+@router.post(
+    "/{token}", response_class=HTMLResponse, responses={409: _HTML, 410: _HTML, 403: _HTML}
+)
+def decide_from_link(
+    token: Token,
+    request: Request,
+    state: State,
+    reason: Annotated[str | None, Form(max_length=10_000)] = None,
+    answer: Annotated[str | None, Form(max_length=10_000)] = None,
+    args_hash: Annotated[str | None, Form(max_length=128)] = None,
+) -> HTMLResponse:
+    """Decide as the link's recipient; the link is spent on success."""
+    try:
+        claims, item = _load(state, token)
+        decision = _decision(
+            claims, item, {"reason": reason, "answer": answer, "args_hash": args_hash}
+        )
+        principal = approver_by_email(state.config, claims.recipient)
+        check_may_decide(principal, item)
+        if not item.is_pending:
+            raise Conflict(f"request {item.id} is already {item.status.value}", request=item)
+        spend_link(state.broker, claims, _email_config(state).link_ttl_s)
+        decided = decide_as(state, item.id, decision, principal, channel="email", current=item)
+    except BrokerError as exc:
+        return _error_page(request, _from_broker_error(exc))
+    except PageError as exc:
+        return _error_page(request, exc)
+    return _page(request, "email_done.html", {"item": decided})

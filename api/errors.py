@@ -1,0 +1,140 @@
+"""One error shape for every failure: `{"error": code, "detail": text}` with a 4xx status.
+
+Broker errors map to statuses here, so route modules just raise them. The catch-all handler
+answers without the exception's text, so secrets or internals never leak into a response.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from redis.exceptions import RedisError
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from broker.errors import BrokerError, Conflict, Forbidden, InvalidInput, NotFound
+
+log = logging.getLogger("approval_broker.api")
+
+_STATUS_CODES = {
+    400: "bad_request",
+    401: "unauthorized",
+    403: "forbidden",
+    404: "not_found",
+    405: "method_not_allowed",
+    406: "not_acceptable",
+    409: "conflict",
+    410: "gone",
+    413: "too_large",
+    415: "unsupported_media_type",
+    422: "invalid",
+    429: "too_many_requests",
+}
+# Broker error codes that mean "the body names something that does not exist": 422, not 404.
+_UNPROCESSABLE_NOT_FOUND = {"unknown_agent"}
+
+
+class ApiError(Exception):
+    """An error the API answers with as is: status, code, detail and optional extra fields."""
+
+    def __init__(
+        self,
+        status: int,
+        code: str,
+        detail: str,
+        *,
+        headers: dict[str, str] | None = None,
+        **extra: Any,
+    ) -> None:
+        super().__init__(detail)
+        self.status = status
+        self.code = code
+        self.detail = detail
+        self.headers = headers
+        self.extra = extra
+
+
+def error_response(
+    status: int, code: str, detail: str, headers: dict[str, str] | None = None, **extra: Any
+) -> JSONResponse:
+    return JSONResponse({"error": code, "detail": detail, **extra}, status, headers=headers)
+
+
+def unauthorized(detail: str = "a valid bearer token is required") -> ApiError:
+    return ApiError(401, "unauthorized", detail, headers={"WWW-Authenticate": "Bearer"})
+
+
+def broker_error_status(exc: BrokerError) -> int:
+    """The HTTP status a broker error stands for."""
+    if isinstance(exc, NotFound):
+        return 422 if exc.code in _UNPROCESSABLE_NOT_FOUND else 404
+    if isinstance(exc, Conflict):
+        return 409
+    if isinstance(exc, Forbidden):
+        return 403
+    if isinstance(exc, InvalidInput):
+        return 422
+    return 400
+
+
+def _validation_detail(exc: RequestValidationError) -> str:
+    """`body.outcome: Input should be ...; ...` without echoing the input (it may hold secrets)."""
+    parts = []
+    for err in exc.errors()[:5]:
+        loc = ".".join(str(p) for p in err.get("loc", ()))
+        msg = str(err.get("msg", "invalid")).removeprefix("Value error, ")
+        parts.append(f"{loc}: {msg}" if loc else msg)
+    return "; ".join(parts) or "invalid request"
+
+
+async def _api_error(_: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, ApiError)
+    return error_response(exc.status, exc.code, exc.detail, exc.headers, **exc.extra)
+
+
+async def _broker_error(_: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, BrokerError)
+    status = broker_error_status(exc)
+    if isinstance(exc, Conflict):
+        request = exc.request.public() if hasattr(exc.request, "public") else exc.request
+        return error_response(409, exc.code, exc.detail, request=request)
+    return error_response(status, exc.code, exc.detail)
+
+
+async def _validation_error(_: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, RequestValidationError)
+    return error_response(422, "invalid", _validation_detail(exc))
+
+
+async def _http_error(_: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, StarletteHTTPException)
+    code = _STATUS_CODES.get(exc.status_code, "error")
+    detail = exc.detail if isinstance(exc.detail, str) else code
+    return error_response(exc.status_code, code, detail, dict(exc.headers or {}) or None)
+
+
+async def _unicode_error(_: Request, exc: Exception) -> JSONResponse:
+    return error_response(422, "invalid", "text must be valid Unicode (no lone surrogates)")
+
+
+async def _redis_error(_: Request, exc: Exception) -> JSONResponse:
+    log.error("Redis error: %s", type(exc).__name__)
+    return error_response(503, "unavailable", "the broker's Redis is not reachable; try again")
+
+
+async def _internal_error(_: Request, exc: Exception) -> JSONResponse:
+    log.error("unhandled %s in the API", type(exc).__name__, exc_info=exc)
+    return error_response(500, "internal", "internal error")
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    app.add_exception_handler(ApiError, _api_error)
+    app.add_exception_handler(BrokerError, _broker_error)
+    app.add_exception_handler(RequestValidationError, _validation_error)
+    app.add_exception_handler(StarletteHTTPException, _http_error)
+    app.add_exception_handler(UnicodeError, _unicode_error)
+    app.add_exception_handler(RedisError, _redis_error)
+    app.add_exception_handler(Exception, _internal_error)

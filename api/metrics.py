@@ -1,0 +1,142 @@
+"""Prometheus metrics: fleet-wide figures read from Redis at scrape time, plus latency in-process.
+
+Requests by status and queue, deliveries and failures by channel and the dead-letter count are
+read from Redis on each scrape (a custom collector), so every API replica reports the same
+numbers. The decision latency histogram is per process: each replica observes the decisions it
+records, and Prometheus sums them.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterator
+from typing import Annotated
+
+from fastapi import APIRouter, Depends, Request
+from fastapi.responses import Response
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Histogram, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+from redis.exceptions import RedisError
+
+from broker.client import Broker
+from broker.models import Request as BrokerRequest
+
+SCAN_CHUNK = 1000
+# From an automated decision (well under a second) to a person answering a day later.
+LATENCY_BUCKETS = (0.1, 0.5, 1, 5, 15, 30, 60, 120, 300, 600, 1800, 3600, 4 * 3600, 86400)
+
+
+class BrokerCollector(Collector):
+    """Reads request counts, delivery counters and the dead-letter count from Redis."""
+
+    def __init__(self, broker: Broker) -> None:
+        self.broker = broker
+
+    def describe(self) -> list[Metric]:
+        return []  # nothing at registration: a scrape is when Redis is read
+
+    def _request_counts(self) -> Counter[tuple[str, str]]:
+        """(status, queue) -> count, over every stored request, in pipelined chunks."""
+        redis, keys = self.broker.redis, self.broker.keys
+        counts: Counter[tuple[str, str]] = Counter()
+        start = 0
+        while True:
+            ids = redis.zrange(keys.requests, start, start + SCAN_CHUNK - 1)
+            if not ids:
+                return counts
+            pipe = redis.pipeline(transaction=False)
+            for rid in ids:
+                pipe.hmget(keys.request(rid.decode()), "status", "queue")
+            for status, queue in pipe.execute():
+                if status is not None:
+                    counts[(status.decode(), (queue or b"").decode())] += 1
+            start += SCAN_CHUNK
+
+    def collect(self) -> Iterator[Metric]:
+        up = GaugeMetricFamily("approval_broker_redis_up", "1 when the broker's Redis answered")
+        try:
+            counts = self._request_counts()
+            stats = self.broker.redis.hgetall(self.broker.keys.stats)
+            dead = self.broker.redis.xlen(self.broker.keys.dead_letters)
+        except RedisError:
+            up.add_metric([], 0)
+            yield up
+            return
+        up.add_metric([], 1)
+        yield up
+        requests = GaugeMetricFamily(
+            "approval_broker_requests",
+            "Stored requests by status and handler queue",
+            labels=["status", "queue"],
+        )
+        for (status, queue), n in sorted(counts.items()):
+            requests.add_metric([status, queue], n)
+        yield requests
+        delivered = CounterMetricFamily(
+            "approval_broker_deliveries", "Deliveries by channel kind", labels=["channel"]
+        )
+        failed = CounterMetricFamily(
+            "approval_broker_delivery_failures",
+            "Failed delivery attempts by channel kind",
+            labels=["channel"],
+        )
+        for raw_field, raw_value in sorted(stats.items()):
+            what, _, channel = raw_field.decode().partition(":")
+            try:
+                value = float(raw_value)
+            except ValueError:
+                continue
+            if what == "delivered" and channel:
+                delivered.add_metric([channel], value)
+            elif what == "failed" and channel:
+                failed.add_metric([channel], value)
+        yield delivered
+        yield failed
+        letters = GaugeMetricFamily(
+            "approval_broker_dead_letters", "Entries in the dead-letter stream"
+        )
+        letters.add_metric([], dead)
+        yield letters
+
+
+class ApiMetrics:
+    """One registry per app, so several apps in one process (tests) don't collide."""
+
+    def __init__(self, broker: Broker) -> None:
+        self.registry = CollectorRegistry()
+        self.decision_latency = Histogram(
+            "approval_broker_decision_latency_seconds",
+            "Time from a request's creation to its decision, by reply channel",
+            ["channel"],
+            buckets=LATENCY_BUCKETS,
+            registry=self.registry,
+        )
+        self.registry.register(BrokerCollector(broker))
+
+    def observe_decision(self, request: BrokerRequest, channel: str) -> None:
+        if request.decision is None or request.decision.decided_at is None:
+            return
+        seconds = (request.decision.decided_at - request.created_at).total_seconds()
+        self.decision_latency.labels(channel).observe(max(seconds, 0.0))
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)
+
+
+router = APIRouter(tags=["operations"])
+
+
+def _metrics(request: Request) -> ApiMetrics:
+    metrics: ApiMetrics = request.app.state.api.metrics
+    return metrics
+
+
+@router.get(
+    "/metrics",
+    response_class=Response,
+    responses={200: {"content": {CONTENT_TYPE_LATEST: {}}, "description": "Prometheus text"}},
+)
+def metrics(api_metrics: Annotated[ApiMetrics, Depends(_metrics)]) -> Response:
+    """Prometheus text format."""
+    return Response(api_metrics.render(), media_type=CONTENT_TYPE_LATEST)

@@ -1,0 +1,85 @@
+"""REST: create, list, read and decide requests (`/v1/requests`)."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Body, Path, Query
+from fastapi.responses import JSONResponse
+
+from api.auth import Caller, Requester
+from api.deciding import decide_as
+from api.schemas import ERRORS, ConflictBody, DecisionBody, NewRequestBody
+from api.state import State
+from broker.models import Request, Status
+
+router = APIRouter(prefix="/v1/requests", tags=["requests"])
+
+RequestId = Annotated[str, Path(min_length=1, max_length=200, description="the request id")]
+
+
+@router.post(
+    "",
+    status_code=201,
+    response_model=None,
+    responses={201: {"model": Request, "description": "the request, pending"}, **ERRORS},
+)
+def create_request(
+    body: NewRequestBody,
+    principal: Requester,
+    state: State,
+) -> JSONResponse:
+    """Create a request (agents that aren't Python). Needs the `requester` role."""
+    request = state.broker.create_request(body)
+    return JSONResponse(request.public(), status_code=201)
+
+
+@router.get(
+    "",
+    response_model=None,
+    responses={200: {"model": list[Request], "description": "newest first"}, **ERRORS},
+)
+def list_requests(
+    principal: Caller,
+    state: State,
+    status: Status | None = None,
+    queue: Annotated[str | None, Query(min_length=1, max_length=200)] = None,
+    limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+) -> JSONResponse:
+    """Requests, newest first (pending ones: soonest to expire first), filtered."""
+    requests = state.broker.list_requests(status=status, queue=queue, limit=limit)
+    return JSONResponse([r.public() for r in requests])
+
+
+@router.get(
+    "/{request_id}",
+    response_model=None,
+    responses={200: {"model": Request, "description": "the request"}, **ERRORS},
+)
+def get_request(
+    request_id: RequestId,
+    principal: Caller,
+    state: State,
+) -> JSONResponse:
+    """One request, with its status, decision and history."""
+    return JSONResponse(state.broker.get_request(request_id).public())
+
+
+@router.post(
+    "/{request_id}/decision",
+    response_model=None,
+    responses={
+        200: {"model": Request, "description": "decided (or escalated): the request as recorded"},
+        409: {"model": ConflictBody, "description": "already decided or timed out"},
+        **ERRORS,
+    },
+)
+def decide(
+    request_id: RequestId,
+    body: Annotated[DecisionBody, Body()],
+    principal: Caller,
+    state: State,
+) -> JSONResponse:
+    """Decide a pending request; the first decision wins, a repeat of it is not an error."""
+    request = decide_as(state, request_id, body.to_decision(), principal, channel="rest")
+    return JSONResponse(request.public())

@@ -1,0 +1,148 @@
+"""Request and response bodies of the HTTP API (what /openapi.json documents).
+
+Bodies are checked for what pydantic lets through but Redis or JSON can't carry back out:
+non-finite numbers (`1e400`, `NaN`) and lone surrogates. Refusing them here keeps a 422 from
+turning into a 500 when the stored value is read back.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, JsonValue, ValidationError, model_validator
+
+from broker.models import Decision, NewRequest, Request
+
+
+def check_json_safe(value: Any, where: str = "body") -> None:
+    """Raise ValueError for a non-finite float or a string that is not valid Unicode."""
+    stack: list[tuple[Any, str]] = [(value, where)]
+    while stack:
+        item, path = stack.pop()
+        if isinstance(item, float) and not math.isfinite(item):
+            raise ValueError(f"{path}: numbers must be finite")
+        if isinstance(item, str):
+            _check_text(item, path)
+        elif isinstance(item, dict):
+            for k, v in item.items():
+                _check_text(str(k), path)
+                stack.append((v, f"{path}.{k}"))
+        elif isinstance(item, list):
+            stack.extend((v, f"{path}[{i}]") for i, v in enumerate(item))
+
+
+def _check_text(text: str, path: str) -> None:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ValueError(f"{path}: text must be valid Unicode (no lone surrogates)") from None
+
+
+class ErrorBody(BaseModel):
+    error: str = Field(description="a short machine-readable code")
+    detail: str = Field(description="what went wrong, for people")
+
+
+class ConflictBody(ErrorBody):
+    request: Request = Field(description="the request as it stands: decided or timed out")
+
+
+class DecisionBody(BaseModel):
+    """A Decision as a caller gives it; the broker records who decided and when."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    outcome: Literal["approved", "modified", "rejected", "answered", "escalated"]
+    reason: str | None = Field(default=None, max_length=10_000)
+    args: dict[str, JsonValue] | None = None
+    answer: JsonValue = None
+    target: str | None = Field(default=None, max_length=200)
+    args_hash: str | None = Field(default=None, max_length=128)
+    metadata: dict[str, JsonValue] | None = None
+
+    @model_validator(mode="after")
+    def _check(self) -> DecisionBody:
+        check_json_safe(self.model_dump(), "body")
+        self.to_decision()
+        return self
+
+    def to_decision(self) -> Decision:
+        fields = self.model_dump(exclude_unset=True, exclude={"request_id", "decided_by"})
+        try:
+            return Decision.model_validate(fields)
+        except ValidationError as exc:
+            msg = str(exc.errors()[0]["msg"]).removeprefix("Value error, ")
+            raise ValueError(msg) from None
+
+
+class NewRequestBody(NewRequest):
+    """POST /v1/requests: a request from an agent that isn't Python (callback: a webhook name)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    @model_validator(mode="after")
+    def _check(self) -> NewRequestBody:
+        check_json_safe(self.model_dump(), "body")
+        return self
+
+
+class RunStart(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    agent: str = Field(min_length=1, max_length=200)
+    prompt: str = Field(max_length=100_000)
+
+    @model_validator(mode="after")
+    def _check(self) -> RunStart:
+        check_json_safe(self.model_dump(), "body")
+        return self
+
+
+class RunStarted(BaseModel):
+    run_id: str
+
+
+class WebhookReply(DecisionBody):
+    """A signed reply from a webhook endpoint: the request it decides, and who there decided."""
+
+    request_id: str = Field(min_length=1, max_length=200)
+    decided_by: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=100,
+        pattern=r"^[^\x00-\x1f/]+$",
+        description="the person at the endpoint; recorded as webhook:NAME/PERSON",
+    )
+
+
+class Health(BaseModel):
+    status: Literal["ok"]
+
+
+def inline_schema(model: type[BaseModel]) -> dict[str, Any]:
+    """A model's JSON schema with its `$defs` inlined, for `openapi_extra` request bodies."""
+    schema = model.model_json_schema()
+    defs = schema.pop("$defs", {})
+
+    def resolve(node: Any) -> Any:
+        if isinstance(node, dict):
+            ref = node.get("$ref", "")
+            if ref.startswith("#/$defs/"):
+                rest = {k: v for k, v in node.items() if k != "$ref"}
+                return {**resolve(defs[ref.removeprefix("#/$defs/")]), **rest}
+            return {k: resolve(v) for k, v in node.items()}
+        if isinstance(node, list):
+            return [resolve(v) for v in node]
+        return node
+
+    resolved: dict[str, Any] = resolve(schema)
+    return resolved
+
+
+ERRORS: dict[int | str, dict[str, Any]] = {
+    401: {"model": ErrorBody, "description": "no or bad bearer token"},
+    403: {"model": ErrorBody, "description": "the caller lacks the role"},
+    404: {"model": ErrorBody, "description": "no such thing"},
+    422: {"model": ErrorBody, "description": "malformed or inapplicable input"},
+}

@@ -1,0 +1,44 @@
+"""`approval-broker api`: the app under uvicorn."""
+
+from __future__ import annotations
+
+import uvicorn
+
+from api.app import create_app
+from broker.config import Config, Settings
+
+
+class Server(uvicorn.Server):
+    """A uvicorn server that says where it listens once it really does (port 0 included)."""
+
+    async def startup(self, sockets: list | None = None) -> None:  # type: ignore[type-arg]
+        await super().startup(sockets)
+        if self.started:
+            print(f"API listening on {self.url}", flush=True)
+
+    @property
+    def url(self) -> str:
+        host, port = self.config.host, self.config.port
+        for server in self.servers:
+            for sock in server.sockets:
+                port = sock.getsockname()[1]
+        return f"http://{host}:{port}"
+
+
+def build_server(settings: Settings, config: Config) -> Server:
+    app = create_app(settings, config)
+    # No access log: email link tokens travel in the path, and secrets stay out of logs.
+    uv_config = uvicorn.Config(
+        app,
+        host=settings.host,
+        port=settings.port,
+        access_log=False,
+        log_level="warning",
+        timeout_graceful_shutdown=5,
+    )
+    return Server(uv_config)
+
+
+def serve(settings: Settings, config: Config) -> None:
+    """Serve on settings.host:settings.port until interrupted."""
+    build_server(settings, config).run()

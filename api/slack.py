@@ -1,0 +1,293 @@
+"""Slack interactivity (`POST /v1/slack/interactions`): button clicks and the reject-reason modal.
+
+The v0 signature is checked over the raw body (slack_sdk's SignatureVerifier, 5-minute window)
+before anything is parsed, and a signature is accepted once (an exact replay is refused).
+Slack wants an answer within 3 seconds: the decision is one Lua call made inline, and the only
+Slack API call on this path (views.open, bound to the click's 3-second trigger_id) has a short
+timeout. Updating the message after a decision is the notifier's job (it sees the event).
+
+A clicking user who may not decide gets HTTP 200 with an ephemeral-style JSON body, and the
+same text is posted to the interaction's `response_url` after the answer: a non-200 would only
+make Slack show a generic warning, never why.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+from dataclasses import dataclass
+from typing import Any, Literal
+from urllib.parse import parse_qs
+
+import httpx
+from fastapi import APIRouter, BackgroundTasks, Request
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel, ValidationError
+from slack_sdk import WebClient
+from slack_sdk.errors import SlackClientError
+from slack_sdk.signature import SignatureVerifier
+from starlette.concurrency import run_in_threadpool
+
+from api.auth import approver_by_slack_user
+from api.deciding import check_may_decide, decide_as
+from api.errors import ApiError
+from api.schemas import ERRORS, ErrorBody
+from api.state import ApiState, State
+from broker import slack_ids as ids
+from broker.auth import Principal
+from broker.config import SlackConfig
+from broker.errors import BrokerError, Conflict
+from broker.models import Decision, Outcome
+from broker.models import Request as BrokerRequest
+
+log = logging.getLogger("approval_broker.api")
+
+router = APIRouter(prefix="/v1/slack", tags=["slack"])
+
+REPLAY_TTL_S = 15 * 60  # longer than the +-5 minutes a timestamp is accepted for
+SLACK_API_TIMEOUT_S = 2.0  # views.open must land within the trigger_id's 3 seconds
+RESPONSE_URL_TIMEOUT_S = 5.0
+MAX_REASON = 10_000  # what a Decision's reason may hold
+DECIDING_ACTIONS = frozenset({ids.APPROVE, ids.REJECT, ids.ESCALATE, ids.ANSWER})
+
+
+class SlackUser(BaseModel):
+    id: str
+
+
+class SlackAction(BaseModel):
+    action_id: str
+    value: str | None = None
+
+
+class BlockActions(BaseModel):
+    type: Literal["block_actions"]
+    user: SlackUser
+    actions: list[SlackAction]
+    trigger_id: str | None = None
+    response_url: str | None = None
+    state: dict[str, Any] | None = None
+
+
+class SlackView(BaseModel):
+    callback_id: str | None = None
+    private_metadata: str = ""
+    state: dict[str, Any] | None = None
+
+
+class ViewSubmission(BaseModel):
+    type: Literal["view_submission"]
+    user: SlackUser
+    view: SlackView
+
+
+def verify(slack: SlackConfig, body: bytes, headers: dict[str, str]) -> str:
+    """The request's signature, once it is known to be Slack's and recent; else 401."""
+    try:
+        valid = SignatureVerifier(slack.signing_secret).is_valid_request(body, headers)
+    except (ValueError, TypeError):  # a timestamp that is not a number, a body not UTF-8
+        valid = False
+    if not valid:
+        raise ApiError(401, "bad_signature", "the Slack signature is missing, wrong or too old")
+    return headers["x-slack-signature"]
+
+
+def parse_payload(body: bytes) -> dict[str, Any]:
+    try:
+        fields = parse_qs(body.decode("utf-8"), strict_parsing=True)
+        payload = json.loads(fields["payload"][0])
+    except (ValueError, KeyError, IndexError):
+        raise ApiError(400, "bad_request", "expected a form field 'payload' holding JSON") from None
+    if not isinstance(payload, dict):
+        raise ApiError(400, "bad_request", "the payload must be a JSON object")
+    return payload
+
+
+def input_value(state: dict[str, Any] | None, action_id: str) -> str | None:
+    """The value typed into the input with `action_id`, from a view's or message's state."""
+    values = (state or {}).get("values")
+    if not isinstance(values, dict):
+        return None
+    for block in values.values():
+        if isinstance(block, dict) and isinstance(block.get(action_id), dict):
+            value = block[action_id].get("value")
+            return value if isinstance(value, str) else None
+    return None
+
+
+def notice(text: str, error: str | None = None) -> dict[str, Any]:
+    """An ephemeral message body (also what is posted to the response_url)."""
+    body: dict[str, Any] = {"response_type": "ephemeral", "replace_original": False, "text": text}
+    if error:
+        body["error"] = error
+    return body
+
+
+def _post_notice(url: str, body: dict[str, Any]) -> None:
+    try:
+        httpx.post(url, json=body, timeout=RESPONSE_URL_TIMEOUT_S)
+    except httpx.HTTPError as exc:
+        log.warning("could not post to Slack's response_url: %s", type(exc).__name__)
+
+
+def explain(exc: BrokerError) -> str:
+    if isinstance(exc, Conflict):
+        decision = exc.request.decision
+        who = f" by {decision.decided_by}" if decision and decision.decided_by else ""
+        return f"Too late: this request was already {exc.request.status.value}{who}."
+    return exc.detail
+
+
+def open_reject_modal(slack: SlackConfig, trigger_id: str, request: BrokerRequest) -> None:
+    base_url = slack.api_base_url if slack.api_base_url.endswith("/") else slack.api_base_url + "/"
+    client = WebClient(token=slack.bot_token, base_url=base_url, timeout=SLACK_API_TIMEOUT_S)
+    client.views_open(trigger_id=trigger_id, view=ids.reject_modal(request.id, request.tool_name))
+
+
+@dataclass(frozen=True)
+class SlackReply:
+    """What the handler answers Slack with, and what (if anything) to post afterwards."""
+
+    body: dict[str, Any]
+    follow_up: dict[str, Any] | None = None
+
+
+def _decision_for(action: SlackAction, payload: BlockActions) -> Decision | str | None:
+    """The decision a button stands for; a str is a message for the user; None: not ours."""
+    aid = action.action_id
+    if aid == ids.APPROVE:
+        return Decision(outcome=Outcome.approved)
+    if aid == ids.ESCALATE:
+        return Decision(outcome=Outcome.escalated)
+    if aid == ids.ANSWER:
+        text = (input_value(payload.state, ids.ANSWER_TEXT) or "").strip()
+        return Decision(outcome=Outcome.answered, answer=text) if text else "Type an answer first."
+    kind, option = ids.parse_action(aid)
+    if kind == ids.ANSWER and option:
+        return Decision(outcome=Outcome.answered, answer=option)
+    return None
+
+
+def handle_block_actions(state: ApiState, slack: SlackConfig, payload: BlockActions) -> SlackReply:
+    if not payload.actions:
+        return SlackReply(body={})
+    action = payload.actions[0]
+    if ids.parse_action(action.action_id)[0] not in DECIDING_ACTIONS:
+        return SlackReply(body={})  # e.g. the answer text box itself: nothing to do yet
+    if not action.value:
+        return SlackReply(body=notice("This button names no request.", "invalid"))
+    principal = approver_by_slack_user(state.config, payload.user.id)
+    try:
+        if action.action_id == ids.REJECT:
+            return _start_reject(state, slack, payload, action.value, principal)
+        decision = _decision_for(action, payload)
+        if decision is None:
+            return SlackReply(body={})
+        if isinstance(decision, str):
+            return _failed(notice(decision, "invalid"))
+        request = decide_as(state, action.value, decision, principal, channel="slack")
+    except BrokerError as exc:
+        return _failed(notice(explain(exc), exc.code))
+    return SlackReply(body={"ok": True, "request_id": request.id, "status": request.status.value})
+
+
+def _failed(body: dict[str, Any]) -> SlackReply:
+    return SlackReply(body=body, follow_up=body)
+
+
+def _start_reject(
+    state: ApiState, slack: SlackConfig, payload: BlockActions, request_id: str, who: Principal
+) -> SlackReply:
+    request = state.broker.get_request(request_id)
+    check_may_decide(who, request)
+    if not request.is_pending:
+        raise Conflict(f"request {request.id} is already {request.status.value}", request=request)
+    if not payload.trigger_id:
+        return _failed(notice("Slack sent no trigger_id; can't open the reason dialog.", "invalid"))
+    try:
+        open_reject_modal(slack, payload.trigger_id, request)
+    except (SlackClientError, OSError) as exc:
+        log.warning("views.open failed: %s", type(exc).__name__)
+        return _failed(notice("Could not open the reason dialog; please try again.", "slack"))
+    return SlackReply(body={"ok": True, "request_id": request.id, "status": "pending"})
+
+
+def handle_view_submission(state: ApiState, payload: ViewSubmission) -> SlackReply:
+    view = payload.view
+    if view.callback_id != ids.REJECT_CALLBACK:
+        return SlackReply(body={})
+    reason = (input_value(view.state, ids.REJECT_REASON_ACTION) or "").strip() or None
+    if reason and len(reason) > MAX_REASON:
+        errors = {ids.REJECT_REASON_BLOCK: f"Please keep the reason under {MAX_REASON} characters."}
+        return SlackReply(body={"response_action": "errors", "errors": errors, "error": "invalid"})
+    principal = approver_by_slack_user(state.config, payload.user.id)
+    try:
+        decide_as(
+            state,
+            view.private_metadata,
+            Decision(outcome=Outcome.rejected, reason=reason),
+            principal,
+            channel="slack",
+        )
+    except BrokerError as exc:
+        errors = {ids.REJECT_REASON_BLOCK: explain(exc)}
+        return SlackReply(body={"response_action": "errors", "errors": errors, "error": exc.code})
+    return SlackReply(body={"response_action": "clear"})
+
+
+def handle(state: ApiState, slack: SlackConfig, payload: dict[str, Any]) -> SlackReply:
+    kind = payload.get("type")
+    try:
+        if kind == "block_actions":
+            return handle_block_actions(state, slack, BlockActions.model_validate(payload))
+        if kind == "view_submission":
+            return handle_view_submission(state, ViewSubmission.model_validate(payload))
+    except ValidationError:
+        raise ApiError(400, "bad_request", f"malformed Slack {kind} payload") from None
+    return SlackReply(body={})  # shortcuts, view_closed...: nothing to do
+
+
+@router.post(
+    "/interactions",
+    response_model=None,
+    openapi_extra={
+        "requestBody": {
+            "required": True,
+            "content": {
+                "application/x-www-form-urlencoded": {
+                    "schema": {
+                        "type": "object",
+                        "properties": {"payload": {"type": "string"}},
+                        "required": ["payload"],
+                    }
+                }
+            },
+        }
+    },
+    responses={
+        200: {"description": "handled (errors for the user come as an ephemeral message body)"},
+        400: {"model": ErrorBody},
+        409: {"model": ErrorBody, "description": "a replayed signature"},
+        **ERRORS,
+    },
+)
+async def slack_interactions(
+    request: Request, background: BackgroundTasks, state: State
+) -> JSONResponse:
+    """Slack block actions (approve, reject, escalate, answer) and the reject-reason modal."""
+    slack = state.config.slack
+    if slack is None:
+        raise ApiError(404, "not_configured", "Slack is not configured")
+    body = await request.body()
+    headers = {k.lower(): v for k, v in request.headers.items()}
+    signature = verify(slack, body, headers)
+    payload = parse_payload(body)
+    seen = state.broker.keys.seen("slack", hashlib.sha256(signature.encode()).hexdigest())
+    if not await run_in_threadpool(state.broker.redis.set, seen, "1", nx=True, ex=REPLAY_TTL_S):
+        raise ApiError(409, "replayed", "this Slack request was already received")
+    outcome = await run_in_threadpool(handle, state, slack, payload)
+    url = payload.get("response_url")
+    if outcome.follow_up and isinstance(url, str) and url.startswith(("https://", "http://")):
+        background.add_task(_post_notice, url, outcome.follow_up)
+    return JSONResponse(outcome.body)

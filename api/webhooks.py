@@ -1,0 +1,122 @@
+"""Signed decisions from webhook endpoints (`POST /v1/webhooks/{name}/replies`).
+
+The body is verified with the `standardwebhooks` package against every secret in force for the
+endpoint (rotation), within its 5-minute window. A `webhook-id` is accepted once: replays get
+409 `replayed`. The marker is only set once the body is known to be well-formed, and is
+removed again if recording fails for a reason other than the request's own state, so an
+honest retry after an outage still gets through.
+"""
+
+from __future__ import annotations
+
+import binascii
+import json
+import logging
+from typing import Annotated
+
+from fastapi import APIRouter, Path, Request
+from fastapi.responses import JSONResponse
+from pydantic import ValidationError
+from standardwebhooks.webhooks import Webhook, WebhookVerificationError
+from starlette.concurrency import run_in_threadpool
+
+from api.deciding import decide_as
+from api.errors import ApiError
+from api.schemas import ERRORS, ConflictBody, WebhookReply, inline_schema
+from api.state import ApiState, State
+from broker.auth import Principal
+from broker.config import WebhookConfig
+from broker.errors import BrokerError
+from broker.models import Request as BrokerRequest
+
+log = logging.getLogger("approval_broker.api")
+
+router = APIRouter(prefix="/v1/webhooks", tags=["webhooks"])
+
+# Signatures are accepted from 5 minutes in the past to 5 in the future: a webhook-id must be
+# remembered for longer than that 10-minute span.
+REPLAY_TTL_S = 15 * 60
+
+
+def verify(endpoint: WebhookConfig, body: bytes, headers: dict[str, str]) -> None:
+    """Raise 401 unless one of the endpoint's secrets signed this body, recently."""
+    for secret in endpoint.secrets:
+        try:
+            Webhook(secret).verify(body, headers, json_parse=False)
+            return
+        except (WebhookVerificationError, ValueError, binascii.Error):
+            continue
+        except Exception:  # noqa: BLE001 - a malformed secret in config must not become a 500
+            log.warning("webhook secret could not be used to verify (check the config)")
+            continue
+    raise ApiError(401, "bad_signature", "the webhook signature is missing, wrong or too old")
+
+
+def parse_reply(body: bytes) -> WebhookReply:
+    try:
+        return WebhookReply.model_validate(json.loads(body))
+    except (ValueError, UnicodeDecodeError) as exc:
+        if isinstance(exc, ValidationError):
+            first = exc.errors()[0]
+            where = ".".join(str(p) for p in first["loc"])
+            msg = str(first["msg"]).removeprefix("Value error, ")
+            detail = f"body.{where}: {msg}" if where else msg
+        else:
+            detail = "the body is not valid JSON"
+        raise ApiError(422, "invalid", detail) from None
+
+
+def _record(
+    state: ApiState, name: str, endpoint: WebhookConfig, msg_id: str, reply: WebhookReply
+) -> BrokerRequest:
+    seen = state.broker.keys.seen("webhook", f"{name}:{msg_id}")
+    if not state.broker.redis.set(seen, "1", nx=True, ex=REPLAY_TTL_S):
+        raise ApiError(409, "replayed", f"webhook-id {msg_id!r} was already received")
+    principal = Principal(f"webhook:{name}", frozenset(endpoint.roles))
+    decided_by = principal.name + (f"/{reply.decided_by}" if reply.decided_by else "")
+    try:
+        return decide_as(
+            state,
+            reply.request_id,
+            reply.to_decision(),
+            principal,
+            channel="webhook",
+            decided_by=decided_by,
+        )
+    except BrokerError:
+        raise  # an answer about the request itself: a retry would get the same one
+    except Exception:
+        state.broker.redis.delete(seen)
+        raise
+
+
+@router.post(
+    "/{name}/replies",
+    response_model=None,
+    openapi_extra={
+        "requestBody": {
+            "required": True,
+            "content": {"application/json": {"schema": inline_schema(WebhookReply)}},
+        }
+    },
+    responses={
+        200: {"model": BrokerRequest, "description": "decided: the request as recorded"},
+        409: {"model": ConflictBody, "description": "already decided, or a replayed webhook-id"},
+        **ERRORS,
+    },
+)
+async def webhook_reply(
+    name: Annotated[str, Path(min_length=1, max_length=200)],
+    request: Request,
+    state: State,
+) -> JSONResponse:
+    """A decision signed (Standard Webhooks) with endpoint `name`'s secret."""
+    endpoint = state.config.webhooks.get(name)
+    if endpoint is None:
+        raise ApiError(404, "not_found", f"no webhook endpoint named {name!r}")
+    body = await request.body()
+    headers = {k.lower(): v for k, v in request.headers.items()}
+    verify(endpoint, body, headers)
+    reply = parse_reply(body)
+    decided = await run_in_threadpool(_record, state, name, endpoint, headers["webhook-id"], reply)
+    return JSONResponse(decided.public())

@@ -1,0 +1,58 @@
+"""From the outcomes of a round's requests to the `DeferredToolResults` a run resumes with.
+
+approved -> ToolApproved(); modified -> ToolApproved(override_args=...); rejected or timed out
+-> ToolDenied(reason) for an approval, a ToolFailed telling the model why for a question or
+external call; answered -> the answer as the call's result. Who answered and the reply's
+metadata are passed along for every call.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from pydantic_ai import DeferredToolResults, ToolApproved, ToolDenied, ToolFailed
+
+from broker.models import Request, Status
+
+REJECTED = "The request was rejected."
+TIMED_OUT = "No one answered in time."
+
+
+class RoundNotReady(Exception):
+    """A request of the round has no outcome yet, so the round can't resume."""
+
+
+def results_for(requests: Iterable[Request]) -> DeferredToolResults:
+    results = DeferredToolResults()
+    for request in requests:
+        decision = request.decision
+        if request.is_pending or decision is None:
+            raise RoundNotReady(f"request {request.id} is still {request.status.value}")
+        call_id = request.tool_call_id
+        reason = decision.reason
+        status = request.status
+        if request.kind == "approval":
+            if status is Status.approved:
+                results.approvals[call_id] = ToolApproved()
+            elif status is Status.modified:
+                results.approvals[call_id] = ToolApproved(override_args=decision.args)
+            elif status is Status.rejected:
+                results.approvals[call_id] = ToolDenied(reason or REJECTED)
+            elif status is Status.timed_out:
+                results.approvals[call_id] = ToolDenied(reason or TIMED_OUT)
+            else:
+                raise ValueError(f"request {request.id}: an approval can't be {status.value}")
+        else:
+            if status is Status.answered:
+                results.calls[call_id] = decision.answer
+            elif status is Status.rejected:
+                results.calls[call_id] = ToolFailed(f"Rejected: {reason or REJECTED}")
+            elif status is Status.timed_out:
+                results.calls[call_id] = ToolFailed(reason or TIMED_OUT)
+            else:
+                raise ValueError(f"request {request.id}: a {request.kind} can't be {status.value}")
+        if decision.decided_by:
+            results.answered_by[call_id] = decision.decided_by
+        if decision.metadata:
+            results.metadata[call_id] = dict(decision.metadata)
+    return results

@@ -1,0 +1,194 @@
+"""Email links: GET only shows, POST decides once; used, expired and forged links get a page and a 4xx."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+from itsdangerous import TimestampSigner
+from redis import Redis
+
+from api.app import create_app
+from broker.client import Broker
+from broker.config import Config, Settings, parse_config
+from broker.links import new_nonce, sign_link
+from broker.models import Decision, NewRequest, Outcome, Request
+
+
+@pytest.fixture
+def cfg() -> Config:
+    return parse_config(
+        {
+            "queues": {"default": {"channels": ["email:leads"]}},
+            "email": {
+                "public_url": "http://testserver",
+                "link_ttl_s": 3600,
+                "lists": {"leads": {"to": ["alice@example.com", "stranger@example.com"]}},
+            },
+            "approvers": {"alice": {"roles": ["finance"], "email": "Alice@Example.com"}},
+        }
+    )
+
+
+@pytest.fixture
+def api_broker(redis: Redis, cfg: Config) -> Broker:
+    return Broker(redis, cfg, prefix="t:")
+
+
+@pytest.fixture
+def client(api_broker: Broker, cfg: Config) -> Iterator[TestClient]:
+    with TestClient(create_app(Settings(), cfg, api_broker)) as c:
+        yield c
+
+
+def make(broker: Broker, **kw: Any) -> Request:
+    kw.setdefault("tool_name", "refund")
+    kw.setdefault("args", {"order_id": "A1", "amount": 120})
+    return broker.create_request(NewRequest(**kw))
+
+
+def link(
+    broker: Broker,
+    req: Request,
+    action: str,
+    to: str = "alice@example.com",
+    nonce: str | None = None,
+) -> str:
+    return "/v1/email/" + sign_link(broker, req.id, to, action, nonce or new_nonce())
+
+
+def page_error(resp: Any, status: int, error: str) -> None:
+    assert resp.status_code == status, resp.text
+    assert resp.headers["content-type"].startswith("text/html")
+    assert f'data-error="{error}"' in resp.text, resp.text
+
+
+def test_get_shows_the_request_and_changes_nothing(client: TestClient, api_broker: Broker) -> None:
+    req = make(api_broker, prompt="Refund <b>A1</b>?")
+    url = link(api_broker, req, "approve")
+    for _ in range(2):  # a mail scanner and then the person
+        resp = client.get(url)
+        assert resp.status_code == 200 and resp.headers["content-type"].startswith("text/html")
+        assert "refund" in resp.text and "&#34;amount&#34;: 120" in resp.text
+        assert "Refund &lt;b&gt;A1&lt;/b&gt;?" in resp.text  # escaped
+        assert '<form method="post">' in resp.text
+    assert api_broker.get_request(req.id).is_pending
+    done = client.post(url, data={"args_hash": req.args_hash})
+    assert done.status_code == 200 and "approved" in done.text
+    stored = api_broker.get_request(req.id)
+    assert stored.status.value == "approved" and stored.decision is not None
+    assert stored.decision.decided_by == "alice"  # email matched case-insensitively
+
+
+def test_link_used_twice_is_410(client: TestClient, api_broker: Broker) -> None:
+    req = make(api_broker)
+    nonce = new_nonce()
+    approve = link(api_broker, req, "approve", nonce=nonce)
+    reject = link(api_broker, req, "reject", nonce=nonce)  # the same mail's other button
+    assert client.post(approve).status_code == 200
+    page_error(client.post(approve), 410, "link_used")
+    page_error(client.get(approve), 410, "link_used")
+    page_error(client.post(reject, data={"reason": "no"}), 410, "link_used")
+    assert api_broker.get_request(req.id).status.value == "approved"
+
+
+def test_expired_link_is_410(
+    client: TestClient, api_broker: Broker, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    req = make(api_broker)
+    with monkeypatch.context() as m:
+        m.setattr(TimestampSigner, "get_timestamp", lambda self: int(time.time()) - 7200)
+        url = link(api_broker, req, "approve")
+    page_error(client.get(url), 410, "link_expired")
+    page_error(client.post(url), 410, "link_expired")
+    assert api_broker.get_request(req.id).is_pending
+
+
+@pytest.mark.parametrize("forge", ["garbage", "tamper", "other-secret"])
+def test_forged_link_is_403(client: TestClient, api_broker: Broker, forge: str) -> None:
+    req = make(api_broker)
+    url = link(api_broker, req, "approve")
+    if forge == "garbage":
+        url = "/v1/email/eyJyIjoiLi4uIn0.not.valid"
+    elif forge == "tamper":
+        url = url[:-3] + ("AAA" if not url.endswith("AAA") else "BBB")
+    else:
+        other = Broker(api_broker.redis, api_broker.config, prefix="other:")
+        url = link(other, req, "approve")
+    page_error(client.get(url), 403, "link_invalid")
+    page_error(client.post(url), 403, "link_invalid")
+    assert api_broker.get_request(req.id).is_pending
+
+
+def test_reject_with_reason_and_answer_a_question(client: TestClient, api_broker: Broker) -> None:
+    req = make(api_broker)
+    url = link(api_broker, req, "reject")
+    assert "<textarea" in client.get(url).text
+    assert client.post(url, data={"reason": " too much "}).status_code == 200
+    stored = api_broker.get_request(req.id)
+    assert stored.status.value == "rejected" and stored.decision.reason == "too much"  # type: ignore[union-attr]
+    q = make(api_broker, kind="question", metadata={"options": ["red", "blue"]})
+    url = link(api_broker, q, "answer")
+    shown = client.get(url).text
+    assert 'name="answer"' in shown and '<option value="blue">' in shown
+    page_error(client.post(url, data={"answer": "   "}), 422, "invalid")  # not spent:
+    assert client.post(url, data={"answer": "blue"}).status_code == 200
+    assert api_broker.get_request(q.id).decision.answer == "blue"  # type: ignore[union-attr]
+
+
+def test_recipient_roles_and_unknown_recipients(client: TestClient, api_broker: Broker) -> None:
+    finance = make(api_broker, allowed_roles=["finance"])
+    stranger_url = link(api_broker, finance, "approve", to="stranger@example.com")
+    page_error(client.post(stranger_url), 403, "forbidden")
+    assert api_broker.get_request(finance.id).is_pending
+    page_error(client.post(stranger_url), 403, "forbidden")  # refused before spending, again
+    open_req = make(api_broker)
+    assert (
+        client.post(link(api_broker, open_req, "approve", to="stranger@example.com")).status_code
+        == 200
+    )
+    decision = api_broker.get_request(open_req.id).decision
+    assert decision is not None and decision.decided_by == "email:stranger@example.com"
+
+
+def test_links_that_cannot_apply(client: TestClient, api_broker: Broker) -> None:
+    q = make(api_broker, kind="question")
+    page_error(client.post(link(api_broker, q, "approve")), 422, "wrong_kind")
+    view = link(api_broker, q, "view")
+    assert client.get(view).status_code == 200 and "<form" not in client.get(view).text
+    page_error(client.post(view), 422, "invalid")
+    req = make(api_broker)
+    url = link(api_broker, req, "approve")
+    page_error(client.post(url, data={"args_hash": "0" * 64}), 422, "stale_args")
+    assert api_broker.get_request(req.id).is_pending
+    assert client.post(url).status_code == 200  # the link was not spent by the refusals
+
+
+def test_already_decided_is_409_and_keeps_the_link(client: TestClient, api_broker: Broker) -> None:
+    req = make(api_broker)
+    api_broker.decide(req.id, Decision(outcome=Outcome.rejected), decided_by="bob")
+    url = link(api_broker, req, "approve")
+    page_error(client.get(url), 409, "conflict")
+    resp = client.post(url)
+    page_error(resp, 409, "conflict")
+    assert "bob" in resp.text
+    assert api_broker.get_request(req.id).status.value == "rejected"
+
+
+def test_gone_request_is_404_page(client: TestClient, api_broker: Broker) -> None:
+    req = make(api_broker)
+    url = link(api_broker, req, "approve")
+    api_broker.redis.delete(api_broker.keys.request(req.id))
+    page_error(client.get(url), 404, "not_found")
+
+
+def test_email_not_configured_is_404(redis: Redis) -> None:
+    cfg = parse_config({})
+    broker = Broker(redis, cfg, prefix="t:")
+    req = make(broker)
+    with TestClient(create_app(Settings(), cfg, broker)) as c:
+        resp = c.get(link(broker, req, "approve"))
+        assert resp.status_code == 404 and resp.json()["error"] == "not_configured"

@@ -1,0 +1,178 @@
+"""The demo refunds agent on a real Redis, advanced in this process by the synchronous worker."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+from pydantic_ai.messages import (
+    ModelMessage,
+    ModelResponse,
+    RetryPromptPart,
+    ToolCallPart,
+    ToolReturnPart,
+)
+from pydantic_ai.models.function import AgentInfo, FunctionModel
+
+from broker.agents import DepsContext, register_agent
+from broker.client import Broker
+from broker.models import Run, RunStatus
+from broker.testing import SyncWorker
+from workers import demo
+from workers.demo import AlreadyRefunded, Ledger, Refund
+
+
+@pytest.fixture
+def worker(broker: Broker) -> SyncWorker:
+    demo.register_demo(broker)
+    return SyncWorker(broker)
+
+
+@pytest.fixture
+def ledger(broker: Broker) -> Ledger:
+    return Ledger(broker.redis, broker.keys.prefix)
+
+
+def run(broker: Broker, worker: SyncWorker, prompt: str) -> Run:
+    from broker.runs import start_run
+
+    started = start_run(broker, "refunds", prompt)
+    worker.work()
+    return broker.get_run(started.id)
+
+
+@pytest.mark.parametrize(
+    ("prompt", "why"),
+    [
+        ("Refund $10 on order Z999 because it never came.", "There is no order 'Z999'"),
+        ("Refund $100 on order A102 because wrong size.", "A102 is shipped, not delivered"),
+        ("Refund $60 on order A104 because I changed my mind.", "A104 is cancelled"),
+        ("Refund $300 on order A103 because broken.", "more than the order total of $240.00"),
+    ],
+)
+def test_impossible_refunds_are_refused_without_asking_anyone(
+    broker: Broker, worker: SyncWorker, ledger: Ledger, prompt: str, why: str
+) -> None:
+    result = run(broker, worker, prompt)
+    assert result.status is RunStatus.finished, result.error
+    assert result.output["refunded"] is False
+    assert why in result.output["message"]
+    assert broker.list_requests() == []  # nobody was asked
+    assert ledger.all() == []
+
+
+def test_an_order_refunded_once_is_refused_the_second_time(
+    broker: Broker, worker: SyncWorker, ledger: Ledger
+) -> None:
+    first = run(broker, worker, "Refund $30 on order A100 because a lace snapped.")
+    second = run(broker, worker, "Refund $120 on order A100 because they hurt.")
+    assert first.output["refunded"] is True
+    assert second.output["refunded"] is False
+    assert "already been refunded" in second.output["message"]
+    assert broker.list_requests() == []
+    assert [(r.order_id, r.amount) for r in ledger.all()] == [("A100", 30.0)]
+
+
+def test_small_refund_happens_on_its_own_and_large_one_waits(
+    broker: Broker, worker: SyncWorker, ledger: Ledger
+) -> None:
+    small = run(broker, worker, "Refund $50 on order A103 because a peg was missing.")
+    assert small.output == {
+        "refunded": True,
+        "order_id": "A103",
+        "amount": 50.0,
+        "message": "Refunded $50.00 on order A103.",
+    }
+    large = run(broker, worker, "Refund $84.50 on order A100 because they don't fit.")
+    assert large.status is RunStatus.waiting
+    [request] = broker.get_requests(large.pending)
+    assert request.queue == "default"
+    assert request.prompt == (
+        "Refund $84.50 on order A100 (Trail running shoes, total $84.50)? "
+        "The customer says: they don't fit"
+    )
+    assert request.metadata["order"] == {"id": "A100", "item": "Trail running shoes", "total": 84.5}
+    assert [r.order_id for r in ledger.all()] == ["A103"]
+
+
+def test_no_amount_means_the_order_total(broker: Broker, worker: SyncWorker) -> None:
+    result = run(broker, worker, "Please refund order A101 because the socks are itchy.")
+    assert result.output["amount"] == 18.0 and result.output["refunded"] is True
+
+
+def test_start_demo_leaves_two_runs_waiting_in_the_inbox(broker: Broker) -> None:
+    run_ids = demo.start_demo(broker)
+    SyncWorker(broker).work()
+    runs = [broker.get_run(r) for r in run_ids]
+    assert [r.status for r in runs] == [RunStatus.waiting, RunStatus.waiting]
+    pending = broker.list_requests(status="pending", queue="default")
+    assert sorted(r.run_id for r in pending) == sorted(run_ids)
+    assert all(r.args["amount"] > demo.AUTO_REFUND_LIMIT for r in pending)
+
+
+def test_a_claim_that_does_not_match_the_ledger_is_sent_back(
+    broker: Broker, ledger: Ledger
+) -> None:
+    seen_retry: list[str] = []
+
+    def liar(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        retries = [
+            p
+            for m in messages
+            for p in m.parts
+            if isinstance(p, ToolReturnPart | RetryPromptPart)
+            and getattr(p, "outcome", "retried") == "retried"
+        ]
+        if retries:
+            seen_retry.append(str(retries[-1].content))
+        claim = {"refunded": not retries, "message": "done" if not retries else "nothing happened"}
+        return ModelResponse(parts=[ToolCallPart(info.output_tools[0].name, claim)])
+
+    deps = demo.make_deps(DepsContext(broker, "run_liar", "refunds"))
+    with demo.agent.override(model=FunctionModel(liar)):
+        result = demo.agent.run_sync("Refund $10 on A101", deps=deps)
+    assert result.output.refunded is False
+    assert "the ledger shows no refund" in seen_retry[0]
+    assert ledger.all() == []
+
+
+def test_the_ledger_pays_an_order_once_under_a_race(broker: Broker, ledger: Ledger) -> None:
+    start = threading.Barrier(8)
+    winners: list[str] = []
+
+    def pay(i: int) -> None:
+        start.wait()
+        try:
+            ledger.record(Refund("A103", 100.0, "race", f"run{i}", f"call{i}", 0.0))
+            winners.append(f"call{i}")
+        except AlreadyRefunded:
+            pass
+
+    threads = [threading.Thread(target=pay, args=(i,)) for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(10)
+    assert len(winners) == 1
+    assert [r.tool_call_id for r in ledger.all()] == winners
+    # the winning call retried (a retried job) gets its own refund back, not a second one
+    again = ledger.record(Refund("A103", 100.0, "race", "x", winners[0], 1.0))
+    assert again.tool_call_id == winners[0] and len(ledger.all()) == 1
+
+
+def test_registered_without_its_deps_factory_fails_clearly(broker: Broker) -> None:
+    register_agent(broker, "bare", "workers.demo:agent")
+    from broker.runs import start_run
+
+    started = start_run(broker, "bare", "Refund $10 on order A101 because.")
+    SyncWorker(broker).work()
+    failed = broker.get_run(started.id)
+    assert failed.status is RunStatus.failed
+    assert "needs its deps factory" in (failed.error or "")
+
+
+def test_demo_model_is_a_real_model_when_named(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("APPROVAL_BROKER_DEMO_MODEL", "openai:gpt-4o-mini")
+    assert demo.demo_model() == "openai:gpt-4o-mini"
+    monkeypatch.delenv("APPROVAL_BROKER_DEMO_MODEL")
+    assert isinstance(demo.demo_model(), FunctionModel)

@@ -1,0 +1,193 @@
+"""The resumer: outbox -> RQ exactly once, through crashes, duplicates and races."""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import signal
+import threading
+from collections.abc import Iterator
+
+import pytest
+from redis import Redis
+from rq import SimpleWorker
+from rq.serializers import JSONSerializer
+
+from broker import outbox
+from broker.agents import register_agent
+from broker.client import Broker
+from broker.config import Config, Settings
+from broker.keys import RESUMER_GROUP
+from broker.models import Decision, NewRequest, RunStatus
+from broker.outbox import Resumer
+from broker.runs import resume_job_id, run_queue, start_run
+from tests.conftest import wait_for
+from workers import jobs
+from workers import resumer as resumer_module
+from workers.demo import Ledger
+
+
+@pytest.fixture
+def bound(broker: Broker) -> Iterator[Broker]:
+    handlers = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    jobs.bind(broker)
+    yield broker
+    jobs.bind(None)
+    for s, handler in handlers.items():
+        signal.signal(s, handler)
+
+
+def work(broker: Broker) -> None:
+    SimpleWorker([run_queue(broker)], connection=broker.redis, serializer=JSONSerializer).work(
+        burst=True, logging_level="WARNING"
+    )
+
+
+def pending_entries(broker: Broker) -> int:
+    return int(broker.redis.xpending(broker.keys.resumes, RESUMER_GROUP)["pending"])
+
+
+def answered_run(broker: Broker) -> str:
+    """A demo run whose single approval is decided: its resume sits in the outbox."""
+    register_agent(broker, "refunds", "workers.demo:agent", deps="workers.demo:make_deps")
+    run = start_run(broker, "refunds", "Refund $120 on order A103 because the floor is torn.")
+    work(broker)
+    [request_id] = broker.get_run(run.id).pending
+    broker.decide(request_id, Decision(outcome="approved"), decided_by="alice")
+    assert broker.redis.xlen(broker.keys.resumes) == 1
+    return run.id
+
+
+def _crashing_resumer(
+    redis_url: str, config: Config, where: str, reached: multiprocessing.synchronize.Event
+) -> None:
+    """Child process: a resumer that stops dead at `where` (the parent SIGKILLs it there)."""
+    broker = Broker(Redis.from_url(redis_url), config, prefix="t:")
+
+    def stall(*args: object, **kwargs: object) -> bool:
+        reached.set()
+        threading.Event().wait(60)
+        os._exit(3)  # never reached: the parent kills us first
+
+    if where == "before-enqueue":
+        outbox.enqueue_resume = stall  # type: ignore[assignment]
+        Resumer(broker, consumer="doomed", block_ms=None).run_once()
+    else:
+
+        class Doomed(Resumer):
+            def ack(self, entry_id: str) -> None:
+                stall()
+
+        Doomed(broker, consumer="doomed", block_ms=None).run_once()
+
+
+@pytest.mark.parametrize("where", ["before-enqueue", "before-ack"])
+def test_resumer_killed_between_reading_and_acking_resumes_exactly_once(
+    bound: Broker, redis_url: str, config: Config, where: str
+) -> None:
+    broker = bound
+    run_id = answered_run(broker)
+    ctx = multiprocessing.get_context("fork")
+    reached = ctx.Event()
+    child = ctx.Process(target=_crashing_resumer, args=(redis_url, config, where, reached))
+    child.start()
+    try:
+        assert reached.wait(20), "the doomed resumer never read the outbox"
+        os.kill(child.pid, signal.SIGKILL)  # type: ignore[arg-type]
+    finally:
+        child.join(10)
+    assert child.exitcode == -signal.SIGKILL
+    assert pending_entries(broker) == 1  # read but never acknowledged
+    expected_jobs = [resume_job_id(run_id, 1)] if where == "before-ack" else []
+    assert run_queue(broker).job_ids == expected_jobs
+
+    # the restarted resumer (a new consumer name) claims the dead one's entry
+    handled = Resumer(broker, consumer="restarted", min_idle_ms=0, block_ms=None).run_once()
+    assert [h.action for h in handled] == ["duplicate" if where == "before-ack" else "enqueued"]
+    assert run_queue(broker).job_ids == [resume_job_id(run_id, 1)]
+    assert pending_entries(broker) == 0
+    assert Resumer(broker, consumer="again", min_idle_ms=0, block_ms=None).run_once() == []
+
+    work(broker)
+    run = broker.get_run(run_id)
+    assert run.status is RunStatus.finished, run.error
+    assert len(Ledger(broker.redis, broker.keys.prefix).all()) == 1
+
+
+def test_racing_resumers_enqueue_each_round_once(
+    broker: Broker, redis_url: str, config: Config
+) -> None:
+    runs = [broker.create_run("refunds", "p").id for _ in range(30)]
+    for run_id in runs:  # every round announced twice, as a re-driven entry would be
+        for _ in range(2):
+            broker.redis.xadd(broker.keys.resumes, {"run_id": run_id, "round": "1"})
+    broker.ensure_group(broker.keys.resumes, RESUMER_GROUP)
+    results: list[str] = []
+    lock = threading.Lock()
+    start = threading.Barrier(4)
+
+    def consume(name: str) -> None:
+        mine = Broker(Redis.from_url(redis_url), config, prefix="t:")
+        resumer = Resumer(mine, consumer=name, min_idle_ms=0, block_ms=None, count=3)
+        start.wait()
+        while batch := resumer.run_once():
+            with lock:
+                results.extend(h.action for h in batch)
+
+    threads = [threading.Thread(target=consume, args=(f"r{i}",)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+
+    assert sorted(run_queue(broker).job_ids) == sorted(resume_job_id(r, 1) for r in runs)
+    assert results.count("enqueued") == 30
+    assert pending_entries(broker) == 0
+
+
+def test_malformed_or_orphan_entries_go_to_dead_letters(broker: Broker) -> None:
+    broker.redis.xadd(broker.keys.resumes, {"run_id": "run_x", "round": "one"})
+    broker.redis.xadd(broker.keys.resumes, {"run_id": "run_gone", "round": "2"})
+    handled = Resumer(broker, consumer="r", block_ms=None).run_once()
+    assert [h.action for h in handled] == ["dead-lettered", "dead-lettered"]
+    letters = broker.dead_letters()
+    assert [f["source"] for _, f in letters] == ["resumer", "resumer"]
+    assert "malformed outbox entry" in letters[0][1]["error"]
+    assert letters[1][1]["error"] == "run run_gone does not exist"
+    assert letters[1][1]["stream"] == broker.keys.resumes  # so it can be re-driven
+    assert run_queue(broker).count == 0
+    assert pending_entries(broker) == 0
+
+
+def test_a_decision_writes_the_outbox_entry_the_resumer_enqueues(broker: Broker) -> None:
+    run = broker.create_run("refunds", "p")
+    [request] = broker.create_round(run.id, 1, [NewRequest(tool_name="t")])
+    resumer = Resumer(broker, consumer="r", block_ms=None)
+    assert resumer.run_once() == []
+    broker.decide(request.id, Decision(outcome="rejected", reason="no"), decided_by="x")
+    [handled] = resumer.run_once()
+    assert (handled.run_id, handled.round, handled.action) == (run.id, 1, "enqueued")
+    job = run_queue(broker).fetch_job(resume_job_id(run.id, 1))
+    assert job is not None and job.func_name == "workers.jobs.resume_agent"
+    assert job.args == [run.id, 1]
+
+
+def test_run_resumer_role_stops_on_request(
+    broker: Broker, redis_url: str, config: Config, capsys: pytest.CaptureFixture[str]
+) -> None:
+    run = broker.create_run("refunds", "p")
+    [request] = broker.create_round(run.id, 1, [NewRequest(tool_name="t")])
+    broker.decide(request.id, Decision(outcome="approved"), decided_by="x")
+    stop = threading.Event()
+    settings = Settings(redis_url=redis_url, key_prefix="t:")
+    thread = threading.Thread(
+        target=resumer_module.run_resumer, args=(settings, config), kwargs={"stop": stop}
+    )
+    thread.start()
+    try:
+        wait_for(lambda: run_queue(broker).count == 1)
+    finally:
+        stop.set()
+        thread.join(10)
+    assert not thread.is_alive()
+    assert "resumer ready" in capsys.readouterr().out

@@ -1,0 +1,81 @@
+"""`approval-broker up` as a user runs it: healthy, one approval over HTTP, Ctrl-C leaves nothing behind."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import httpx
+import pytest
+
+from broker.redis_server import free_port
+from tests.conftest import wait_for
+from tests.proc import alive, descendants
+
+ADMIN = "ab_test-admin-token-for-up"
+
+
+def start_up(tmp_path: Path, *extra: str) -> tuple[subprocess.Popen[str], str]:
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("APPROVAL_BROKER_")}
+    env.update({"APPROVAL_BROKER_ADMIN_TOKEN": ADMIN, "PYTHONUNBUFFERED": "1"})
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "approval_broker", "up", "--port", str(port), "--data-dir", str(tmp_path), *extra],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    return proc, f"http://127.0.0.1:{port}"
+
+
+def healthy(url: str) -> bool:
+    try:
+        return httpx.get(f"{url}/healthz", timeout=1).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
+def stop_up(proc: subprocess.Popen[str]) -> str:
+    proc.send_signal(signal.SIGINT)
+    out, _ = proc.communicate(timeout=60)
+    return out
+
+
+@pytest.fixture
+def up(tmp_path: Path):
+    proc, url = start_up(tmp_path)
+    try:
+        wait_for(lambda: healthy(url) or proc.poll() is not None, timeout=60)
+        assert proc.poll() is None, proc.stdout.read() if proc.stdout else ""
+        yield proc, url
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+def test_up_runs_an_approval_and_stops_cleanly(up):
+    proc, url = up
+    auth = {"Authorization": f"Bearer {ADMIN}"}
+    with httpx.Client(base_url=url, headers=auth, timeout=10) as http:
+        assert "Approvals inbox" in http.get("/").text
+        created = http.post("/v1/requests", json={"tool_name": "delete_user", "args": {"user": "u-7"}})
+        assert created.status_code == 201, created.text
+        rid = created.json()["id"]
+        assert [r["id"] for r in http.get("/v1/requests", params={"status": "pending"}).json()] == [rid]
+        decided = http.post(f"/v1/requests/{rid}/decision", json={"outcome": "approved"})
+        assert decided.status_code == 200 and decided.json()["status"] == "approved"
+        assert http.get(f"/v1/requests/{rid}").json()["decision"]["decided_by"] == "admin"
+
+    family = descendants(proc.pid)
+    assert len(family) >= 5  # redis-server, api, worker, notifier, sweeper (and their forks)
+    out = stop_up(proc)
+    assert proc.returncode == 0, out
+    assert "inbox" in out and ADMIN in out and url in out
+    left = [pid for pid in family if alive(pid)]
+    assert left == [], f"processes left behind: {left}"
+    assert not healthy(url)

@@ -1,0 +1,197 @@
+"""Mapping between pydantic-ai's deferred calls and broker requests, and the runner's recovery."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+from pydantic_ai import DeferredToolRequests, ToolApproved, ToolDenied, ToolFailed
+from pydantic_ai.exceptions import (
+    ModelAuthenticationError,
+    ModelHTTPError,
+    ModelRateLimitError,
+    UnexpectedModelBehavior,
+)
+from pydantic_ai.messages import ModelResponse, ToolCallPart
+from redis.exceptions import ConnectionError as RedisConnectionError
+
+from broker.agents import register_agent
+from broker.client import Broker
+from broker.config import AgentConfig
+from broker.models import Decision, Request, RunStatus, Status, args_hash
+from broker.pending_calls import new_requests
+from broker.results import RoundNotReady, results_for
+from broker.runner import AgentRunner, is_transient
+from broker.runs import start_run
+
+NOW = datetime(2030, 1, 1, tzinfo=UTC)
+
+
+def request(
+    kind: str, status: Status, decision: dict[str, Any] | None, call_id: str = "c1"
+) -> Request:
+    return Request(
+        id=f"r-{call_id}",
+        tool_call_id=call_id,
+        tool_name="t",
+        args={"a": 1},
+        args_hash=args_hash({"a": 1}),
+        kind=kind,  # type: ignore[arg-type]
+        created_at=NOW,
+        expires_at=NOW,
+        status=status,
+        decision=Decision.model_validate(decision) if decision else None,
+    )
+
+
+def test_approval_outcomes_map_to_tool_approved_or_denied() -> None:
+    results = results_for(
+        [
+            request(
+                "approval", Status.approved, {"outcome": "approved", "decided_by": "ann"}, "a"
+            ),  # fmt: skip
+            request("approval", Status.modified, {"outcome": "modified", "args": {"a": 2}}, "m"),
+            request(
+                "approval", Status.rejected, {"outcome": "rejected", "reason": "too much"}, "r"
+            ),  # fmt: skip
+            request("approval", Status.rejected, {"outcome": "rejected"}, "r2"),
+            request(
+                "approval",
+                Status.timed_out,
+                {"outcome": "timed_out", "reason": "No one answered within 600 seconds."},
+                "t",
+            ),
+        ]
+    )
+    assert results.approvals == {
+        "a": ToolApproved(),
+        "m": ToolApproved(override_args={"a": 2}),
+        "r": ToolDenied("too much"),
+        "r2": ToolDenied("The request was rejected."),
+        "t": ToolDenied("No one answered within 600 seconds."),
+    }
+    assert results.calls == {}
+    assert results.answered_by == {"a": "ann"}
+
+
+def test_question_and_external_outcomes_map_to_answers_or_failures() -> None:
+    results = results_for(
+        [
+            request(
+                "question",
+                Status.answered,
+                {
+                    "outcome": "answered",
+                    "answer": {"size": 44},
+                    "decided_by": "bo",
+                    "metadata": {"via": "slack"},
+                },  # fmt: skip
+                "q",
+            ),
+            request("external", Status.rejected, {"outcome": "rejected", "reason": "no"}, "x"),
+            request("question", Status.timed_out, {"outcome": "timed_out", "reason": "late"}, "l"),
+        ]
+    )
+    assert results.calls == {
+        "q": {"size": 44},
+        "x": ToolFailed("Rejected: no"),
+        "l": ToolFailed("late"),
+    }
+    assert results.approvals == {}
+    assert results.answered_by == {"q": "bo"}
+    assert results.metadata == {"q": {"via": "slack"}}
+
+
+def test_a_round_with_a_pending_request_is_not_ready() -> None:
+    with pytest.raises(RoundNotReady, match="still pending"):
+        results_for([request("approval", Status.pending, None)])
+
+
+def test_new_requests_follow_kinds_metadata_and_routing() -> None:
+    output = DeferredToolRequests(
+        approvals=[ToolCallPart("pay", {"amount": 5}, tool_call_id="p")],
+        calls=[
+            ToolCallPart("ask", {"q": "why?"}, tool_call_id="q"),
+            ToolCallPart("fetch", '{"url": "x"}', tool_call_id="f"),
+        ],
+        metadata={
+            "p": {"prompt": "Pay Ann $5?", "timeout_s": 30, "allowed_roles": ["finance", 3]},
+            "f": {"queue": "ops", "internal": object()},
+        },
+        _kinds={"q": "question"},
+    )
+    history = [ModelResponse(parts=[*output.calls[::-1], *output.approvals])]
+    spec = AgentConfig(path="m:a", queue="main", tool_queues={"ask": "helpdesk"})
+    fetch, ask, pay = new_requests(output, spec, history)  # in the model's call order
+
+    assert (pay.kind, pay.prompt, pay.queue, pay.timeout_s, pay.allowed_roles) == (
+        "approval",
+        "Pay Ann $5?",
+        "main",
+        30,
+        ["finance"],
+    )
+    assert pay.metadata["prompt"] == "Pay Ann $5?"
+    assert (ask.kind, ask.prompt, ask.queue, ask.tool_call_id) == ("question", None, "helpdesk", "q")  # fmt: skip
+    assert (fetch.kind, fetch.queue, fetch.args) == ("external", "ops", {"url": "x"})
+    assert isinstance(fetch.metadata["internal"], str)  # made JSON-safe, never dropped silently
+
+
+@pytest.mark.parametrize(
+    ("exc", "transient"),
+    [
+        (ModelHTTPError(503, "m"), True),
+        (ModelHTTPError(429, "m"), True),
+        (ModelHTTPError(400, "m"), False),
+        (ModelRateLimitError("m", "slow down"), True),
+        (ModelAuthenticationError("m", "bad key"), False),
+        (RedisConnectionError("down"), True),
+        (UnexpectedModelBehavior("odd"), False),
+        (ValueError("bug"), False),
+    ],
+)
+def test_transient_errors_are_the_ones_worth_retrying(exc: Exception, transient: bool) -> None:
+    assert is_transient(exc) is transient
+
+
+def test_a_job_that_died_between_saving_and_registering_registers_on_retry(
+    broker: Broker, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    register_agent(broker, "refunds", "workers.demo:agent", deps="workers.demo:make_deps")
+    run = start_run(broker, "refunds", "Refund $120 on order A103 because the floor is torn.")
+    real_create_round = broker.create_round
+
+    def redis_gone(*args: Any, **kwargs: Any) -> Any:
+        raise RedisConnectionError("connection reset")
+
+    monkeypatch.setattr(broker, "create_round", redis_gone)
+    with pytest.raises(RedisConnectionError):
+        AgentRunner(broker).advance(run.id, 0, final_attempt=False)
+    assert broker.get_run(run.id).status is RunStatus.running
+    assert broker.list_requests() == []
+
+    monkeypatch.setattr(broker, "create_round", real_create_round)
+
+    def must_not_run(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("the agent ran again")
+
+    monkeypatch.setattr("broker.runner.load_agent", must_not_run)
+    assert AgentRunner(broker).advance(run.id, 0) == "waiting"
+    run = broker.get_run(run.id)
+    assert (run.status, run.round, len(run.pending)) == (RunStatus.waiting, 1, 1)
+    assert AgentRunner(broker).advance(run.id, 0) == "skipped"  # and only once
+
+
+def test_final_attempt_of_a_transient_error_fails_the_run(
+    broker: Broker, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    register_agent(broker, "refunds", "workers.demo:agent", deps="workers.demo:make_deps")
+    run = start_run(broker, "refunds", "Refund $120 on order A103 because the floor is torn.")
+
+    def redis_gone(*args: Any, **kwargs: Any) -> Any:
+        raise RedisConnectionError("connection reset")
+
+    monkeypatch.setattr(broker, "create_round", redis_gone)
+    assert AgentRunner(broker).advance(run.id, 0, final_attempt=True) == "failed"
+    assert broker.get_run(run.id).error == "ConnectionError: connection reset"

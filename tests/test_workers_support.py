@@ -1,0 +1,173 @@
+"""Scripted agents and helpers for the worker tests (no tests here).
+
+The agents are importable as `tests.test_workers_support:NAME`, so a forked or separate worker
+process loads them the same way a fleet worker loads a user's agent. What their tools do is
+recorded in Redis, so a test sees it whichever process ran the tool.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic_ai import Agent, ApprovalRequired, CallDeferred, DeferredToolRequests, RunContext
+from pydantic_ai.exceptions import ModelHTTPError
+from pydantic_ai.messages import (
+    ModelMessage,
+    ModelRequest,
+    ModelResponse,
+    TextPart,
+    ToolCallPart,
+    ToolReturnPart,
+)
+from pydantic_ai.models.function import AgentInfo, FunctionModel
+from redis import Redis
+
+from broker.agents import DepsContext
+
+SECRET = "METADATA-ONLY-7f3a"
+
+
+@dataclass
+class Recorder:
+    """Tool executions, in Redis under the broker's prefix."""
+
+    redis: Redis
+    key: str
+
+    def add(self, what: dict[str, Any]) -> None:
+        self.redis.rpush(self.key, json.dumps(what))
+
+    def all(self) -> list[dict[str, Any]]:
+        return [json.loads(x) for x in self.redis.lrange(self.key, 0, -1)]
+
+
+def recorder_for(redis: Redis, prefix: str) -> Recorder:
+    return Recorder(redis, f"{prefix}test:tool-calls")
+
+
+def make_recorder(ctx: DepsContext) -> Recorder:
+    return recorder_for(ctx.broker.redis, ctx.broker.keys.prefix)
+
+
+def model_visible(messages: list[ModelMessage]) -> str:
+    """Everything a model is sent: prompts, instructions, tool results and its own tool calls."""
+    chunks: list[str] = []
+    for message in messages:
+        if isinstance(message, ModelRequest):
+            chunks.append(str(message.instructions or ""))
+            chunks += [str(getattr(p, "content", "")) for p in message.parts]
+        else:
+            chunks += [str(getattr(p, "args", "") or getattr(p, "content", "")) for p in message.parts]  # fmt: skip
+    return "\n".join(chunks)
+
+
+def _returns(messages: list[ModelMessage]) -> list[ToolReturnPart]:
+    return [
+        p
+        for m in messages
+        if isinstance(m, ModelRequest)
+        for p in m.parts
+        if isinstance(p, ToolReturnPart)
+    ]
+
+
+def _final(text: str) -> ModelResponse:
+    return ModelResponse(parts=[TextPart(text)])
+
+
+# ---- a question -----------------------------------------------------------------------------
+
+
+def _ask_script(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+    returns = _returns(messages)
+    if not returns:
+        return ModelResponse(parts=[ToolCallPart("ask_customer", {"question": "Which colour?"})])
+    seen = SECRET in model_visible(messages)
+    r = returns[-1]
+    return _final(f"{r.outcome}: {r.content} (secret seen: {seen})")
+
+
+ask_agent = Agent(FunctionModel(_ask_script), output_type=[str, DeferredToolRequests])
+
+
+@ask_agent.tool_plain
+def ask_customer(question: str) -> str:
+    """Ask the customer something; a person answers for them."""
+    raise CallDeferred(metadata={"prompt": f"Customer asks: {question}", "secret": SECRET}, kind="question")  # fmt: skip
+
+
+# ---- two approvals in one response ------------------------------------------------------------
+
+
+def _pair_script(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+    returns = _returns(messages)
+    if not returns:
+        return ModelResponse(
+            parts=[
+                ToolCallPart("send_email", {"to": "ann@example.com"}),
+                ToolCallPart("charge_card", {"amount": 30}),
+            ]
+        )
+    return _final("; ".join(f"{r.tool_name}={r.outcome}:{r.content}" for r in returns))
+
+
+pair_agent = Agent(
+    FunctionModel(_pair_script), deps_type=Recorder, output_type=[str, DeferredToolRequests]
+)
+
+
+@pair_agent.tool
+def send_email(ctx: RunContext[Recorder], to: str) -> str:
+    if not ctx.tool_call_approved:
+        raise ApprovalRequired(metadata={"queue": "managers"})
+    ctx.deps.add({"tool": "send_email", "to": to, "by": ctx.tool_call_metadata})
+    return f"sent to {to}"
+
+
+@pair_agent.tool
+def charge_card(ctx: RunContext[Recorder], amount: int) -> str:
+    if not ctx.tool_call_approved:
+        raise ApprovalRequired()
+    ctx.deps.add({"tool": "charge_card", "amount": amount})
+    return f"charged {amount}"
+
+
+# ---- an agent that never stops asking -------------------------------------------------------------
+
+
+def _loop_script(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+    return ModelResponse(parts=[ToolCallPart("one_more", {"n": len(_returns(messages)) + 1})])
+
+
+loop_agent = Agent(FunctionModel(_loop_script), output_type=[str, DeferredToolRequests])
+
+
+@loop_agent.tool
+def one_more(ctx: RunContext[None], n: int) -> str:
+    if not ctx.tool_call_approved:
+        raise ApprovalRequired()
+    return f"step {n} done"
+
+
+# ---- a model that fails once, as a provider does under load ------------------------------------
+
+FLAKY = {"failures_left": 0}
+
+
+def _flaky_script(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+    if FLAKY["failures_left"] > 0:
+        FLAKY["failures_left"] -= 1
+        raise ModelHTTPError(503, "flaky-model", {"error": "overloaded"})
+    return _final("made it")
+
+
+flaky_agent = Agent(FunctionModel(_flaky_script))
+
+
+def _broken_script(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+    raise ValueError("the model adapter is broken")
+
+
+broken_agent = Agent(FunctionModel(_broken_script))

@@ -1,0 +1,32 @@
+"""The `approval-broker resumer` role: moves fully answered rounds from the outbox onto RQ.
+
+The exactly-once logic lives in `broker.outbox.Resumer`; this module only runs it until stopped.
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+
+from redis import Redis
+
+from broker.client import Broker
+from broker.config import Config, Settings
+from broker.outbox import Resumer
+
+__all__ = ["Resumer", "run_resumer"]
+
+
+def run_resumer(settings: Settings, config: Config, *, stop: threading.Event | None = None) -> None:
+    """The `approval-broker resumer` role: runs until SIGINT/SIGTERM (or `stop` is set)."""
+    assert settings.redis_url, "the CLI fills in redis_url"
+    broker = Broker(Redis.from_url(settings.redis_url), config, prefix=settings.key_prefix)
+    stop = stop or threading.Event()
+    resumer = Resumer(broker)
+    print(f"resumer ready on {broker.keys.resumes} as {resumer.consumer}", flush=True)
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    try:
+        resumer.run_forever(stop)
+    except KeyboardInterrupt:
+        pass
