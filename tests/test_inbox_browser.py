@@ -1,0 +1,133 @@
+"""The inbox in headless Chromium against `up --demo`: sign in, decide both demo requests, live updates.
+
+Chromium is Debian's package; the fixture installs it when it is missing (CI runs as root).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.conftest import wait_for
+from tests.test_up import ADMIN, healthy, start_up, stop_up
+
+CHROMIUM_ARGS = [
+    "--headless=new", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+    "--disable-background-networking", "--disable-component-update", "--disable-sync",
+]  # fmt: skip
+
+
+@pytest.fixture(scope="session")
+def chromium() -> str:
+    path = shutil.which("chromium")
+    if path is None and os.geteuid() == 0 and shutil.which("apt-get"):
+        env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+        subprocess.run(
+            ["apt-get", "update", "-qq"], check=True, env=env, capture_output=True, timeout=600
+        )
+        subprocess.run(
+            ["apt-get", "install", "-y", "-qq", "chromium"],
+            check=True,
+            env=env,
+            capture_output=True,
+            timeout=900,
+        )
+        path = shutil.which("chromium")
+    if path is None:
+        pytest.skip("Debian's chromium is not installed and cannot be installed without root")
+    return path
+
+
+@pytest.fixture
+def demo(tmp_path: Path) -> Iterator[tuple[object, str]]:
+    proc, url = start_up(tmp_path, "--demo")
+    try:
+        wait_for(lambda: healthy(url) or proc.poll() is not None, timeout=60)
+        assert proc.poll() is None
+        yield proc, url
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+def test_inbox_decides_both_demo_requests_live(chromium: str, demo, tmp_path: Path):
+    from playwright.sync_api import expect, sync_playwright
+
+    proc, url = demo
+    http = httpx.Client(base_url=url, headers={"Authorization": f"Bearer {ADMIN}"}, timeout=10)
+    pending = wait_for(
+        lambda: len(r := http.get("/v1/requests", params={"status": "pending"}).json()) == 2 and r,
+        timeout=60,
+    )
+    by_order = {r["args"]["order_id"]: r for r in pending}
+    assert set(by_order) == {"A103", "A100"}
+
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=chromium, args=CHROMIUM_ARGS)
+        page = browser.new_page(viewport={"width": 1100, "height": 900})
+        page.goto(url + "/")
+        page.fill("#token", ADMIN)
+        page.click("#signin-form button[type=submit]")
+        cards = page.locator("article[data-request-id]")
+        expect(cards).to_have_count(2)
+        expect(page.locator("#whoami")).to_contain_text("admin")
+        expect(page.locator("#live")).to_contain_text("live")
+
+        # something new arrives while the page is open: it appears without a reload
+        extra = http.post(
+            "/v1/requests", json={"tool_name": "email_customer", "args": {"to": "c-17"}}
+        )
+        assert extra.status_code == 201
+        expect(cards).to_have_count(3, timeout=10_000)
+        page.screenshot(path=str(tmp_path / "inbox.png"), full_page=True)
+        http.post(
+            f"/v1/requests/{extra.json()['id']}/decision",
+            json={"outcome": "rejected", "reason": "n/a"},
+        )
+        expect(cards).to_have_count(2, timeout=10_000)
+
+        torn = page.locator(f"article[data-request-id='{by_order['A103']['id']}']")
+        torn.locator("[data-action=reject-open]").click()
+        torn.locator(".confirm-reject").click()  # no reason yet: refused in the page
+        expect(torn.locator(":scope > .error")).to_contain_text("Say why")
+        torn.locator(".reason").fill("The photos show wear, not a torn floor.")
+        torn.locator(".confirm-reject").click()
+        expect(cards).to_have_count(1)
+
+        page.locator(
+            f"article[data-request-id='{by_order['A100']['id']}'] [data-action=approve]"
+        ).click()
+        expect(cards).to_have_count(0)
+        expect(page.locator(".empty")).to_contain_text("Nothing waits for you")
+
+        page.click("#tab-done")
+        expect(page.locator("article[data-status=rejected]")).to_have_count(2)
+        expect(page.locator("article[data-status=approved]")).to_have_count(1)
+        browser.close()
+
+    runs = {order: by_order[order]["run_id"] for order in by_order}
+    finished = {
+        order: wait_for(
+            lambda rid=rid: (r := http.get(f"/v1/runs/{rid}").json())["status"] == "finished" and r
+        )
+        for order, rid in runs.items()
+    }
+    assert finished["A100"]["output"]["refunded"] is True
+    assert finished["A100"]["output"]["amount"] == 75
+    assert finished["A103"]["output"]["refunded"] is False
+    assert "wear" in finished["A103"]["output"]["message"]
+    assert (
+        http.get(f"/v1/requests/{by_order['A103']['id']}")
+        .json()["decision"]["reason"]
+        .startswith("The photos")
+    )
+    http.close()
+    out = stop_up(proc)
+    assert proc.returncode == 0, out
