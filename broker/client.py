@@ -459,7 +459,15 @@ class Broker:
                 raise
 
     def ack_resume(self, entry_id: str) -> None:
-        self.redis.xack(self.keys.resumes, RESUMER_GROUP, entry_id)
+        """Acknowledge an outbox entry and drop it: once its job is enqueued it is history.
+
+        Dropping only acknowledged entries keeps the outbox small without ever trimming an
+        entry a resumer still holds.
+        """
+        pipe = self.redis.pipeline()
+        pipe.xack(self.keys.resumes, RESUMER_GROUP, entry_id)
+        pipe.xdel(self.keys.resumes, entry_id)
+        pipe.execute()
 
     # ---- dead letters -------------------------------------------------------------------
 

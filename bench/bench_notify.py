@@ -1,0 +1,186 @@
+"""Requests per second delivered to a local webhook receiver by 1 and by 3 notifier processes.
+
+    uv run python bench/bench_notify.py [--requests 10000] [--procs 1,3]
+
+Everything runs on this machine: an embedded Redis, a receiver that verifies every Standard
+Webhooks signature (tests/fakes/webhook_receiver.py, its own process), and `approval-broker
+notifier` processes. The backlog of requests is created first, with the notifiers' group
+pointed past it; once every notifier is up, the group is rewound and the clock starts, so
+start-up time is not counted. The clock stops when the receiver has accepted every request.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+
+from redis import Redis
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from broker.client import Broker  # noqa: E402
+from broker.config import load_config  # noqa: E402
+from broker.keys import NOTIFIER_GROUP  # noqa: E402
+from broker.models import NewRequest  # noqa: E402
+from broker.redis_server import EmbeddedRedis  # noqa: E402
+from tests.fakes.harness import SECRET  # noqa: E402
+
+CLI = str(Path(sys.executable).parent / "approval-broker")
+
+
+def start_receiver() -> tuple[subprocess.Popen[str], str]:
+    process = subprocess.Popen(
+        [sys.executable, "-m", "tests.fakes.webhook_receiver", "--secret", SECRET, "--no-record"],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert process.stdout is not None
+    line = process.stdout.readline().strip()
+    if not line.startswith("listening on "):
+        raise SystemExit(f"receiver did not start: {line!r}")
+    return process, line.removeprefix("listening on ")
+
+
+def receiver_stats(url: str) -> dict[str, int]:
+    with urllib.request.urlopen(f"{url}/stats", timeout=5) as response:
+        return json.loads(response.read())
+
+
+def write_config(directory: Path, receiver_url: str) -> Path:
+    path = directory / "bench.toml"
+    path.write_text(
+        f"""
+[queues.default]
+channels = ["inbox", "webhook:bench"]
+
+[webhooks.bench]
+url = "{receiver_url}/hook"
+secret = "{SECRET}"
+max_attempts = 10
+backoff_s = 0.05
+max_backoff_s = 1.0
+"""
+    )
+    return path
+
+
+def run_once(
+    redis_url: str,
+    config_path: Path,
+    receiver_url: str,
+    procs: int,
+    n: int,
+    args: argparse.Namespace,
+) -> dict[str, float]:
+    prefix = f"bench{procs}:{os.getpid()}:"
+    broker = Broker(Redis.from_url(redis_url), load_config(config_path), prefix=prefix)
+    stream = broker.keys.stream("default")
+
+    started = time.perf_counter()
+    for i in range(n):
+        broker.create_request(NewRequest(tool_name="refund", args={"order": i, "amount": 10}))
+    create_rate = n / (time.perf_counter() - started)
+    broker.redis.xgroup_create(stream, NOTIFIER_GROUP, id="$", mkstream=True)  # hide the backlog
+
+    env = {
+        **os.environ,
+        "APPROVAL_BROKER_REDIS_URL": redis_url,
+        "APPROVAL_BROKER_CONFIG": str(config_path),
+        "APPROVAL_BROKER_KEY_PREFIX": prefix,
+        "APPROVAL_BROKER_NOTIFIER_WORKERS": str(args.workers),
+        "APPROVAL_BROKER_NOTIFIER_BATCH": str(args.batch),
+    }
+    fleet = [
+        subprocess.Popen(
+            [CLI, "notifier"],
+            env={**env, "APPROVAL_BROKER_NOTIFIER_NAME": f"bench-{procs}-{k}"},
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        for k in range(procs)
+    ]
+    try:
+        for process in fleet:
+            assert process.stdout is not None
+            line = process.stdout.readline()
+            if "reading queues" not in line:
+                raise SystemExit(f"notifier did not start: {line!r}")
+        base = receiver_stats(receiver_url)["unique_ids"]
+        broker.redis.xgroup_setid(stream, NOTIFIER_GROUP, "0")  # the clock starts now
+        t0 = time.perf_counter()
+        delivered_at = None
+        while True:
+            got = receiver_stats(receiver_url)["unique_ids"] - base
+            now = time.perf_counter()
+            if delivered_at is None and got >= n:
+                delivered_at = now
+            if delivered_at is not None:
+                if int(broker.redis.xpending(stream, NOTIFIER_GROUP)["pending"]) == 0:
+                    acked_at = now
+                    break
+            if now - t0 > args.timeout:
+                raise SystemExit(f"timed out: {got}/{n} delivered with {procs} notifier(s)")
+            time.sleep(0.02)
+    finally:
+        for process in fleet:
+            process.send_signal(signal.SIGTERM)
+        for process in fleet:
+            try:
+                process.wait(20)
+            except subprocess.TimeoutExpired:
+                process.kill()
+    stats = {k.decode(): int(v) for k, v in broker.redis.hgetall(broker.keys.stats).items()}
+    broker.redis.close()
+    return {
+        "create_rate": create_rate,
+        "seconds": delivered_at - t0,
+        "rate": n / (delivered_at - t0),
+        "acked_s": acked_at - t0,
+        "failed": stats.get("failed:webhook", 0),
+        "delivered": stats.get("delivered:webhook", 0),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--requests", type=int, default=10_000)
+    parser.add_argument("--procs", default="1,3", help="comma-separated process counts")
+    parser.add_argument("--workers", type=int, default=8, help="delivery threads per channel")
+    parser.add_argument("--batch", type=int, default=200)
+    parser.add_argument("--timeout", type=float, default=300)
+    args = parser.parse_args()
+
+    with tempfile.TemporaryDirectory(prefix="bench-notify-") as tmp:
+        redis = EmbeddedRedis(Path(tmp) / "redis").start()
+        receiver, receiver_url = start_receiver()
+        try:
+            config_path = write_config(Path(tmp), receiver_url)
+            print(
+                f"{os.cpu_count()} CPUs; {args.requests} requests per run; receiver verifies signatures"
+            )
+            for procs in (int(p) for p in args.procs.split(",")):
+                r = run_once(redis.url, config_path, receiver_url, procs, args.requests, args)
+                print(
+                    f"{procs} notifier process(es): {args.requests} delivered in {r['seconds']:.2f} s"
+                    f" = {r['rate']:,.0f} requests/s (all acknowledged at {r['acked_s']:.2f} s;"
+                    f" failed attempts {r['failed']}; backlog created at {r['create_rate']:,.0f}/s)",
+                    flush=True,
+                )
+        finally:
+            receiver.send_signal(signal.SIGTERM)
+            receiver.wait(10)
+            redis.close()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,25 @@
+"""The web inbox channel: nothing to send.
+
+The inbox page reads requests straight from Redis and the API's `/v1/events` follows the queue
+streams with XREAD, so an event on a queue with "inbox" is there the moment it is written.
+"""
+
+from __future__ import annotations
+
+from notifiers.base import Channel
+from notifiers.events import Event
+from notifiers.jobs import Task
+from notifiers.retry import RetryPolicy
+
+
+class InboxChannel(Channel):
+    kind = "inbox"
+
+    def __init__(self) -> None:
+        super().__init__("inbox", policy=RetryPolicy(1, 1.0, 1.0), concurrency=1)
+
+    def wants(self, event: Event) -> bool:
+        return False  # always delivered already
+
+    def deliver(self, task: Task) -> str | None:
+        return None

@@ -1,0 +1,69 @@
+"""The text of an approval mail, in plain text and HTML, from Jinja2 templates."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from datetime import datetime
+
+from jinja2 import Environment, PackageLoader, StrictUndefined, select_autoescape
+
+from broker.config import Config
+from broker.models import Request
+
+_env = Environment(
+    loader=PackageLoader("notifiers", "templates"),
+    autoescape=select_autoescape(enabled_extensions=("html",), default_for_string=False),
+    undefined=StrictUndefined,
+    trim_blocks=True,
+    lstrip_blocks=True,
+    keep_trailing_newline=True,
+)
+
+_LABELS = {
+    "approve": "Approve",
+    "reject": "Reject (you will be asked why)",
+    "answer": "Answer",
+}
+_SUBJECTS = {"approval": "Approval needed", "question": "Question", "external": "Result needed"}
+
+
+@dataclass(frozen=True)
+class Link:
+    action: str
+    url: str
+
+    @property
+    def label(self) -> str:
+        return _LABELS.get(self.action, self.action.title())
+
+
+def _clip(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def deciders(config: Config, request: Request) -> str:
+    if not request.allowed_roles:
+        return "any approver"
+    return "people with role " + " or ".join(request.allowed_roles)
+
+
+def render_mail(
+    request: Request, config: Config, recipient: str, links: list[Link], links_until: datetime
+) -> tuple[str, str, str]:
+    """(subject, plain text, HTML) of the mail asking `recipient` to decide `request`."""
+    context = {
+        "request": request,
+        "recipient": recipient,
+        "links": links,
+        "args": _clip(json.dumps(request.args, indent=2, ensure_ascii=False), 20_000),
+        "deciders": deciders(config, request),
+        "expires": request.expires_at.strftime("%Y-%m-%d %H:%M UTC"),
+        "links_until": links_until.strftime("%Y-%m-%d %H:%M UTC"),
+        "title": _SUBJECTS.get(request.kind, "Request"),
+    }
+    subject = f"[{context['title']}] {_clip(request.prompt or request.tool_name, 120)}"
+    subject = " ".join(subject.split())  # no header folding tricks from a prompt's newlines
+    text = _env.get_template("mail.txt").render(context)
+    html = _env.get_template("mail.html").render(context)
+    return subject, text, html

@@ -1,0 +1,118 @@
+"""`approval-broker notifier`: build the channels the config names and run the consumer loop."""
+
+from __future__ import annotations
+
+import logging
+import signal
+import threading
+from types import FrameType
+
+import typer
+from redis import Redis
+
+from broker.client import Broker
+from broker.config import Config, Settings
+from broker.errors import ConfigError
+from notifiers.base import Channel
+from notifiers.consumer import Notifier, default_name
+from notifiers.inbox import InboxChannel
+from notifiers.mail import EmailChannel, parse_smtp_url
+from notifiers.options import NotifierOptions
+from notifiers.retry import RetryPolicy
+from notifiers.slack import SlackChannel, slack_client
+from notifiers.state import DeliveryState
+from notifiers.webhook import WebhookChannel
+
+
+def used_channels(config: Config) -> list[str]:
+    """Every channel some queue names, plus every webhook (any may be a request's callback)."""
+    names = [c for q in config.queues.values() for c in q.channels]
+    names += [f"webhook:{w}" for w in config.webhooks]
+    return list(dict.fromkeys(names))
+
+
+def build_channels(
+    broker: Broker, config: Config, options: NotifierOptions, consumer: str
+) -> dict[str, Channel]:
+    """One Channel object per channel name in use, sharing clients where they can."""
+    state = DeliveryState(broker)
+    policy = RetryPolicy(options.max_attempts, options.backoff_s, options.max_backoff_s)
+    slack = slack_client(config.slack, options.slack_timeout_s) if config.slack else None
+    if config.email is not None:
+        try:
+            parse_smtp_url(config.email.smtp_url)
+        except ValueError as exc:
+            raise ConfigError(f"email.smtp_url: {exc}") from None
+    channels: dict[str, Channel] = {}
+    for name in used_channels(config):
+        kind, _, short = name.partition(":")
+        if kind == "inbox":
+            channels[name] = InboxChannel()
+        elif kind == "webhook":
+            channels[name] = WebhookChannel(
+                name, config.webhooks[short], state, concurrency=options.workers
+            )
+        elif kind == "slack":
+            assert config.slack is not None and slack is not None
+            channels[name] = SlackChannel(
+                name,
+                config.slack.channels[short].channel,
+                client=slack,
+                broker=broker,
+                config=config,
+                state=state,
+                consumer=consumer,
+                policy=policy,
+                concurrency=min(options.workers, 4),
+                claim_stale_s=options.claim_idle_s,
+            )
+        elif kind == "email":
+            assert config.email is not None
+            channels[name] = EmailChannel(
+                name,
+                config.email.lists[short].to,
+                email=config.email,
+                broker=broker,
+                config=config,
+                state=state,
+                policy=policy,
+                concurrency=min(options.workers, 4),
+                timeout_s=options.smtp_timeout_s,
+            )
+    return channels
+
+
+def start_notifier(
+    broker: Broker, options: NotifierOptions | None = None, *, name: str | None = None
+) -> Notifier:
+    """A running notifier on `broker` (for `up`, tests and benchmarks); call `.stop()` after."""
+    options = options or NotifierOptions()
+    name = name or options.name or default_name()
+    channels = build_channels(broker, broker.config, options, name)
+    return Notifier(broker, channels, options, name=name).start()
+
+
+def run_notifier(settings: Settings, config: Config) -> None:
+    """Run one notifier until SIGTERM or Ctrl-C, then finish what is in flight (briefly)."""
+    if not logging.getLogger().handlers:
+        logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s %(message)s")
+    options = NotifierOptions()
+    assert settings.redis_url, "the CLI fills in redis_url"
+    broker = Broker(Redis.from_url(settings.redis_url), config, prefix=settings.key_prefix)
+    broker.redis.ping()
+    notifier = start_notifier(broker, options)
+    queues = ", ".join(sorted(config.queues))
+    typer.echo(f"notifier {notifier.name} reading queues {queues}")
+    stop = threading.Event()
+
+    def on_signal(signum: int, frame: FrameType | None) -> None:
+        stop.set()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    try:
+        stop.wait()
+    finally:
+        typer.echo(f"notifier {notifier.name} stopping")
+        notifier.stop()
+        broker.redis.close()

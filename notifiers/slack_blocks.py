@@ -1,0 +1,217 @@
+"""Block Kit for one request: what the tool wants to do, who may decide, and the buttons.
+
+Pure functions of the request and config, so the same request always renders the same way,
+whichever notifier renders it. Ids of buttons and inputs come from `broker.slack_ids`.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime
+from typing import Any
+
+from broker import slack_ids as ids
+from broker.config import Config
+from broker.models import HistoryEntry, Request, Status
+
+Block = dict[str, Any]
+
+MAX_SECTION = 2900
+MAX_OPTIONS = 20
+_TITLES = {"approval": "Approval needed", "question": "Question", "external": "Result needed"}
+_OUTCOME_LINE = {
+    Status.approved: ":white_check_mark: *Approved*",
+    Status.modified: ":pencil2: *Approved with changed arguments*",
+    Status.rejected: ":no_entry: *Rejected*",
+    Status.answered: ":speech_balloon: *Answered*",
+    Status.timed_out: ":hourglass: *Timed out*",
+}
+
+
+def escape(text: str) -> str:
+    """Slack mrkdwn treats &, < and > as control characters."""
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+def clip(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def slack_date(when: datetime) -> str:
+    """A date every reader sees in their own time zone, with a UTC fallback."""
+    fallback = when.strftime("%Y-%m-%d %H:%M UTC")
+    return f"<!date^{int(when.timestamp())}^{{date_short_pretty}} at {{time}}|{fallback}>"
+
+
+def who(config: Config, name: str | None) -> str:
+    """An approver as a Slack mention when the config knows their Slack id."""
+    if not name:
+        return "someone"
+    approver = config.approvers.get(name)
+    if approver and approver.slack_user_id:
+        return f"<@{approver.slack_user_id}>"
+    return f"`{escape(name)}`"
+
+
+def deciders(config: Config, request: Request) -> str:
+    if not request.allowed_roles:
+        return "any approver"
+    roles = ", ".join(f"`{escape(r)}`" for r in request.allowed_roles)
+    people = [
+        who(config, name)
+        for name, a in config.approvers.items()
+        if set(a.roles) & set(request.allowed_roles) and a.slack_user_id
+    ]
+    return f"{roles} ({', '.join(people)})" if people else roles
+
+
+def options_of(request: Request) -> list[str]:
+    """Answer buttons for a question: `metadata.options`, when short enough to be buttons."""
+    raw = request.metadata.get("options")
+    if not isinstance(raw, list):
+        return []
+    opts = [str(o) for o in raw if isinstance(o, str | int | float) and not isinstance(o, bool)]
+    if not opts or len(opts) > MAX_OPTIONS or any(len(o) > 200 for o in opts):
+        return []
+    return opts
+
+
+def _section(text: str) -> Block:
+    return {"type": "section", "text": {"type": "mrkdwn", "text": clip(text, MAX_SECTION)}}
+
+
+def _button(text: str, action_id: str, request_id: str, style: str | None = None) -> Block:
+    button: Block = {
+        "type": "button",
+        "text": {"type": "plain_text", "text": clip(text, 75)},
+        "action_id": action_id,
+        "value": request_id,
+    }
+    if style:
+        button["style"] = style
+    return button
+
+
+def _last_escalation(request: Request) -> HistoryEntry | None:
+    moves = [h for h in request.history if h.event == "escalated"]
+    return moves[-1] if moves else None
+
+
+def describe(request: Request, config: Config) -> list[Block]:
+    """The part that never changes: the prompt, the tool call and its context."""
+    fields = [
+        f"*Tool*\n`{escape(request.tool_name)}`",
+        f"*Run*\n{'`' + escape(request.run_id) + '`' if request.run_id else '(none)'}",
+        f"*Who may decide*\n{deciders(config, request)}",
+        f"*Expires*\n{slack_date(request.expires_at)}",
+    ]
+    args = json.dumps(request.args, indent=2, ensure_ascii=False)
+    return [
+        {
+            "type": "header",
+            "text": {"type": "plain_text", "text": clip(_TITLES.get(request.kind, "Request"), 150)},
+        },
+        _section(escape(request.prompt or request.tool_name)),
+        {"type": "section", "fields": [{"type": "mrkdwn", "text": f} for f in fields]},
+        _section(f"*Arguments*\n```{clip(escape(args), MAX_SECTION - 20)}```"),
+    ]
+
+
+def action_blocks(request: Request, config: Config) -> list[Block]:
+    """Buttons (and a text input for open questions) for a request people can still decide."""
+    rid = request.id
+    buttons: list[Block] = []
+    blocks: list[Block] = []
+    if request.kind == "approval":
+        buttons.append(_button("Approve", ids.APPROVE, rid, "primary"))
+    else:
+        options = options_of(request)
+        for option in options:
+            buttons.append(_button(option, ids.option_action_id(option), rid))
+        if not options:
+            blocks.append(
+                {
+                    "type": "input",
+                    "block_id": ids.ANSWER_BLOCK,
+                    "optional": False,
+                    "label": {"type": "plain_text", "text": "Your answer"},
+                    "element": {"type": "plain_text_input", "action_id": ids.ANSWER_TEXT},
+                }
+            )
+            buttons.append(_button("Answer", ids.ANSWER, rid, "primary"))
+    buttons.append(_button("Reject", ids.REJECT, rid, "danger"))
+    if config.escalation_target(request.queue):
+        buttons.append(_button("Escalate", ids.ESCALATE, rid))
+    blocks.append({"type": "actions", "block_id": ids.actions_block_id(rid), "elements": buttons})
+    return blocks
+
+
+def outcome_blocks(request: Request, config: Config) -> list[Block]:
+    """Who decided what and when, for a request that is no longer pending."""
+    decision = request.decision
+    line = _OUTCOME_LINE.get(request.status, f"*{request.status.value}*")
+    if decision is not None:
+        by = "the sweeper" if decision.decided_by == "sweeper" else who(config, decision.decided_by)
+        if request.status is not Status.timed_out:
+            line += f" by {by}"
+        if decision.decided_at:
+            line += f" {slack_date(decision.decided_at)}"
+        if decision.reason:
+            line += f"\n>{escape(decision.reason)}"
+        if decision.args is not None:
+            changed = json.dumps(decision.args, ensure_ascii=False)
+            line += f"\n*New arguments* `{escape(clip(changed, 1500))}`"
+        if decision.answer is not None:
+            answer = json.dumps(decision.answer, ensure_ascii=False)
+            line += f"\n*Answer* `{escape(clip(answer, 1500))}`"
+    return [_section(line)]
+
+
+def moved_blocks(request: Request, config: Config) -> list[Block]:
+    """For a channel the request has left: where it went, who moved it, when and why."""
+    move = _last_escalation(request)
+    line = f":arrow_upper_right: *Escalated to `{escape(request.queue)}`*"
+    if move is not None:
+        line += f" by {'the sweeper' if move.by == 'sweeper' else who(config, move.by)}"
+        line += f" {slack_date(move.at)}"
+        if move.reason:
+            line += f"\n>{escape(move.reason)}"
+    return [_section(line)]
+
+
+def channel_serves(config: Config, channel: str, queue: str) -> bool:
+    q = config.queues.get(queue)
+    return bool(q and channel in q.channels)
+
+
+def render(request: Request, config: Config, channel: str) -> tuple[str, list[Block]]:
+    """(fallback text, blocks) for `request` as it stands, as shown in Slack channel `channel`."""
+    blocks = describe(request, config)
+    if not request.is_pending:
+        blocks += outcome_blocks(request, config)
+        status = request.status.value.replace("_", " ")
+        text = f"{request.tool_name}: {status}"
+    elif channel_serves(config, channel, request.queue):
+        blocks += action_blocks(request, config)
+        text = f"{_TITLES.get(request.kind, 'Request')}: {clip(request.prompt, 200)}"
+    else:
+        blocks += moved_blocks(request, config)
+        text = f"{request.tool_name}: escalated to {request.queue}"
+    blocks.append(
+        {
+            "type": "context",
+            "elements": [
+                {
+                    "type": "mrkdwn",
+                    "text": f"request `{request.id}` · queue `{escape(request.queue)}`",
+                }
+            ],
+        }
+    )
+    return text, blocks
+
+
+def fingerprint(request: Request) -> tuple[str, str, str]:
+    """What a rendered message depends on that can change after it is posted."""
+    decided = request.decision.model_dump_json() if request.decision else ""
+    return request.status.value, request.queue, decided
