@@ -10,6 +10,7 @@ from fastapi import APIRouter, FastAPI
 
 from api import email, events, health, inbox, metrics, requests, runs, slack, webhooks
 from api.errors import install_error_handlers
+from api.limits import BodyLimit
 from api.metrics import ApiMetrics
 from api.state import ApiState, lifespan
 from broker.client import Broker
@@ -39,6 +40,7 @@ def create_app(settings: Settings, config: Config, broker: Broker | None = None)
     )
     app.state.api = ApiState(settings, config, broker, ApiMetrics(broker))
     install_error_handlers(app)
+    app.add_middleware(BodyLimit)
     for router in ROUTERS:
         app.include_router(router)
     return app

@@ -14,6 +14,7 @@ from api.errors import ApiError, unauthorized
 from api.state import State
 from broker.auth import REQUESTER, Principal, authenticate
 from broker.config import Config
+from broker.errors import Forbidden
 
 bearer = HTTPBearer(
     auto_error=False,
@@ -48,11 +49,15 @@ Requester = Annotated[Principal, Depends(requester)]
 
 
 def approver_by_slack_user(config: Config, user_id: str) -> Principal:
-    """The approver whose `slack_user_id` this is, else `slack:<id>` with no roles."""
+    """The approver whose `slack_user_id` this is.
+
+    Anyone else in the channel (a guest, a Slack Connect member) is refused: a Slack account
+    is only an approver once the config names it.
+    """
     for name, approver in config.approvers.items():
         if approver.slack_user_id and approver.slack_user_id == user_id:
             return Principal(name, frozenset(approver.roles))
-    return Principal(f"slack:{user_id}", frozenset())
+    raise Forbidden(f"Slack user {user_id} is not an approver here (no slack_user_id matches)")
 
 
 def approver_by_email(config: Config, address: str) -> Principal:

@@ -20,10 +20,12 @@ REPEAT_ESCALATION_WINDOW = timedelta(minutes=5)
 
 def check_may_decide(principal: Principal, request: Request) -> None:
     if not principal.may_decide(request):
-        roles = ", ".join(request.allowed_roles)
-        raise Forbidden(
-            f"{principal.name!r} may not decide request {request.id}: it needs one of the roles {roles}"
+        needs = (
+            f"one of the roles {', '.join(request.allowed_roles)}"
+            if request.allowed_roles
+            else "an approver's role ('requester' alone only asks)"
         )
+        raise Forbidden(f"{principal.name!r} may not decide request {request.id}: it needs {needs}")
 
 
 def same_decision(stored: Decision | None, given: Decision, decided_by: str) -> bool:
@@ -32,16 +34,20 @@ def same_decision(stored: Decision | None, given: Decision, decided_by: str) -> 
         stored is not None
         and stored.decided_by == decided_by
         and stored.outcome == given.outcome
+        and stored.reason == given.reason
         and stored.args == given.args
         and stored.answer == given.answer
     )
 
 
 def _repeated_escalation(request: Request, decision: Decision, decided_by: str) -> bool:
-    if not request.history:
-        return False
-    last = request.history[-1]
-    return (
+    """Was the request's latest escalation this person's, just now, to this target?
+
+    Deliveries are recorded in the history too, so look for the latest escalation, not the
+    latest entry.
+    """
+    last = next((h for h in reversed(request.history) if h.event == "escalated"), None)
+    return last is not None and (
         last.event == "escalated"
         and last.by == decided_by
         and (decision.target is None or decision.target == last.to_queue)

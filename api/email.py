@@ -23,7 +23,7 @@ from api.errors import ApiError, broker_error_status
 from api.state import ApiState, State
 from broker.config import EmailConfig
 from broker.errors import BrokerError, Conflict
-from broker.links import LinkClaims, LinkError, read_link, spend_link
+from broker.links import LinkClaims, LinkError, read_link, spend_link, unspend_link
 from broker.models import Decision, Outcome
 from broker.models import Request as BrokerRequest
 
@@ -160,7 +160,13 @@ def decide_from_link(
         if not item.is_pending:
             raise Conflict(f"request {item.id} is already {item.status.value}", request=item)
         spend_link(state.broker, claims, _email_config(state).link_ttl_s)
-        decided = decide_as(state, item.id, decision, principal, channel="email", current=item)
+        try:
+            decided = decide_as(state, item.id, decision, principal, channel="email", current=item)
+        except BrokerError:
+            raise  # an answer about the request itself: the link has done its job
+        except Exception:
+            unspend_link(state.broker, claims)  # nothing was recorded: the link still works
+            raise
     except BrokerError as exc:
         return _error_page(request, _from_broker_error(exc))
     except PageError as exc:

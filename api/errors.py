@@ -12,7 +12,8 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
-from redis.exceptions import RedisError
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from broker.errors import BrokerError, Conflict, Forbidden, InvalidInput, NotFound
@@ -136,5 +137,6 @@ def install_error_handlers(app: FastAPI) -> None:
     app.add_exception_handler(RequestValidationError, _validation_error)
     app.add_exception_handler(StarletteHTTPException, _http_error)
     app.add_exception_handler(UnicodeError, _unicode_error)
-    app.add_exception_handler(RedisError, _redis_error)
+    app.add_exception_handler(RedisConnectionError, _redis_error)
+    app.add_exception_handler(RedisTimeoutError, _redis_error)
     app.add_exception_handler(Exception, _internal_error)

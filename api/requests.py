@@ -15,7 +15,10 @@ from broker.models import Request, Status
 
 router = APIRouter(prefix="/v1/requests", tags=["requests"])
 
-RequestId = Annotated[str, Path(min_length=1, max_length=200, description="the request id")]
+ID_PATTERN = r"^[A-Za-z0-9_.-]+$"
+RequestId = Annotated[
+    str, Path(min_length=1, max_length=200, pattern=ID_PATTERN, description="the request id")
+]
 
 
 @router.post(

@@ -11,6 +11,7 @@ from fastapi import APIRouter, Path
 from fastapi.responses import JSONResponse
 
 from api.auth import Caller, Requester
+from api.requests import ID_PATTERN
 from api.schemas import ERRORS, RunStart, RunStarted
 from api.state import State
 from broker.models import Run
@@ -41,7 +42,7 @@ def create_run(
     responses={200: {"model": Run, "description": "the run"}, **ERRORS},
 )
 def get_run(
-    run_id: Annotated[str, Path(min_length=1, max_length=200)],
+    run_id: Annotated[str, Path(min_length=1, max_length=200, pattern=ID_PATTERN)],
     principal: Caller,
     state: State,
 ) -> JSONResponse:

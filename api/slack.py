@@ -177,8 +177,8 @@ def handle_block_actions(state: ApiState, slack: SlackConfig, payload: BlockActi
         return SlackReply(body={})  # e.g. the answer text box itself: nothing to do yet
     if not action.value:
         return SlackReply(body=notice("This button names no request.", "invalid"))
-    principal = approver_by_slack_user(state.config, payload.user.id)
     try:
+        principal = approver_by_slack_user(state.config, payload.user.id)
         if action.action_id == ids.REJECT:
             return _start_reject(state, slack, payload, action.value, principal)
         decision = _decision_for(action, payload)
@@ -221,8 +221,8 @@ def handle_view_submission(state: ApiState, payload: ViewSubmission) -> SlackRep
     if reason and len(reason) > MAX_REASON:
         errors = {ids.REJECT_REASON_BLOCK: f"Please keep the reason under {MAX_REASON} characters."}
         return SlackReply(body={"response_action": "errors", "errors": errors, "error": "invalid"})
-    principal = approver_by_slack_user(state.config, payload.user.id)
     try:
+        principal = approver_by_slack_user(state.config, payload.user.id)
         decide_as(
             state,
             view.private_metadata,

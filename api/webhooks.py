@@ -55,6 +55,8 @@ def verify(endpoint: WebhookConfig, body: bytes, headers: dict[str, str]) -> Non
 def parse_reply(body: bytes) -> WebhookReply:
     try:
         return WebhookReply.model_validate(json.loads(body))
+    except RecursionError:
+        raise ApiError(422, "invalid", "the body is nested too deeply") from None
     except (ValueError, UnicodeDecodeError) as exc:
         if isinstance(exc, ValidationError):
             first = exc.errors()[0]
@@ -71,7 +73,13 @@ def _record(
 ) -> BrokerRequest:
     seen = state.broker.keys.seen("webhook", f"{name}:{msg_id}")
     if not state.broker.redis.set(seen, "1", nx=True, ex=REPLAY_TTL_S):
-        raise ApiError(409, "replayed", f"webhook-id {msg_id!r} was already received")
+        current = state.broker.get_request(reply.request_id)
+        raise ApiError(
+            409,
+            "replayed",
+            f"webhook-id {msg_id!r} was already received; the request is {current.status.value}",
+            request=current.public(),
+        )
     principal = Principal(f"webhook:{name}", frozenset(endpoint.roles))
     decided_by = principal.name + (f"/{reply.decided_by}" if reply.decided_by else "")
     try:

@@ -38,8 +38,16 @@ class Principal:
         return EVERY_ROLE in self.roles or role in self.roles
 
     def may_decide(self, request: Request) -> bool:
-        """Empty `allowed_roles` means any approver; otherwise one role must match."""
-        if not request.allowed_roles or EVERY_ROLE in self.roles:
+        """Empty `allowed_roles` means any approver; otherwise one role must match.
+
+        A principal whose only role is `requester` is a service that asks, not an approver: it
+        can never decide, so an agent's token can't approve its own tool calls.
+        """
+        if EVERY_ROLE in self.roles:
+            return True
+        if self.roles == {REQUESTER}:
+            return False
+        if not request.allowed_roles:
             return True
         return bool(self.roles.intersection(request.allowed_roles))
 

@@ -73,3 +73,8 @@ def spend_link(broker: Broker, claims: LinkClaims, ttl_s: float) -> None:
         broker.keys.seen("email", claims.nonce), claims.request_id, nx=True, ex=int(ttl_s) + 60
     ):
         raise LinkError("this link has already been used", code="link_used")
+
+
+def unspend_link(broker: Broker, claims: LinkClaims) -> None:
+    """Give a spent link back when its decision could not be recorded (Redis failed between)."""
+    broker.redis.delete(broker.keys.seen("email", claims.nonce))

@@ -550,3 +550,98 @@ def test_cli_api_command_serves_the_app(redis_url: str, tmp_path: Any) -> None:
     finally:
         proc.terminate()
         proc.wait(10)
+
+
+def test_a_requester_alone_can_not_decide(
+    client: TestClient, api_broker: Broker, cfg: Config
+) -> None:
+    """An agent's token (role `requester` only) may ask, never approve its own tool calls."""
+    cfg.approvers["svc"] = cfg.approvers["bob"].model_copy(
+        update={"token_sha256": hash_token("tok-svc"), "roles": ["requester"]}
+    )
+    created = client.post("/v1/requests", json={"tool_name": "wire"}, headers=bearer("tok-svc"))
+    assert created.status_code == 201
+    rid = created.json()["id"]
+    resp = client.post(
+        f"/v1/requests/{rid}/decision", json={"outcome": "approved"}, headers=bearer("tok-svc")
+    )
+    assert resp.status_code == 403 and "'requester' alone only asks" in resp.json()["detail"]
+    assert api_broker.get_request(rid).is_pending
+    # alice asks too, but she is also in finance: she is an approver
+    assert (
+        client.post(
+            f"/v1/requests/{rid}/decision", json={"outcome": "approved"}, headers=ALICE
+        ).status_code
+        == 200
+    )
+
+
+def test_repeated_escalation_after_a_delivery_is_still_a_repeat(
+    client: TestClient, api_broker: Broker
+) -> None:
+    from broker.models import HistoryEntry, utcnow
+
+    req = make(api_broker)
+    first = client.post(
+        f"/v1/requests/{req.id}/decision", json={"outcome": "escalated"}, headers=BOB
+    )
+    assert first.status_code == 200 and first.json()["queue"] == "managers"
+    api_broker.add_history(req.id, HistoryEntry(at=utcnow(), event="delivered", channel="inbox"))
+    again = client.post(
+        f"/v1/requests/{req.id}/decision", json={"outcome": "escalated"}, headers=BOB
+    )
+    assert again.status_code == 200 and again.json()["queue"] == "managers"
+    assert [h.event for h in api_broker.get_request(req.id).history].count("escalated") == 1
+
+
+def test_a_repeat_with_another_reason_is_a_conflict(client: TestClient, api_broker: Broker) -> None:
+    req = make(api_broker)
+    body = {"outcome": "rejected", "reason": "too much"}
+    assert client.post(f"/v1/requests/{req.id}/decision", json=body, headers=BOB).status_code == 200
+    other = client.post(
+        f"/v1/requests/{req.id}/decision", json={**body, "reason": "wrong order"}, headers=BOB
+    )
+    assert other.status_code == 409 and other.json()["request"]["decision"]["reason"] == "too much"
+
+
+def test_oversized_bodies_are_413_before_anything_reads_them(
+    client: TestClient, api_broker: Broker
+) -> None:
+    req = make(api_broker)
+    big = json.dumps({"outcome": "rejected", "reason": "x" * (2 << 20)})
+    for path in (
+        f"/v1/requests/{req.id}/decision",
+        "/v1/slack/interactions",
+        "/v1/webhooks/ops/replies",
+    ):
+        resp = client.post(path, content=big, headers={**BOB, "Content-Type": "application/json"})
+        assert resp.status_code == 413 and resp.json()["error"] == "too_large"
+
+    def chunks() -> Iterator[bytes]:
+        for _ in range(3):
+            yield b"x" * (1 << 19)
+
+    streamed = client.post(f"/v1/requests/{req.id}/decision", content=chunks(), headers=BOB)
+    assert streamed.status_code == 413
+    assert api_broker.get_request(req.id).is_pending
+
+
+def test_ids_that_are_not_ids_are_422(client: TestClient) -> None:
+    for path in ("/v1/requests/a:b", "/v1/runs/run_1:pending", "/v1/requests/%20"):
+        resp = client.get(path, headers=bearer(ADMIN))
+        assert resp.status_code == 422, path
+        assert set(resp.json()) >= {"error", "detail"}
+
+
+def test_a_redis_error_that_is_not_an_outage_is_a_plain_500(cfg: Config, redis: Redis) -> None:
+    broker = Broker(redis, cfg, prefix="t:")
+    broker.create_run("a", "p", run_id="run_x")
+    redis.set(broker.keys.run_pending("run_x"), "not a set")
+    with TestClient(
+        create_app(Settings(admin_token=ADMIN), cfg, broker), raise_server_exceptions=False
+    ) as c:
+        resp = c.get("/v1/runs/run_x", headers=bearer(ADMIN))
+    assert resp.status_code == 500 and resp.json() == {
+        "error": "internal",
+        "detail": "internal error",
+    }

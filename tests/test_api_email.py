@@ -192,3 +192,29 @@ def test_email_not_configured_is_404(redis: Redis) -> None:
     with TestClient(create_app(Settings(), cfg, broker)) as c:
         resp = c.get(link(broker, req, "approve"))
         assert resp.status_code == 404 and resp.json()["error"] == "not_configured"
+
+
+def test_a_link_spent_while_redis_fails_is_given_back(
+    client: TestClient, api_broker: Broker, cfg: Config, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Spend, then Redis fails before the decision: the link must still work afterwards."""
+    from redis.exceptions import ConnectionError as RedisConnectionError
+
+    import api.email
+
+    req = make(api_broker)
+    approve = link(api_broker, req, "approve")
+    real = api.email.decide_as
+
+    def failing(*args: Any, **kwargs: Any) -> Any:
+        raise RedisConnectionError("connection reset")
+
+    monkeypatch.setattr(api.email, "decide_as", failing)
+    with TestClient(
+        create_app(Settings(admin_token="x"), cfg, api_broker), raise_server_exceptions=False
+    ) as c:
+        assert c.post(approve).status_code == 503
+    assert api_broker.get_request(req.id).is_pending
+    monkeypatch.setattr(api.email, "decide_as", real)
+    assert client.post(approve).status_code == 200
+    assert api_broker.get_request(req.id).status.value == "approved"

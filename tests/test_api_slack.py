@@ -196,16 +196,18 @@ def test_approve_button_decides_as_the_mapped_approver(
     assert stored.decision.decided_by == "alice"
 
 
-def test_unmapped_user_is_slack_id_and_may_decide_open_requests(
+def test_a_slack_user_the_config_does_not_name_decides_nothing(
     client: TestClient, api_broker: Broker
 ) -> None:
-    open_req, finance = make(api_broker), make(api_broker, allowed_roles=["finance"])
-    assert send(client, *signed(click(ids.APPROVE, open_req.id, user="U_NEW"))).status_code == 200
-    decision = api_broker.get_request(open_req.id).decision
-    assert decision is not None and decision.decided_by == "slack:U_NEW"
-    resp = send(client, *signed(click(ids.APPROVE, finance.id, user="U_NEW")))
+    """Guests and Slack Connect members see the buttons too: only configured approvers count."""
+    open_req = make(api_broker)
+    resp = send(client, *signed(click(ids.APPROVE, open_req.id, user="U_NEW")))
     assert resp.status_code == 200 and resp.json()["error"] == "forbidden"
-    assert api_broker.get_request(finance.id).is_pending
+    assert "U_NEW is not an approver" in resp.json()["text"]
+    assert api_broker.get_request(open_req.id).is_pending
+    resp = send(client, *signed(click(ids.REJECT, open_req.id, user="U_NEW")))
+    assert resp.json()["error"] == "forbidden"
+    assert api_broker.get_request(open_req.id).is_pending
 
 
 def test_user_without_the_role_is_told_and_nothing_is_decided(

@@ -128,6 +128,7 @@ def test_replayed_webhook_id_is_refused(client: TestClient, api_broker: Broker) 
     assert post(client, "ops", raw, headers).status_code == 200
     replay = post(client, "ops", raw, headers)
     assert replay.status_code == 409 and replay.json()["error"] == "replayed"
+    assert replay.json()["request"]["decision"]["decided_by"] == "webhook:ops"  # names the winner
     # the same id re-signed over another body is still the same message: refused
     raw2, headers2 = signed({"request_id": b.id, "outcome": "approved"}, msg_id="msg_r")
     assert post(client, "ops", raw2, headers2).json()["error"] == "replayed"
@@ -230,3 +231,15 @@ def test_signed_but_strange_bodies_never_get_a_5xx(client: TestClient, api_broke
         assert set(resp.json()) >= ({"error", "detail"} if resp.status_code >= 400 else {"id"})
 
     run()
+
+
+def test_a_deeply_nested_signed_body_is_422(client: TestClient, api_broker: Broker) -> None:
+    req = make(api_broker)
+    nested = b"[" * 100_000 + b"]" * 100_000
+    raw = b'{"request_id": "%s", "outcome": "approved", "metadata": {"a": %s}}' % (
+        req.id.encode(),
+        nested,
+    )
+    resp = post(client, "ops", *signed(raw, msg_id="msg_deep"))
+    assert resp.status_code == 422 and resp.json()["error"] == "invalid"
+    assert api_broker.get_request(req.id).is_pending
