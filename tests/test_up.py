@@ -23,7 +23,17 @@ def start_up(tmp_path: Path, *extra: str) -> tuple[subprocess.Popen[str], str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("APPROVAL_BROKER_")}
     env.update({"APPROVAL_BROKER_ADMIN_TOKEN": ADMIN, "PYTHONUNBUFFERED": "1"})
     proc = subprocess.Popen(
-        [sys.executable, "-m", "approval_broker", "up", "--port", str(port), "--data-dir", str(tmp_path), *extra],
+        [
+            sys.executable,
+            "-m",
+            "approval_broker",
+            "up",
+            "--port",
+            str(port),
+            "--data-dir",
+            str(tmp_path),
+            *extra,
+        ],
         env=env,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
@@ -63,10 +73,14 @@ def test_up_runs_an_approval_and_stops_cleanly(up):
     auth = {"Authorization": f"Bearer {ADMIN}"}
     with httpx.Client(base_url=url, headers=auth, timeout=10) as http:
         assert "Approvals inbox" in http.get("/").text
-        created = http.post("/v1/requests", json={"tool_name": "delete_user", "args": {"user": "u-7"}})
+        created = http.post(
+            "/v1/requests", json={"tool_name": "delete_user", "args": {"user": "u-7"}}
+        )
         assert created.status_code == 201, created.text
         rid = created.json()["id"]
-        assert [r["id"] for r in http.get("/v1/requests", params={"status": "pending"}).json()] == [rid]
+        assert [r["id"] for r in http.get("/v1/requests", params={"status": "pending"}).json()] == [
+            rid
+        ]
         decided = http.post(f"/v1/requests/{rid}/decision", json={"outcome": "approved"})
         assert decided.status_code == 200 and decided.json()["status"] == "approved"
         assert http.get(f"/v1/requests/{rid}").json()["decision"]["decided_by"] == "admin"
