@@ -1,0 +1,117 @@
+"""A request walks an escalation chain with every part real: the agent on an RQ worker, the
+notifier delivering each step to its queue's webhook, the sweeper, the resumer. At the end of
+the chain it times out and the run resumes once, with the model told no one answered."""
+
+from __future__ import annotations
+
+import signal
+import threading
+from collections.abc import Iterator
+
+import pytest
+from redis import Redis
+from rq import SimpleWorker
+from rq.serializers import JSONSerializer
+
+from broker.agents import register_agent
+from broker.client import Broker
+from broker.config import parse_config
+from broker.models import Status
+from broker.outbox import Resumer
+from broker.runs import run_queue, start_run
+from tests.conftest import wait_for
+from tests.fakes.harness import SECRET, running, webhook
+from tests.fakes.webhook_receiver import WebhookReceiver
+from workers import jobs
+from workers.demo import Ledger
+from workers.sweeper import sweep_forever
+
+QUEUES = ("default", "leads", "managers")
+
+
+@pytest.fixture
+def receiver() -> Iterator[WebhookReceiver]:
+    r = WebhookReceiver(SECRET).start()
+    yield r
+    r.stop()
+
+
+@pytest.fixture
+def chain(redis: Redis, receiver: WebhookReceiver) -> Iterator[Broker]:
+    config = parse_config(
+        {
+            "queues": {
+                "default": {
+                    "channels": ["inbox", "webhook:a"],
+                    "timeout_s": 0.5,
+                    "escalate_to": "leads",
+                },
+                "leads": {"channels": ["webhook:b"], "timeout_s": 0.5, "escalate_to": "managers"},
+                "managers": {"channels": ["webhook:c"], "timeout_s": 0.5},
+            },
+            "webhooks": {name: webhook(receiver.url(f"/{name}")) for name in "abc"},
+        }
+    )
+    broker = Broker(redis, config, prefix="t:")
+    handlers = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    jobs.bind(broker)
+    yield broker
+    jobs.bind(None)
+    for s, handler in handlers.items():
+        signal.signal(s, handler)
+
+
+def work(broker: Broker) -> None:
+    SimpleWorker([run_queue(broker)], connection=broker.redis, serializer=JSONSerializer).work(
+        burst=True, logging_level="WARNING"
+    )
+
+
+def events_at(receiver: WebhookReceiver, path: str) -> list[tuple[str, str]]:
+    return [
+        (d.payload["type"], d.payload["data"]["queue"])
+        for d in receiver.accepted(path)
+        if d.verified
+    ]
+
+
+def test_two_escalations_then_a_time_out_reach_each_queues_channels_and_resume_once(
+    chain: Broker, receiver: WebhookReceiver
+):
+    broker = chain
+    register_agent(broker, "refunds", "workers.demo:agent", deps="workers.demo:make_deps")
+    run = start_run(broker, "refunds", "Refund $120 on order A103 because the tent floor is torn.")
+    work(broker)
+    [request_id] = broker.get_run(run.id).pending
+
+    stop = threading.Event()
+    sweeper = threading.Thread(target=sweep_forever, args=(broker, stop), kwargs={"interval": 0.05})
+    with running(broker):
+        sweeper.start()
+        try:
+            done = wait_for(
+                lambda: (r := broker.get_request(request_id)).status is Status.timed_out and r
+            )
+            wait_for(lambda: len(events_at(receiver, "/c")) == 2)
+        finally:
+            stop.set()
+            sweeper.join()
+
+    assert [(h.from_queue, h.to_queue) for h in done.history if h.event == "escalated"] == [
+        ("default", "leads"),
+        ("leads", "managers"),
+    ]
+    # each step reached the channels of the queue it happened in, and only those
+    assert [t for t, _ in events_at(receiver, "/a")] == ["approval.requested", "approval.escalated"]
+    assert [t for t, _ in events_at(receiver, "/b")] == ["approval.escalated", "approval.escalated"]
+    assert [t for t, _ in events_at(receiver, "/c")] == ["approval.escalated", "approval.timed_out"]
+
+    handled = Resumer(broker, consumer="r1", block_ms=None).run_once()
+    assert [(h.run_id, h.round, h.action) for h in handled] == [(run.id, 1, "enqueued")]
+    assert Resumer(broker, consumer="r2", block_ms=None).run_once() == []
+    work(broker)
+    finished = broker.get_run(run.id)
+    assert finished.status.value == "finished"
+    assert finished.output["refunded"] is False
+    assert "No one answered" in finished.output["message"]
+    assert Ledger(broker.redis, broker.keys.prefix).all() == []
