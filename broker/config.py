@@ -6,6 +6,8 @@ routes to nowhere or an escalation chain that loops.
 
 from __future__ import annotations
 
+import base64
+import binascii
 import os
 import tomllib
 from pathlib import Path
@@ -64,9 +66,24 @@ class WebhookConfig(_Section):
     max_backoff_s: Annotated[float, Field(gt=0)] = 60.0
     timeout_s: Annotated[float, Field(gt=0)] = 10.0
 
+    @field_validator("secret")
+    @classmethod
+    def _standard_webhooks_secret(cls, value: str | list[str]) -> str | list[str]:
+        """Refuse what the Standard Webhooks library would quietly decode into a weak key."""
+        for secret in [value] if isinstance(value, str) else value or [""]:
+            if not secret.startswith("whsec_"):
+                raise ValueError("must start with 'whsec_' (a Standard Webhooks secret)")
+            try:
+                key = base64.b64decode(secret[len("whsec_") :], validate=True)
+            except (binascii.Error, ValueError):
+                raise ValueError("must be 'whsec_' followed by base64") from None
+            if not 24 <= len(key) <= 64:
+                raise ValueError(f"must decode to 24 to 64 bytes of key (this one is {len(key)})")
+        return value
+
     @property
     def secrets(self) -> list[str]:
-        """All secrets in force: the first signs, any of them verifies (rotation)."""
+        """All secrets in force during a rotation: each signs, any of them verifies."""
         return [self.secret] if isinstance(self.secret, str) else list(self.secret)
 
 

@@ -54,7 +54,12 @@ def api_config(extra_approvers: dict[str, Any] | None = None) -> Config:
                 "carol": {"token_sha256": hash_token("tok-carol"), "roles": []},
                 **(extra_approvers or {}),
             },
-            "webhooks": {"ops": {"url": "http://127.0.0.1:9/hook", "secret": "whsec_c2VjcmV0"}},
+            "webhooks": {
+                "ops": {
+                    "url": "http://127.0.0.1:9/hook",
+                    "secret": "whsec_dGVzdC1zZWNyZXQtZm9yLXRoZS1vcHMtd2ViaG9vayE=",
+                }
+            },
         }
     )
 

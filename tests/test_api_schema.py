@@ -36,7 +36,8 @@ def app_and_broker(redis: Redis) -> tuple[Any, Broker]:
             "webhooks": {
                 "ops": {
                     "url": "http://127.0.0.1:9/",
-                    "secret": "whsec_" + base64.b64encode(b"s").decode(),
+                    "secret": "whsec_"
+                    + base64.b64encode(b"schemathesis-secret-0123456789ab").decode(),
                 }
             },
             "slack": {"bot_token": "xoxb-x", "signing_secret": "sekrit"},

@@ -21,9 +21,9 @@ from broker.client import Broker
 from broker.config import Config, Settings, parse_config
 from broker.models import NewRequest, Request
 
-OLD_SECRET = "whsec_" + base64.b64encode(b"old-secret-for-ops").decode()
-NEW_SECRET = "whsec_" + base64.b64encode(b"new-secret-for-ops").decode()
-OTHER_SECRET = "whsec_" + base64.b64encode(b"someone-else").decode()
+OLD_SECRET = "whsec_" + base64.b64encode(b"old-secret-for-ops-endpoint-0123").decode()
+NEW_SECRET = "whsec_" + base64.b64encode(b"new-secret-for-ops-endpoint-0123").decode()
+OTHER_SECRET = "whsec_" + base64.b64encode(b"someone-else-entirely-0123456789").decode()
 
 
 @pytest.fixture

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import base64
+
 import pytest
 
 from broker.config import load_config, parse_config
 from broker.errors import ConfigError
+
+OPS_SECRET = "whsec_" + base64.b64encode(b"a-32-byte-key-for-the-ops-hook!!").decode()
 
 GOOD = """
 [queues.default]
@@ -44,10 +48,10 @@ email = "alice@example.com"
 
 
 def test_full_config_loads_and_resolves_env_secrets(tmp_config, monkeypatch):
-    monkeypatch.setenv("TEST_OPS_SECRET", "whsec_abc")
+    monkeypatch.setenv("TEST_OPS_SECRET", OPS_SECRET)
     monkeypatch.setenv("TEST_SLACK_TOKEN", "xoxb-1")
     config = load_config(tmp_config(GOOD))
-    assert config.webhooks["ops"].secrets == ["whsec_abc"]
+    assert config.webhooks["ops"].secrets == [OPS_SECRET]
     assert config.slack is not None and config.slack.bot_token == "xoxb-1"
     assert config.email is not None and config.email.from_ == "approvals@example.com"
     assert config.escalation_target("default") == "managers"
@@ -97,6 +101,22 @@ def test_no_config_means_one_inbox_queue():
         ({"queues": {"default": {"colour": "red"}}}, "queues.default.colour"),
         ({"agents": {"x": {"path": "m:a", "queue": "nope"}}}, "agents.x.queue: queue 'nope'"),
         ({"approvers": {"bob": {"token_sha256": "short"}}}, "approvers.bob.token_sha256"),
+        (
+            {"webhooks": {"w": {"url": "http://x", "secret": "plainsecret"}}},
+            "webhooks.w.secret: must start with 'whsec_'",
+        ),
+        (
+            {"webhooks": {"w": {"url": "http://x", "secret": "whsec_not*base64!"}}},
+            "webhooks.w.secret: must be 'whsec_' followed by base64",
+        ),
+        (
+            {"webhooks": {"w": {"url": "http://x", "secret": "whsec_abc="}}},
+            "must decode to 24 to 64 bytes",
+        ),
+        (
+            {"webhooks": {"w": {"url": "http://x", "secret": []}}},
+            "webhooks.w.secret: must start with 'whsec_'",
+        ),
     ],
 )
 def test_bad_config_is_refused_naming_the_key(raw, message):
