@@ -1,14 +1,13 @@
 """Prometheus metrics: fleet-wide figures read from Redis at scrape time, plus latency in-process.
 
-Requests by status and queue, deliveries and failures by channel and the dead-letter count are
-read from Redis on each scrape (a custom collector), so every API replica reports the same
-numbers. The decision latency histogram is per process: each replica observes the decisions it
+Requests by status and queue (counters the Lua steps keep), deliveries and failures by channel
+and the dead-letter count are read from Redis on each scrape (a custom collector), so every API
+replica reports the same numbers at the cost of three commands, whatever the volume. The decision latency histogram is per process: each replica observes the decisions it
 records, and Prometheus sums them.
 """
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Iterator
 from typing import Annotated
 
@@ -22,7 +21,6 @@ from redis.exceptions import RedisError
 from broker.client import Broker
 from broker.models import Request as BrokerRequest
 
-SCAN_CHUNK = 1000
 # From an automated decision (well under a second) to a person answering a day later.
 LATENCY_BUCKETS = (0.1, 0.5, 1, 5, 15, 30, 60, 120, 300, 600, 1800, 3600, 4 * 3600, 86400)
 
@@ -36,27 +34,10 @@ class BrokerCollector(Collector):
     def describe(self) -> list[Metric]:
         return []  # nothing at registration: a scrape is when Redis is read
 
-    def _request_counts(self) -> Counter[tuple[str, str]]:
-        """(status, queue) -> count, over every stored request, in pipelined chunks."""
-        redis, keys = self.broker.redis, self.broker.keys
-        counts: Counter[tuple[str, str]] = Counter()
-        start = 0
-        while True:
-            ids = redis.zrange(keys.requests, start, start + SCAN_CHUNK - 1)
-            if not ids:
-                return counts
-            pipe = redis.pipeline(transaction=False)
-            for rid in ids:
-                pipe.hmget(keys.request(rid.decode()), "status", "queue")
-            for status, queue in pipe.execute():
-                if status is not None:
-                    counts[(status.decode(), (queue or b"").decode())] += 1
-            start += SCAN_CHUNK
-
     def collect(self) -> Iterator[Metric]:
         up = GaugeMetricFamily("approval_broker_redis_up", "1 when the broker's Redis answered")
         try:
-            counts = self._request_counts()
+            counts = self.broker.counts()
             stats = self.broker.redis.hgetall(self.broker.keys.stats)
             dead = self.broker.redis.xlen(self.broker.keys.dead_letters)
         except RedisError:
@@ -67,10 +48,12 @@ class BrokerCollector(Collector):
         yield up
         requests = GaugeMetricFamily(
             "approval_broker_requests",
-            "Stored requests by status and handler queue",
+            "Requests by status and handler queue: pending ones waiting now, other statuses"
+            " counted as they happen (kept by the broker's Lua steps, no scan)",
             labels=["status", "queue"],
         )
-        for (status, queue), n in sorted(counts.items()):
+        for field, n in sorted(counts.items()):
+            status, _, queue = field.partition(":")
             requests.add_metric([status, queue], n)
         yield requests
         delivered = CounterMetricFamily(

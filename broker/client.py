@@ -81,6 +81,7 @@ class Broker:
         self.keys = Keys(prefix)
         self.scripts = Scripts(redis)
         self.maxlen = self.config.broker.stream_maxlen
+        self.retention = int(self.config.broker.retention_s)
 
     @classmethod
     def from_settings(
@@ -214,7 +215,8 @@ class Broker:
     def list_requests(
         self, *, status: Status | str | None = None, queue: str | None = None, limit: int = 100
     ) -> list[Request]:
-        """Newest first. Pending ones come from the expiry index; others from the full index."""
+        """Pending ones soonest to expire first (from the expiry index); otherwise the most
+        recently created or decided first."""
         status = Status(status) if status else None
         source = self.keys.expiry if status is Status.pending else self.keys.requests
         out: list[Request] = []
@@ -273,6 +275,7 @@ class Broker:
                     decision.args_hash or "",
                     f"{time.time():.6f}",
                     self.maxlen,
+                    self.retention,
                 ]
             )
         ]
@@ -380,6 +383,7 @@ class Broker:
                     json.dumps(routes),
                     self.maxlen,
                     template,
+                    self.retention,
                 ]
             )
         ]
@@ -415,6 +419,12 @@ class Broker:
         pipe.zadd(self.keys.runs, {run_id: now})
         pipe.execute()
         return self.get_run(run_id)
+
+    def counts(self) -> dict[str, int]:
+        """Fleet-wide request counts kept by the Lua steps: `pending:QUEUE` (now waiting) and
+        `STATUS:QUEUE` (outcomes so far)."""
+        raw = self.redis.hgetall(self.keys.counts)
+        return {_dec(k): int(v) for k, v in raw.items()}  # type: ignore[misc]
 
     def run_fields(self, run_id: str) -> dict[str, str]:
         raw = self.redis.hgetall(self.keys.run(run_id))

@@ -142,6 +142,7 @@ class AgentConfig(_Section):
 class BrokerSection(_Section):
     max_rounds: Annotated[int, Field(ge=1)] = 10
     stream_maxlen: Annotated[int, Field(ge=1000)] = 1_000_000
+    retention_s: Annotated[float, Field(ge=60)] = 30 * 86400  # how long a decided request is kept
 
 
 class Config(_Section):

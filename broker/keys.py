@@ -26,7 +26,7 @@ class Keys:
 
     @property
     def requests(self) -> str:
-        """ZSET: every request id scored by creation time, for listings."""
+        """ZSET: request ids scored by their last change (creation or outcome), for listings."""
         return f"{self.prefix}requests"
 
     def stream(self, queue: str) -> str:
@@ -71,6 +71,11 @@ class Keys:
     def seen(self, namespace: str, ident: str) -> str:
         """String with TTL: a one-time marker (replayed webhook ids, used email links)."""
         return f"{self.prefix}seen:{namespace}:{ident}"
+
+    @property
+    def counts(self) -> str:
+        """Hash: request counts kept by the Lua steps, `pending:QUEUE` and `STATUS:QUEUE`."""
+        return f"{self.prefix}counts"
 
     @property
     def stats(self) -> str:

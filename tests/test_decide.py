@@ -266,3 +266,31 @@ def test_listing_filters_by_status_and_queue(broker: Broker):
     assert [r.id for r in broker.list_requests(status="pending", queue="managers")] == [b.id]
     assert [r.id for r in broker.list_requests(status="approved")] == [c.id]
     assert [r.id for r in broker.list_requests()] == [c.id, b.id, a.id]
+
+
+def test_counts_follow_every_state_change(broker: Broker):
+    a, b, c = (broker.create_request(NewRequest(tool_name=n)) for n in "abc")
+    assert broker.counts() == {"pending:default": 3}
+    broker.decide(a.id, Decision(outcome="rejected", reason="no"), decided_by="x")
+    broker.escalate(b.id, by="x")
+    assert broker.counts() == {"pending:default": 1, "pending:managers": 1, "rejected:default": 1}
+    broker.sweep(now=time.time() + 10_000)  # c moves on to managers, b times out there
+    assert broker.counts() == {
+        "pending:default": 0,
+        "pending:managers": 1,
+        "rejected:default": 1,
+        "timed_out:managers": 1,
+    }
+
+
+def test_decided_requests_are_forgotten_after_the_retention(broker: Broker):
+    old = broker.create_request(NewRequest(tool_name="old"))
+    waiting = broker.create_request(NewRequest(tool_name="waiting", timeout_s=10**7))
+    broker.decide(old.id, Decision(outcome="approved"), decided_by="x")
+    ttl = broker.redis.ttl(broker.keys.request(old.id))
+    assert broker.retention - 5 <= ttl <= broker.retention
+    assert broker.redis.ttl(broker.keys.request(waiting.id)) == -1  # pending: kept until decided
+    broker.redis.delete(broker.keys.request(old.id))  # as Redis does when the TTL runs out
+    broker.sweep(now=time.time() + broker.retention + 1)
+    assert broker.redis.zscore(broker.keys.requests, old.id) is None
+    assert [r.id for r in broker.list_requests()] == [waiting.id]

@@ -24,6 +24,7 @@ for i = FIRST, #ARGV, N do
   redis.call('HSET', prefix .. 'req:' .. id, unpack(flat))
   redis.call('ZADD', prefix .. 'expiry', expires_at, id)
   redis.call('ZADD', prefix .. 'requests', now, id)
+  redis.call('HINCRBY', prefix .. 'counts', 'pending:' .. queue, 1)
   redis.call('XADD', prefix .. 'stream:' .. queue, 'MAXLEN', '~', maxlen, '*',
     'type', 'approval.requested', 'request_id', id, 'queue', queue)
   if round_key then

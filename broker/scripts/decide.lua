@@ -1,8 +1,9 @@
 -- Decide a pending request: the first decision wins.
--- ARGV: prefix, id, outcome, status, decision (JSON), args_hash ('' = unchecked), now, maxlen
+-- ARGV: prefix, id, outcome, status, decision (JSON), args_hash ('' = unchecked), now, maxlen,
+--       retention (seconds a decided request is kept)
 -- Returns {'ok'} | {'not_found'} | {'conflict'} | {'stale_args'} | {'wrong_kind', kind}
 local id, outcome, status, decision = ARGV[2], ARGV[3], ARGV[4], ARGV[5]
-local given_hash, now, maxlen = ARGV[6], ARGV[7], ARGV[8]
+local given_hash, now, maxlen, retention = ARGV[6], ARGV[7], ARGV[8], ARGV[9]
 local key = req_key(id)
 local f = redis.call('HMGET', key, 'status', 'kind', 'args_hash')
 if not f[1] then return {'not_found'} end
@@ -13,5 +14,5 @@ if (outcome == 'approved' or outcome == 'modified') and kind ~= 'approval' then
   return {'wrong_kind', kind}
 end
 if outcome == 'answered' and kind == 'approval' then return {'wrong_kind', kind} end
-finish(id, status, decision, 'approval.decided', now, maxlen)
+finish(id, status, decision, 'approval.decided', now, maxlen, retention)
 return {'ok'}

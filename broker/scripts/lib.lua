@@ -15,17 +15,27 @@ local function append_history(key, entry_json)
   redis.call('HSET', key, 'history', h)
 end
 
+-- Fleet-wide gauges and counters for /metrics: `pending:QUEUE` and `STATUS:QUEUE`.
+local function count(field, by)
+  redis.call('HINCRBY', prefix .. 'counts', field, by)
+end
+
 local function emit(queue, maxlen, ...)
   redis.call('XADD', prefix .. 'stream:' .. queue, 'MAXLEN', '~', maxlen, '*', ...)
 end
 
 -- Give a pending request its final status, tell its queue, and when it was the last
 -- pending call of its run's round, write the resume to the outbox in this same step.
-local function finish(id, status, decision_json, event_type, now, maxlen)
+-- A decided request is kept `retention` seconds, then Redis forgets it.
+local function finish(id, status, decision_json, event_type, now, maxlen, retention)
   local key = req_key(id)
   local f = redis.call('HMGET', key, 'queue', 'run_id', 'round')
   redis.call('HSET', key, 'status', status, 'decision', decision_json)
+  redis.call('EXPIRE', key, retention)
   redis.call('ZREM', prefix .. 'expiry', id)
+  redis.call('ZADD', prefix .. 'requests', now, id)  -- the index is by last change
+  count('pending:' .. f[1], -1)
+  count(status .. ':' .. f[1], 1)
   emit(f[1], maxlen, 'type', event_type, 'request_id', id, 'queue', f[1])
   local run_id = f[2]
   if run_id and run_id ~= '' then
@@ -44,6 +54,8 @@ local function move(id, from, to, expires_at, entry_json, maxlen)
   redis.call('HSET', key, 'queue', to, 'expires_at', expires_at)
   append_history(key, entry_json)
   redis.call('ZADD', prefix .. 'expiry', expires_at, id)
+  count('pending:' .. from, -1)
+  count('pending:' .. to, 1)
   emit(from, maxlen, 'type', 'approval.escalated', 'request_id', id, 'queue', from, 'from', from, 'to', to)
   emit(to, maxlen, 'type', 'approval.escalated', 'request_id', id, 'queue', to, 'from', from, 'to', to)
 end

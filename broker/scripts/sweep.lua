@@ -1,11 +1,22 @@
 -- Handle up to `limit` requests whose expiry is due, in one step: escalate each to its
 -- queue's escalate_to (still pending) or time it out. Cost grows with what is due only.
 -- ARGV: prefix, now, now_iso, limit, routes (JSON {queue: {to = name|false, timeout = s}}),
---       maxlen, timed-out decision template (JSON with "%s" for the seconds waited)
+--       maxlen, timed-out decision template (JSON with "%s" for the seconds waited), retention
+
 -- Returns a flat list: id, action ('escalated'|'timed_out'), from, to-or-''.
 local now, now_iso, limit = tonumber(ARGV[2]), ARGV[3], tonumber(ARGV[4])
 local routes, maxlen = cjson.decode(ARGV[5]), ARGV[6]
-local template = ARGV[7]
+local template, retention = ARGV[7], tonumber(ARGV[8])
+-- Forget index entries whose last change is older than the retention (their hashes have
+-- expired); a request still pending that long is kept, its entry moved to now.
+local stale = redis.call('ZRANGEBYSCORE', prefix .. 'requests', '-inf', now - retention, 'LIMIT', 0, limit)
+for _, id in ipairs(stale) do
+  if redis.call('ZSCORE', prefix .. 'expiry', id) then
+    redis.call('ZADD', prefix .. 'requests', now, id)
+  else
+    redis.call('ZREM', prefix .. 'requests', id)
+  end
+end
 local due = redis.call('ZRANGEBYSCORE', prefix .. 'expiry', '-inf', now, 'LIMIT', 0, limit)
 local out = {}
 for _, id in ipairs(due) do
@@ -26,7 +37,7 @@ for _, id in ipairs(due) do
     else
       local waited = string.format('%d', math.floor(now - tonumber(f[3] or now) + 0.5))
       local decision = string.gsub(template, '%%s', waited)
-      finish(id, 'timed_out', decision, 'approval.timed_out', ARGV[2], maxlen)
+      finish(id, 'timed_out', decision, 'approval.timed_out', ARGV[2], maxlen, retention)
       out[#out + 1] = id; out[#out + 1] = 'timed_out'; out[#out + 1] = queue; out[#out + 1] = ''
     end
   end
