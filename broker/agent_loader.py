@@ -9,10 +9,12 @@ from typing import Any
 from broker.agents import (
     IN_PROCESS,
     LOCAL_AGENTS,
+    CannotPause,
     DepsContext,
     DepsFactory,
     LocalAgents,
     agent_spec,
+    pausable_output_type,
 )
 from broker.client import Broker
 from broker.config import AgentConfig
@@ -47,6 +49,8 @@ class LoadedAgent:
     spec: AgentConfig
     agent: Any
     deps_factory: DepsFactory | None
+    output_type: list[Any] | None = None
+    """What a run passes as `output_type` so the agent can pause (None: it declares that itself)."""
 
     def deps(self, broker: Broker, run_id: str, data: Any) -> Any:
         """The run's deps: the factory's result, or the JSON given to `start_run` as is."""
@@ -68,11 +72,15 @@ def load_agent(broker: Broker, name: str, local: LocalAgents | None = None) -> L
         )
     else:
         agent = import_object(spec.path, f"agent {name!r}")
-    if not hasattr(agent, "run_sync"):
+    if not hasattr(agent, "iter"):
         raise AgentLoadError(f"agent {name!r} ({spec.path}) is not a pydantic-ai Agent")
+    try:
+        output_type = pausable_output_type(agent, name)
+    except CannotPause as exc:
+        raise AgentLoadError(str(exc)) from None
     factory: DepsFactory | None = here.deps if here is not None else None
     if factory is None and spec.deps:
         factory = import_object(spec.deps, f"deps factory of agent {name!r}")
         if not callable(factory):
             raise AgentLoadError(f"deps factory {spec.deps!r} of agent {name!r} is not callable")
-    return LoadedAgent(name, spec, agent, factory)
+    return LoadedAgent(name, spec, agent, factory, output_type)

@@ -9,11 +9,12 @@ object instead of an import path is also kept in this process, for in-process wo
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, MutableMapping
+from collections.abc import Callable, MutableMapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from pydantic import ValidationError
+from pydantic_ai import DeferredToolRequests
 
 from broker.client import Broker
 from broker.config import AgentConfig
@@ -59,6 +60,9 @@ class LocalAgents:
     def get(self, prefix: str, name: str) -> LocalAgent | None:
         return self.table.get((prefix, name))
 
+    def delete(self, prefix: str, name: str) -> None:
+        self.table.pop((prefix, name), None)
+
 
 LOCAL_AGENTS = LocalAgents()
 
@@ -69,6 +73,40 @@ def check_import_path(path: str, what: str) -> None:
             f"{what} {path!r} is not an import path of the form 'package.module:name'",
             code="bad_import_path",
         )
+
+
+class CannotPause(ValueError):
+    """The agent can never pause on a deferred call in a run the broker starts."""
+
+
+def declared_output_types(agent: Any) -> list[Any]:
+    declared = getattr(agent, "output_type", None)
+    if isinstance(declared, Sequence) and not isinstance(declared, str):
+        return list(declared)
+    return [declared]
+
+
+def pausable_output_type(agent: Any, name: str) -> list[Any] | None:
+    """The `output_type` a run must pass so the agent can end in `DeferredToolRequests`.
+
+    None when the agent declares `DeferredToolRequests` itself. pydantic-ai refuses a run-time
+    `output_type` for an agent with output validators (they expect the declared type), so such an
+    agent must declare it: checked here, once per registration or load, so the problem shows up
+    before a run starts instead of at its first deferred call, after tools may have run. The
+    validators are only visible through pydantic-ai's private `_output_validators`; this is the one
+    place that reads it.
+    """
+    declared = declared_output_types(agent)
+    if DeferredToolRequests in declared:
+        return None
+    if getattr(agent, "_output_validators", None):
+        raise CannotPause(
+            f"agent {name!r} has output validators but its output_type does not include "
+            "DeferredToolRequests, so its runs can't pause for a decision; declare "
+            "output_type=[YourOutput, DeferredToolRequests] (and let the validators pass "
+            "DeferredToolRequests through)"
+        )
+    return [*declared, DeferredToolRequests]
 
 
 def register_agent(
@@ -99,6 +137,11 @@ def register_agent(
     in_process = not isinstance(agent, str)
     if isinstance(agent, str):
         check_import_path(agent, "agent")
+    else:
+        try:
+            pausable_output_type(agent, name)
+        except CannotPause as exc:
+            raise InvalidInput(str(exc), code="agent_cannot_pause") from None
     if isinstance(deps, str):
         check_import_path(deps, "deps factory")
     elif deps is not None and not callable(deps):
@@ -119,12 +162,15 @@ def register_agent(
         )
     except ValidationError as exc:
         raise InvalidInput(str(exc.errors()[0]["msg"])) from None
+    table = local or LOCAL_AGENTS
     if in_process or callable(deps):
-        (local or LOCAL_AGENTS).put(
+        table.put(
             broker.keys.prefix,
             name,
             LocalAgent(agent=agent if in_process else None, deps=deps if callable(deps) else None),
         )
+    else:  # an earlier registration's object or factory must not outlive it in this process
+        table.delete(broker.keys.prefix, name)
     pipe = broker.redis.pipeline()
     pipe.set(broker.keys.agent(name), spec.model_dump_json())
     pipe.sadd(broker.keys.agents, name)
@@ -132,8 +178,12 @@ def register_agent(
     return spec
 
 
-def unregister_agent(broker: Broker, name: str) -> None:
-    """Forget a run-time registered agent (runs already started keep failing clearly)."""
+def unregister_agent(broker: Broker, name: str, *, local: LocalAgents | None = None) -> None:
+    """Forget a run-time registered agent (runs already started keep failing clearly).
+
+    Other processes drop their in-process copy only when they register the name again.
+    """
+    (local or LOCAL_AGENTS).delete(broker.keys.prefix, name)
     pipe = broker.redis.pipeline()
     pipe.delete(broker.keys.agent(name))
     pipe.srem(broker.keys.agents, name)

@@ -6,6 +6,12 @@ acknowledged. A resumer that dies after reading leaves the entry pending; anothe
 same one restarted) claims it once it has been idle for `min_idle_ms`, and enqueueing it again
 is a no-op, so a crash between any two steps neither loses nor doubles a resume.
 
+One bad entry can't stall the others: an error while handling an entry is logged and the entry
+is left pending (it is claimed again later), while the rest of the batch goes on; an entry that
+has been delivered `max_deliveries` times and still fails goes to the dead-letter stream with
+its last error. New entries are read in the same pass as reclaimed ones, so a poison entry
+never keeps them waiting.
+
 The `approval-broker resumer` role (workers/resumer.py) runs this in a loop; `broker.testing`
 runs it in-process.
 """
@@ -18,6 +24,8 @@ import socket
 import threading
 from dataclasses import dataclass
 from typing import Any
+
+from redis.exceptions import ResponseError
 
 from broker.client import Broker
 from broker.keys import RESUMER_GROUP
@@ -35,7 +43,7 @@ class Handled:
     entry_id: str
     run_id: str | None
     round: int | None
-    action: str  # "enqueued" | "duplicate" | "dead-lettered"
+    action: str  # "enqueued" | "duplicate" | "dead-lettered" | "failed" (left pending)
 
 
 class Resumer:
@@ -49,38 +57,108 @@ class Resumer:
         min_idle_ms: int = 30_000,
         block_ms: int | None = 1000,
         count: int = 100,
+        max_deliveries: int = 5,
     ) -> None:
         self.broker = broker
         self.consumer = consumer or default_consumer()
         self.min_idle_ms = min_idle_ms
         self.block_ms = block_ms
         self.count = count
+        self.max_deliveries = max_deliveries
         self.stream = broker.keys.resumes
+        self._group_ready = False
+        self._claimed: set[str] = set()
+
+    def _ensure_group(self) -> None:
+        if not self._group_ready:
+            self.broker.ensure_group(self.stream, RESUMER_GROUP)
+            self._group_ready = True
 
     def read(self) -> list[tuple[str, dict[str, str]]]:
-        """Entries a dead resumer left behind first, then new ones (waits up to `block_ms`)."""
+        """Entries a dead resumer left behind, then new ones (waits up to `block_ms` if none)."""
         redis = self.broker.redis
-        self.broker.ensure_group(self.stream, RESUMER_GROUP)
-        claimed = redis.xautoclaim(
-            self.stream, RESUMER_GROUP, self.consumer, self.min_idle_ms, "0-0", count=self.count
-        )
-        entries: list[Any] = list(claimed[1])  # Redis 6.2 returns 2 items, 7.x returns 3
-        if not entries:
+        self._ensure_group()
+        try:
+            claimed = redis.xautoclaim(
+                self.stream, RESUMER_GROUP, self.consumer, self.min_idle_ms, "0-0", count=self.count
+            )
+            entries: list[Any] = list(claimed[1])  # Redis 6.2 returns 2 items, 7.x returns 3
             got = redis.xreadgroup(
                 RESUMER_GROUP,
                 self.consumer,
                 {self.stream: ">"},
                 count=self.count,
-                block=self.block_ms,
+                block=None if entries else self.block_ms,
             )
-            entries = list(got[0][1]) if got else []
+        except ResponseError as exc:
+            if "NOGROUP" in str(exc):
+                self._group_ready = False  # the stream or group was deleted: create it again
+            raise
+        self._claimed = {_s(eid) for eid, _ in entries if eid is not None}
+        if any(eid is None for eid, _ in entries):
+            self._drop_deleted()
+        entries += list(got[0][1]) if got else []
         out: list[tuple[str, dict[str, str]]] = []
         for eid, f in entries:
+            if eid is None:
+                continue
             if f is None:  # deleted from the stream while pending: nothing to resume
                 self.ack(_s(eid))
             else:
                 out.append((_s(eid), {_s(k): _s(v) for k, v in f.items()}))
         return out
+
+    def _drop_deleted(self) -> None:
+        """Acknowledge this consumer's pending entries that were deleted from the stream.
+
+        Redis 6.2 hands such an entry back from XAUTOCLAIM as (None, None), without its id, so it
+        would be claimed (and take a slot of the batch) for ever; XPENDING still knows the id.
+        """
+        redis = self.broker.redis
+        rows = redis.xpending_range(
+            self.stream,
+            RESUMER_GROUP,
+            min="-",
+            max="+",
+            count=self.count,
+            consumername=self.consumer,
+        )
+        for row in rows:
+            eid = row["message_id"]
+            if not redis.xrange(self.stream, eid, eid):
+                redis.xack(self.stream, RESUMER_GROUP, eid)
+                log.info("outbox entry %s was deleted while pending; acknowledged", _s(eid))
+
+    def deliveries(self, entry_id: str) -> int:
+        """How many times the group has handed this entry out (XPENDING), 0 if not pending."""
+        rows = self.broker.redis.xpending_range(
+            self.stream, RESUMER_GROUP, min=entry_id, max=entry_id, count=1
+        )
+        return int(rows[0]["times_delivered"]) if rows else 0
+
+    def handle_safely(
+        self, entry_id: str, fields: dict[str, str], *, claimed: bool = False
+    ) -> Handled:
+        """`handle`, but an error leaves the entry pending (or dead-letters it at the limit).
+
+        A `claimed` entry (one another consumer held) that has been handed out more than
+        `max_deliveries` times is dead-lettered without another try: whatever handles it may
+        be what keeps killing resumers, so it is never seen failing.
+        """
+        try:
+            if claimed and self.deliveries(entry_id) > self.max_deliveries:
+                return self._give_up(entry_id, fields, "it was never acknowledged")
+            return self.handle(entry_id, fields)
+        except Exception as exc:  # noqa: BLE001 - one bad entry must not stop the batch
+            error = f"{type(exc).__name__}: {exc}"
+            run_id = fields.get("run_id")
+            try:
+                if self.deliveries(entry_id) >= self.max_deliveries:
+                    return self._give_up(entry_id, fields, f"last error: {error}")
+            except Exception:  # noqa: BLE001 - it stays pending and is claimed again
+                log.exception("outbox entry %s: could not check or dead-letter it", entry_id)
+            log.warning("outbox entry %s failed (%s); it will be claimed again", entry_id, error)
+            return Handled(entry_id, run_id, None, "failed")
 
     def handle(self, entry_id: str, fields: dict[str, str]) -> Handled:
         """Enqueue the resume of one entry, then acknowledge it."""
@@ -112,7 +190,23 @@ class Resumer:
         self.broker.ack_resume(entry_id)
 
     def run_once(self) -> list[Handled]:
-        return [self.handle(entry_id, fields) for entry_id, fields in self.read()]
+        """Read one batch and handle each entry on its own."""
+        return [
+            self.handle_safely(entry_id, fields, claimed=entry_id in self._claimed)
+            for entry_id, fields in self.read()
+        ]
+
+    def _give_up(self, entry_id: str, fields: dict[str, str], why: str) -> Handled:
+        delivered = self.deliveries(entry_id)
+        self.broker.dead_letter(
+            "resumer",
+            f"outbox entry delivered {delivered} times without success; {why}",
+            stream=self.stream,
+            entry=fields,
+        )
+        self.ack(entry_id)
+        log.error("outbox entry %s dead-lettered after %s deliveries: %s", entry_id, delivered, why)
+        return Handled(entry_id, fields.get("run_id"), None, "dead-lettered")
 
     def run_forever(self, stop: threading.Event) -> None:
         while not stop.is_set():

@@ -3,6 +3,13 @@
 Every step can be repeated safely, because a job can be retried or re-read from the outbox:
 
 * a job for a round that is no longer the run's current round (or a finished run) does nothing;
+* the agent is driven node by node (`Agent.iter`). Before a step that may run tools, a marker
+  is saved; as soon as the tools have returned, the messages so far are saved as a checkpoint.
+  A retry (after a model's 503, say) continues from the checkpoint, without the prompt and
+  without the round's deferred results, so no tool that already returned runs again;
+* a retry that finds the marker instead of a checkpoint (the worker died, or Redis failed, while
+  tools ran) fails the run with a clear error rather than running the tools a second time; an
+  error raised by the tool step itself fails the run at once for the same reason;
 * a pause stores the messages together with the next round's calls *before* registering them,
   so a job that dies in between registers the same round on its next attempt;
 * registering a round is idempotent in the broker (`create_round`).
@@ -10,14 +17,19 @@ Every step can be repeated safely, because a job can be retried or re-read from 
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 import logging
-from collections.abc import Sequence
+import os
+import time
+import warnings
+from collections.abc import Coroutine
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import httpx
-from pydantic_ai import DeferredToolRequests
+from pydantic_ai import CallToolsNode, DeferredToolRequests, DeferredToolResults, ModelRequestNode
 from pydantic_ai.exceptions import (
     ModelAPIError,
     ModelHTTPError,
@@ -25,7 +37,9 @@ from pydantic_ai.exceptions import (
     ModelRequestRejectedError,
 )
 from pydantic_ai.messages import ModelMessage, ModelMessagesTypeAdapter
+from pydantic_ai.run import AgentRun, AgentRunResult
 from pydantic_core import to_jsonable_python
+from pydantic_graph import End
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
@@ -34,13 +48,27 @@ from broker.agents import LocalAgents
 from broker.client import Broker
 from broker.errors import BrokerError, NotFound
 from broker.models import NewRequest, RunStatus
-from broker.pending_calls import new_requests
+from broker.pending_calls import BadCallMetadata, new_requests
 from broker.results import RoundNotReady, results_for
 
 log = logging.getLogger("broker.runner")
 
 SKIPPED = "skipped"
 _MAX_ERROR = 2000
+_RECORD_RETRY_DELAYS = (0.1, 0.4, 1.0, 2.0)
+"""Back-off, in seconds, while recording a run's failure keeps hitting a Redis error."""
+
+WAITING = "waiting"
+"""Stage of a pause: the history ends in the round's deferred calls, registered as `calls`."""
+TOOLS = "tools"
+"""Stage of a round whose tools may be running: nothing to continue from."""
+CONTINUE = "continue"
+"""Stage of a round whose tools have returned: `messages` is the checkpoint to continue from."""
+
+_NO_EFFECT_KINDS = frozenset({"output", "external", "unapproved"})
+"""Tool kinds whose calls don't run user code in a tool step (they end, defer or ask)."""
+
+_T = TypeVar("_T")
 
 
 class RunFailed(Exception):
@@ -61,7 +89,7 @@ def is_transient(exc: BaseException) -> bool:
 
 
 def describe(exc: BaseException) -> str:
-    if isinstance(exc, RunFailed | AgentLoadError | RoundNotReady):
+    if isinstance(exc, RunFailed | AgentLoadError | RoundNotReady | BadCallMetadata):
         text = str(exc)
     elif isinstance(exc, BrokerError):
         text = exc.detail
@@ -72,15 +100,25 @@ def describe(exc: BaseException) -> str:
 
 @dataclass
 class Pause:
-    """What a paused run keeps in Redis: the history so far and the round it waits on."""
+    """What a run keeps in Redis between attempts: the history so far and where it stands.
+
+    `stage` is WAITING (paused on round `round`'s `calls`), TOOLS (round `round`'s tools may be
+    running) or CONTINUE (round `round`'s tools returned; continue from `messages`).
+    """
 
     round: int
     messages: list[Any]
     calls: list[dict[str, Any]] = field(default_factory=list)
+    stage: str = WAITING
 
     def dump(self) -> bytes:
         return json.dumps(
-            {"round": self.round, "messages": self.messages, "calls": self.calls}
+            {
+                "round": self.round,
+                "stage": self.stage,
+                "messages": self.messages,
+                "calls": self.calls,
+            }
         ).encode()
 
     @classmethod
@@ -90,7 +128,12 @@ class Pause:
         data = json.loads(raw)
         if not isinstance(data, dict) or "round" not in data:
             return None  # not written by this module
-        return cls(int(data["round"]), data.get("messages") or [], data.get("calls") or [])
+        return cls(
+            int(data["round"]),
+            data.get("messages") or [],
+            data.get("calls") or [],
+            str(data.get("stage") or WAITING),
+        )
 
     def history(self) -> list[ModelMessage]:
         return ModelMessagesTypeAdapter.validate_python(self.messages)
@@ -99,11 +142,57 @@ class Pause:
         return [NewRequest.model_validate(c) for c in self.calls]
 
 
-def _output_types(agent: Any) -> list[Any]:
-    declared = getattr(agent, "output_type", None)
-    if isinstance(declared, Sequence) and not isinstance(declared, str):
-        return list(declared)
-    return [declared]
+def _json_messages(messages: list[ModelMessage]) -> list[Any]:
+    return json.loads(ModelMessagesTypeAdapter.dump_json(messages))
+
+
+def _forget_parent_loop() -> None:
+    """In a forked child (an RQ work horse), never reuse the parent's loop: its selector and
+    self-pipe are shared with the parent."""
+    with contextlib.suppress(Exception):
+        asyncio.set_event_loop(None)
+
+
+os.register_at_fork(after_in_child=_forget_parent_loop)
+
+
+def _event_loop() -> asyncio.AbstractEventLoop:
+    """This thread's event loop, as `Agent.run_sync` uses it, so cached clients keep their loop."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        try:
+            loop = asyncio.get_event_loop()
+        except RuntimeError:
+            loop = None
+    if loop is None or loop.is_closed():
+        loop = asyncio.new_event_loop()
+        asyncio.set_event_loop(loop)
+    return loop
+
+
+def _run_sync(coro: Coroutine[Any, Any, _T]) -> _T:
+    return _event_loop().run_until_complete(coro)
+
+
+def _may_run_tools(agent_run: AgentRun[Any, Any], node: CallToolsNode[Any, Any]) -> bool:
+    """Whether this tool step may run user code with effects (function tools).
+
+    Output tools, external calls and calls that wait for approval don't; a step that applies a
+    round's decisions does (approved tools run). When in doubt, yes.
+    """
+    calls = node.model_response.tool_calls
+    if not calls:
+        return False
+    if node.tool_call_results is not None:
+        return True
+    try:
+        manager = agent_run.ctx.deps.tool_manager
+        if manager.tools is None:
+            return True
+        defs = [manager.get_tool_def(call.tool_name) for call in calls]
+    except (AttributeError, ValueError):
+        return True
+    return any(d is not None and d.kind not in _NO_EFFECT_KINDS for d in defs)
 
 
 class AgentRunner:
@@ -135,7 +224,7 @@ class AgentRunner:
             return SKIPPED
         try:
             pause = Pause.load(self.broker.load_messages(run_id))
-            if pause is not None and pause.round == round_no + 1:
+            if pause is not None and pause.stage == WAITING and pause.round == round_no + 1:
                 return self._register(run_id, pause)  # an earlier attempt died after saving
             return self._step(run_id, round_no, fields, pause)
         except Exception as exc:
@@ -143,29 +232,52 @@ class AgentRunner:
                 log.warning("run %s round %s: %s; will retry", run_id, round_no, describe(exc))
                 raise
             log.warning("run %s failed: %s", run_id, describe(exc))
-            self.broker.update_run(run_id, status=RunStatus.failed, error=describe(exc))
+            self._record_failure(run_id, describe(exc))
             return RunStatus.failed.value
 
+    def _record_failure(self, run_id: str, error: str) -> None:
+        """Store the failure, riding out a short Redis outage (else RQ's on_failure tries too)."""
+        for delay in (*_RECORD_RETRY_DELAYS, None):
+            try:
+                self.broker.update_run(run_id, status=RunStatus.failed, error=error)
+                return
+            except (RedisConnectionError, RedisTimeoutError) as exc:
+                if delay is None:
+                    raise
+                log.warning("run %s: recording its failure failed (%s); retrying", run_id, exc)
+                time.sleep(delay)
+
+    def _start(
+        self, run_id: str, round_no: int, fields: dict[str, str], pause: Pause | None
+    ) -> tuple[str | None, list[ModelMessage] | None, DeferredToolResults | None]:
+        """Where this attempt starts: (prompt, history, deferred results)."""
+        if pause is not None and pause.round == round_no and pause.stage == TOOLS:
+            raise RunFailed(
+                f"run {run_id} was interrupted in round {round_no} while its tools were running "
+                "(the worker died, or Redis failed before their results were saved); tools are "
+                "never run twice, so the run was stopped"
+            )
+        if pause is not None and pause.round == round_no and pause.stage == CONTINUE:
+            return None, pause.history(), None  # the tools returned: go on from there
+        if round_no == 0:
+            return fields.get("prompt", ""), None, None
+        if pause is None or pause.round != round_no or pause.stage != WAITING:
+            raise RunFailed(f"the stored history of run {run_id} round {round_no} is missing")
+        return None, pause.history(), results_for(self.broker.round_requests(run_id, round_no))
+
     def _step(self, run_id: str, round_no: int, fields: dict[str, str], pause: Pause | None) -> str:
+        prompt, history, results = self._start(run_id, round_no, fields, pause)
         loaded = load_agent(self.broker, fields["agent"], self.local)
         deps = loaded.deps(self.broker, run_id, json.loads(fields.get("deps") or "null"))
         kwargs: dict[str, Any] = {"deps": deps}
-        if DeferredToolRequests not in _output_types(loaded.agent) and not getattr(
-            loaded.agent, "_output_validators", None
-        ):
-            kwargs["output_type"] = [*_output_types(loaded.agent), DeferredToolRequests]
-        if round_no == 0:
-            prompt: str | None = fields.get("prompt", "")
-        else:
-            if pause is None or pause.round != round_no:
-                raise RunFailed(f"the stored history of run {run_id} round {round_no} is missing")
-            kwargs["message_history"] = pause.history()
-            kwargs["deferred_tool_results"] = results_for(
-                self.broker.round_requests(run_id, round_no)
-            )
-            prompt = None
+        if loaded.output_type is not None:
+            kwargs["output_type"] = loaded.output_type
+        if history is not None:
+            kwargs["message_history"] = history
+        if results is not None:
+            kwargs["deferred_tool_results"] = results
         self.broker.update_run(run_id, status=RunStatus.running)
-        result = loaded.agent.run_sync(prompt, **kwargs)
+        result = _run_sync(self._drive(run_id, round_no, loaded, prompt, kwargs))
         output = result.output
         if isinstance(output, DeferredToolRequests):
             return self._pause(run_id, round_no + 1, loaded, output, result.all_messages())
@@ -176,6 +288,41 @@ class AgentRunner:
             error="",
         )
         return RunStatus.finished.value
+
+    async def _drive(
+        self,
+        run_id: str,
+        round_no: int,
+        loaded: LoadedAgent,
+        prompt: str | None,
+        kwargs: dict[str, Any],
+    ) -> AgentRunResult[Any]:
+        """Run the agent to its end, saving a marker before and a checkpoint after tool steps."""
+        async with loaded.agent.iter(prompt, **kwargs) as agent_run:
+            node = agent_run.next_node
+            while not isinstance(node, End):
+                if not (isinstance(node, CallToolsNode) and _may_run_tools(agent_run, node)):
+                    node = await agent_run.next(node)
+                    continue
+                marker = Pause(round_no, _json_messages(agent_run.all_messages()), stage=TOOLS)
+                self.broker.save_messages(run_id, marker.dump())
+                try:
+                    node = await agent_run.next(node)
+                except Exception as exc:
+                    if not is_transient(exc):
+                        raise
+                    raise RunFailed(
+                        f"{describe(exc)} (raised while the tools of round {round_no} ran; they "
+                        "are not run a second time, so the run was stopped)"
+                    ) from exc
+                if isinstance(node, ModelRequestNode):  # the tools returned; the model is next
+                    messages = [*agent_run.all_messages(), node.request]
+                    checkpoint = Pause(round_no, _json_messages(messages), stage=CONTINUE)
+                    self.broker.save_messages(run_id, checkpoint.dump())
+            result = agent_run.result
+        if result is None:  # pragma: no cover - an End node always carries the result
+            raise RunFailed(f"the agent of run {run_id} ended without a result")
+        return result
 
     def _pause(
         self,
@@ -191,16 +338,17 @@ class AgentRunner:
                 f"agent {loaded.name!r} asked for decisions again after {limit} rounds "
                 f"(max_rounds = {limit}); the run was stopped"
             )
-        calls = new_requests(output, loaded.spec, messages)
+        queues = self.broker.config.queues
+        calls = new_requests(output, loaded.spec, messages, queues=queues)
         for call in calls:
-            if call.queue not in self.broker.config.queues:
+            if call.queue not in queues:
                 raise RunFailed(
                     f"tool {call.tool_name!r} routes its request to queue {call.queue!r}, "
                     "which is not defined"
                 )
         pause = Pause(
             round=next_round,
-            messages=json.loads(ModelMessagesTypeAdapter.dump_json(messages)),
+            messages=_json_messages(messages),
             calls=[c.model_dump(mode="json") for c in calls],
         )
         self.broker.save_messages(run_id, pause.dump())

@@ -4,6 +4,11 @@ A run is started by enqueueing the agent job by name (`workers.jobs.run_agent`) 
 queue `agent-runs` with RQ's JSON serializer; the broker never imports worker code. A fully
 answered round is resumed by `workers.jobs.resume_agent` under the job id
 `resume-{run_id}-{round}`, so the same round can never be enqueued twice.
+
+Every job carries `on_failure=Callback("workers.jobs.mark_failed")`: when its last attempt ends
+without the runner recording the outcome (RQ finds it abandoned, or recording failed), the run
+is failed instead of staying `running`. A work horse killed outright (SIGKILL, out of memory)
+runs no callback; the worker's `work_horse_killed_handler` covers that (workers/worker.py).
 """
 
 from __future__ import annotations
@@ -12,7 +17,7 @@ import json
 import time
 from typing import Any
 
-from rq import Queue, Retry
+from rq import Callback, Queue, Retry
 from rq.exceptions import DuplicateJobError
 from rq.serializers import JSONSerializer
 
@@ -23,6 +28,7 @@ from broker.models import Run, RunStatus
 RUN_QUEUE = "agent-runs"
 RUN_JOB = "workers.jobs.run_agent"
 RESUME_JOB = "workers.jobs.resume_agent"
+FAILURE_CALLBACK = "workers.jobs.mark_failed"
 FINAL = (RunStatus.finished, RunStatus.failed)
 
 RETRY_INTERVALS: list[int] = [2, 10, 60]
@@ -51,6 +57,7 @@ def _job_options(job_id: str) -> dict[str, Any]:
         "job_timeout": JOB_TIMEOUT_S,
         "result_ttl": JOB_RESULT_TTL_S,
         "failure_ttl": JOB_RESULT_TTL_S,
+        "on_failure": Callback(FAILURE_CALLBACK),
     }
 
 

@@ -12,7 +12,9 @@ away until it pauses again or ends. So a test reads like the flow it checks::
     run = ab.approve(request.id, by="alice")
     assert run.status == "finished"
 
-This is the one module of `broker` that uses `workers` code: it stands in for the worker fleet.
+It stands in for the worker fleet with the very code the fleet runs: the runner
+(`broker.runner`), the outbox step (`broker.outbox`) and the pending-call and result mapping;
+nothing from `workers` is imported, and fakeredis is used here only.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ import fakeredis
 from rq.job import Job, JobStatus
 from rq.serializers import JSONSerializer
 
-from broker.agents import DepsFactory, LocalAgents, register_agent
+from broker.agents import DepsFactory, LocalAgents, register_agent, unregister_agent
 from broker.client import Broker
 from broker.config import AgentConfig, Config, parse_config
 from broker.models import Decision, Outcome, Request, Run, Status
@@ -104,6 +106,10 @@ class InMemoryBroker(Broker):
             max_rounds=max_rounds,
             local=self.local_agents,
         )
+
+    def unregister_agent(self, name: str) -> None:
+        """Forget an agent registered with `register_agent` (object and factory included)."""
+        unregister_agent(self, name, local=self.local_agents)
 
     def start_run(self, agent: str, prompt: str, *, deps: Any = None) -> Run:
         """Start a run; with `autorun` it has already run until it paused or ended."""

@@ -10,6 +10,7 @@ from collections.abc import Iterator
 
 import pytest
 from redis import Redis
+from redis.exceptions import ResponseError
 from rq import SimpleWorker
 from rq.serializers import JSONSerializer
 
@@ -191,3 +192,97 @@ def test_run_resumer_role_stops_on_request(
         thread.join(10)
     assert not thread.is_alive()
     assert "resumer ready" in capsys.readouterr().out
+
+
+def _outbox(broker: Broker, *run_ids: str) -> list[str]:
+    ids = [broker.redis.xadd(broker.keys.resumes, {"run_id": r, "round": "1"}).decode() for r in run_ids]  # fmt: skip
+    return ids
+
+
+def test_a_poison_entry_does_not_stall_the_others_and_is_dead_lettered_after_five_tries(
+    broker: Broker, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    poison, good, other = (broker.create_run("refunds", "p").id for _ in range(3))
+    _outbox(broker, poison, good, other)
+    real_enqueue = outbox.enqueue_resume
+
+    def enqueue(b: Broker, run_id: str, round_no: int) -> bool:
+        if run_id == poison:
+            raise RuntimeError("job payload too large")
+        return real_enqueue(b, run_id, round_no)
+
+    monkeypatch.setattr(outbox, "enqueue_resume", enqueue)
+    resumer = Resumer(broker, consumer="r", min_idle_ms=0, block_ms=None)
+    assert [h.action for h in resumer.run_once()] == ["failed", "enqueued", "enqueued"]
+    assert sorted(run_queue(broker).job_ids) == sorted([resume_job_id(good, 1), resume_job_id(other, 1)])  # fmt: skip
+
+    rounds = [[h.action for h in resumer.run_once()] for _ in range(4)]  # reclaimed each time
+    assert rounds == [["failed"], ["failed"], ["failed"], ["dead-lettered"]]
+    [(_, letter)] = broker.dead_letters()
+    assert letter["error"] == (
+        "outbox entry delivered 5 times without success; "
+        "last error: RuntimeError: job payload too large"
+    )
+    assert letter["f.run_id"] == poison  # can be re-driven once fixed
+    assert pending_entries(broker) == 0
+    assert resumer.run_once() == []
+
+
+def test_an_entry_that_keeps_killing_resumers_is_dead_lettered_unhandled(
+    broker: Broker, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    run_id = broker.create_run("refunds", "p").id
+    broker.ensure_group(broker.keys.resumes, RESUMER_GROUP)
+    [entry] = _outbox(broker, run_id)
+    for i in range(6):  # six resumers took it and died before acknowledging it
+        broker.redis.xautoclaim(broker.keys.resumes, RESUMER_GROUP, f"dead{i}", 0, "0-0")
+        if i == 0:
+            broker.redis.xreadgroup(RESUMER_GROUP, "dead0", {broker.keys.resumes: ">"})
+
+    def must_not_run(*args: object) -> bool:
+        raise AssertionError("the entry was handled again")
+
+    monkeypatch.setattr(outbox, "enqueue_resume", must_not_run)
+    [handled] = Resumer(broker, consumer="r", min_idle_ms=0, block_ms=None).run_once()
+    assert (handled.entry_id, handled.action) == (entry, "dead-lettered")
+    [(_, letter)] = broker.dead_letters()
+    assert letter["error"].endswith("without success; it was never acknowledged")
+    assert pending_entries(broker) == 0
+
+
+def test_the_group_is_created_once_and_again_only_if_it_disappears(
+    broker: Broker, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    calls: list[str] = []
+    real_ensure = broker.ensure_group
+
+    def ensure(stream: str, group: str) -> None:
+        calls.append(group)
+        real_ensure(stream, group)
+
+    monkeypatch.setattr(broker, "ensure_group", ensure)
+    resumer = Resumer(broker, consumer="r", block_ms=None)
+    for _ in range(3):
+        assert resumer.run_once() == []
+    assert calls == [RESUMER_GROUP]
+
+    broker.redis.delete(broker.keys.resumes)  # e.g. a flushed Redis: the group is gone
+    with pytest.raises(ResponseError, match="NOGROUP"):
+        resumer.run_once()
+    run_id = broker.create_run("refunds", "p").id
+    _outbox(broker, run_id)  # written again after the flush, before the group is back
+    assert [h.action for h in resumer.run_once()] == ["enqueued"]
+    assert calls == [RESUMER_GROUP, RESUMER_GROUP]
+
+
+def test_entries_deleted_while_pending_are_acknowledged_and_skipped(broker: Broker) -> None:
+    gone, kept = (broker.create_run("refunds", "p").id for _ in range(2))
+    broker.ensure_group(broker.keys.resumes, RESUMER_GROUP)
+    gone_entry, _ = _outbox(broker, gone, kept)
+    broker.redis.xreadgroup(RESUMER_GROUP, "dead", {broker.keys.resumes: ">"})  # then it died
+    broker.redis.xdel(broker.keys.resumes, gone_entry)  # Redis 6.2 claims it back without an id
+
+    handled = Resumer(broker, consumer="r", min_idle_ms=0, block_ms=None).run_once()
+    assert [(h.run_id, h.action) for h in handled] == [(kept, "enqueued")]
+    assert pending_entries(broker) == 0
+    assert run_queue(broker).job_ids == [resume_job_id(kept, 1)]

@@ -3,13 +3,21 @@
 from __future__ import annotations
 
 import multiprocessing
+import multiprocessing.synchronize
+import os
+import signal
+import subprocess
+import sys
 import threading
 import time
+from pathlib import Path
+from typing import Any
 
 import pytest
 from redis import Redis
+from redis.exceptions import ConnectionError as RedisConnectionError
 
-from broker.client import Broker
+from broker.client import Broker, SweepResult
 from broker.config import parse_config
 from broker.models import NewRequest, Status
 from tests.conftest import wait_for
@@ -98,9 +106,19 @@ def test_sweep_leaves_requests_not_yet_due(chain_broker: Broker):
     assert broker.get_request(later.id).queue == "default"
 
 
-def _sweep_in_process(url: str, at: float, out: multiprocessing.Queue) -> None:
+def _sweep_in_process(
+    url: str,
+    at: float,
+    ready: multiprocessing.synchronize.Event,
+    go: multiprocessing.synchronize.Event,
+    out: multiprocessing.Queue,
+) -> None:
+    """Child: import and connect first, then wait for the start signal, so the three race."""
     broker = Broker(Redis.from_url(url), parse_config(CHAIN), prefix="t:")
-    out.put([(r.request_id, r.action) for r in sweep_due(broker, now=at, batch=50)])
+    broker.redis.ping()
+    ready.set()
+    go.wait(30)
+    out.put([(r.request_id, r.action) for r in sweep_due(broker, now=at, batch=20)])
 
 
 def test_three_sweeper_processes_handle_each_due_request_once(chain_broker: Broker, redis_url: str):
@@ -114,12 +132,24 @@ def test_three_sweeper_processes_handle_each_due_request_once(chain_broker: Brok
     at = time.time() + 1  # everything is due then, nothing after it moved
     ctx = multiprocessing.get_context("spawn")
     out: multiprocessing.Queue = ctx.Queue()
-    procs = [ctx.Process(target=_sweep_in_process, args=(redis_url, at, out)) for _ in range(3)]
+    go = ctx.Event()
+    readies = [ctx.Event() for _ in range(3)]
+    procs = [
+        ctx.Process(target=_sweep_in_process, args=(redis_url, at, ready, go, out))
+        for ready in readies
+    ]
     for p in procs:
         p.start()
-    results = [item for _ in procs for item in out.get(timeout=60)]
-    for p in procs:
-        p.join(timeout=30)
+    try:
+        for ready in readies:
+            assert ready.wait(60), "a sweeper process never got ready"
+        go.set()
+        per_process = [out.get(timeout=60) for _ in procs]
+    finally:
+        for p in procs:
+            p.join(timeout=30)
+    assert all(per_process), [len(r) for r in per_process]  # each one really took part
+    results = [item for handled in per_process for item in handled]
     ids = [rid for rid, _ in results]
     assert len(ids) == n and len(set(ids)) == n
     assert sum(a == "timed_out" for _, a in results) == n // 3
@@ -127,3 +157,56 @@ def test_three_sweeper_processes_handle_each_due_request_once(chain_broker: Brok
         types = [t for t, _ in events(broker, queue)]
         assert types.count("approval.timed_out") == (n // 3 if queue == "managers" else 0)
     assert broker.redis.zcount(broker.keys.expiry, "-inf", at) == 0
+
+
+def test_sweeper_keeps_going_after_redis_errors(
+    chain_broker: Broker, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    broker = chain_broker
+    request = broker.create_request(NewRequest(tool_name="t"))  # due in 0.3 s
+    real_sweep = broker.sweep
+    outage = {"left": 2}
+
+    def flaky_sweep(**kwargs: Any) -> list[SweepResult]:
+        if outage["left"]:
+            outage["left"] -= 1
+            raise RedisConnectionError("Redis is loading the dataset in memory")
+        return real_sweep(**kwargs)
+
+    monkeypatch.setattr(broker, "sweep", flaky_sweep)
+    stop = threading.Event()
+    sweeper = threading.Thread(
+        target=sweep_forever,
+        args=(broker, stop),
+        kwargs={"interval": 0.05, "error_pause": 0.05},
+    )
+    sweeper.start()
+    try:
+        wait_for(lambda: broker.get_request(request.id).queue == "leads")
+    finally:
+        stop.set()
+        sweeper.join(10)
+    assert outage["left"] == 0 and not sweeper.is_alive()
+
+
+def test_sweeper_role_stops_cleanly_on_sigterm(redis_url: str, tmp_path: Path) -> None:
+    env = {
+        **os.environ,
+        "APPROVAL_BROKER_REDIS_URL": redis_url,
+        "APPROVAL_BROKER_KEY_PREFIX": "t:",
+        "PYTHONUNBUFFERED": "1",
+    }
+    log_path = tmp_path / "sweeper.log"
+    with log_path.open("w") as log:
+        cli = Path(sys.executable).parent / "approval-broker"
+        process = subprocess.Popen(
+            [str(cli), "sweeper"], env=env, stdout=log, stderr=subprocess.STDOUT
+        )
+        try:
+            wait_for(lambda: "sweeper watching" in log_path.read_text(), timeout=30)
+            process.send_signal(signal.SIGTERM)
+            assert process.wait(10) == 0  # finished its sweep and left, not killed mid-step
+        finally:
+            if process.poll() is None:
+                process.kill()
+                process.wait()

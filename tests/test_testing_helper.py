@@ -82,3 +82,17 @@ def test_each_in_memory_broker_is_separate() -> None:
     one.start_run("refunds", "Refund $120 on order A103 because the floor is torn.")
     assert len(one.pending()) == 1
     assert two.pending() == []
+
+
+def _says(text: str) -> Agent[None, str]:
+    return Agent(FunctionModel(lambda messages, info: ModelResponse(parts=[TextPart(text)])))
+
+
+def test_registering_a_name_again_runs_the_new_agent() -> None:
+    ab = InMemoryBroker()
+    ab.register_agent("greeter", _says("hello"))
+    assert ab.start_run("greeter", "hi").output == "hello"
+    ab.register_agent("greeter", _says("good morning"))
+    assert ab.start_run("greeter", "hi").output == "good morning"
+    ab.unregister_agent("greeter")
+    assert ab.local_agents.get(ab.keys.prefix, "greeter") is None

@@ -229,13 +229,15 @@ def test_transient_model_error_is_retried_with_back_off(
     register_agent(broker, "flaky", "tests.test_workers_support:flaky_agent")
     monkeypatch.setitem(FLAKY, "failures_left", 1)
     run = start_run(broker, "flaky", "hello")
+    before = time.time()
     fleet.work()
 
     queue = run_queue(broker)
     scheduled = queue.scheduled_job_registry
     assert scheduled.get_job_ids() == [f"run-{run.id}-0"]  # not failed: waiting to retry
-    delay = scheduled.get_scheduled_time(f"run-{run.id}-0").timestamp() - time.time()
-    assert delay > 1  # back-off, not an immediate retry
+    # RQ keeps whole seconds: failed at t >= before, due at floor(t + 2) >= before + 1
+    due = scheduled.get_scheduled_time(f"run-{run.id}-0").timestamp()
+    assert due >= before + 1  # back-off, not an immediate retry
     assert broker.get_run(run.id).status is RunStatus.running
 
     job = queue.fetch_job(f"run-{run.id}-0")

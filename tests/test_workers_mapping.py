@@ -6,24 +6,33 @@ from datetime import UTC, datetime
 from typing import Any
 
 import pytest
-from pydantic_ai import DeferredToolRequests, ToolApproved, ToolDenied, ToolFailed
+from pydantic_ai import (
+    Agent,
+    ApprovalRequired,
+    DeferredToolRequests,
+    ToolApproved,
+    ToolDenied,
+    ToolFailed,
+)
 from pydantic_ai.exceptions import (
     ModelAuthenticationError,
     ModelHTTPError,
     ModelRateLimitError,
     UnexpectedModelBehavior,
 )
-from pydantic_ai.messages import ModelResponse, ToolCallPart
+from pydantic_ai.messages import ModelResponse, TextPart, ToolCallPart
+from pydantic_ai.models.function import FunctionModel
 from redis.exceptions import ConnectionError as RedisConnectionError
 
-from broker.agents import register_agent
+from broker.agents import LocalAgents, register_agent
 from broker.client import Broker
 from broker.config import AgentConfig
 from broker.models import Decision, Request, RunStatus, Status, args_hash
-from broker.pending_calls import new_requests
+from broker.pending_calls import BadCallMetadata, new_requests
 from broker.results import RoundNotReady, results_for
 from broker.runner import AgentRunner, is_transient
 from broker.runs import start_run
+from broker.testing import SyncWorker
 
 NOW = datetime(2030, 1, 1, tzinfo=UTC)
 
@@ -195,3 +204,84 @@ def test_final_attempt_of_a_transient_error_fails_the_run(
     monkeypatch.setattr(broker, "create_round", redis_gone)
     assert AgentRunner(broker).advance(run.id, 0, final_attempt=True) == "failed"
     assert broker.get_run(run.id).error == "ConnectionError: connection reset"
+
+
+def _one_call(metadata: dict[str, Any]) -> DeferredToolRequests:
+    return DeferredToolRequests(
+        approvals=[ToolCallPart("pay", {"amount": 5}, tool_call_id="p")], metadata={"p": metadata}
+    )
+
+
+SPEC = AgentConfig(path="m:a", queue="default", tool_queues={"pay": "managers"})
+
+
+@pytest.mark.parametrize("bad", [True, False, 0, -5, float("nan"), float("inf"), "30", 10**9])
+def test_a_bad_timeout_is_ignored_with_a_warning(
+    bad: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    [call] = new_requests(_one_call({"timeout_s": bad}), SPEC)
+    assert call.timeout_s is None  # the queue's timeout applies
+    assert f"ignoring timeout_s={bad!r}" in caplog.text
+
+
+def test_a_good_timeout_and_roles_are_kept() -> None:
+    [call] = new_requests(_one_call({"timeout_s": 90, "allowed_roles": ["finance"]}), SPEC)
+    assert (call.timeout_s, call.allowed_roles) == (90.0, ["finance"])
+
+
+@pytest.mark.parametrize("bad", ["finance", 3, {"finance": True}, [3, None], [""]])
+def test_roles_that_name_no_role_fail_rather_than_open_the_request(bad: Any) -> None:
+    with pytest.raises(BadCallMetadata, match="allowed_roles"):
+        new_requests(_one_call({"allowed_roles": bad}), SPEC)
+
+
+def test_a_queue_that_is_not_defined_fails_and_a_non_name_is_ignored(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    queues = {"default", "managers"}
+    with pytest.raises(BadCallMetadata, match="queue 'nowhere', which is not defined"):
+        new_requests(_one_call({"queue": "nowhere"}), SPEC, queues=queues)
+    [call] = new_requests(_one_call({"queue": 7}), SPEC, queues=queues)
+    assert call.queue == "managers"  # the agent's queue for this tool
+    assert "ignoring queue=7" in caplog.text
+
+
+def _metadata_agent(metadata: dict[str, Any]) -> Agent[None, str | DeferredToolRequests]:
+    def script(messages: list[Any], info: Any) -> ModelResponse:
+        if len(messages) == 1:
+            return ModelResponse(parts=[ToolCallPart("pay", {"amount": 5})])
+        return ModelResponse(parts=[TextPart("done")])
+
+    agent = Agent(FunctionModel(script), output_type=[str, DeferredToolRequests])
+
+    @agent.tool_plain
+    def pay(amount: int) -> str:
+        raise ApprovalRequired(metadata=metadata)
+
+    return agent
+
+
+def _run_with(broker: Broker, metadata: dict[str, Any]) -> Any:
+    local = LocalAgents()
+    register_agent(broker, "meta", _metadata_agent(metadata), local=local)
+    run = start_run(broker, "meta", "pay")
+    SyncWorker(broker, local).work()
+    return broker.get_run(run.id)
+
+
+def test_a_run_whose_tool_asks_for_a_zero_timeout_waits_for_the_queues(broker: Broker) -> None:
+    run = _run_with(broker, {"timeout_s": 0})
+    assert run.status is RunStatus.waiting, run.error
+    [request] = broker.get_requests(run.pending)
+    waited = (request.expires_at - request.created_at).total_seconds()
+    assert waited == pytest.approx(600, abs=1)  # the `default` queue's timeout
+
+
+def test_a_run_whose_tool_names_an_unknown_queue_fails_clearly(broker: Broker) -> None:
+    run = _run_with(broker, {"queue": "nowhere"})
+    assert run.status is RunStatus.failed
+    assert run.error == (
+        "tool 'pay' routes its request to queue 'nowhere', which is not defined "
+        "(known: default, managers)"
+    )
+    assert broker.list_requests() == []

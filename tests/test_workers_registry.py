@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import pytest
+from pydantic_ai import Agent
+from pydantic_ai.messages import ModelResponse, TextPart
+from pydantic_ai.models.function import FunctionModel
 from redis import Redis
 
 from broker.agent_loader import AgentLoadError, load_agent
-from broker.agents import agent_spec, register_agent, unregister_agent
+from broker.agents import LocalAgents, agent_spec, register_agent, unregister_agent
 from broker.client import Broker
 from broker.config import Config, parse_config
 from broker.errors import InvalidInput, NotFound
@@ -114,3 +117,41 @@ def test_agents_that_cannot_be_loaded_say_why(
     with pytest.raises(AgentLoadError, match=message):
         load_agent(broker, "x")
     assert any(message in p for p in preload(broker))  # the worker warns at start
+
+
+def test_registering_again_replaces_the_in_process_agent(broker: Broker) -> None:
+    from workers.demo import agent as demo_agent
+
+    local = LocalAgents()
+    inline = Agent(FunctionModel(lambda messages, info: ModelResponse(parts=[TextPart("hi")])))
+    register_agent(broker, "x", inline, deps=lambda ctx: "inline deps", local=local)
+    assert load_agent(broker, "x", local).agent is inline
+
+    register_agent(broker, "x", "workers.demo:agent", deps="workers.demo:make_deps", local=local)
+    loaded = load_agent(broker, "x", local)
+    assert loaded.agent is demo_agent  # not the object registered before
+    from workers.demo import make_deps
+
+    assert loaded.deps_factory is make_deps
+
+    register_agent(broker, "x", inline, local=local)
+    unregister_agent(broker, "x", local=local)
+    assert local.get(broker.keys.prefix, "x") is None
+    with pytest.raises(NotFound):
+        load_agent(broker, "x", local)
+
+
+def test_an_agent_that_cannot_pause_is_refused_before_any_run(broker: Broker, redis: Redis) -> None:
+    from tests.test_workers_support import validated_agent
+
+    with pytest.raises(InvalidInput, match="has output validators but its output_type") as err:
+        register_agent(broker, "v", validated_agent, local=LocalAgents())
+    assert err.value.code == "agent_cannot_pause"
+    assert "v" not in known_agents(broker)
+
+    config = parse_config({"agents": {"v": {"path": "tests.test_workers_support:validated_agent"}}})
+    from_config = Broker(redis, config, prefix="t:")
+    [problem] = preload(from_config)  # the worker says so when it starts
+    assert "DeferredToolRequests" in problem and "'v'" in problem
+    with pytest.raises(AgentLoadError, match="can't pause for a decision"):
+        load_agent(from_config, "v")

@@ -8,9 +8,12 @@ recorded in Redis, so a test sees it whichever process ran the tool.
 from __future__ import annotations
 
 import json
+import os
+import signal
 from dataclasses import dataclass
 from typing import Any
 
+import httpx
 from pydantic_ai import Agent, ApprovalRequired, CallDeferred, DeferredToolRequests, RunContext
 from pydantic_ai.exceptions import ModelHTTPError
 from pydantic_ai.messages import (
@@ -171,3 +174,115 @@ def _broken_script(messages: list[ModelMessage], info: AgentInfo) -> ModelRespon
 
 
 broken_agent = Agent(FunctionModel(_broken_script))
+
+
+# ---- tools with effects, and a model that fails once after they ran ------------------------------
+
+FAIL_AFTER = {"note": 0, "pay": 0}
+"""How many times the model raises a 503 right after `note` (or `pay`) returned."""
+
+
+def _effects_script(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+    done = {r.tool_name: r for r in _returns(messages)}
+    if "note" not in done:
+        return ModelResponse(parts=[ToolCallPart("note", {"text": "customer called"})])
+    if "pay" not in done:
+        if FAIL_AFTER["note"] > 0:
+            FAIL_AFTER["note"] -= 1
+            raise ModelHTTPError(503, "effects-model", {"error": "overloaded"})
+        return ModelResponse(parts=[ToolCallPart("pay", {"amount": 5})])
+    if FAIL_AFTER["pay"] > 0:
+        FAIL_AFTER["pay"] -= 1
+        raise ModelHTTPError(503, "effects-model", {"error": "overloaded"})
+    return _final(f"note={done['note'].content}; pay={done['pay'].outcome}:{done['pay'].content}")
+
+
+effects_agent = Agent(
+    FunctionModel(_effects_script), deps_type=Recorder, output_type=[str, DeferredToolRequests]
+)
+
+
+@effects_agent.tool
+def note(ctx: RunContext[Recorder], text: str) -> str:
+    """Needs no approval: runs as soon as the model asks."""
+    ctx.deps.add({"tool": "note", "call": ctx.tool_call_id})
+    return "noted"
+
+
+@effects_agent.tool
+def pay(ctx: RunContext[Recorder], amount: int) -> str:
+    """Needs a person's approval first."""
+    if not ctx.tool_call_approved:
+        raise ApprovalRequired()
+    ctx.deps.add({"tool": "pay", "call": ctx.tool_call_id})
+    return f"paid {amount}"
+
+
+# ---- a tool that loses its network after it had its effect -----------------------------------
+
+
+def _drop_script(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+    if not _returns(messages):
+        return ModelResponse(parts=[ToolCallPart("send", {"to": "ann"})])
+    return _final("sent")
+
+
+drop_agent = Agent(FunctionModel(_drop_script), deps_type=Recorder)
+
+
+@drop_agent.tool
+def send(ctx: RunContext[Recorder], to: str) -> str:
+    ctx.deps.add({"tool": "send", "to": to})
+    raise httpx.ConnectError("connection reset while reading the reply")
+
+
+# ---- work horses that die: SIGKILL, as the OOM killer sends it ----------------------------------
+
+TEST_PROCESS = os.getpid()
+"""The process that imported this module first; only other processes (forked horses) die."""
+
+
+def die_if_forked() -> None:
+    if os.getpid() == TEST_PROCESS:
+        raise RuntimeError("refusing to SIGKILL the test process itself")
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+def _kill_script(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+    die_if_forked()
+    raise AssertionError("unreachable")
+
+
+killed_agent = Agent(FunctionModel(_kill_script), output_type=[str, DeferredToolRequests])
+
+
+def _dying_tool_script(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+    if not _returns(messages):
+        return ModelResponse(parts=[ToolCallPart("ship", {"order": "A1"})])
+    return _final("shipped")
+
+
+dying_tool_agent = Agent(FunctionModel(_dying_tool_script), deps_type=Recorder)
+
+
+@dying_tool_agent.tool
+def ship(ctx: RunContext[Recorder], order: str) -> str:
+    """Has its effect, then the horse is killed before the result is saved."""
+    ctx.deps.add({"tool": "ship", "order": order})
+    die_if_forked()
+    return "shipped"
+
+
+# ---- an agent that can't pause: output validators, and no DeferredToolRequests -------------------
+
+validated_agent = Agent(FunctionModel(_ask_script))
+
+
+@validated_agent.output_validator
+def _non_empty(output: str) -> str:
+    return output
+
+
+@validated_agent.tool_plain
+def ask_validated(question: str) -> str:
+    raise CallDeferred(kind="question")

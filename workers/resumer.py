@@ -8,8 +8,6 @@ from __future__ import annotations
 import signal
 import threading
 
-from redis import Redis
-
 from broker.client import Broker
 from broker.config import Config, Settings
 from broker.outbox import Resumer
@@ -19,8 +17,7 @@ __all__ = ["Resumer", "run_resumer"]
 
 def run_resumer(settings: Settings, config: Config, *, stop: threading.Event | None = None) -> None:
     """The `approval-broker resumer` role: runs until SIGINT/SIGTERM (or `stop` is set)."""
-    assert settings.redis_url, "the CLI fills in redis_url"
-    broker = Broker(Redis.from_url(settings.redis_url), config, prefix=settings.key_prefix)
+    broker = Broker.from_settings(settings, config)
     stop = stop or threading.Event()
     resumer = Resumer(broker)
     print(f"resumer ready on {broker.keys.resumes} as {resumer.consumer}", flush=True)

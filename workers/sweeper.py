@@ -2,21 +2,26 @@
 
 Due requests are found through the expiry ZSET in batches (cost grows with what is due, not with
 what is pending). Each batch is one atomic Lua step, so any number of sweepers can run at once
-without handling a request twice.
+without handling a request twice. A failed sweep (Redis restarting, say) is logged and tried
+again after a pause; only `stop` (SIGTERM/SIGINT for the role) ends the loop.
 """
 
 from __future__ import annotations
 
+import logging
+import signal
 import threading
 import time
 from collections.abc import Callable
 
-from redis import Redis
-
 from broker.client import Broker, SweepResult
 from broker.config import Config, Settings
 
+log = logging.getLogger("workers.sweeper")
+
 BATCH = 200
+ERROR_PAUSE_S = 1.0
+"""How long the loop waits after a failed sweep before trying again."""
 
 
 def sweep_due(broker: Broker, *, now: float | None = None, batch: int = BATCH) -> list[SweepResult]:
@@ -41,20 +46,35 @@ def sweep_forever(
     *,
     interval: float = 0.25,
     report: Callable[[list[SweepResult]], None] | None = None,
+    batch: int = BATCH,
+    error_pause: float = ERROR_PAUSE_S,
 ) -> None:
     """Sweep until `stop` is set, waking at the next expiry or every `interval` seconds."""
     while not stop.is_set():
-        results = sweep_due(broker)
-        if results and report:
-            report(results)
-        wait = next_due_in(broker)
+        try:
+            results = sweep_due(broker, batch=batch)
+            if results and report:
+                report(results)
+            wait = next_due_in(broker)
+        except Exception:  # noqa: BLE001 - a Redis hiccup must not end the loop
+            log.exception("sweeper: sweeping failed; trying again in %ss", error_pause)
+            stop.wait(error_pause)
+            continue
         stop.wait(interval if wait is None else min(interval, max(wait, 0.0)))
 
 
-def run_sweeper(settings: Settings, config: Config, *, interval: float = 0.25) -> None:
-    """The `approval-broker sweeper` role."""
-    broker = Broker(Redis.from_url(settings.redis_url or ""), config, prefix=settings.key_prefix)
-    stop = threading.Event()
+def run_sweeper(
+    settings: Settings,
+    config: Config,
+    *,
+    interval: float = 0.25,
+    stop: threading.Event | None = None,
+) -> None:
+    """The `approval-broker sweeper` role: runs until SIGTERM or SIGINT (or `stop` is set)."""
+    broker = Broker.from_settings(settings, config)
+    stop = stop or threading.Event()
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, lambda *_: stop.set())
 
     def report(results: list[SweepResult]) -> None:
         escalated = sum(r.action == "escalated" for r in results)

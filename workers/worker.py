@@ -1,14 +1,14 @@
 """The `approval-broker worker` role: an RQ worker on queue `agent-runs`, plus the resumer.
 
 Each job runs in a forked work horse (RQ's default), so an agent that crashes or hangs takes
-down only its own job. The scheduler is on, so retries with back-off come back on time.
+down only its own job; a horse that dies on its job's last attempt fails the run
+(`workers.jobs.horse_killed`). The scheduler is on, so retries with back-off come back on time.
 """
 
 from __future__ import annotations
 
 import threading
 
-from redis import Redis
 from rq import Worker
 from rq.serializers import JSONSerializer
 
@@ -22,7 +22,12 @@ from workers.resumer import Resumer
 
 
 def make_worker(broker: Broker, worker_class: type[Worker] = Worker) -> Worker:
-    return worker_class([RUN_QUEUE], connection=broker.redis, serializer=JSONSerializer)
+    return worker_class(
+        [RUN_QUEUE],
+        connection=broker.redis,
+        serializer=JSONSerializer,
+        work_horse_killed_handler=jobs.horse_killed,
+    )
 
 
 def preload(broker: Broker) -> list[str]:
@@ -41,17 +46,13 @@ def preload(broker: Broker) -> list[str]:
 
 def run_worker(settings: Settings, config: Config, *, with_resumer: bool, burst: bool) -> None:
     """Work jobs until stopped (SIGINT/SIGTERM), or until the queue is empty with `burst`."""
-    assert settings.redis_url, "the CLI fills in redis_url"
-    broker = Broker(Redis.from_url(settings.redis_url), config, prefix=settings.key_prefix)
+    broker = Broker.from_settings(settings, config)
     jobs.bind(broker)
     stop = threading.Event()
     thread: threading.Thread | None = None
     if with_resumer:
         # its own connection: the work horse is forked while this thread may hold the pool
-        resumer_broker = Broker(
-            Redis.from_url(settings.redis_url), config, prefix=settings.key_prefix
-        )
-        resumer = Resumer(resumer_broker)
+        resumer = Resumer(Broker.from_settings(settings, config))
         thread = threading.Thread(
             target=resumer.run_forever, args=(stop,), name="resumer", daemon=True
         )

@@ -1,0 +1,210 @@
+"""Retries never run a tool twice, and a job that dies never leaves its run `running`.
+
+The scripted agents record every tool execution in Redis, so each test counts what really
+happened. Retries are made due at once (as RQ's scheduler does after the back-off).
+"""
+
+from __future__ import annotations
+
+import signal
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from redis.exceptions import ConnectionError as RedisConnectionError
+from rq.job import Job
+
+from broker.agents import register_agent
+from broker.client import Broker
+from broker.models import Decision, RunStatus
+from broker.runner import AgentRunner
+from broker.runs import resume_job_id, run_job_id, run_queue, start_run
+from tests.test_workers_e2e import Fleet
+from tests.test_workers_support import FAIL_AFTER, Recorder, recorder_for
+from workers import jobs
+from workers.worker import make_worker
+
+SUPPORT = "tests.test_workers_support"
+
+
+@pytest.fixture
+def fleet(broker: Broker) -> Iterator[Fleet]:
+    handlers = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    jobs.bind(broker)
+    yield Fleet(broker)
+    jobs.bind(None)
+    for s, handler in handlers.items():
+        signal.signal(s, handler)
+
+
+@pytest.fixture
+def tools(broker: Broker) -> Recorder:
+    for name in ("effects", "drop", "dying_tool", "killed"):
+        register_agent(broker, name, f"{SUPPORT}:{name}_agent", deps=f"{SUPPORT}:make_recorder")
+    return recorder_for(broker.redis, broker.keys.prefix)
+
+
+def ran(recorder: Recorder) -> list[str]:
+    return [c["tool"] for c in recorder.all()]
+
+
+def retry_now(broker: Broker, job_id: str) -> None:
+    """Move a job waiting out its retry back-off onto the queue, as the scheduler will."""
+    queue = run_queue(broker)
+    scheduled = queue.scheduled_job_registry
+    assert job_id in scheduled.get_job_ids(), "the job is not waiting for a retry"
+    job = queue.fetch_job(job_id)
+    assert job is not None
+    scheduled.remove(job)
+    queue.enqueue_job(job)
+
+
+def work_forked(broker: Broker) -> None:
+    """RQ's forking Worker, as `approval-broker worker` runs it, until the queue is empty."""
+    make_worker(broker).work(burst=True, logging_level="ERROR")
+
+
+def last_attempt(broker: Broker, job_id: str) -> None:
+    job = run_queue(broker).fetch_job(job_id)
+    assert job is not None
+    job.retries_left = 0
+    job.save()
+
+
+# ---- issue 1: checkpoints ----------------------------------------------------------------------
+
+
+def test_a_retry_after_a_round_zero_tool_ran_continues_without_running_it_again(
+    broker: Broker, fleet: Fleet, tools: Recorder, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setitem(FAIL_AFTER, "note", 1)  # the model's next call after `note` gets a 503
+    run = start_run(broker, "effects", "Take a note, then pay.")
+    fleet.work()
+    assert broker.get_run(run.id).status is RunStatus.running  # waiting for its retry
+    assert ran(tools) == ["note"]
+
+    retry_now(broker, run_job_id(run.id))
+    run = fleet.run(run.id)
+    assert run.status is RunStatus.waiting, run.error  # `pay` waits for a person
+    assert ran(tools) == ["note"]  # not run again by the retry
+
+
+def test_a_retry_after_an_approved_tool_ran_does_not_apply_the_decisions_again(
+    broker: Broker, fleet: Fleet, tools: Recorder, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    run = fleet.run(start_run(broker, "effects", "Take a note, then pay.").id)
+    [request] = broker.get_requests(run.pending)
+    assert request.tool_name == "pay"
+    monkeypatch.setitem(FAIL_AFTER, "pay", 1)  # the model's next call after `pay` gets a 503
+    broker.decide(request.id, Decision(outcome="approved"), decided_by="alice")
+    fleet.settle()
+    assert ran(tools) == ["note", "pay"]
+    assert broker.get_run(run.id).status is RunStatus.running  # waiting for its retry
+
+    retry_now(broker, resume_job_id(run.id, 1))
+    run = fleet.run(run.id)
+    assert run.status is RunStatus.finished, run.error
+    assert run.output == "note=noted; pay=success:paid 5"
+    assert ran(tools) == ["note", "pay"]  # each exactly once
+
+
+def test_a_tool_that_fails_after_its_effect_is_not_retried(
+    broker: Broker, fleet: Fleet, tools: Recorder
+) -> None:
+    run = fleet.run(start_run(broker, "drop", "Send it to Ann.").id)
+    assert run.status is RunStatus.failed
+    assert run.error is not None and run.error.startswith(
+        "ConnectError: connection reset while reading the reply (raised while the tools of "
+        "round 0 ran; they are not run a second time"
+    )
+    assert run_queue(broker).scheduled_job_registry.count == 0
+    assert ran(tools) == ["send"]
+
+
+def test_a_horse_killed_while_a_tool_ran_fails_the_run_on_retry_instead_of_rerunning(
+    broker: Broker, fleet: Fleet, tools: Recorder
+) -> None:
+    run = start_run(broker, "dying_tool", "Ship order A1.")
+    work_forked(broker)  # the horse dies right after `ship` had its effect
+    assert ran(tools) == ["ship"]
+    assert broker.get_run(run.id).status is RunStatus.running  # retries are left: not failed yet
+
+    retry_now(broker, run_job_id(run.id))
+    work_forked(broker)
+    run = broker.get_run(run.id)
+    assert run.status is RunStatus.failed
+    assert "interrupted in round 0 while its tools were running" in (run.error or "")
+    assert ran(tools) == ["ship"]
+
+
+# ---- issue 2: jobs that end without the runner ---------------------------------------------------
+
+
+def test_a_horse_killed_on_its_last_attempt_fails_the_run(
+    broker: Broker, fleet: Fleet, tools: Recorder
+) -> None:
+    run = start_run(broker, "killed", "anything")
+    last_attempt(broker, run_job_id(run.id))
+    work_forked(broker)
+    run = broker.get_run(run.id)
+    assert run.status is RunStatus.failed
+    assert run.error is not None and "died (signal 9" in run.error
+    assert run_queue(broker).failed_job_registry.get_job_ids() == [run_job_id(run.id)]
+
+
+def _abandon(broker: Broker, job_id: str) -> None:
+    """Leave the job in the started registry with a heartbeat long gone, then let RQ clean up."""
+    registry = run_queue(broker).started_job_registry
+    broker.redis.zadd(registry.key, {f"{job_id}:lost-execution": 1})
+    registry.cleanup()
+
+
+def test_an_abandoned_job_on_its_last_attempt_fails_the_run(
+    broker: Broker, fleet: Fleet, tools: Recorder
+) -> None:
+    run = start_run(broker, "effects", "Take a note, then pay.")
+    broker.update_run(run.id, status=RunStatus.running)  # as if a worker had started it
+    last_attempt(broker, run_job_id(run.id))
+    _abandon(broker, run_job_id(run.id))
+    run = broker.get_run(run.id)
+    assert run.status is RunStatus.failed
+    assert "abandoned" in (run.error or "")
+
+
+def test_an_abandoned_job_with_retries_left_is_retried_and_the_run_kept(
+    broker: Broker, fleet: Fleet, tools: Recorder
+) -> None:
+    run = start_run(broker, "effects", "Take a note, then pay.")
+    _abandon(broker, run_job_id(run.id))
+    assert broker.get_run(run.id).status is RunStatus.queued
+    assert run_job_id(run.id) in run_queue(broker).scheduled_job_registry.get_job_ids()
+
+
+def test_the_failure_callback_leaves_a_run_that_moved_on_alone(
+    broker: Broker, fleet: Fleet, tools: Recorder
+) -> None:
+    run = fleet.run(start_run(broker, "effects", "Take a note, then pay.").id)
+    assert run.status is RunStatus.waiting  # round 1 waits: the round-0 job is history
+    job = Job.fetch(run_job_id(run.id), connection=broker.redis, serializer=run_queue(broker).serializer)  # fmt: skip
+    job.retries_left = 0
+    jobs.mark_failed(job, broker.redis, RuntimeError, RuntimeError("late"), None)
+    assert broker.get_run(run.id).status is RunStatus.waiting
+
+
+def test_recording_a_failure_rides_out_a_short_redis_outage(
+    broker: Broker, tools: Recorder, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    run = start_run(broker, "drop", "Send it to Ann.")
+    real_update = broker.update_run
+    outage = {"left": 2}
+
+    def flaky_update(run_id: str, **fields: Any) -> None:
+        if fields.get("status") is RunStatus.failed and outage["left"]:
+            outage["left"] -= 1
+            raise RedisConnectionError("connection reset")
+        real_update(run_id, **fields)
+
+    monkeypatch.setattr(broker, "update_run", flaky_update)
+    assert AgentRunner(broker).advance(run.id, 0) == "failed"
+    assert outage["left"] == 0
+    assert broker.get_run(run.id).status is RunStatus.failed
