@@ -414,10 +414,7 @@ class Broker:
             "updated_at": f"{now:.6f}",
             **(extra or {}),
         }
-        pipe = self.redis.pipeline()
-        pipe.hset(self.keys.run(run_id), mapping=fields)
-        pipe.zadd(self.keys.runs, {run_id: now})
-        pipe.execute()
+        self.redis.hset(self.keys.run(run_id), mapping=fields)
         return self.get_run(run_id)
 
     def counts(self) -> dict[str, int]:
@@ -448,10 +445,29 @@ class Broker:
         )
 
     def update_run(self, run_id: str, **fields: Any) -> None:
-        """Set run fields (status, output as JSON, error, ...) and touch `updated_at`."""
+        """Set run fields (status, output as JSON, error, ...) and touch `updated_at`.
+
+        A run that ends (finished or failed) is kept `retention_s`, like a decided request.
+        """
         mapping = {k: (v.value if isinstance(v, RunStatus) else v) for k, v in fields.items()}
         mapping["updated_at"] = f"{time.time():.6f}"
-        self.redis.hset(self.keys.run(run_id), mapping=mapping)
+        pipe = self.redis.pipeline()
+        pipe.hset(self.keys.run(run_id), mapping=mapping)
+        if mapping.get("status") in (RunStatus.finished.value, RunStatus.failed.value):
+            self.expire_run(pipe, run_id)
+        pipe.execute()
+
+    def expire_run(self, pipe: Any, run_id: str) -> None:
+        """Queue on `pipe` the expiry of every key of an ended run (after `retention_s`)."""
+        rounds = int(self.redis.hget(self.keys.run(run_id), "round") or 0)
+        keys = [
+            self.keys.run(run_id),
+            self.keys.run_pending(run_id),
+            self.keys.run_messages(run_id),
+        ]
+        keys += [self.keys.run_round(run_id, n) for n in range(rounds + 1)]
+        for key in keys:
+            pipe.expire(key, self.retention)
 
     def save_messages(self, run_id: str, messages_json: bytes) -> None:
         self.redis.set(self.keys.run_messages(run_id), messages_json)

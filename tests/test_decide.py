@@ -294,3 +294,21 @@ def test_decided_requests_are_forgotten_after_the_retention(broker: Broker):
     broker.sweep(now=time.time() + broker.retention + 1)
     assert broker.redis.zscore(broker.keys.requests, old.id) is None
     assert [r.id for r in broker.list_requests()] == [waiting.id]
+
+
+def test_an_ended_run_is_forgotten_after_the_retention(broker: Broker):
+    from broker.models import RunStatus
+
+    broker.create_run("agent", "go", run_id="r9")
+    [request] = broker.create_round("r9", 1, [NewRequest(tool_name="x")])
+    broker.save_messages("r9", b"[]")
+    broker.decide(request.id, Decision(outcome="approved"), decided_by="a")
+    broker.update_run("r9", status=RunStatus.running)
+    assert broker.redis.ttl(broker.keys.run("r9")) == -1
+    broker.update_run("r9", status=RunStatus.finished, output="{}")
+    for key in (
+        broker.keys.run("r9"),
+        broker.keys.run_messages("r9"),
+        broker.keys.run_round("r9", 1),
+    ):
+        assert broker.retention - 5 <= broker.redis.ttl(key) <= broker.retention, key
