@@ -1,10 +1,11 @@
 """Email links (`/v1/email/{token}`): GET shows what is asked, POST decides.
 
 Mail scanners follow links, so GET changes nothing: it renders the request and a confirm form.
-POST checks everything that can be checked first (signature, age, kind, roles, still pending),
-then spends the link (single use) and decides. Answers are HTML pages, errors too:
-410 for a used or expired link, 403 for a forged one, 404 when the request is gone,
-409 when it was already decided, 422 for a form that can't apply.
+POST checks everything that can be checked first (signature, age, kind, roles, still pending,
+still in the queue the mail was sent for), then spends the link (single use) and decides.
+Answers are HTML pages, errors too: 410 for a used or expired link, 403 for a forged one, 404
+when the request is gone, 409 when it was already decided or has been escalated to another
+queue since (that queue's people decide it now), 422 for a form that can't apply.
 """
 
 from __future__ import annotations
@@ -32,7 +33,13 @@ templates = Jinja2Templates(directory=str(FilePath(__file__).parent / "templates
 
 Token = Annotated[str, Path(min_length=1, max_length=4000, description="the signed link token")]
 
-_VERBS = {"approve": "Approve", "reject": "Reject", "answer": "Answer", "view": "Request"}
+_VERBS = {
+    "approve": "Approve",
+    "reject": "Reject",
+    "answer": "Answer",
+    "escalate": "Escalate",
+    "view": "Request",
+}
 _LINK_PAGES = {
     "link_expired": (410, "This link has expired"),
     "link_used": (410, "This link was already used"),
@@ -83,13 +90,35 @@ def _from_broker_error(exc: BrokerError) -> PageError:
 
 
 def _load(state: ApiState, token: str) -> tuple[LinkClaims, BrokerRequest]:
+    """The link's claims and its request, refused unless the request still waits in the queue
+    the link was mailed for."""
     email = _email_config(state)
     claims = read_link(state.broker, token, email.link_ttl_s)
-    return claims, state.broker.get_request(claims.request_id)
+    item = state.broker.get_request(claims.request_id)
+    if not item.is_pending:
+        raise Conflict(f"request {item.id} is already {item.status.value}", request=item)
+    if claims.queue is not None and item.queue != claims.queue:
+        raise PageError(
+            409,
+            "escalated",
+            "Escalated elsewhere",
+            f"This request was escalated to {item.queue}; the people of that queue decide it"
+            " now, so this link no longer does.",
+        )
+    return claims, item
 
 
-def _decision(claims: LinkClaims, request: BrokerRequest, form: dict[str, str | None]) -> Decision:
-    """What the link and the form ask for; refused before the link is spent."""
+def _decision(
+    claims: LinkClaims,
+    request: BrokerRequest,
+    form: dict[str, str | None],
+    target: str | None = None,
+) -> Decision:
+    """What the link and the form ask for; refused before the link is spent.
+
+    An escalation names its queue's `escalate_to` (`target`) explicitly, so a request that
+    someone else moved there meanwhile is not moved one queue further.
+    """
     action, approval = claims.action, request.kind == "approval"
     args_hash = form.get("args_hash") or None
     if args_hash is not None and args_hash != request.args_hash:
@@ -101,6 +130,18 @@ def _decision(claims: LinkClaims, request: BrokerRequest, form: dict[str, str | 
     if action == "reject":
         reason = (form.get("reason") or "").strip() or None
         return Decision(outcome=Outcome.rejected, reason=reason, args_hash=args_hash)
+    if action == "escalate":
+        if target is None:
+            raise PageError(
+                422,
+                "no_target",
+                "Nowhere to escalate to",
+                f"Queue {request.queue} names no queue to escalate to.",
+            )
+        reason = (form.get("reason") or "").strip() or None
+        return Decision(
+            outcome=Outcome.escalated, reason=reason, target=target, args_hash=args_hash
+        )
     if action == "answer" and not approval:
         answer = (form.get("answer") or "").strip()
         if not answer:
@@ -121,15 +162,16 @@ def confirm_page(token: Token, request: Request, state: State) -> HTMLResponse:
     """Show what is asked and a confirm form. Changes nothing."""
     try:
         claims, item = _load(state, token)
-        if not item.is_pending:
-            raise Conflict(f"request {item.id} is already {item.status.value}", request=item)
     except BrokerError as exc:
         return _error_page(request, _from_broker_error(exc))
+    except PageError as exc:
+        return _error_page(request, exc)
     context = {
         "item": item,
         "action": claims.action,
         "verb": _VERBS.get(claims.action, "Request"),
         "recipient": claims.recipient,
+        "target": state.config.escalation_target(item.queue),
         "args_json": json.dumps(item.args, indent=2, ensure_ascii=False),
         "options": [str(o) for o in item.metadata.get("options") or []]
         if isinstance(item.metadata.get("options"), list)
@@ -153,12 +195,13 @@ def decide_from_link(
     try:
         claims, item = _load(state, token)
         decision = _decision(
-            claims, item, {"reason": reason, "answer": answer, "args_hash": args_hash}
+            claims,
+            item,
+            {"reason": reason, "answer": answer, "args_hash": args_hash},
+            state.config.escalation_target(item.queue),
         )
         principal = approver_by_email(state.config, claims.recipient)
         check_may_decide(principal, item)
-        if not item.is_pending:
-            raise Conflict(f"request {item.id} is already {item.status.value}", request=item)
         spend_link(state.broker, claims, _email_config(state).link_ttl_s)
         try:
             decided = decide_as(state, item.id, decision, principal, channel="email", current=item)
@@ -171,4 +214,4 @@ def decide_from_link(
         return _error_page(request, _from_broker_error(exc))
     except PageError as exc:
         return _error_page(request, exc)
-    return _page(request, "email_done.html", {"item": decided})
+    return _page(request, "email_done.html", {"item": decided, "action": claims.action})

@@ -100,3 +100,14 @@ class Keys:
     def disabled(self) -> str:
         """Hash: delivery channels switched off (a webhook that answered 410) -> why, as JSON."""
         return f"{self.prefix}disabled"
+
+    def parked(self, channel: str) -> str:
+        """ZSET: a channel's parked deliveries, task id -> when one may next take it (epoch s).
+
+        A notifier working on one keeps pushing its score ahead (a lease); a dead one's lapses.
+        """
+        return f"{self.prefix}parked:{channel}"
+
+    def parked_tasks(self, channel: str) -> str:
+        """Hash: a channel's parked deliveries, task id -> JSON (the event, attempts so far)."""
+        return f"{self.prefix}parked-tasks:{channel}"

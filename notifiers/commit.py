@@ -1,8 +1,14 @@
 """Writes what deliveries did back to Redis in batches: done markers, history, counters, acks.
 
 One thread owns every Job's bookkeeping, so "all channels done, acknowledge" is decided in one
-place. A batch goes out as one pipeline; an entry is acknowledged only after its channels are
-done (or dead-lettered), and in the same pipeline as its last done marker.
+place. A batch goes out as one pipeline; an entry is acknowledged only after each of its
+channels is done, dead-lettered or durably parked, and never before its done markers.
+
+A batch is repeated only when the connection failed (Redis down: nothing can be acked anyway).
+A command Redis refuses is logged and dropped, not repeated: repeating the whole batch would
+add its history notes and counters twice, and a refusal that never goes away would stop every
+acknowledgement for good. Anything else going wrong here is a bug that leaves the books in an
+unknown state, so the notifier is stopped (`on_fatal`) and its entries go to another.
 """
 
 from __future__ import annotations
@@ -15,17 +21,21 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from redis.exceptions import RedisError
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from broker.client import Broker
 from broker.keys import NOTIFIER_GROUP
 from broker.models import HistoryEntry, utcnow
 from notifiers.jobs import Job
 from notifiers.outcomes import Kind, Outcome
+from notifiers.parking import ParkedStore
 
 log = logging.getLogger("notifiers")
 
 MAX_BATCH = 1000
+TRANSIENT = (RedisConnectionError, RedisTimeoutError)
+SETTLED = (Kind.delivered, Kind.nothing, Kind.dead)
 
 
 @dataclass
@@ -37,12 +47,21 @@ class Plan:
     stats: Counter[str] = field(default_factory=Counter)
     acks: dict[str, list[str]] = field(default_factory=lambda: defaultdict(list))
     acked: list[Job] = field(default_factory=list)
+    unpark: list[tuple[str, str]] = field(default_factory=list)  # (channel, parked task id)
 
 
 class Committer:
-    def __init__(self, broker: Broker, on_acked: Callable[[list[Job]], None]) -> None:
+    def __init__(
+        self,
+        broker: Broker,
+        on_acked: Callable[[list[Job]], None],
+        store: ParkedStore,
+        on_fatal: Callable[[str], None],
+    ) -> None:
         self.broker = broker
         self.on_acked = on_acked
+        self.store = store
+        self.on_fatal = on_fatal
         self._queue: queue.SimpleQueue[Outcome] = queue.SimpleQueue()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="notify-commit", daemon=True)
@@ -70,46 +89,59 @@ class Committer:
                     batch.append(self._queue.get_nowait())
                 except queue.Empty:
                     break
-            plan = self.plan(batch)
-            delay = 0.1
-            while True:
-                try:
-                    self.write(plan)
-                    break
-                except RedisError:
-                    if self._stop.is_set() and delay > 2:
-                        log.error("giving up writing %d outcomes: Redis is down", len(batch))
-                        break
-                    log.warning("cannot write delivery outcomes; retrying", exc_info=True)
-                    self._stop.wait(delay)
-                    delay = min(delay * 2, 5.0)
+            try:
+                plan = self.plan(batch)
+                self._write(plan)
+            except Exception as exc:
+                log.exception("the notifier's committer failed; stopping this notifier")
+                self.on_fatal(f"committer failed: {type(exc).__name__}: {exc}")
+                return
             if plan.acked:
                 self.on_acked(plan.acked)
+
+    def _write(self, plan: Plan) -> None:
+        delay = 0.1
+        while True:
+            try:
+                self.write(plan)
+                return
+            except TRANSIENT:
+                if self._stop.is_set() and delay > 2:
+                    log.error("giving up writing delivery outcomes: Redis is down")
+                    return
+                log.warning("cannot write delivery outcomes; retrying", exc_info=True)
+                self._stop.wait(delay)
+                delay = min(delay * 2, 5.0)
 
     def plan(self, batch: list[Outcome]) -> Plan:
         plan = Plan()
         now = utcnow()
         for outcome in batch:
-            job = outcome.job
-            if outcome.kind is Kind.attempt_failed:
+            job, kind, channel = outcome.job, outcome.kind, outcome.channel
+            if kind is Kind.attempt_failed:
                 plan.stats[f"failed:{outcome.channel_kind}"] += 1
                 continue
-            if outcome.kind is Kind.delivered:
+            if kind is Kind.delivered:
                 plan.stats[f"delivered:{outcome.channel_kind}"] += 1
                 plan.notes.append(
-                    (job.event.request_id, _note(now, "delivered", outcome.channel, outcome.note))
+                    (job.event.request_id, _note(now, "delivered", channel, outcome.note))
                 )
-            elif outcome.kind is Kind.dead:
+            elif kind is Kind.dead:
                 plan.notes.append(
-                    (
-                        job.event.request_id,
-                        _note(now, "delivery_failed", outcome.channel, outcome.note),
-                    )
+                    (job.event.request_id, _note(now, "delivery_failed", channel, outcome.note))
                 )
-            if outcome.channel is not None:
-                job.remaining.discard(outcome.channel)
-                if job.remaining and outcome.kind in (Kind.delivered, Kind.nothing):
-                    plan.done.append((job.event.request_id, job.event.done_field(outcome.channel)))
+            elif kind is Kind.handed_on:
+                plan.stats[f"parked:{outcome.channel_kind}"] += 1
+            if channel is not None and kind in (Kind.delivered, Kind.nothing):
+                # always, even for the entry's last channel: a redriven or reclaimed copy of
+                # the entry must skip every channel that already has it
+                plan.done.append((job.event.request_id, job.event.done_field(channel)))
+            if outcome.parked is not None:  # settles a parked record; the entry let go of it
+                if channel is not None and kind in SETTLED:
+                    plan.unpark.append((channel, outcome.parked))
+                continue
+            if channel is not None:
+                job.remaining.discard(channel)
             if not job.remaining and not job.acked:
                 job.acked = True
                 plan.acks[job.event.stream].append(job.event.entry_id)
@@ -125,10 +157,21 @@ class Committer:
             self.broker.scripts.note(args=[keys.prefix, request_id, entry], client=pipe)
         for name, count in plan.stats.items():
             pipe.hincrby(keys.stats, name, count)
+        for channel, task_id in plan.unpark:
+            self.store.remove(channel, task_id, pipe)
         for stream, ids in plan.acks.items():
             pipe.xack(stream, NOTIFIER_GROUP, *ids)
-        if len(pipe):
-            pipe.execute()
+        if not len(pipe):
+            return
+        results = pipe.execute(raise_on_error=False)
+        refused = [r for r in results if isinstance(r, Exception)]
+        if refused:
+            log.error(
+                "Redis refused %d of %d delivery bookkeeping writes (dropped, not repeated): %s",
+                len(refused),
+                len(results),
+                refused[0],
+            )
 
 
 def _note(now: datetime, event: str, channel: str | None, detail: str | None) -> str:

@@ -1,10 +1,15 @@
 """The consumer loop: read every handler queue's stream through the `notifiers` group, route each
 event to its channels, acknowledge when all have it, and reclaim what dead consumers left.
 
-Threads: this reader; a heartbeat that keeps our in-flight entries from looking abandoned;
-the dispatcher's per-channel pools and timer; the committer. Entries are at-least-once: a crash
+Threads: this reader; a heartbeat that keeps our in-flight entries (and the leases of parked
+deliveries we work on) from looking abandoned; a poller that takes due parked deliveries; the
+dispatcher's per-channel pools and timer; the committer. Entries are at-least-once: a crash
 between delivering and acknowledging means a redelivery, which the `done:` markers and the
 remembered Slack messages make harmless.
+
+When `max_inflight` entries are in flight and some have waited longer than `park_after_s` (a
+hung or failing channel), their unfinished deliveries are parked in Redis (notifiers.parking)
+and the entries acknowledged, so the healthy channels keep flowing.
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ import socket
 import threading
 import time
 from collections import defaultdict
+from collections.abc import Callable
 from typing import Any
 
 from redis.exceptions import RedisError, ResponseError
@@ -26,26 +32,35 @@ from broker.models import Request
 from notifiers.base import Channel
 from notifiers.commit import Committer
 from notifiers.dispatch import Dispatcher
-from notifiers.events import OUTCOME_TYPES, Event, MalformedEntry, decode_fields, parse_entry
+from notifiers.events import (
+    OUTCOME_TYPES,
+    Event,
+    MalformedEntry,
+    decode_fields,
+    parse_entry,
+    text,
+)
 from notifiers.jobs import Job, Task
 from notifiers.options import NotifierOptions
 from notifiers.outcomes import Kind, Outcome
+from notifiers.parking import Parked, ParkedStore
 
 log = logging.getLogger("notifiers")
 
 RawEntry = tuple[Any, Any]
+TRIMMED = "trimmed before delivery"
 
 
 def default_name() -> str:
     return f"{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(3)}"
 
 
-def _text(value: bytes | str) -> str:
-    return value.decode() if isinstance(value, bytes) else value
-
-
 class Notifier:
-    """One notifier process's worth of consumers; `start()` it, `stop()` it."""
+    """One notifier process's worth of consumers; `start()` it, `stop()` it.
+
+    `failed` is set (and the notifier stops) when its bookkeeping broke; `run_notifier` then
+    exits non-zero so a supervisor restarts it, and its entries are reclaimed by others.
+    """
 
     def __init__(
         self,
@@ -62,17 +77,29 @@ class Notifier:
         self.channels = channels
         self.streams = {broker.keys.stream(q): q for q in broker.config.queues}
         self.inflight: dict[tuple[str, str], Job] = {}
+        self.failed = threading.Event()
+        self.error: str | None = None
         self._cv = threading.Condition()
         self._stopping = threading.Event()
-        self.committer = Committer(broker, self._acked)
-        self.dispatcher = Dispatcher(channels, self.committer.put, self._dead_letter_task)
+        self._park_every = max(0.05, min(1.0, self.options.park_after_s / 2))
+        self._next_park = 0.0
+        self.store = ParkedStore(broker, lease_s=self.options.claim_idle_s)
+        self.committer = Committer(broker, self._acked, self.store, self.fail)
+        self.dispatcher = Dispatcher(
+            channels, self.committer.put, self._dead_letter_task, self.store
+        )
         self._threads: list[threading.Thread] = []
 
     # ---- lifecycle ---------------------------------------------------------------------
 
     def start(self) -> Notifier:
         self.ensure_groups()
-        for target, name in ((self._read_loop, "notify-read"), (self._heartbeat, "notify-beat")):
+        loops: list[tuple[Callable[[], None], str]] = [
+            (self._read_loop, "notify-read"),
+            (self._heartbeat, "notify-beat"),
+            (self._parked_loop, "notify-parked"),
+        ]
+        for target, name in loops:
             thread = threading.Thread(target=target, name=name, daemon=True)
             thread.start()
             self._threads.append(thread)
@@ -81,7 +108,8 @@ class Notifier:
     def stop(self, grace_s: float | None = None) -> None:
         """Stop reading, give deliveries in flight `grace_s` to finish, then shut down.
 
-        Whatever is unfinished stays pending in the group and another notifier reclaims it.
+        Whatever is unfinished stays pending in the group (or parked) and another notifier
+        takes it over.
         """
         grace = self.options.shutdown_grace_s if grace_s is None else grace_s
         self._stopping.set()
@@ -89,12 +117,20 @@ class Notifier:
             thread.join(timeout=5)
         deadline = time.monotonic() + grace
         with self._cv:
-            while self.inflight and time.monotonic() < deadline:
+            while self.inflight and time.monotonic() < deadline and not self.failed.is_set():
                 self._cv.wait(0.05)
         self.dispatcher.close()
         self.committer.close()
         for channel in self.channels.values():
             channel.close()
+
+    def fail(self, error: str) -> None:
+        """Stop taking work: this notifier can no longer keep its books."""
+        self.error = error
+        self.failed.set()
+        self._stopping.set()
+        with self._cv:
+            self._cv.notify_all()
 
     def ensure_groups(self) -> None:
         for stream in self.streams:
@@ -113,6 +149,7 @@ class Notifier:
                     next_claim = time.monotonic() + claim_every
                 room = self._room()
                 if room <= 0:
+                    self.park_old()
                     continue
                 got = self.redis.xreadgroup(
                     NOTIFIER_GROUP,
@@ -122,19 +159,20 @@ class Notifier:
                     block=self.options.block_ms,
                 )
                 for stream, entries in got or []:
-                    self.handle(_text(stream), entries, claimed=False)
+                    self.handle(text(stream), entries, claimed=False)
                 backoff = 0.1
+                continue
             except ResponseError as exc:
                 if "NOGROUP" in str(exc):  # the stream or group was deleted under us
                     self._safely(self.ensure_groups)
                 else:
                     log.exception("notifier %s: Redis refused a command", self.name)
-                self._stopping.wait(backoff)
-                backoff = min(backoff * 2, 5.0)
             except RedisError:
                 log.warning("notifier %s: Redis unavailable; retrying", self.name, exc_info=True)
-                self._stopping.wait(backoff)
-                backoff = min(backoff * 2, 5.0)
+            except Exception:  # a bug: what we read stays pending and is reclaimed later
+                log.exception("notifier %s: reading failed; going on", self.name)
+            self._stopping.wait(backoff)
+            backoff = min(backoff * 2, 5.0)
 
     def _room(self) -> int:
         """How many more entries we may take; waits (briefly) while we are full."""
@@ -142,6 +180,83 @@ class Notifier:
             if len(self.inflight) >= self.options.max_inflight:
                 self._cv.wait(0.2)
             return self.options.max_inflight - len(self.inflight)
+
+    # ---- parking -----------------------------------------------------------------------
+
+    def park_old(self) -> int:
+        """Park the unfinished deliveries of entries in flight longer than `park_after_s`.
+
+        Called while we are full, so a hung channel can't keep the others from new entries.
+        Returns how many deliveries were parked.
+        """
+        now = time.monotonic()
+        if now < self._next_park:
+            return 0
+        self._next_park = now + self._park_every
+        with self._cv:
+            old = [
+                j for j in self.inflight.values() if now - j.started >= self.options.park_after_s
+            ]
+        parked = self.dispatcher.park([t for job in old for t in job.tasks])
+        for task in parked:
+            kind = self.channels[task.channel].kind
+            self.committer.put(Outcome(task.job, Kind.handed_on, task.channel, kind))
+        if parked:
+            log.info("notifier %s: parked %d slow deliveries", self.name, len(parked))
+        return len(parked)
+
+    def _parked_loop(self) -> None:
+        while not self._stopping.wait(self._park_every):
+            try:
+                self.take_parked()
+            except RedisError:
+                log.warning("notifier %s: cannot take parked deliveries", self.name, exc_info=True)
+            except Exception:
+                log.exception("notifier %s: taking parked deliveries failed", self.name)
+
+    def take_parked(self) -> int:
+        """Take due parked deliveries for channels with idle threads here."""
+        taken = 0
+        for name, channel in self.channels.items():
+            if channel.not_before > time.monotonic():
+                continue
+            free = channel.concurrency - self.dispatcher.load(name)
+            if free <= 0:
+                continue
+            rows = self.store.take(name, free)
+            if rows:
+                taken += self._adopt(name, rows)
+        return taken
+
+    def _adopt(self, channel: str, rows: list[tuple[str, str]]) -> int:
+        records: list[tuple[Parked, Event]] = []
+        for task_id, raw in rows:
+            try:
+                parked = Parked.load(channel, task_id, raw)
+                records.append((parked, parked.event()))
+            except MalformedEntry as exc:
+                self.broker.dead_letter(channel, str(exc), extra={"parked": task_id})
+                self.store.remove(channel, task_id)
+        requests, problems = self._fetch({e.request_id for _, e in records})
+        for parked, event in records:
+            request = requests.get(event.request_id)
+            if request is None:
+                problem = problems.get(event.request_id, "it does not exist")
+                self.broker.dead_letter(
+                    channel,
+                    f"cannot deliver request {event.request_id!r}: {problem}",
+                    stream=event.stream,
+                    entry=event.dead_letter_entry(),
+                    extra={"channel": channel, "request_id": event.request_id},
+                )
+                self.store.remove(channel, parked.id)
+                continue
+            job = Job(event, request, remaining={channel})
+            task = Task(job, channel, attempts=parked.attempts, defers=parked.defers)
+            task.parked = parked.id
+            job.tasks.append(task)
+            self.dispatcher.adopt(task)
+        return len(records)
 
     def claim_stale(self) -> int:
         """Take over entries that a dead consumer read and never acknowledged (XAUTOCLAIM)."""
@@ -162,14 +277,16 @@ class Notifier:
                     count=min(self.options.batch, room),
                 )
                 cursor, claimed = reply[0], reply[1]
+                if len(reply) > 2 and reply[2]:  # Redis 7: deleted ones, already out of the PEL
+                    self._trimmed(stream, [text(i) for i in reply[2]], ack=False)
                 live = [(eid, f) for eid, f in claimed if eid is not None and f is not None]
                 if len(live) < len(claimed):  # Redis 6.2 returns deleted entries as nil
                     self._drop_deleted(stream)
-                live = [e for e in live if (stream, _text(e[0])) not in self.inflight]
+                live = [e for e in live if (stream, text(e[0])) not in self.inflight]
                 if live:
                     taken += len(live)
                     self.handle(stream, self._over_delivered(stream, live), claimed=True)
-                if _text(cursor) == "0-0":
+                if text(cursor) == "0-0":
                     break
         return taken
 
@@ -184,7 +301,7 @@ class Notifier:
             if times > self.options.max_deliveries:
                 self.reject(
                     stream,
-                    _text(eid),
+                    text(eid),
                     decode_fields(raw),
                     f"handed out {times} times and never acknowledged (does it crash notifiers?)",
                 )
@@ -193,7 +310,7 @@ class Notifier:
         return keep
 
     def _drop_deleted(self, stream: str) -> None:
-        """Acknowledge entries we own that were trimmed or deleted from the stream."""
+        """Dead-letter and acknowledge entries we own that were trimmed or deleted unread."""
         rows = self.redis.xpending_range(
             stream,
             NOTIFIER_GROUP,
@@ -202,7 +319,7 @@ class Notifier:
             self.options.max_inflight + self.options.batch + 100,
             consumername=self.name,
         )
-        ids = [_text(r["message_id"]) for r in rows]
+        ids = [text(r["message_id"]) for r in rows]
         ids = [i for i in ids if (stream, i) not in self.inflight]
         if not ids:
             return
@@ -211,7 +328,23 @@ class Notifier:
             pipe.xrange(stream, i, i)
         gone = [i for i, found in zip(ids, pipe.execute(), strict=True) if not found]
         if gone:
-            self.redis.xack(stream, NOTIFIER_GROUP, *gone)
+            self._trimmed(stream, gone, ack=True)
+
+    def _trimmed(self, stream: str, ids: list[str], *, ack: bool) -> None:
+        """Entries gone from the stream before any notifier delivered them: nothing is left to
+        deliver or re-drive, but the loss is recorded where operators look."""
+        log.warning("notifier %s: %d entries of %s %s", self.name, len(ids), stream, TRIMMED)
+        for entry_id in ids:
+            self.broker.dead_letter(
+                "notifier",
+                f"{TRIMMED}: entry {entry_id} of {stream} was gone when it was reclaimed",
+                extra={"consumer": self.name, "entry_id": entry_id, "from_stream": stream},
+            )
+        pipe = self.redis.pipeline(transaction=False)
+        pipe.hincrby(self.broker.keys.stats, "failed:entry", len(ids))
+        if ack:
+            pipe.xack(stream, NOTIFIER_GROUP, *ids)
+        pipe.execute()
 
     # ---- routing -----------------------------------------------------------------------
 
@@ -220,7 +353,7 @@ class Notifier:
         queue = self.streams[stream]
         events: list[Event] = []
         for eid, raw in entries:
-            entry_id, fields = _text(eid), decode_fields(raw)
+            entry_id, fields = text(eid), decode_fields(raw)
             try:
                 events.append(parse_entry(stream, queue, entry_id, fields))
             except MalformedEntry as exc:
@@ -244,12 +377,13 @@ class Notifier:
             seen = done.get(event.request_id, set())
             todo = [c for c in self.route(event, request) if event.done_field(c) not in seen]
             job = Job(event, request, remaining=set(todo))
+            job.tasks = [Task(job, channel) for channel in todo]
             with self._cv:
                 self.inflight[(stream, event.entry_id)] = job
             if not todo:
                 self.committer.put(Outcome(job, Kind.finished))
-            for channel in todo:
-                self.dispatcher.submit(Task(job, channel))
+            for task in job.tasks:
+                self.dispatcher.submit(task)
 
     def route(self, event: Event, request: Request) -> list[str]:
         """The channels of the event's queue that want it, plus the request's callback webhook
@@ -291,7 +425,7 @@ class Notifier:
         for rid in order:
             pipe.hkeys(self.broker.keys.delivery(rid))
         return {
-            rid: {_text(k) for k in keys} for rid, keys in zip(order, pipe.execute(), strict=True)
+            rid: {text(k) for k in keys} for rid, keys in zip(order, pipe.execute(), strict=True)
         }
 
     # ---- giving up -----------------------------------------------------------------------
@@ -333,7 +467,8 @@ class Notifier:
             self._cv.notify_all()
 
     def _heartbeat(self) -> None:
-        """Re-claim our own in-flight entries now and then, so nobody takes them from a live us."""
+        """Re-claim our own in-flight entries now and then, so nobody takes them from a live us,
+        and push the leases of the parked deliveries we work on ahead."""
         every = max(0.05, self.options.claim_idle_s / 3)
         while not self._stopping.wait(every):
             with self._cv:
@@ -348,9 +483,14 @@ class Notifier:
                             s, NOTIFIER_GROUP, self.name, 0, chunk, justid=True
                         )
                     )
+            held = self.dispatcher.held()
+            if held:
+                self._safely(lambda h=held: self.store.renew(h))
 
-    def _safely(self, call: Any) -> None:
+    def _safely(self, call: Callable[[], Any]) -> None:
         try:
             call()
         except RedisError:
             log.warning("notifier %s: Redis call failed", self.name, exc_info=True)
+        except Exception:
+            log.exception("notifier %s: unexpected failure", self.name)

@@ -2,6 +2,12 @@
 
 Each channel has its own pool, so a slow or failing Slack never takes threads from webhooks.
 Waiting for a retry holds no thread: the task sits in a timer heap until it is due.
+
+Tasks can be parked (see notifiers.parking) at any point of their life. The lock below makes
+parking and finishing exclusive: a task is either finished first (and not parked) or parked
+first (and its result then settles the parked record, not the stream entry). A parked task
+that was queued or waiting is released here and taken again from Redis when due; one that is
+running keeps running under a lease that the heartbeat renews.
 """
 
 from __future__ import annotations
@@ -11,15 +17,17 @@ import itertools
 import logging
 import threading
 import time
+from collections import Counter, defaultdict
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
 from redis.exceptions import RedisError
 
 from notifiers.base import Channel
-from notifiers.jobs import Task
+from notifiers.jobs import State, Task
 from notifiers.outcomes import Kind, Outcome
-from notifiers.retry import Defer, GiveUp, Retry
+from notifiers.parking import Parked, ParkedStore
+from notifiers.retry import Defer, GiveUp, Retry, pause_delay
 
 log = logging.getLogger("notifiers")
 
@@ -34,16 +42,21 @@ class Dispatcher:
         channels: dict[str, Channel],
         report: Callable[[Outcome], None],
         dead_letter: DeadLetter,
+        store: ParkedStore,
     ) -> None:
         self.channels = channels
         self.report = report
         self.dead_letter = dead_letter
+        self.store = store
         self.pools = {
             name: ThreadPoolExecutor(
                 max_workers=channel.concurrency, thread_name_prefix=f"notify-{name}"
             )
             for name, channel in channels.items()
         }
+        self._lock = threading.Lock()  # task states, `_load`, `_held`
+        self._load: Counter[str] = Counter()  # tasks handed to a pool and not through it yet
+        self._held: dict[tuple[str, str], Task] = {}  # parked deliveries we work on
         self._heap: list[tuple[float, int, Task]] = []
         self._seq = itertools.count()
         self._cv = threading.Condition()
@@ -51,16 +64,46 @@ class Dispatcher:
         self._timer = threading.Thread(target=self._timer_loop, name="notify-timer", daemon=True)
         self._timer.start()
 
+    # ---- scheduling ----------------------------------------------------------------------
+
     def submit(self, task: Task, delay: float = 0.0) -> None:
+        with self._lock:
+            if task.released:
+                return
+            if delay > 0:
+                task.state, task.due = State.waiting, time.monotonic() + delay
+            else:
+                task.state = State.queued
+                self._load[task.channel] += 1
         if delay <= 0:
             try:
                 self.pools[task.channel].submit(self._run, task)
             except RuntimeError:  # shutting down: the entry stays pending and is reclaimed
-                pass
+                with self._lock:
+                    self._load[task.channel] -= 1
             return
         with self._cv:
-            heapq.heappush(self._heap, (time.monotonic() + delay, next(self._seq), task))
+            heapq.heappush(self._heap, (task.due, next(self._seq), task))
             self._cv.notify()
+
+    def adopt(self, task: Task) -> None:
+        """Run a parked delivery taken from the store (we hold its lease from now on)."""
+        assert task.parked is not None
+        with self._lock:
+            self._held[(task.channel, task.parked)] = task
+        self.submit(task)
+
+    def load(self, channel: str) -> int:
+        with self._lock:
+            return self._load[channel]
+
+    def held(self) -> dict[str, list[str]]:
+        """Ids of the parked deliveries we work on, by channel (their leases need renewing)."""
+        with self._lock:
+            out: dict[str, list[str]] = defaultdict(list)
+            for channel, task_id in self._held:
+                out[channel].append(task_id)
+            return dict(out)
 
     def _timer_loop(self) -> None:
         with self._cv:
@@ -72,18 +115,86 @@ class Dispatcher:
                 timeout = self._heap[0][0] - now if self._heap else None
                 self._cv.wait(timeout)
 
+    # ---- parking -------------------------------------------------------------------------
+
+    def park(self, tasks: list[Task]) -> list[Task]:
+        """Hand unfinished tasks on to the parked store; returns the ones parked.
+
+        The records are written before this returns, so the caller may acknowledge entries
+        whose remaining channels were all parked.
+        """
+        now_m, now_w = time.monotonic(), time.time()
+        with self._lock:
+            chosen = [
+                t
+                for t in tasks
+                if t.state is not State.done and t.parked is None and not t.released
+            ]
+            items: list[tuple[Parked, float]] = []
+            for t in chosen:
+                if t.state is State.running:
+                    due = now_w + self.store.lease_s  # ours until it ends (or we die)
+                elif t.state is State.waiting:
+                    due = now_w + max(0.0, t.due - now_m)
+                else:
+                    due = now_w
+                items.append((Parked.of(t.event, t.channel, t.attempts, t.defers), due))
+            if not items:
+                return []
+            try:
+                self.store.park(items)
+            except RedisError:
+                log.warning("cannot park %d deliveries yet", len(items), exc_info=True)
+                return []
+            for t, (parked, _) in zip(chosen, items, strict=True):
+                t.parked = parked.id
+                if t.state is State.running:
+                    self._held[(t.channel, parked.id)] = t
+                else:
+                    t.released = True  # the store has it now; this copy is skipped
+        return chosen
+
+    def _later(self, task: Task, delay: float) -> None:
+        """Try again in `delay` seconds: here, or (a parked task) by whoever takes it when due."""
+        with self._lock:
+            parked = task.parked
+            if parked is not None:
+                task.released, task.state = True, State.done
+                self._held.pop((task.channel, parked), None)
+        if parked is None:
+            self.submit(task, delay)
+            return
+        record = Parked.of(task.event, task.channel, task.attempts, task.defers)
+        try:
+            self.store.reschedule(record, time.time() + delay)
+        except RedisError:  # its lease lapses and someone takes it again, one try short
+            log.warning("%s: cannot reschedule parked %s", task.channel, parked, exc_info=True)
+
+    # ---- running -------------------------------------------------------------------------
+
     def _run(self, task: Task) -> None:
+        try:
+            with self._lock:
+                if task.released:
+                    return
+                task.state = State.running
+            self._attempt(task)
+        finally:
+            with self._lock:
+                self._load[task.channel] -= 1
+
+    def _attempt(self, task: Task) -> None:
         channel = self.channels[task.channel]
         wait = channel.not_before - time.monotonic()
         if wait > 0:  # the far end asked for a pause: not an attempt
-            self.submit(task, wait)
+            self._later(task, pause_delay(wait))
             return
         try:
             note = channel.deliver(task)
         except Defer as exc:
             task.defers += 1
             if task.defers <= MAX_DEFERS:
-                self.submit(task, exc.delay)
+                self._later(task, exc.delay)
                 return
             self._failed(task, channel, f"still waiting after {MAX_DEFERS} tries: {exc}", None)
         except GiveUp as exc:
@@ -97,12 +208,21 @@ class Dispatcher:
             )
             self._failed(task, channel, f"{type(exc).__name__}: {exc}", None)
         else:
-            kind = Kind.nothing if note is None else Kind.delivered
-            self.report(Outcome(task.job, kind, task.channel, channel.kind, note))
+            self._finish(task, channel, Kind.nothing if note is None else Kind.delivered, note)
+
+    def _finish(self, task: Task, channel: Channel, kind: Kind, note: str | None) -> None:
+        with self._lock:
+            task.state = State.done
+            parked = task.parked
+            if parked is not None:
+                self._held.pop((task.channel, parked), None)
+        self.report(Outcome(task.job, kind, task.channel, channel.kind, note, parked=parked))
 
     def _failed(self, task: Task, channel: Channel, error: str, retry_after: float | None) -> None:
         task.attempts += 1
-        self.report(Outcome(task.job, Kind.attempt_failed, task.channel, channel.kind, error))
+        self.report(
+            Outcome(task.job, Kind.attempt_failed, task.channel, channel.kind, error, task.parked)
+        )
         if task.attempts >= channel.policy.max_attempts:
             self._give_up(task, channel, f"gave up after {task.attempts} attempts: {error}")
             return
@@ -115,17 +235,17 @@ class Dispatcher:
             error,
             delay,
         )
-        self.submit(task, delay)
+        self._later(task, delay)
 
     def _give_up(self, task: Task, channel: Channel, error: str) -> None:
         try:
             self.dead_letter(task, error)
         except RedisError:
             log.warning("%s: cannot write dead letter yet; retrying", task.channel, exc_info=True)
-            self.submit(task, channel.policy.delay(max(task.attempts, 1)))
+            self._later(task, channel.policy.delay(max(task.attempts, 1)))
             return
         log.warning("%s: %s dead-lettered: %s", task.channel, task.event.request_id, error)
-        self.report(Outcome(task.job, Kind.dead, task.channel, channel.kind, error))
+        self._finish(task, channel, Kind.dead, error)
 
     def close(self) -> None:
         """Stop scheduling; let deliveries already running finish; drop waiting retries."""

@@ -62,12 +62,13 @@ class Event:
         return {**self.fields, "event_id": self.event_id}
 
 
-def _text(value: bytes | str) -> str:
+def text(value: bytes | str) -> str:
+    """A Redis reply as str (the broker's client does not decode)."""
     return value.decode("utf-8", "replace") if isinstance(value, bytes) else value
 
 
 def decode_fields(raw: dict[bytes, bytes] | dict[str, str] | None) -> dict[str, str]:
-    return {_text(k): _text(v) for k, v in (raw or {}).items()}
+    return {text(k): text(v) for k, v in (raw or {}).items()}
 
 
 def parse_entry(stream: str, queue: str, entry_id: str, fields: dict[str, str]) -> Event:

@@ -1,7 +1,7 @@
 """Email: one HTML + plain-text mail per recipient, with signed, single-use, expiring links.
 
 Each mail gets its own nonce, so its links are bound to that recipient and spent together on
-first use (see broker.links). A recipient whose mail went out is marked done in Redis, so a
+first use (see broker.links); they are bound to the queue the mail was sent for too. A recipient whose mail went out is marked done in Redis, so a
 retry after a partial failure mails only the ones still missing.
 """
 
@@ -57,9 +57,13 @@ def parse_smtp_url(url: str) -> SmtpTarget:
     )
 
 
-def link_actions(request: Request) -> list[str]:
-    """Approve only approvals; answer only questions and external calls; anything may be rejected."""
-    return ["approve", "reject"] if request.kind == "approval" else ["answer", "reject"]
+def link_actions(request: Request, config: Config) -> list[str]:
+    """Approve only approvals; answer only questions and external calls; anything may be
+    rejected; escalate where the request's queue names a next queue (as Slack's button)."""
+    actions = ["approve", "reject"] if request.kind == "approval" else ["answer", "reject"]
+    if config.escalation_target(request.queue):
+        actions.append("escalate")
+    return actions
 
 
 class EmailChannel(Channel):
@@ -128,14 +132,19 @@ class EmailChannel(Channel):
         return f"{event.type}: mailed {len(todo)} recipient(s)"
 
     def build(self, request: Request, recipient: str) -> EmailMessage:
+        """The mail for one recipient. Its links are bound to the queue it is sent for: once the
+        request moves on (escalated), they no longer decide it."""
         nonce = new_nonce()
         base = self.email.public_url.rstrip("/")
+        target = self.config.escalation_target(request.queue)
         links = [
             Link(
                 action,
-                f"{base}/v1/email/{sign_link(self.broker, request.id, recipient, action, nonce)}",
+                f"{base}/v1/email/"
+                + sign_link(self.broker, request.id, recipient, action, nonce, queue=request.queue),
+                target if action == "escalate" else None,
             )
-            for action in link_actions(request)
+            for action in link_actions(request, self.config)
         ]
         until = min(request.expires_at, utcnow() + timedelta(seconds=self.email.link_ttl_s))
         subject, text, html = render_mail(request, self.config, recipient, links, until)

@@ -10,6 +10,7 @@ from jinja2 import Environment, PackageLoader, StrictUndefined, select_autoescap
 
 from broker.config import Config
 from broker.models import Request
+from notifiers.wording import clip, deciders, title
 
 _env = Environment(
     loader=PackageLoader("notifiers", "templates"),
@@ -24,28 +25,20 @@ _LABELS = {
     "approve": "Approve",
     "reject": "Reject (you will be asked why)",
     "answer": "Answer",
+    "escalate": "Escalate",
 }
-_SUBJECTS = {"approval": "Approval needed", "question": "Question", "external": "Result needed"}
 
 
 @dataclass(frozen=True)
 class Link:
     action: str
     url: str
+    target: str | None = None  # where an escalate link moves the request
 
     @property
     def label(self) -> str:
-        return _LABELS.get(self.action, self.action.title())
-
-
-def _clip(text: str, limit: int) -> str:
-    return text if len(text) <= limit else text[: limit - 1] + "…"
-
-
-def deciders(config: Config, request: Request) -> str:
-    if not request.allowed_roles:
-        return "any approver"
-    return "people with role " + " or ".join(request.allowed_roles)
+        base = _LABELS.get(self.action, self.action.title())
+        return f"{base} to {self.target}" if self.target else base
 
 
 def render_mail(
@@ -56,13 +49,13 @@ def render_mail(
         "request": request,
         "recipient": recipient,
         "links": links,
-        "args": _clip(json.dumps(request.args, indent=2, ensure_ascii=False), 20_000),
+        "args": clip(json.dumps(request.args, indent=2, ensure_ascii=False), 20_000),
         "deciders": deciders(config, request),
         "expires": request.expires_at.strftime("%Y-%m-%d %H:%M UTC"),
         "links_until": links_until.strftime("%Y-%m-%d %H:%M UTC"),
-        "title": _SUBJECTS.get(request.kind, "Request"),
+        "title": title(request),
     }
-    subject = f"[{context['title']}] {_clip(request.prompt or request.tool_name, 120)}"
+    subject = f"[{context['title']}] {clip(request.prompt or request.tool_name, 120)}"
     subject = " ".join(subject.split())  # no header folding tricks from a prompt's newlines
     text = _env.get_template("mail.txt").render(context)
     html = _env.get_template("mail.html").render(context)

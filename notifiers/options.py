@@ -19,7 +19,14 @@ class NotifierOptions(BaseSettings):
     )
     block_ms: Annotated[int, Field(ge=10)] = 500
     batch: Annotated[int, Field(ge=1, le=10_000)] = 200
-    max_inflight: Annotated[int, Field(ge=1)] = 1000
+    max_inflight: Annotated[int, Field(ge=1)] = Field(
+        default=1000, description="stream entries one notifier works on at once"
+    )
+    park_after_s: Annotated[float, Field(gt=0)] = Field(
+        default=5.0,
+        description="when max_inflight is full, deliveries of entries older than this are parked"
+        " in Redis so their entries can be acknowledged",
+    )
     max_deliveries: Annotated[int, Field(ge=1)] = Field(
         default=10, description="an entry handed out this often without an ack is dead-lettered"
     )

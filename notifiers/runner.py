@@ -19,7 +19,7 @@ from notifiers.inbox import InboxChannel
 from notifiers.mail import EmailChannel, parse_smtp_url
 from notifiers.options import NotifierOptions
 from notifiers.retry import RetryPolicy
-from notifiers.slack import SlackChannel, slack_client
+from notifiers.slack import SlackChannel, claim_stale_s, slack_client
 from notifiers.state import DeliveryState
 from notifiers.webhook import WebhookChannel
 
@@ -64,7 +64,8 @@ def build_channels(
                 consumer=consumer,
                 policy=policy,
                 concurrency=min(options.workers, 4),
-                claim_stale_s=options.claim_idle_s,
+                claim_stale_s=claim_stale_s(options.claim_idle_s, options.slack_timeout_s),
+                timeout_s=options.slack_timeout_s,
             )
         elif kind == "email":
             assert config.email is not None
@@ -93,7 +94,11 @@ def start_notifier(
 
 
 def run_notifier(settings: Settings, config: Config) -> None:
-    """Run one notifier until SIGTERM or Ctrl-C, then finish what is in flight (briefly)."""
+    """Run one notifier until SIGTERM or Ctrl-C, then finish what is in flight (briefly).
+
+    A notifier whose bookkeeping broke stops itself; the process then exits with status 1, so
+    a supervisor restarts it (its unacknowledged entries are reclaimed meanwhile).
+    """
     if not logging.getLogger().handlers:
         logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s %(message)s")
     options = NotifierOptions()
@@ -111,8 +116,12 @@ def run_notifier(settings: Settings, config: Config) -> None:
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
     try:
-        stop.wait()
+        while not stop.wait(0.5) and not notifier.failed.is_set():
+            pass
     finally:
         typer.echo(f"notifier {notifier.name} stopping")
         notifier.stop()
         broker.redis.close()
+    if notifier.failed.is_set():
+        typer.echo(f"notifier {notifier.name} failed: {notifier.error}", err=True)
+        raise typer.Exit(1)

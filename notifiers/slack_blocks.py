@@ -13,12 +13,13 @@ from typing import Any
 from broker import slack_ids as ids
 from broker.config import Config
 from broker.models import HistoryEntry, Request, Status
+from notifiers import wording
+from notifiers.wording import clip, title
 
 Block = dict[str, Any]
 
 MAX_SECTION = 2900
 MAX_OPTIONS = 20
-_TITLES = {"approval": "Approval needed", "question": "Question", "external": "Result needed"}
 _OUTCOME_LINE = {
     Status.approved: ":white_check_mark: *Approved*",
     Status.modified: ":pencil2: *Approved with changed arguments*",
@@ -31,10 +32,6 @@ _OUTCOME_LINE = {
 def escape(text: str) -> str:
     """Slack mrkdwn treats &, < and > as control characters."""
     return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
-
-
-def clip(text: str, limit: int) -> str:
-    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 def slack_date(when: datetime) -> str:
@@ -54,15 +51,12 @@ def who(config: Config, name: str | None) -> str:
 
 
 def deciders(config: Config, request: Request) -> str:
-    if not request.allowed_roles:
-        return "any approver"
-    roles = ", ".join(f"`{escape(r)}`" for r in request.allowed_roles)
-    people = [
-        who(config, name)
-        for name, a in config.approvers.items()
-        if set(a.roles) & set(request.allowed_roles) and a.slack_user_id
-    ]
-    return f"{roles} ({', '.join(people)})" if people else roles
+    """Roles as code, and the people holding them as mentions (those Slack knows)."""
+
+    def mention(name: str) -> str | None:
+        return who(config, name) if config.approvers[name].slack_user_id else None
+
+    return wording.deciders(config, request, role=lambda r: f"`{escape(r)}`", person=mention)
 
 
 def options_of(request: Request) -> list[str]:
@@ -109,7 +103,7 @@ def describe(request: Request, config: Config) -> list[Block]:
     return [
         {
             "type": "header",
-            "text": {"type": "plain_text", "text": clip(_TITLES.get(request.kind, "Request"), 150)},
+            "text": {"type": "plain_text", "text": clip(title(request), 150)},
         },
         _section(escape(request.prompt or request.tool_name)),
         {"type": "section", "fields": [{"type": "mrkdwn", "text": f} for f in fields]},
@@ -193,7 +187,7 @@ def render(request: Request, config: Config, channel: str) -> tuple[str, list[Bl
         text = f"{request.tool_name}: {status}"
     elif channel_serves(config, channel, request.queue):
         blocks += action_blocks(request, config)
-        text = f"{_TITLES.get(request.kind, 'Request')}: {clip(request.prompt, 200)}"
+        text = f"{title(request)}: {clip(request.prompt, 200)}"
     else:
         blocks += moved_blocks(request, config)
         text = f"{request.tool_name}: escalated to {request.queue}"

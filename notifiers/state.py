@@ -71,11 +71,14 @@ class DeliveryState:
     def claim_post(
         self, request_id: str, field: str, claimant: str, stale_after_s: float
     ) -> tuple[bool, PostState]:
-        """Take the right to post the message, unless it is posted or a live claim exists.
+        """Take the right to post the message, unless it is posted or someone else's live claim
+        exists.
 
-        `claimant` must be unique per attempt (two threads of one process are rivals too).
-        Returns (claimed, state as found). A claim older than `stale_after_s` belonged to a
-        consumer that died before posting, and is taken over.
+        `claimant` must be unique per delivery (two threads of one process are rivals too); a
+        delivery retrying after an unclear failure passes the same one and gets its claim back,
+        stamped afresh. A claim older than `stale_after_s` belonged to a consumer that died
+        mid-post, and is taken over. Returns (claimed, state as found): a claim found and taken
+        (`found.claimed_at` set) means a post may already be out.
         """
         key = self.keys.delivery(request_id)
         with self.redis.pipeline() as pipe:
@@ -88,6 +91,7 @@ class DeliveryState:
                         return False, found
                     fresh = (
                         found.claimed_at is not None
+                        and found.claimed_by != claimant
                         and time.time() - found.claimed_at < stale_after_s
                     )
                     if fresh:

@@ -3,7 +3,8 @@
 The body is `{"type", "timestamp", "data": <request>}`; `webhook-id` is the same on every try
 of one event to one endpoint; `webhook-signature` carries one `v1,` signature per secret in
 force, so receivers keep verifying during a secret rotation. 410 Gone switches the endpoint
-off; anything else that is not 2xx is retried with back-off, then dead-lettered.
+off; anything else that is not 2xx is retried with back-off, then dead-lettered. A 429 or 503
+with Retry-After pauses the whole endpoint for that long (capped), as Slack's 429 does.
 
 Requests go through httpcore, the connection pool underneath httpx, used directly because it
 costs half the CPU per request, and webhook throughput is CPU-bound.
@@ -23,7 +24,14 @@ from broker.models import Request
 from notifiers.base import Channel
 from notifiers.events import Event
 from notifiers.jobs import Task
-from notifiers.retry import GiveUp, Retry, RetryPolicy, parse_retry_after
+from notifiers.retry import (
+    GiveUp,
+    Retry,
+    RetryPolicy,
+    cap_retry_after,
+    parse_retry_after,
+    pause_delay,
+)
 from notifiers.state import DeliveryState
 
 USER_AGENT = "approval-broker-webhooks/1"
@@ -89,9 +97,7 @@ class WebhookChannel(Channel):
         disabled = self.disabled_reason()
         if disabled:
             raise GiveUp(f"{self.name} is disabled: {disabled}")
-        body: str = task.scratch.get("body") or task.scratch.setdefault(
-            "body", webhook_body(task.event, task.request)
-        )
+        body = task.memo("body", lambda: webhook_body(task.event, task.request))
         msg_id = task.event.webhook_id(self.name)
         headers = [
             ("content-type", "application/json"),
@@ -122,10 +128,13 @@ class WebhookChannel(Channel):
             self.state.disable(self.name, "the endpoint answered 410 Gone")
             self._disabled = (time.monotonic(), "the endpoint answered 410 Gone")
             raise GiveUp(f"{self.name} answered 410 Gone; the endpoint is now disabled")
-        raise Retry(
-            f"HTTP {status} from {self.name}",
-            retry_after=parse_retry_after(header(response, b"retry-after")),
-        )
+        retry_after = parse_retry_after(header(response, b"retry-after"))
+        if retry_after is not None and status in (429, 503):
+            # the endpoint is overloaded, not just this delivery: pause all of its tasks
+            retry_after = cap_retry_after(retry_after)
+            self.not_before = max(self.not_before, time.monotonic() + retry_after)
+            retry_after = pause_delay(retry_after)
+        raise Retry(f"HTTP {status} from {self.name}", retry_after=retry_after)
 
     def close(self) -> None:
         self.pool.close()

@@ -14,7 +14,7 @@ from redis import Redis
 from api.app import create_app
 from broker.client import Broker
 from broker.config import Config, Settings, parse_config
-from broker.links import new_nonce, sign_link
+from broker.links import new_nonce, read_link, sign_link
 from broker.models import Decision, NewRequest, Outcome, Request
 
 
@@ -218,3 +218,111 @@ def test_a_link_spent_while_redis_fails_is_given_back(
     monkeypatch.setattr(api.email, "decide_as", real)
     assert client.post(approve).status_code == 200
     assert api_broker.get_request(req.id).status.value == "approved"
+
+
+# ---- escalation links and links bound to a queue ------------------------------------------
+
+
+@pytest.fixture
+def chain() -> Config:
+    return parse_config(
+        {
+            "queues": {
+                "default": {"channels": ["email:leads"], "escalate_to": "managers"},
+                "managers": {"channels": ["email:bosses"]},
+            },
+            "email": {
+                "public_url": "http://testserver",
+                "lists": {
+                    "leads": {"to": ["alice@example.com"]},
+                    "bosses": {"to": ["boss@example.com"]},
+                },
+            },
+            "approvers": {
+                "alice": {"roles": ["finance"], "email": "alice@example.com"},
+                "boss": {"roles": ["finance"], "email": "boss@example.com"},
+            },
+        }
+    )
+
+
+@pytest.fixture
+def chained(redis: Redis, chain: Config) -> Iterator[tuple[TestClient, Broker]]:
+    broker = Broker(redis, chain, prefix="t:")
+    with TestClient(create_app(Settings(), chain, broker)) as c:
+        yield c, broker
+
+
+def bound(broker: Broker, req: Request, action: str, to: str = "alice@example.com") -> str:
+    """A link as the notifier mails it: bound to the queue the request is in now."""
+    token = sign_link(broker, req.id, to, action, new_nonce(), queue=req.queue)
+    return "/v1/email/" + token
+
+
+def test_escalate_link_moves_the_request_with_an_optional_reason(
+    chained: tuple[TestClient, Broker],
+) -> None:
+    client, broker = chained
+    req = make(broker)
+    url = bound(broker, req, "escalate")
+    shown = client.get(url)
+    assert shown.status_code == 200 and "<textarea" in shown.text and "managers" in shown.text
+    assert broker.get_request(req.id).queue == "default"  # GET changes nothing
+    done = client.post(url, data={"reason": " over my limit ", "args_hash": req.args_hash})
+    assert done.status_code == 200 and "Escalated to managers" in done.text
+    moved = broker.get_request(req.id)
+    assert moved.is_pending and moved.queue == "managers"
+    (step,) = [h for h in moved.history if h.event == "escalated"]
+    assert (step.by, step.to_queue, step.reason) == ("alice", "managers", "over my limit")
+    page_error(client.post(url), 410, "link_used")
+    plain = bound(broker, make(broker), "escalate")
+    assert client.post(plain).status_code == 200  # the reason is optional
+
+
+def test_a_link_from_before_an_escalation_no_longer_decides(
+    chained: tuple[TestClient, Broker],
+) -> None:
+    client, broker = chained
+    req = make(broker)
+    approve = bound(broker, req, "approve")
+    broker.escalate(req.id, reason="too big", by="sweeper")
+    for resp in (client.get(approve), client.post(approve, data={"args_hash": req.args_hash})):
+        page_error(resp, 409, "escalated")
+        assert "this request was escalated to managers" in resp.text.lower()
+    assert broker.get_request(req.id).is_pending
+    fresh = bound(broker, broker.get_request(req.id), "approve", to="boss@example.com")
+    assert client.post(fresh).status_code == 200  # the new queue's mail decides it
+    assert broker.get_request(req.id).status.value == "approved"
+
+
+def test_escalate_link_where_nothing_follows_is_refused_before_spending(
+    chained: tuple[TestClient, Broker],
+) -> None:
+    client, broker = chained
+    req = make(broker, queue="managers")
+    url = bound(broker, req, "escalate", to="boss@example.com")
+    page_error(client.post(url), 422, "no_target")
+    assert broker.get_request(req.id).queue == "managers"
+    page_error(client.post(url), 422, "no_target")  # not spent: the same answer again
+
+
+def test_the_link_secret_is_read_from_redis_once_per_broker(
+    api_broker: Broker, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    req = make(api_broker)
+    first = sign_link(api_broker, req.id, "alice@example.com", "approve", new_nonce())
+    calls: list[str] = []
+    for name in ("get", "set"):
+        real = getattr(api_broker.redis, name)
+
+        def counted(*args: Any, _real: Any = real, _name: str = name, **kwargs: Any) -> Any:
+            calls.append(_name)
+            return _real(*args, **kwargs)
+
+        monkeypatch.setattr(api_broker.redis, name, counted)
+    for _ in range(3):
+        token = sign_link(api_broker, req.id, "alice@example.com", "approve", new_nonce())
+        assert read_link(api_broker, token, 60).request_id == req.id
+    assert calls == []
+    other = Broker(api_broker.redis, api_broker.config, prefix="t:")  # another process, say
+    assert read_link(other, first, 60).action == "approve"  # the same shared secret

@@ -4,7 +4,9 @@ SMTP (aiosmtpd) and webhook receivers (verifying with the standardwebhooks packa
 from __future__ import annotations
 
 import json
+import logging
 import re
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -18,9 +20,12 @@ from broker.config import parse_config
 from broker.keys import NOTIFIER_GROUP
 from broker.links import read_link
 from broker.models import Decision, NewRequest, Outcome
+from notifiers.events import parse_entry
+from notifiers.parking import Parked, ParkedStore
+from notifiers.retry import RETRY_AFTER_LIMIT_S
 from tests.conftest import wait_for
 from tests.fakes.harness import OLD_SECRET, SECRET, WRONG_SECRET, running, webhook
-from tests.fakes.slack import FakeSlack
+from tests.fakes.slack import FakeSlack, request_id_of
 from tests.fakes.smtp import SmtpSink
 from tests.fakes.webhook_receiver import WebhookReceiver
 
@@ -83,6 +88,14 @@ def settled(broker: Broker, queue: str = "default") -> bool:
     return False
 
 
+def read_all(broker: Broker, queue: str = "default") -> bool:
+    """The group has read every entry of the queue's stream (acknowledged or not)."""
+    stream = broker.keys.stream(queue)
+    last = broker.redis.xrevrange(stream, count=1)
+    groups = broker.redis.xinfo_groups(stream)
+    return bool(last) and any(g["last-delivered-id"] == last[0][0] for g in groups)
+
+
 def pending(broker: Broker, queue: str = "default") -> int:
     return int(broker.redis.xpending(broker.keys.stream(queue), NOTIFIER_GROUP)["pending"])
 
@@ -98,6 +111,15 @@ def delivered_channels(broker: Broker, request_id: str) -> list[str]:
 
 def refund(**extra: Any) -> NewRequest:
     return NewRequest(tool_name="refund", args={"order_id": "A1", "amount": 120}, **extra)
+
+
+def parked(broker: Broker, channel: str) -> int:
+    return ParkedStore(broker, lease_s=1).count(channel)
+
+
+def messages_about(slack: FakeSlack, request_id: str) -> int:
+    """Messages that exist in the fake Slack about a request, however their calls ended."""
+    return sum(1 for m in list(slack.messages.values()) if request_id_of(m) == request_id)
 
 
 # ---- fan-out ----------------------------------------------------------------------------
@@ -227,6 +249,62 @@ def test_slack_500_then_success_posts_once(redis: Redis, slack: FakeSlack) -> No
     assert len(slack.posts_for(request.id)) == 1
     assert delivered_channels(broker, request.id) == ["slack:approvals"]
     assert broker.dead_letters() == []
+
+
+@pytest.mark.parametrize("failure", [500, 0], ids=["5xx-after-posting", "reset-after-posting"])
+def test_slack_posting_then_failing_is_looked_up_not_posted_again(
+    redis: Redis, slack: FakeSlack, failure: int
+) -> None:
+    """Slack posted, but the answer was a 5xx or a dropped connection: find it, don't repost."""
+    broker = slack_broker(redis, slack)
+    slack.fail("chat.postMessage", failure, after_posting=True)
+    with running(broker):
+        request = broker.create_request(refund())
+        wait_for(lambda: settled(broker))
+    assert messages_about(slack, request.id) == 1
+    assert slack.arrived("chat.postMessage") == 1  # no SDK retry, no blind repost
+    assert slack.calls_to("conversations.history", ok_only=True)
+    (note,) = [h for h in broker.get_request(request.id).history if h.event == "delivered"]
+    assert "found the earlier post" in (note.detail or "")
+    assert broker.dead_letters() == []
+
+
+def test_a_slack_call_that_times_out_keeps_its_claim_and_posts_once(
+    redis: Redis, slack: FakeSlack
+) -> None:
+    """The post lands after we gave up waiting: the retry finds it rather than posting again."""
+    broker = slack_broker(redis, slack)
+    slack.delay["chat.postMessage"] = 1.5  # longer than the 1 s timeout
+    with running(broker, slack_timeout_s=1.0):
+        request = broker.create_request(refund())
+        wait_for(lambda: settled(broker))
+    assert messages_about(slack, request.id) == 1
+    assert slack.arrived("chat.postMessage") == 1
+    assert broker.dead_letters() == []
+
+
+def test_without_history_scope_an_unclear_post_is_posted_again_and_logged(
+    redis: Redis, slack: FakeSlack, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The documented trade-off when the look-up is refused: a possible duplicate, logged."""
+    broker = slack_broker(redis, slack)
+    slack.history_allowed = False
+    slack.fail("chat.postMessage", 500, after_posting=True)
+    with caplog.at_level(logging.WARNING, logger="notifiers"), running(broker):
+        request = broker.create_request(refund())
+        wait_for(lambda: settled(broker))
+    assert messages_about(slack, request.id) == 2
+    assert "posting it again" in caplog.text
+
+
+def test_slack_retry_after_is_capped(redis: Redis, slack: FakeSlack) -> None:
+    broker = slack_broker(redis, slack)
+    slack.fail("chat.postMessage", 429, error="ratelimited", retry_after=10**7)
+    with running(broker, shutdown_grace_s=0) as notifier:
+        broker.create_request(refund())
+        channel = notifier.channels["slack:approvals"]
+        wait_for(lambda: channel.not_before > 0)
+        assert channel.not_before - time.monotonic() <= RETRY_AFTER_LIMIT_S
 
 
 def test_a_permanent_slack_error_is_dead_lettered(redis: Redis, slack: FakeSlack) -> None:
@@ -363,6 +441,42 @@ def test_question_mail_links_answer_and_reject(redis: Redis, smtp: SmtpSink) -> 
     assert actions == {"answer", "reject"}
 
 
+def test_mail_has_an_escalate_link_where_the_queue_escalates_and_links_name_their_queue(
+    redis: Redis, smtp: SmtpSink
+) -> None:
+    broker = make_broker(
+        redis,
+        {
+            "queues": {
+                "default": {"channels": ["email:leads"], "escalate_to": "managers"},
+                "managers": {"channels": ["email:bosses"]},
+            },
+            "email": email_section(
+                smtp,
+                lists={
+                    "leads": {"to": ["lead@example.com"]},
+                    "bosses": {"to": ["boss@example.com"]},
+                },
+            ),
+        },
+    )
+    with running(broker):
+        request = broker.create_request(refund())
+        wait_for(lambda: len(smtp.mails) == 1)
+        broker.escalate(request.id, reason="over my limit", by="lead")
+        wait_for(lambda: len(smtp.mails) == 2)
+        wait_for(lambda: settled(broker, "default") and settled(broker, "managers"))
+    first, second = smtp.to("lead@example.com")[0], smtp.to("boss@example.com")[0]
+    claims = [read_link(broker, t, 3600) for t in tokens_in(first.part("plain"))]
+    assert sorted(c.action for c in claims) == ["approve", "escalate", "reject"]
+    assert {c.queue for c in claims} == {"default"}
+    assert "Escalate to managers:" in first.part("plain")
+    assert 'data-action="escalate"' in first.part("html")
+    claims = [read_link(broker, t, 3600) for t in tokens_in(second.part("plain"))]
+    assert sorted(c.action for c in claims) == ["approve", "reject"]  # nowhere further to go
+    assert {c.queue for c in claims} == {"managers"}
+
+
 # ---- webhooks ---------------------------------------------------------------------------
 
 
@@ -457,6 +571,49 @@ def test_webhook_that_always_fails_is_dead_lettered_then_redriven_to_it_alone(
     assert broker.dead_letters() == []
 
 
+def test_redrive_skips_a_channel_that_finished_after_the_failing_one(
+    redis: Redis, receiver: WebhookReceiver
+) -> None:
+    """The entry's last channel to finish is the good one: its done marker must be written."""
+    receiver.delay["/up"] = 0.3
+    receiver.default("/down", 503)
+    broker = hook_broker(
+        redis,
+        {
+            "up": webhook(receiver.url("/up")),
+            "down": webhook(receiver.url("/down"), max_attempts=1),
+        },
+        ["webhook:up", "webhook:down"],
+    )
+    with running(broker):
+        broker.create_request(refund())
+        wait_for(lambda: settled(broker))
+        ((letter_id, _),) = broker.dead_letters()
+        (down,), (up,) = receiver.to("/down"), receiver.accepted("/up")
+        assert down.at < up.at  # dead-lettered before the good channel was done
+        receiver.default("/down", 204)
+        broker.redrive(letter_id)
+        wait_for(lambda: receiver.accepted("/down"))
+        wait_for(lambda: settled(broker))
+    assert len(receiver.to("/up")) == 1
+    assert broker.dead_letters() == []
+
+
+def test_a_webhook_429_pauses_the_whole_endpoint(redis: Redis, receiver: WebhookReceiver) -> None:
+    receiver.plan("/ops", [(429, {"Retry-After": "1"})])
+    broker = hook_broker(redis, {"ops": webhook(receiver.url("/ops"))}, ["webhook:ops"])
+    with running(broker):
+        broker.create_request(refund())
+        wait_for(lambda: receiver.to("/ops"))
+        second = broker.create_request(refund())
+        wait_for(lambda: len(receiver.accepted("/ops")) == 2)
+        wait_for(lambda: settled(broker))
+    limited = receiver.to("/ops")[0]
+    (later,) = [d for d in receiver.accepted("/ops") if d.payload["data"]["id"] == second.id]
+    assert limited.status == 429 and later.at - limited.at >= 1.0
+    assert len(receiver.to("/ops")) == 3  # the second request waited; it did not try and fail
+
+
 def test_410_disables_the_endpoint(redis: Redis, receiver: WebhookReceiver) -> None:
     receiver.default("/gone", 410)
     broker = hook_broker(redis, {"gone": webhook(receiver.url("/gone"))}, ["webhook:gone"])
@@ -492,6 +649,8 @@ def test_callback_webhook_gets_the_outcome(redis: Redis, receiver: WebhookReceiv
 def test_a_hung_channel_does_not_hold_up_the_others(
     redis: Redis, receiver: WebhookReceiver, slack: FakeSlack
 ) -> None:
+    """Slack hangs and max_inflight is small: its deliveries are parked, entries acked, webhooks
+    keep flowing; when Slack recovers every request is posted exactly once."""
     broker = make_broker(
         redis,
         {
@@ -501,14 +660,122 @@ def test_a_hung_channel_does_not_hold_up_the_others(
         },
     )
     slack.hold()
-    with running(broker):
-        requests = [broker.create_request(refund()) for _ in range(6)]
-        wait_for(lambda: len(receiver.accepted("/ops")) == 6)
-        assert not slack.calls_to("chat.postMessage")
-        assert pending(broker) == 6  # not acknowledged while Slack lacks them
+    with running(broker, max_inflight=5, park_after_s=0.2, slack_timeout_s=15):
+        requests = [broker.create_request(refund()) for _ in range(12)]
+        wait_for(lambda: len(receiver.accepted("/ops")) == 12)
+        # entries beyond max_inflight were acknowledged with their Slack share parked
+        wait_for(lambda: parked(broker, "slack:approvals") >= 12 - 5)
+        wait_for(lambda: read_all(broker))  # the reader was never stuck behind Slack
+        # Slack was called (one call per Slack thread, each hanging), nothing more was taken
+        assert slack.arrived("chat.postMessage") == 4
         slack.release()
+        wait_for(lambda: all(slack.posts_for(r.id) for r in requests))
+        wait_for(lambda: parked(broker, "slack:approvals") == 0 and settled(broker))
+    assert [len(slack.posts_for(r.id)) for r in requests] == [1] * 12
+    assert slack.arrived("chat.postMessage") == 12
+    assert all(
+        delivered_channels(broker, r.id) == ["slack:approvals", "webhook:ops"] for r in requests
+    )
+    assert stat(broker, "parked:slack") >= 12 - 5 and broker.dead_letters() == []
+
+
+def test_a_parked_delivery_is_dead_lettered_after_its_last_try(
+    redis: Redis, receiver: WebhookReceiver
+) -> None:
+    """Parking carries the attempt count: three tries in all, then the dead letter."""
+    receiver.default("/down", 503)
+    slow = webhook(receiver.url("/down"), backoff_s=0.6, max_backoff_s=0.6)
+    broker = hook_broker(redis, {"down": slow}, ["webhook:down"])
+    with running(broker, max_inflight=1, park_after_s=0.1):
+        for _ in range(3):
+            broker.create_request(refund())
+        wait_for(lambda: len(broker.dead_letters()) == 3)
+        wait_for(lambda: settled(broker) and parked(broker, "webhook:down") == 0)
+    assert stat(broker, "parked:webhook") >= 1
+    assert len(receiver.to("/down")) == 9
+    for _, letter in broker.dead_letters():
+        assert "gave up after 3 attempts" in letter["error"] and letter["attempts"] == "3"
+
+
+def test_a_parked_delivery_whose_lease_lapsed_is_taken_over(
+    redis: Redis, receiver: WebhookReceiver
+) -> None:
+    """What a SIGKILLed notifier was working on is delivered by another."""
+    broker = hook_broker(redis, {"ops": webhook(receiver.url("/ops"))}, ["webhook:ops"])
+    stream = broker.keys.stream("default")
+    request = broker.create_request(refund())
+    redis.xgroup_create(stream, NOTIFIER_GROUP, id="$")  # the entry itself was acked long ago
+    ((entry_id, raw),) = redis.xrange(stream)
+    fields = {k.decode(): v.decode() for k, v in raw.items()}
+    event = parse_entry(stream, "default", entry_id.decode(), fields)
+    ParkedStore(broker, lease_s=30).park(
+        [(Parked.of(event, "webhook:ops", attempts=1, defers=0), time.time() - 1)]
+    )
+    with running(broker):
+        wait_for(lambda: receiver.accepted("/ops"))
+        wait_for(lambda: parked(broker, "webhook:ops") == 0)
+    (delivery,) = receiver.accepted("/ops")
+    assert delivery.payload["data"]["id"] == request.id
+    assert delivery.id == event.webhook_id("webhook:ops")
+    assert delivered_channels(broker, request.id) == ["webhook:ops"]
+    assert redis.hexists(broker.keys.delivery(request.id), event.done_field("webhook:ops"))
+
+
+def test_bookkeeping_refused_by_redis_is_not_repeated_and_acks_go_on(
+    redis: Redis, receiver: WebhookReceiver
+) -> None:
+    """One done marker Redis refuses (WRONGTYPE) must not stop every ack or double the notes."""
+    broker = hook_broker(redis, {"ops": webhook(receiver.url("/ops"))}, ["webhook:ops"])
+    poisoned = broker.create_request(refund())
+    redis.set(broker.keys.delivery(poisoned.id), "not a hash")
+    fine = broker.create_request(refund())
+    with running(broker):
+        wait_for(lambda: len(receiver.accepted("/ops")) == 2)
         wait_for(lambda: settled(broker))
-    assert all(len(slack.posts_for(r.id)) == 1 for r in requests)
+        later = broker.create_request(refund())
+        wait_for(lambda: settled(broker) and len(receiver.accepted("/ops")) == 3)
+    assert stat(broker, "delivered:webhook") == 3
+    for r in (poisoned, fine, later):
+        assert delivered_channels(broker, r.id) == ["webhook:ops"]
+
+
+def test_the_reader_survives_an_unexpected_error(
+    redis: Redis, receiver: WebhookReceiver, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    broker = hook_broker(redis, {"ops": webhook(receiver.url("/ops"))}, ["webhook:ops"])
+    with running(broker, claim_idle_s=0.5) as notifier:
+        real, calls = notifier._fetch, []
+
+        def flaky(ids: set[str]) -> Any:
+            calls.append(ids)
+            if len(calls) == 1:
+                raise RuntimeError("a bug")
+            return real(ids)
+
+        monkeypatch.setattr(notifier, "_fetch", flaky)
+        first = broker.create_request(refund())
+        wait_for(lambda: calls)
+        second = broker.create_request(refund())
+        wait_for(lambda: len(receiver.accepted("/ops")) == 2)
+        wait_for(lambda: settled(broker))
+    assert {d.payload["data"]["id"] for d in receiver.accepted("/ops")} == {first.id, second.id}
+
+
+def test_a_broken_committer_stops_the_notifier(
+    redis: Redis, receiver: WebhookReceiver, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Rather than a dead thread and entries never acked, the notifier fails loudly."""
+    broker = hook_broker(redis, {"ops": webhook(receiver.url("/ops"))}, ["webhook:ops"])
+    with running(broker) as notifier:
+
+        def broken(batch: Any) -> Any:
+            raise RuntimeError("a bug")
+
+        monkeypatch.setattr(notifier.committer, "plan", broken)
+        broker.create_request(refund())
+        wait_for(notifier.failed.is_set)
+    assert "committer failed: RuntimeError: a bug" in (notifier.error or "")
+    assert pending(broker) == 1  # left for another notifier to reclaim
 
 
 def test_malformed_entries_are_dead_lettered_and_the_loop_goes_on(
@@ -542,6 +809,10 @@ def test_entries_left_by_a_dead_consumer_are_reclaimed(
         wait_for(lambda: receiver.accepted("/ops"))
         wait_for(lambda: pending(broker) == 0)
     assert [d.payload["data"]["id"] for d in receiver.accepted("/ops")] == [request.id]
+    ((_, letter),) = broker.dead_letters()
+    assert letter["error"].startswith("trimmed before delivery")
+    assert letter["entry_id"] == gone_entry[0].decode() and letter["from_stream"] == stream
+    assert stat(broker, "failed:entry") == 1
 
 
 def test_an_entry_handed_out_too_often_is_dead_lettered(

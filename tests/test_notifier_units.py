@@ -2,21 +2,40 @@
 
 from __future__ import annotations
 
+import base64
+import hashlib
+import hmac
 import json
+import time
 from datetime import UTC, datetime, timedelta
 from email.utils import format_datetime
 
 import pytest
+from redis import Redis
 from standardwebhooks import Webhook, WebhookVerificationError
 
 from broker import slack_ids
-from broker.config import parse_config
+from broker.client import Broker
+from broker.config import SlackConfig, parse_config
 from broker.models import Decision, HistoryEntry, Outcome, Request, Status, args_hash
+from notifiers.base import Channel
+from notifiers.dispatch import Dispatcher
 from notifiers.events import ESCALATED, REQUESTED, MalformedEntry, parse_entry
+from notifiers.jobs import Job, Task
 from notifiers.mail import link_actions, parse_smtp_url
-from notifiers.retry import RetryPolicy, parse_retry_after
+from notifiers.mail_render import Link, render_mail
+from notifiers.parking import ParkedStore
+from notifiers.retry import (
+    RETRY_AFTER_LIMIT_S,
+    RetryPolicy,
+    cap_retry_after,
+    parse_retry_after,
+    pause_delay,
+)
+from notifiers.slack import claim_stale_s, slack_client
 from notifiers.slack_blocks import render
 from notifiers.webhook import signature_headers, webhook_body
+from tests.conftest import wait_for
 from tests.fakes.harness import OLD_SECRET, SECRET, WRONG_SECRET
 
 NOW = datetime(2025, 1, 2, 3, 4, 5, tzinfo=UTC)
@@ -78,6 +97,44 @@ def test_retry_after_parses_seconds_and_http_dates() -> None:
     assert parse_retry_after(None) is None
 
 
+def test_retry_after_is_capped_and_pauses_get_jitter() -> None:
+    assert cap_retry_after(10**9) == RETRY_AFTER_LIMIT_S
+    assert cap_retry_after(-5) == 0
+    assert RetryPolicy(3, 0.1, 1.0).delay(1, retry_after=10**9, rand=lambda: 0) == (
+        RETRY_AFTER_LIMIT_S
+    )
+    assert pause_delay(10, rand=lambda: 0.0) == 10
+    assert 10 < pause_delay(10, rand=lambda: 1.0) <= 11
+    assert pause_delay(3600, rand=lambda: 1.0) == 3601  # at most a second on top
+
+
+class _Paused(Channel):
+    kind = "test"
+
+    def deliver(self, task: Task) -> str | None:  # pragma: no cover - never reached
+        raise AssertionError("a paused channel must not be called")
+
+
+def test_tasks_waiting_out_one_pause_wake_at_different_times(redis: Redis) -> None:
+    """A paused channel's tasks are spread out after the pause, not all sent at one instant."""
+    channel = _Paused("test:paused", policy=RetryPolicy(3, 0.1, 1.0), concurrency=2)
+    channel.not_before = time.monotonic() + 60
+    store = ParkedStore(Broker(redis, CONFIG, prefix="t:"), lease_s=5)
+    dispatcher = Dispatcher({channel.name: channel}, lambda o: None, lambda t, e: None, store)
+    try:
+        event = parse_entry("s", "default", "1-0", {"type": REQUESTED, "request_id": "r"})
+        tasks = [Task(Job(event, None), channel.name) for _ in range(20)]
+        for task in tasks:
+            dispatcher.submit(task)
+        wait_for(lambda: all(t.due for t in tasks))
+        dues = [t.due for t in tasks]
+        assert all(due >= channel.not_before for due in dues)
+        assert max(dues) - min(dues) > 0.1  # not one instant (a float's noise apart)
+        assert all(t.attempts == 0 for t in tasks)  # a pause is not an attempt
+    finally:
+        dispatcher.close()
+
+
 # ---- Standard Webhooks ------------------------------------------------------------------
 
 
@@ -89,6 +146,11 @@ def test_signature_verifies_with_standardwebhooks_for_every_secret_in_force() ->
     assert all(s.startswith("v1,") for s in headers["webhook-signature"].split(" "))
     Webhook(SECRET).verify(body, headers)
     Webhook(OLD_SECRET).verify(body, headers)  # a receiver still on the old secret
+    # the contract itself, computed without the library that signed
+    key = base64.b64decode(SECRET.removeprefix("whsec_"))
+    signed = f"msg_1.{headers['webhook-timestamp']}.{body}".encode()
+    expected = base64.b64encode(hmac.new(key, signed, hashlib.sha256).digest()).decode()
+    assert f"v1,{expected}" in headers["webhook-signature"].split(" ")
     with pytest.raises(WebhookVerificationError):
         Webhook(WRONG_SECRET).verify(body, headers)
     with pytest.raises(WebhookVerificationError):
@@ -163,8 +225,38 @@ def test_smtp_urls() -> None:
 
 
 def test_link_actions_follow_the_kind() -> None:
-    assert link_actions(make_request()) == ["approve", "reject"]
-    assert link_actions(make_request(kind="question")) == ["answer", "reject"]
+    assert link_actions(make_request(queue="managers"), CONFIG) == ["approve", "reject"]
+    assert link_actions(make_request(kind="question", queue="managers"), CONFIG) == [
+        "answer",
+        "reject",
+    ]
+    assert link_actions(make_request(), CONFIG) == ["approve", "reject", "escalate"]
+
+
+def test_mail_and_slack_say_who_may_decide_the_same_way() -> None:
+    request = make_request(allowed_roles=["finance", "ops"])
+    links = [Link("approve", "https://x/1"), Link("escalate", "https://x/2", "managers")]
+    _, text, html = render_mail(request, CONFIG, "a@example.com", links, NOW)
+    assert "people with role finance or ops" in text
+    assert "Escalate to managers:" in text and 'data-action="escalate"' in html
+    _, blocks = render(request, CONFIG, "slack:approvals")
+    assert "people with role `finance` or `ops` (<@U0ALICE>)" in json.dumps(blocks)
+    _, anyone, _ = render_mail(make_request(), CONFIG, "a@example.com", links, NOW)
+    assert "Who may decide: any approver" in anyone
+
+
+# ---- Slack delivery ---------------------------------------------------------------------
+
+
+def test_slack_client_never_resends_on_its_own() -> None:
+    client = slack_client(SlackConfig(bot_token="x", signing_secret="y"), 15)
+    assert client.retry_handlers == []
+
+
+def test_a_posting_claim_outlives_the_slowest_call() -> None:
+    assert claim_stale_s(claim_idle_s=30, timeout_s=15) > 3 * 15
+    assert claim_stale_s(claim_idle_s=1, timeout_s=1) > 3
+    assert claim_stale_s(claim_idle_s=600, timeout_s=15) == 600
 
 
 # ---- Slack blocks -----------------------------------------------------------------------

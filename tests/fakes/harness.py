@@ -39,6 +39,7 @@ def options(**overrides: Any) -> NotifierOptions:
         "max_backoff_s": 0.2,
         "shutdown_grace_s": 2.0,
         "workers": 4,
+        "slack_timeout_s": 1.0,  # an unclear Slack failure is looked up after this long
     }
     return NotifierOptions(**(base | overrides))
 

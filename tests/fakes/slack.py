@@ -1,8 +1,12 @@
 """A fake Slack Web API on loopback: chat.postMessage, chat.update, views.open, auth.test.
 
 Point `SlackConfig.api_base_url` at `fake.url`. Failures are programmable per method
-(`fail("chat.postMessage", 429, retry_after=1)`), calls can be slowed (`delay`) or held until
-released (`hold()` / `release()`), and every call and message is recorded for assertions.
+(`fail("chat.postMessage", 429, retry_after=1)`; status 0 drops the connection unanswered;
+`after_posting=True` does the call first, as a Slack that posted and then failed), calls can be
+slowed (`delay`) or held until released (`hold()` / `release()`). Every call is recorded when
+it arrives (`arrivals`) and when answered (`calls`), with the messages, for assertions.
+conversations.history finds posted messages by channel and time, with their metadata, unless
+`history_allowed` is off (then it answers missing_scope).
 """
 
 from __future__ import annotations
@@ -30,9 +34,10 @@ class Call:
 
 @dataclass
 class Failure:
-    status: int
+    status: int  # 0: drop the connection without an answer
     error: str
     retry_after: float | None = None
+    after_posting: bool = False  # do the call, then fail (the outcome is lost to the caller)
 
 
 def request_id_of(params: dict[str, Any]) -> str | None:
@@ -55,6 +60,9 @@ class _Handler(QuietHandler):
         else:
             params = dict(parse_qsl(raw.decode()))
         status, body, headers = fake.handle(method, params, self.headers.get("authorization"))
+        if status == 0:  # a connection reset after the request went out
+            self.close_connection = True
+            return
         self.reply(status, body, headers)
 
 
@@ -62,6 +70,8 @@ class FakeSlack:
     def __init__(self, token: str = "xoxb-test-token") -> None:
         self.token = token
         self.calls: list[Call] = []
+        self.arrivals: list[tuple[str, dict[str, Any]]] = []
+        self.history_allowed = True
         self.messages: dict[tuple[str, str], dict[str, Any]] = {}
         self.delay: dict[str, float] = defaultdict(float)
         self._failures: dict[str, deque[Failure]] = defaultdict(deque)
@@ -93,11 +103,12 @@ class FakeSlack:
         times: int = 1,
         error: str = "internal_error",
         retry_after: float | None = None,
+        after_posting: bool = False,
     ) -> None:
         """Answer the next `times` calls of `method` with this failure."""
         with self._lock:
             for _ in range(times):
-                self._failures[method].append(Failure(status, error, retry_after))
+                self._failures[method].append(Failure(status, error, retry_after, after_posting))
 
     def hold(self) -> None:
         """Make every call wait until `release()` (a Slack that hangs)."""
@@ -107,6 +118,11 @@ class FakeSlack:
         self._open.set()
 
     # ---- what happened -----------------------------------------------------------------
+
+    def arrived(self, method: str) -> int:
+        """Calls of `method` that reached the fake, answered or not (held ones too)."""
+        with self._lock:
+            return sum(1 for m, _ in self.arrivals if m == method)
 
     def calls_to(self, method: str, *, ok_only: bool = False) -> list[Call]:
         with self._lock:
@@ -140,6 +156,8 @@ class FakeSlack:
     def handle(
         self, method: str, params: dict[str, Any], auth: str | None
     ) -> tuple[int, dict[str, Any] | str, dict[str, str]]:
+        with self._lock:
+            self.arrivals.append((method, params))
         self._open.wait(timeout=60)
         if self.delay[method]:
             time.sleep(self.delay[method])  # simulated server latency, not synchronisation
@@ -152,7 +170,11 @@ class FakeSlack:
     def _answer(
         self, method: str, params: dict[str, Any], auth: str | None, failure: Failure | None
     ) -> tuple[int, dict[str, Any] | str, dict[str, str]]:
+        if failure is not None and failure.after_posting:
+            self._answer(method, params, auth, None)
         if failure is not None:
+            if failure.status == 0:
+                return 0, "", {}
             headers = {}
             if failure.retry_after is not None:
                 headers["Retry-After"] = str(int(failure.retry_after))
@@ -177,6 +199,17 @@ class FakeSlack:
                 return 200, {"ok": False, "error": "message_not_found"}, {}
             self.messages[key] = {**self.messages[key], **params}
             return 200, {"ok": True, "channel": key[0], "ts": key[1]}, {}
+        if method == "conversations.history":
+            if not self.history_allowed:
+                return 200, {"ok": False, "error": "missing_scope"}, {}
+            channel, oldest = str(params.get("channel")), float(params.get("oldest") or 0)
+            found = [
+                m for (c, ts), m in self.messages.items() if c == channel and float(ts) > oldest
+            ]
+            found.sort(key=lambda m: float(m["ts"]), reverse=True)
+            limit = int(params.get("limit") or 100)
+            body = {"ok": True, "messages": found[:limit], "has_more": len(found) > limit}
+            return 200, {**body, "response_metadata": {"next_cursor": ""}}, {}
         if method == "views.open":
             return 200, {"ok": True, "view": {"id": "V1", **(params.get("view") or {})}}, {}
         return 200, {"ok": False, "error": "unknown_method"}, {}

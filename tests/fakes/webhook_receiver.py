@@ -3,7 +3,8 @@
 Every POST is verified with the `standardwebhooks` package against the receiver's secrets; a
 bad signature gets 401. What a verified delivery is answered with is programmable per path:
 `plan("/hook", [500, 503])` answers the next two with those statuses (then the default),
-`default("/gone", 410)` answers every one. `GET /stats` gives counts (for the benchmark).
+`default("/gone", 410)` answers every one; `delay["/slow"] = 0.3` makes a path answer late.
+`GET /stats` gives counts (for the benchmark).
 
 Run alone: `python -m tests.fakes.webhook_receiver --secret whsec_... [--port N] [--no-record]`.
 """
@@ -68,6 +69,7 @@ class WebhookReceiver:
         self.deliveries: list[Delivery] = []
         self._plans: dict[str, deque[Answer]] = defaultdict(deque)
         self._defaults: dict[str, Answer] = {}
+        self.delay: dict[str, float] = defaultdict(float)
         self._lock = threading.Lock()
         self._counts = {"received": 0, "accepted": 0, "rejected": 0}
         self._ids: set[str] = set()
@@ -108,6 +110,8 @@ class WebhookReceiver:
         self, path: str, headers: dict[str, str], body: bytes
     ) -> tuple[int, dict[str, str]]:
         verified = self.verify(headers, body)
+        if self.delay[path]:
+            time.sleep(self.delay[path])  # simulated endpoint latency, not synchronisation
         with self._lock:
             self._counts["received"] += 1
             if not verified:

@@ -1,0 +1,147 @@
+"""Parked deliveries: one channel's share of a stream entry, handed on so the entry can be acked.
+
+A slow or failing channel (Slack hung, an endpoint backing off) would otherwise keep its entries
+in flight until every channel had them, and once `max_inflight` filled, the healthy channels
+would wait too. A parked delivery lives in Redis per channel: a ZSET of task ids scored by when
+one may next take it, and a hash of what to deliver (the event and the attempts so far).
+
+Any notifier takes due ones (`take`, one Lua step) under a lease: the score moves to the lease's
+end, and the taker's heartbeat keeps pushing it (`renew`). A notifier killed mid-delivery stops
+renewing, so the lease lapses and another takes the task over: at least once, as for entries.
+A retry puts the task back with its new attempt count and due time (`reschedule`); delivery or
+the dead letter after the last try removes it (the committer, in its batch).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from redis.client import Pipeline
+
+from broker.client import Broker
+from notifiers.events import Event, MalformedEntry, parse_entry, text
+from notifiers.scripts import source
+
+
+@dataclass(frozen=True)
+class Parked:
+    """One parked delivery as stored: enough to rebuild its event and go on counting tries."""
+
+    id: str
+    channel: str
+    stream: str
+    queue: str
+    entry_id: str
+    fields: dict[str, str]
+    attempts: int = 0
+    defers: int = 0
+
+    @classmethod
+    def of(cls, event: Event, channel: str, attempts: int, defers: int) -> Parked:
+        return cls(
+            id=task_id(event),
+            channel=channel,
+            stream=event.stream,
+            queue=event.queue,
+            entry_id=event.entry_id,
+            fields=event.dead_letter_entry(),
+            attempts=attempts,
+            defers=defers,
+        )
+
+    def dump(self) -> str:
+        return json.dumps(
+            {
+                "stream": self.stream,
+                "queue": self.queue,
+                "entry_id": self.entry_id,
+                "fields": self.fields,
+                "attempts": self.attempts,
+                "defers": self.defers,
+            },
+            separators=(",", ":"),
+        )
+
+    @classmethod
+    def load(cls, channel: str, task: str, raw: str) -> Parked:
+        """Raises MalformedEntry for a record no notifier can use."""
+        try:
+            data: Any = json.loads(raw)
+            return cls(
+                id=task,
+                channel=channel,
+                stream=str(data["stream"]),
+                queue=str(data["queue"]),
+                entry_id=str(data["entry_id"]),
+                fields={str(k): str(v) for k, v in dict(data["fields"]).items()},
+                attempts=int(data.get("attempts", 0)),
+                defers=int(data.get("defers", 0)),
+            )
+        except (ValueError, KeyError, TypeError) as exc:
+            raise MalformedEntry(f"unreadable parked delivery: {exc}") from None
+
+    def event(self) -> Event:
+        return parse_entry(self.stream, self.queue, self.entry_id, self.fields)
+
+
+def task_id(event: Event) -> str:
+    """Stable per event and queue, so parking the same delivery twice keeps one record."""
+    return f"{event.event_id}:{event.queue}"
+
+
+class ParkedStore:
+    def __init__(self, broker: Broker, lease_s: float) -> None:
+        self.redis = broker.redis
+        self.keys = broker.keys
+        self.lease_s = lease_s
+        self._take = broker.redis.register_script(source("take_parked"))
+
+    def park(self, items: Iterable[tuple[Parked, float]]) -> None:
+        """Store deliveries with when each may next be taken, all or none (MULTI)."""
+        pipe = self.redis.pipeline(transaction=True)
+        for parked, due in items:
+            pipe.hset(self.keys.parked_tasks(parked.channel), parked.id, parked.dump())
+            pipe.zadd(self.keys.parked(parked.channel), {parked.id: due})
+        if len(pipe):
+            pipe.execute()
+
+    def take(self, channel: str, count: int, now: float | None = None) -> list[tuple[str, str]]:
+        """Up to `count` due deliveries as (id, raw record), leased to the caller."""
+        now = time.time() if now is None else now
+        flat = self._take(
+            keys=[self.keys.parked(channel), self.keys.parked_tasks(channel)],
+            args=[f"{now:.6f}", f"{now + self.lease_s:.6f}", count],
+        )
+        return [(text(flat[i]), text(flat[i + 1])) for i in range(0, len(flat), 2)]
+
+    def renew(self, held: dict[str, list[str]]) -> None:
+        """Push the leases of deliveries we work on ahead; finished ones are not brought back."""
+        until = time.time() + self.lease_s
+        pipe = self.redis.pipeline(transaction=False)
+        for channel, ids in held.items():
+            if ids:
+                pipe.zadd(self.keys.parked(channel), dict.fromkeys(ids, until), xx=True)
+        if len(pipe):
+            pipe.execute()
+
+    def reschedule(self, parked: Parked, due: float) -> None:
+        """Give a delivery back until `due`, with its new counts."""
+        pipe = self.redis.pipeline(transaction=True)
+        pipe.hset(self.keys.parked_tasks(parked.channel), parked.id, parked.dump())
+        pipe.zadd(self.keys.parked(parked.channel), {parked.id: due}, xx=True)
+        pipe.execute()
+
+    def remove(self, channel: str, task: str, pipe: Pipeline | None = None) -> None:
+        """Forget a delivery that is done or dead-lettered (into `pipe` when given)."""
+        target: Any = pipe if pipe is not None else self.redis.pipeline(transaction=True)
+        target.zrem(self.keys.parked(channel), task)
+        target.hdel(self.keys.parked_tasks(channel), task)
+        if pipe is None:
+            target.execute()
+
+    def count(self, channel: str) -> int:
+        return int(self.redis.zcard(self.keys.parked(channel)))

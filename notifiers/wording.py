@@ -1,0 +1,39 @@
+"""Words every channel uses the same way: titles by kind, clipping, who may decide."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from broker.config import Config
+from broker.models import Request
+
+TITLES = {"approval": "Approval needed", "question": "Question", "external": "Result needed"}
+
+
+def title(request: Request) -> str:
+    return TITLES.get(request.kind, "Request")
+
+
+def clip(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def deciders(
+    config: Config,
+    request: Request,
+    *,
+    role: Callable[[str], str] = str,
+    person: Callable[[str], str | None] = lambda name: None,
+) -> str:
+    """Who may decide: "any approver", or the roles, with the people holding them that `person`
+    can show (each channel formats roles and people its own way)."""
+    if not request.allowed_roles:
+        return "any approver"
+    wanted = set(request.allowed_roles)
+    line = "people with role " + " or ".join(role(r) for r in request.allowed_roles)
+    people = [
+        shown
+        for name, approver in config.approvers.items()
+        if wanted & set(approver.roles) and (shown := person(name))
+    ]
+    return f"{line} ({', '.join(people)})" if people else line
