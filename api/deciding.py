@@ -64,6 +64,7 @@ def decide_as(
     channel: str,
     decided_by: str | None = None,
     current: Request | None = None,
+    in_queue: str | None = None,
 ) -> Request:
     """Decide `request_id` for `principal`; returns the request as recorded.
 
@@ -82,7 +83,9 @@ def decide_as(
     ):
         return current
     try:
-        request = state.broker.decide(request_id, decision, decided_by=decided_by)
+        request = state.broker.decide(
+            request_id, decision, decided_by=decided_by, in_queue=in_queue
+        )
     except Conflict as exc:
         if same_decision(exc.request.decision, decision, decided_by):
             return exc.request  # type: ignore[no-any-return]

@@ -75,6 +75,8 @@ def _from_broker_error(exc: BrokerError) -> PageError:
     if isinstance(exc, LinkError):
         status, title = _LINK_PAGES.get(exc.code, (403, "This link is not valid"))
         return PageError(status, exc.code, title, exc.detail)
+    if isinstance(exc, Conflict) and exc.code == "escalated":
+        return _escalated_elsewhere(exc.request.queue)
     if isinstance(exc, Conflict):
         decision = exc.request.decision
         who = f" by {decision.decided_by}" if decision and decision.decided_by else ""
@@ -98,14 +100,18 @@ def _load(state: ApiState, token: str) -> tuple[LinkClaims, BrokerRequest]:
     if not item.is_pending:
         raise Conflict(f"request {item.id} is already {item.status.value}", request=item)
     if claims.queue is not None and item.queue != claims.queue:
-        raise PageError(
-            409,
-            "escalated",
-            "Escalated elsewhere",
-            f"This request was escalated to {item.queue}; the people of that queue decide it"
-            " now, so this link no longer does.",
-        )
+        raise _escalated_elsewhere(item.queue)
     return claims, item
+
+
+def _escalated_elsewhere(queue: str) -> PageError:
+    return PageError(
+        409,
+        "escalated",
+        "Escalated elsewhere",
+        f"This request was escalated to {queue}; the people of that queue decide it now, so"
+        " this link no longer does.",
+    )
 
 
 def _decision(
@@ -204,7 +210,15 @@ def decide_from_link(
         check_may_decide(principal, item)
         spend_link(state.broker, claims, _email_config(state).link_ttl_s)
         try:
-            decided = decide_as(state, item.id, decision, principal, channel="email", current=item)
+            decided = decide_as(
+                state,
+                item.id,
+                decision,
+                principal,
+                channel="email",
+                current=item,
+                in_queue=claims.queue,
+            )
         except BrokerError:
             raise  # an answer about the request itself: the link has done its job
         except Exception:

@@ -246,11 +246,15 @@ class Broker:
 
     # ---- deciding -------------------------------------------------------------------------
 
-    def decide(self, request_id: str, decision: Decision, *, decided_by: str) -> Request:
+    def decide(
+        self, request_id: str, decision: Decision, *, decided_by: str, in_queue: str | None = None
+    ) -> Request:
         """Record a decision; the first one wins.
 
         Raises `Conflict` (carrying the request as it stands) when it was already decided or timed
         out, `InvalidInput` for a decision that can never apply, `NotFound` for an unknown id.
+        With `in_queue`, the decision only applies while the request waits in that queue (a
+        link mailed to one queue's people); otherwise `Conflict` with code `escalated`.
         """
         if decision.outcome is Outcome.escalated:
             return self.escalate(
@@ -276,6 +280,7 @@ class Broker:
                     f"{time.time():.6f}",
                     self.maxlen,
                     self.retention,
+                    in_queue or "",
                 ]
             )
         ]
@@ -342,6 +347,13 @@ class Broker:
             current = self.get_request(request_id)
             raise Conflict(
                 f"request {request_id} is already {current.status.value}", request=current
+            )
+        if code == "moved":
+            current = self.get_request(request_id)
+            raise Conflict(
+                f"request {request_id} was escalated to {result[1]}",
+                request=current,
+                code="escalated",
             )
         if code == "stale_args":
             raise InvalidInput(

@@ -32,8 +32,8 @@ class Conflict(BrokerError):
 
     code = "conflict"
 
-    def __init__(self, detail: str, *, request: Any) -> None:
-        super().__init__(detail)
+    def __init__(self, detail: str, *, request: Any, code: str | None = None) -> None:
+        super().__init__(detail, code=code)
         self.request = request
 
 

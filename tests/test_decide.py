@@ -312,3 +312,17 @@ def test_an_ended_run_is_forgotten_after_the_retention(broker: Broker):
         broker.keys.run_round("r9", 1),
     ):
         assert broker.retention - 5 <= broker.redis.ttl(key) <= broker.retention, key
+
+
+def test_a_decision_bound_to_a_queue_is_refused_once_the_request_moved(broker: Broker):
+    request = broker.create_request(NewRequest(tool_name="t"))
+    broker.escalate(request.id, by="sweeper")
+    before = snapshot(broker.redis)
+    with pytest.raises(Conflict) as info:
+        broker.decide(request.id, Decision(outcome="approved"), decided_by="a", in_queue="default")
+    assert info.value.code == "escalated" and "escalated to managers" in info.value.detail
+    assert snapshot(broker.redis) == before
+    done = broker.decide(
+        request.id, Decision(outcome="approved"), decided_by="b", in_queue="managers"
+    )
+    assert done.status is Status.approved
