@@ -64,6 +64,11 @@ class BrokerCollector(Collector):
             "Failed delivery attempts by channel kind",
             labels=["channel"],
         )
+        parked = CounterMetricFamily(
+            "approval_broker_parked_deliveries",
+            "Deliveries handed to Redis because their channel was slow, by channel kind",
+            labels=["channel"],
+        )
         for raw_field, raw_value in sorted(stats.items()):
             what, _, channel = raw_field.decode().partition(":")
             try:
@@ -74,8 +79,11 @@ class BrokerCollector(Collector):
                 delivered.add_metric([channel], value)
             elif what == "failed" and channel:
                 failed.add_metric([channel], value)
+            elif what == "parked" and channel:
+                parked.add_metric([channel], value)
         yield delivered
         yield failed
+        yield parked
         letters = GaugeMetricFamily(
             "approval_broker_dead_letters", "Entries in the dead-letter stream"
         )

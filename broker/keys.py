@@ -59,11 +59,6 @@ class Keys:
         """String: the run's message history (pydantic-ai JSON), kept to resume it."""
         return f"{self.prefix}run:{run_id}:messages"
 
-    @property
-    def runs(self) -> str:
-        """ZSET: run ids by creation time."""
-        return f"{self.prefix}runs"
-
     def delivery(self, request_id: str) -> str:
         """Hash: per-channel delivery state of a request (posted Slack message, etc.)."""
         return f"{self.prefix}delivery:{request_id}"

@@ -415,6 +415,7 @@ def test_metrics_report_requests_deliveries_dead_letters_and_latency(
     client.post(f"/v1/requests/{b.id}/decision", json={"outcome": "rejected"}, headers=ALICE)
     api_broker.redis.hincrby(api_broker.keys.stats, "delivered:slack", 3)
     api_broker.redis.hincrby(api_broker.keys.stats, "failed:webhook", 2)
+    api_broker.redis.hincrby(api_broker.keys.stats, "parked:slack", 4)
     api_broker.dead_letter("webhook:ops", "HTTP 500")
     resp = client.get("/metrics")
     assert resp.status_code == 200 and resp.headers["content-type"].startswith("text/plain")
@@ -424,6 +425,7 @@ def test_metrics_report_requests_deliveries_dead_letters_and_latency(
     assert _sample(text, "approval_broker_requests", status="pending", queue="managers") == 1
     assert _sample(text, "approval_broker_deliveries_total", channel="slack") == 3
     assert _sample(text, "approval_broker_delivery_failures_total", channel="webhook") == 2
+    assert _sample(text, "approval_broker_parked_deliveries_total", channel="slack") == 4
     assert _sample(text, "approval_broker_dead_letters") == 1
     count = _sample(text, "approval_broker_decision_latency_seconds_count", channel="rest")
     assert count == 2

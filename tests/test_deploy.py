@@ -707,4 +707,12 @@ def test_slack_manifest_points_interactivity_at_the_api(example_env: set[str]) -
     assert manifest["settings"]["socket_mode_enabled"] is False
     scopes = manifest["oauth_config"]["scopes"]["bot"]
     assert "chat:write" in scopes
-    assert set(scopes) <= {"chat:write", "chat:write.public", "users:read", "users:read.email"}
+    assert {"channels:history", "groups:history"} <= set(scopes)  # no double post after a timeout
+    assert set(scopes) <= {
+        "chat:write",
+        "chat:write.public",
+        "users:read",
+        "users:read.email",
+        "channels:history",
+        "groups:history",
+    }
