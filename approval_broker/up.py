@@ -73,7 +73,8 @@ def banner(settings: Settings, admin_token: str, generated: bool, demo_runs: lis
         "approval-broker is up",
         f"  inbox        {url}/",
         f"  API          {url}/v1/requests   (OpenAPI: {url}/docs)",
-        f"  admin token  {admin_token}" + ("   (generated; set APPROVAL_BROKER_ADMIN_TOKEN to keep one)" if generated else ""),
+        f"  admin token  {admin_token}"
+        + ("   (generated; set APPROVAL_BROKER_ADMIN_TOKEN to keep one)" if generated else ""),
         f"  Redis        {settings.redis_url}",
     ]
     if demo_runs:
@@ -135,7 +136,9 @@ def run_up(settings: Settings, config: Config, *, demo: bool = False) -> None:
             children.append(child)
         url = f"http://{settings.host}:{settings.port}"
         if not wait_healthy(url):
-            typer.echo(f"[up] the API did not answer on {url}/healthz; see its output above", err=True)
+            typer.echo(
+                f"[up] the API did not answer on {url}/healthz; see its output above", err=True
+            )
         elif demo:
             from workers.demo import start_demo_runs
 
@@ -144,7 +147,10 @@ def run_up(settings: Settings, config: Config, *, demo: bool = False) -> None:
         while not stop.wait(0.5):
             for child in children:
                 if child.process and child.process.poll() is not None and not stop.is_set():
-                    typer.echo(f"[up] {child.name} exited with {child.process.returncode}; restarting", err=True)
+                    typer.echo(
+                        f"[up] {child.name} exited with {child.process.returncode}; restarting",
+                        err=True,
+                    )
                     child.restarts += 1
                     time.sleep(min(5.0, 0.5 * child.restarts))
                     child.start()
