@@ -7,17 +7,23 @@ no test depends on a Redis already running.
 from __future__ import annotations
 
 import itertools
+import signal
 import time
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import pytest
 from redis import Redis
+from rq import SimpleWorker
+from rq.serializers import JSONSerializer
 
 from broker.client import Broker
 from broker.config import Config, parse_config
 from broker.redis_server import EmbeddedRedis
+from broker.runs import run_queue
+from workers import jobs
 
 _db_numbers = itertools.cycle(range(1, 16))
 
@@ -94,3 +100,30 @@ def tmp_config(tmp_path: Path) -> Callable[[str], Path]:
         return path
 
     return write
+
+
+@contextmanager
+def jobs_bound_to(broker: Broker) -> Iterator[Broker]:
+    """Run RQ jobs in this process against `broker`; restore the signal handlers RQ replaces."""
+    handlers = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    jobs.bind(broker)
+    try:
+        yield broker
+    finally:
+        jobs.bind(None)
+        for s, handler in handlers.items():
+            signal.signal(s, handler)
+
+
+@pytest.fixture
+def bound(broker: Broker) -> Iterator[Broker]:
+    """The test's broker, with in-process RQ jobs bound to it."""
+    with jobs_bound_to(broker):
+        yield broker
+
+
+def work(broker: Broker) -> None:
+    """Run every queued agent job in this process (RQ's SimpleWorker, burst mode)."""
+    SimpleWorker([run_queue(broker)], connection=broker.redis, serializer=JSONSerializer).work(
+        burst=True, logging_level="WARNING"
+    )

@@ -4,25 +4,21 @@ the chain it times out and the run resumes once, with the model told no one answ
 
 from __future__ import annotations
 
-import signal
 import threading
 from collections.abc import Iterator
 
 import pytest
 from redis import Redis
-from rq import SimpleWorker
-from rq.serializers import JSONSerializer
 
 from broker.agents import register_agent
 from broker.client import Broker
 from broker.config import parse_config
 from broker.models import Status
 from broker.outbox import Resumer
-from broker.runs import run_queue, start_run
-from tests.conftest import wait_for
+from broker.runs import start_run
+from tests.conftest import jobs_bound_to, wait_for, work
 from tests.fakes.harness import SECRET, running, webhook
 from tests.fakes.webhook_receiver import WebhookReceiver
-from workers import jobs
 from workers.demo import Ledger
 from workers.sweeper import sweep_forever
 
@@ -52,19 +48,8 @@ def chain(redis: Redis, receiver: WebhookReceiver) -> Iterator[Broker]:
             "webhooks": {name: webhook(receiver.url(f"/{name}")) for name in "abc"},
         }
     )
-    broker = Broker(redis, config, prefix="t:")
-    handlers = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
-    jobs.bind(broker)
-    yield broker
-    jobs.bind(None)
-    for s, handler in handlers.items():
-        signal.signal(s, handler)
-
-
-def work(broker: Broker) -> None:
-    SimpleWorker([run_queue(broker)], connection=broker.redis, serializer=JSONSerializer).work(
-        burst=True, logging_level="WARNING"
-    )
+    with jobs_bound_to(Broker(redis, config, prefix="t:")) as broker:
+        yield broker
 
 
 def events_at(receiver: WebhookReceiver, path: str) -> list[tuple[str, str]]:

@@ -6,13 +6,10 @@ import multiprocessing
 import os
 import signal
 import threading
-from collections.abc import Iterator
 
 import pytest
 from redis import Redis
 from redis.exceptions import ResponseError
-from rq import SimpleWorker
-from rq.serializers import JSONSerializer
 
 from broker import outbox
 from broker.agents import register_agent
@@ -22,26 +19,9 @@ from broker.keys import RESUMER_GROUP
 from broker.models import Decision, NewRequest, RunStatus
 from broker.outbox import Resumer
 from broker.runs import resume_job_id, run_queue, start_run
-from tests.conftest import wait_for
-from workers import jobs
+from tests.conftest import wait_for, work
 from workers import resumer as resumer_module
 from workers.demo import Ledger
-
-
-@pytest.fixture
-def bound(broker: Broker) -> Iterator[Broker]:
-    handlers = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
-    jobs.bind(broker)
-    yield broker
-    jobs.bind(None)
-    for s, handler in handlers.items():
-        signal.signal(s, handler)
-
-
-def work(broker: Broker) -> None:
-    SimpleWorker([run_queue(broker)], connection=broker.redis, serializer=JSONSerializer).work(
-        burst=True, logging_level="WARNING"
-    )
 
 
 def pending_entries(broker: Broker) -> int:

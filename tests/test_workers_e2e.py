@@ -7,9 +7,7 @@ really happened: the demo ledger, the tools' own records, the run's status and o
 
 from __future__ import annotations
 
-import signal
 import time
-from collections.abc import Iterator
 
 import pytest
 from rq import SimpleWorker
@@ -55,13 +53,8 @@ class Fleet:
 
 
 @pytest.fixture
-def fleet(broker: Broker) -> Iterator[Fleet]:
-    handlers = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
-    jobs.bind(broker)
-    yield Fleet(broker)
-    jobs.bind(None)
-    for s, handler in handlers.items():
-        signal.signal(s, handler)
+def fleet(bound: Broker) -> Fleet:
+    return Fleet(bound)
 
 
 @pytest.fixture

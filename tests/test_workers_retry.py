@@ -6,8 +6,6 @@ happened. Retries are made due at once (as RQ's scheduler does after the back-of
 
 from __future__ import annotations
 
-import signal
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -28,13 +26,8 @@ SUPPORT = "tests.test_workers_support"
 
 
 @pytest.fixture
-def fleet(broker: Broker) -> Iterator[Fleet]:
-    handlers = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
-    jobs.bind(broker)
-    yield Fleet(broker)
-    jobs.bind(None)
-    for s, handler in handlers.items():
-        signal.signal(s, handler)
+def fleet(bound: Broker) -> Fleet:
+    return Fleet(bound)
 
 
 @pytest.fixture
