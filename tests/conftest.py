@@ -15,12 +15,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from fastapi.testclient import TestClient
 from redis import Redis
 from rq import SimpleWorker
 from rq.serializers import JSONSerializer
 
 from broker.client import Broker
-from broker.config import Config, parse_config
+from broker.config import Config, Settings, parse_config
 from broker.redis_server import EmbeddedRedis
 from broker.runs import run_queue
 from workers import jobs
@@ -127,3 +128,23 @@ def work(broker: Broker) -> None:
     SimpleWorker([run_queue(broker)], connection=broker.redis, serializer=JSONSerializer).work(
         burst=True, logging_level="WARNING"
     )
+
+
+@pytest.fixture
+def api_broker(redis: Redis, cfg: Config) -> Broker:
+    """For API tests: a broker on the module's `cfg` fixture (each API test module has one)."""
+    return Broker(redis, cfg, prefix="t:")
+
+
+@pytest.fixture
+def api_settings() -> Settings:
+    return Settings()
+
+
+@pytest.fixture
+def client(api_broker: Broker, cfg: Config, api_settings: Settings) -> Iterator[TestClient]:
+    """The API app on `api_broker`, driven in-process."""
+    from api.app import create_app
+
+    with TestClient(create_app(api_settings, cfg, api_broker)) as c:
+        yield c

@@ -70,15 +70,8 @@ def cfg() -> Config:
 
 
 @pytest.fixture
-def api_broker(redis: Redis, cfg: Config) -> Broker:
-    return Broker(redis, cfg, prefix="t:")
-
-
-@pytest.fixture
-def client(api_broker: Broker, cfg: Config) -> Iterator[TestClient]:
-    app = create_app(Settings(admin_token=ADMIN), cfg, api_broker)
-    with TestClient(app) as c:
-        yield c
+def api_settings() -> Settings:
+    return Settings(admin_token=ADMIN)
 
 
 def make(broker: Broker, **kw: Any) -> Request:

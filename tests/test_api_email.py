@@ -33,17 +33,6 @@ def cfg() -> Config:
     )
 
 
-@pytest.fixture
-def api_broker(redis: Redis, cfg: Config) -> Broker:
-    return Broker(redis, cfg, prefix="t:")
-
-
-@pytest.fixture
-def client(api_broker: Broker, cfg: Config) -> Iterator[TestClient]:
-    with TestClient(create_app(Settings(), cfg, api_broker)) as c:
-        yield c
-
-
 def make(broker: Broker, **kw: Any) -> Request:
     kw.setdefault("tool_name", "refund")
     kw.setdefault("args", {"order_id": "A1", "amount": 120})

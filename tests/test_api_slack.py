@@ -100,17 +100,6 @@ def cfg(fake_slack: FakeSlack) -> Config:
     )
 
 
-@pytest.fixture
-def api_broker(redis: Redis, cfg: Config) -> Broker:
-    return Broker(redis, cfg, prefix="t:")
-
-
-@pytest.fixture
-def client(api_broker: Broker, cfg: Config) -> Iterator[TestClient]:
-    with TestClient(create_app(Settings(), cfg, api_broker)) as c:
-        yield c
-
-
 def make(broker: Broker, **kw: Any) -> Request:
     kw.setdefault("tool_name", "refund")
     kw.setdefault("args", {"amount": 120})

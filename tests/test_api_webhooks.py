@@ -5,7 +5,6 @@ from __future__ import annotations
 import base64
 import json
 import time
-from collections.abc import Iterator
 from datetime import UTC, datetime
 from typing import Any
 
@@ -13,12 +12,10 @@ import pytest
 from fastapi.testclient import TestClient
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from redis import Redis
 from standardwebhooks.webhooks import Webhook
 
-from api.app import create_app
 from broker.client import Broker
-from broker.config import Config, Settings, parse_config
+from broker.config import Config, parse_config
 from broker.models import NewRequest, Request
 
 OLD_SECRET = "whsec_" + base64.b64encode(b"old-secret-for-ops-endpoint-0123").decode()
@@ -40,17 +37,6 @@ def cfg() -> Config:
             }
         }
     )
-
-
-@pytest.fixture
-def api_broker(redis: Redis, cfg: Config) -> Broker:
-    return Broker(redis, cfg, prefix="t:")
-
-
-@pytest.fixture
-def client(api_broker: Broker, cfg: Config) -> Iterator[TestClient]:
-    with TestClient(create_app(Settings(), cfg, api_broker)) as c:
-        yield c
 
 
 def make(broker: Broker, **kw: Any) -> Request:
