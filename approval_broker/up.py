@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -20,6 +21,7 @@ from redis import Redis
 from broker.auth import new_token
 from broker.client import Broker
 from broker.config import Config, Settings
+from broker.errors import BrokerError
 from broker.redis_server import EmbeddedRedis
 
 ROLES: tuple[tuple[str, ...], ...] = (("api",), ("worker",), ("notifier",), ("sweeper",))
@@ -97,8 +99,20 @@ def wait_healthy(url: str, timeout: float = 30.0) -> bool:
     return False
 
 
+def check_port_free(host: str, port: int) -> None:
+    """Refuse to start when the API's port is taken, rather than restart the API forever."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        try:
+            s.bind((host, port))
+        except OSError:
+            raise BrokerError(
+                f"{host}:{port} is already in use (another approval-broker?); pass --port"
+            ) from None
+
+
 def run_up(settings: Settings, config: Config, *, demo: bool = False) -> None:
     """Start Redis (unless a URL is set) and every role, print where to click, wait for Ctrl-C."""
+    check_port_free(settings.host, settings.port)
     embedded: EmbeddedRedis | None = None
     children: list[Child] = []
     stop = threading.Event()

@@ -93,3 +93,32 @@ def test_up_runs_an_approval_and_stops_cleanly(up):
     left = [pid for pid in family if alive(pid)]
     assert left == [], f"processes left behind: {left}"
     assert not healthy(url)
+
+
+def test_up_refuses_a_port_in_use(tmp_path: Path):
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        proc = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "approval_broker",
+                "up",
+                "--port",
+                str(port),
+                "--data-dir",
+                str(tmp_path),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+    assert proc.returncode == 1
+    assert (
+        proc.stderr.strip()
+        == f"error: 127.0.0.1:{port} is already in use (another approval-broker?); pass --port"
+    )
