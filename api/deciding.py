@@ -10,6 +10,7 @@ from datetime import timedelta
 
 from api.state import ApiState
 from broker.auth import Principal
+from broker.client import Once
 from broker.errors import Conflict, Forbidden, InvalidInput
 from broker.models import Decision, Outcome, Request, utcnow
 
@@ -65,6 +66,7 @@ def decide_as(
     decided_by: str | None = None,
     current: Request | None = None,
     in_queue: str | None = None,
+    once: Once | None = None,
 ) -> Request:
     """Decide `request_id` for `principal`; returns the request as recorded.
 
@@ -84,10 +86,10 @@ def decide_as(
         return current
     try:
         request = state.broker.decide(
-            request_id, decision, decided_by=decided_by, in_queue=in_queue
+            request_id, decision, decided_by=decided_by, in_queue=in_queue, once=once
         )
     except Conflict as exc:
-        if same_decision(exc.request.decision, decision, decided_by):
+        if exc.code == "conflict" and same_decision(exc.request.decision, decision, decided_by):
             return exc.request  # type: ignore[no-any-return]
         raise
     if decision.outcome is not Outcome.escalated:

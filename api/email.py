@@ -24,7 +24,7 @@ from api.errors import ApiError, broker_error_status
 from api.state import ApiState, State
 from broker.config import EmailConfig
 from broker.errors import BrokerError, Conflict
-from broker.links import LinkClaims, LinkError, read_link, spend_link, unspend_link
+from broker.links import LinkClaims, LinkError, link_once, read_link
 from broker.models import Decision, Outcome
 from broker.models import Request as BrokerRequest
 
@@ -77,6 +77,8 @@ def _from_broker_error(exc: BrokerError) -> PageError:
         return PageError(status, exc.code, title, exc.detail)
     if isinstance(exc, Conflict) and exc.code == "escalated":
         return _escalated_elsewhere(exc.request.queue)
+    if isinstance(exc, Conflict) and exc.code == "replayed":
+        return _from_broker_error(LinkError("this link has already been used", code="link_used"))
     if isinstance(exc, Conflict):
         decision = exc.request.decision
         who = f" by {decision.decided_by}" if decision and decision.decided_by else ""
@@ -208,22 +210,16 @@ def decide_from_link(
         )
         principal = approver_by_email(state.config, claims.recipient)
         check_may_decide(principal, item)
-        spend_link(state.broker, claims, _email_config(state).link_ttl_s)
-        try:
-            decided = decide_as(
-                state,
-                item.id,
-                decision,
-                principal,
-                channel="email",
-                current=item,
-                in_queue=claims.queue,
-            )
-        except BrokerError:
-            raise  # an answer about the request itself: the link has done its job
-        except Exception:
-            unspend_link(state.broker, claims)  # nothing was recorded: the link still works
-            raise
+        decided = decide_as(
+            state,
+            item.id,
+            decision,
+            principal,
+            channel="email",
+            current=item,
+            in_queue=claims.queue,
+            once=link_once(state.broker, claims, _email_config(state).link_ttl_s),
+        )
     except BrokerError as exc:
         return _error_page(request, _from_broker_error(exc))
     except PageError as exc:

@@ -2,9 +2,9 @@
 
 The body is verified with the `standardwebhooks` package against every secret in force for the
 endpoint (rotation), within its 5-minute window. A `webhook-id` is accepted once: replays get
-409 `replayed`. The marker is only set once the body is known to be well-formed, and is
-removed again if recording fails for a reason other than the request's own state, so an
-honest retry after an outage still gets through.
+409 `replayed` with the request. The id is spent in the same atomic step as the decision it
+carries, so a malformed body, an impossible decision or an outage half-way don't use it up, and
+an honest retry still gets through.
 """
 
 from __future__ import annotations
@@ -26,7 +26,6 @@ from api.schemas import ERRORS, ConflictBody, WebhookReply, inline_schema
 from api.state import ApiState, State
 from broker.auth import Principal
 from broker.config import WebhookConfig
-from broker.errors import BrokerError
 from broker.models import Request as BrokerRequest
 
 log = logging.getLogger("approval_broker.api")
@@ -71,31 +70,20 @@ def parse_reply(body: bytes) -> WebhookReply:
 def _record(
     state: ApiState, name: str, endpoint: WebhookConfig, msg_id: str, reply: WebhookReply
 ) -> BrokerRequest:
-    seen = state.broker.keys.seen("webhook", f"{name}:{msg_id}")
-    if not state.broker.redis.set(seen, "1", nx=True, ex=REPLAY_TTL_S):
-        current = state.broker.get_request(reply.request_id)
-        raise ApiError(
-            409,
-            "replayed",
-            f"webhook-id {msg_id!r} was already received; the request is {current.status.value}",
-            request=current.public(),
-        )
     principal = Principal(f"webhook:{name}", frozenset(endpoint.roles))
     decided_by = principal.name + (f"/{reply.decided_by}" if reply.decided_by else "")
-    try:
-        return decide_as(
-            state,
-            reply.request_id,
-            reply.to_decision(),
-            principal,
-            channel="webhook",
-            decided_by=decided_by,
-        )
-    except BrokerError:
-        raise  # an answer about the request itself: a retry would get the same one
-    except Exception:
-        state.broker.redis.delete(seen)
-        raise
+    # the webhook-id is spent in the same atomic step as the decision: a replay is refused, and
+    # a reply that failed half-way can be retried with the same id
+    once = (state.broker.keys.seen("webhook", f"{name}:{msg_id}"), REPLAY_TTL_S)
+    return decide_as(
+        state,
+        reply.request_id,
+        reply.to_decision(),
+        principal,
+        channel="webhook",
+        decided_by=decided_by,
+        once=once,
+    )
 
 
 @router.post(

@@ -59,6 +59,10 @@ def _dec(value: bytes | str | None) -> str | None:
     return value.decode() if isinstance(value, bytes) else value
 
 
+Once = tuple[str, int]
+"""A one-time marker: its Redis key (see `Keys.seen`) and how long it is kept, in seconds."""
+
+
 @dataclass(frozen=True)
 class SweepResult:
     """What the sweeper did to one due request."""
@@ -247,7 +251,13 @@ class Broker:
     # ---- deciding -------------------------------------------------------------------------
 
     def decide(
-        self, request_id: str, decision: Decision, *, decided_by: str, in_queue: str | None = None
+        self,
+        request_id: str,
+        decision: Decision,
+        *,
+        decided_by: str,
+        in_queue: str | None = None,
+        once: Once | None = None,
     ) -> Request:
         """Record a decision; the first one wins.
 
@@ -255,6 +265,8 @@ class Broker:
         out, `InvalidInput` for a decision that can never apply, `NotFound` for an unknown id.
         With `in_queue`, the decision only applies while the request waits in that queue (a
         link mailed to one queue's people); otherwise `Conflict` with code `escalated`.
+        With `once` (a marker key and its lifetime: a webhook-id, an email link), the marker is
+        checked and spent in the same atomic step; a spent one is `Conflict` code `replayed`.
         """
         if decision.outcome is Outcome.escalated:
             return self.escalate(
@@ -263,6 +275,7 @@ class Broker:
                 reason=decision.reason,
                 by=decided_by,
                 args_hash=decision.args_hash,
+                once=once,
             )
         if decision.outcome not in _OUTCOME_STATUS:
             raise InvalidInput(f"outcome {decision.outcome.value!r} can't be given as a decision")
@@ -281,6 +294,7 @@ class Broker:
                     self.maxlen,
                     self.retention,
                     in_queue or "",
+                    *(once or ("", 0)),
                 ]
             )
         ]
@@ -295,8 +309,12 @@ class Broker:
         reason: str | None = None,
         by: str,
         args_hash: str | None = None,
+        once: Once | None = None,
     ) -> Request:
-        """Move a pending request to another handler queue (default: its queue's `escalate_to`)."""
+        """Move a pending request to another handler queue (default: its queue's `escalate_to`).
+
+        `once` works as for `decide`.
+        """
         if target is None:
             current = self.get_request(request_id)
             if not current.is_pending:
@@ -325,6 +343,7 @@ class Broker:
                     _history_json(entry),
                     args_hash or "",
                     self.maxlen,
+                    *(once or ("", 0)),
                 ]
             )
         ]
@@ -347,6 +366,13 @@ class Broker:
             current = self.get_request(request_id)
             raise Conflict(
                 f"request {request_id} is already {current.status.value}", request=current
+            )
+        if code == "replayed":
+            current = self.get_request(request_id)
+            raise Conflict(
+                f"this reply was already received; request {request_id} is {current.status.value}",
+                request=current,
+                code="replayed",
             )
         if code == "moved":
             current = self.get_request(request_id)

@@ -102,14 +102,8 @@ def read_link(broker: Broker, token: str, max_age_s: float) -> LinkClaims:
     return claims
 
 
-def spend_link(broker: Broker, claims: LinkClaims, ttl_s: float) -> None:
-    """Mark the link's mail as used; only the first caller succeeds."""
-    if not broker.redis.set(
-        broker.keys.seen("email", claims.nonce), claims.request_id, nx=True, ex=int(ttl_s) + 60
-    ):
-        raise LinkError("this link has already been used", code="link_used")
-
-
-def unspend_link(broker: Broker, claims: LinkClaims) -> None:
-    """Give a spent link back when its decision could not be recorded (Redis failed between)."""
-    broker.redis.delete(broker.keys.seen("email", claims.nonce))
+def link_once(broker: Broker, claims: LinkClaims, ttl_s: float) -> tuple[str, int]:
+    """The one-time marker of the link's mail, for `Broker.decide(..., once=...)`: it is spent
+    in the same atomic step as the decision, so a used link can't decide twice and a failed
+    decision doesn't use up the link."""
+    return broker.keys.seen("email", claims.nonce), int(ttl_s) + 60

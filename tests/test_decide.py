@@ -326,3 +326,27 @@ def test_a_decision_bound_to_a_queue_is_refused_once_the_request_moved(broker: B
         request.id, Decision(outcome="approved"), decided_by="b", in_queue="managers"
     )
     assert done.status is Status.approved
+
+
+def test_a_one_time_marker_is_spent_with_the_decision_and_only_then(broker: Broker):
+    a, b = (
+        broker.create_request(NewRequest(tool_name="a")),
+        broker.create_request(NewRequest(tool_name="b")),
+    )
+    once = (broker.keys.seen("webhook", "ops:msg_1"), 900)
+    with pytest.raises(InvalidInput):  # refused: the marker stays unspent
+        broker.decide(a.id, Decision(outcome="answered", answer=1), decided_by="w", once=once)
+    assert not broker.redis.exists(once[0])
+    broker.decide(a.id, Decision(outcome="approved"), decided_by="w", once=once)
+    assert 890 <= broker.redis.ttl(once[0]) <= 900
+    for rid in (a.id, b.id):  # the same marker again, on any request: a replay
+        with pytest.raises(Conflict) as info:
+            broker.decide(rid, Decision(outcome="rejected", reason="x"), decided_by="w", once=once)
+        assert info.value.code == "replayed"
+    assert broker.get_request(b.id).is_pending
+    moved = broker.escalate(b.id, by="w", once=(broker.keys.seen("webhook", "ops:msg_2"), 900))
+    assert moved.queue == "managers"
+    with pytest.raises(Conflict, match="already received"):
+        broker.escalate(
+            b.id, "default", by="w", once=(broker.keys.seen("webhook", "ops:msg_2"), 900)
+        )

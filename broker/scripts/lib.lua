@@ -59,3 +59,13 @@ local function move(id, from, to, expires_at, entry_json, maxlen)
   emit(from, maxlen, 'type', 'approval.escalated', 'request_id', id, 'queue', from, 'from', from, 'to', to)
   emit(to, maxlen, 'type', 'approval.escalated', 'request_id', id, 'queue', to, 'from', from, 'to', to)
 end
+
+-- A one-time marker (a webhook-id, an email link) checked and spent in the same step as the
+-- decision it carries: '' means none. Returns true when it was already spent.
+local function spent(once_key)
+  return once_key ~= '' and redis.call('EXISTS', once_key) == 1
+end
+
+local function spend(once_key, ttl)
+  if once_key ~= '' then redis.call('SET', once_key, '1', 'EX', ttl) end
+end
