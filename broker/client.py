@@ -16,7 +16,11 @@ from typing import Any
 
 from pydantic_core import to_json
 from redis import Redis
-from redis.exceptions import ResponseError
+from redis.backoff import ExponentialBackoff
+from redis.exceptions import BusyLoadingError, ResponseError
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+from redis.retry import Retry
 
 from broker.config import Config, Settings, load_config
 from broker.errors import Conflict, InvalidInput, NotFound
@@ -89,14 +93,22 @@ class Broker:
 
     @classmethod
     def from_settings(
-        cls, settings: Settings | None = None, config: Config | None = None
+        cls,
+        settings: Settings | None = None,
+        config: Config | None = None,
+        *,
+        patient: bool = False,
     ) -> Broker:
-        """Connect as the environment says (APPROVAL_BROKER_REDIS_URL must be set)."""
+        """Connect as the environment says (APPROVAL_BROKER_REDIS_URL must be set).
+
+        A `patient` broker (the background roles) rides out a Redis restart: each command is
+        retried with back-off for about half a minute while Redis is unreachable or loading.
+        """
         settings = settings or Settings()
         if not settings.redis_url:
             raise InvalidInput("APPROVAL_BROKER_REDIS_URL is not set", code="no_redis")
         config = config or load_config(settings.config)
-        return cls(Redis.from_url(settings.redis_url), config, prefix=settings.key_prefix)
+        return cls(connect(settings.redis_url, patient=patient), config, prefix=settings.key_prefix)
 
     # ---- requests -------------------------------------------------------------------------
 
@@ -440,20 +452,31 @@ class Broker:
         run_id: str | None = None,
         extra: dict[str, str] | None = None,
     ) -> Run:
-        now = time.time()
-        run_id = run_id or new_id("run")
-        fields = {
-            "id": run_id,
+        """Store a new `queued` run (without enqueueing it: see `broker.runs.start_run`)."""
+        fields = self.new_run_fields(agent, prompt, run_id=run_id, extra=extra)
+        self.redis.hset(self.keys.run(fields["id"]), mapping=fields)
+        return self.get_run(fields["id"])
+
+    def new_run_fields(
+        self,
+        agent: str,
+        prompt: str,
+        *,
+        run_id: str | None = None,
+        extra: dict[str, str] | None = None,
+    ) -> dict[str, str]:
+        """The hash of a new `queued` run, for callers that store it in a transaction."""
+        now = f"{time.time():.6f}"
+        return {
+            "id": run_id or new_id("run"),
             "agent": agent,
             "prompt": prompt,
             "status": RunStatus.queued.value,
             "round": "0",
-            "created_at": f"{now:.6f}",
-            "updated_at": f"{now:.6f}",
+            "created_at": now,
+            "updated_at": now,
             **(extra or {}),
         }
-        self.redis.hset(self.keys.run(run_id), mapping=fields)
-        return self.get_run(run_id)
 
     def counts(self) -> dict[str, int]:
         """Fleet-wide request counts kept by the Lua steps: `pending:QUEUE` (now waiting) and
@@ -583,6 +606,17 @@ class Broker:
     def dead_letters(self, count: int = 100) -> list[tuple[str, dict[str, str]]]:
         rows = self.redis.xrange(self.keys.dead_letters, count=count)
         return [(_dec(eid), {_dec(k): _dec(v) for k, v in f.items()}) for eid, f in rows]  # type: ignore[misc]
+
+
+def connect(url: str, *, patient: bool = False) -> Redis:
+    """A Redis client for `url`; see `Broker.from_settings` for `patient`."""
+    if not patient:
+        return Redis.from_url(url)
+    return Redis.from_url(
+        url,
+        retry=Retry(ExponentialBackoff(cap=2.0, base=0.05), 25),
+        retry_on_error=[BusyLoadingError, RedisConnectionError, RedisTimeoutError],
+    )
 
 
 def _json(value: Any) -> str:

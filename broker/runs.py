@@ -80,9 +80,16 @@ def start_run(broker: Broker, agent: str, prompt: str, *, deps: Any = None) -> R
         deps_json = json.dumps(deps)
     except (TypeError, ValueError) as exc:
         raise InvalidInput(f"deps must be JSON-serializable: {exc}") from None
-    run = broker.create_run(agent, prompt, extra={"deps": deps_json})
-    run_queue(broker).enqueue(RUN_JOB, run.id, **_job_options(run_job_id(run.id)))
-    return run
+    # the run and its first job in one MULTI/EXEC: a crash or outage leaves both or neither
+    fields = broker.new_run_fields(agent, prompt, extra={"deps": deps_json})
+    run_id = fields["id"]
+    with broker.redis.pipeline() as pipe:
+        run_queue(broker).enqueue(
+            RUN_JOB, run_id, pipeline=pipe, **_job_options(run_job_id(run_id))
+        )
+        pipe.hset(broker.keys.run(run_id), mapping=fields)
+        pipe.execute()
+    return broker.get_run(run_id)
 
 
 def enqueue_resume(broker: Broker, run_id: str, round_no: int) -> bool:

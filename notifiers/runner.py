@@ -8,7 +8,6 @@ import threading
 from types import FrameType
 
 import typer
-from redis import Redis
 
 from broker.client import Broker
 from broker.config import Config, Settings
@@ -103,7 +102,7 @@ def run_notifier(settings: Settings, config: Config) -> None:
         logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s %(message)s")
     options = NotifierOptions()
     assert settings.redis_url, "the CLI fills in redis_url"
-    broker = Broker(Redis.from_url(settings.redis_url), config, prefix=settings.key_prefix)
+    broker = Broker.from_settings(settings, config, patient=True)
     broker.redis.ping()
     notifier = start_notifier(broker, options)
     queues = ", ".join(sorted(config.queues))

@@ -109,7 +109,7 @@ def test_racing_resumers_enqueue_each_round_once(
 
     def consume(name: str) -> None:
         mine = Broker(Redis.from_url(redis_url), config, prefix="t:")
-        resumer = Resumer(mine, consumer=name, min_idle_ms=0, block_ms=None, count=3)
+        resumer = Resumer(mine, consumer=name, block_ms=None, count=3)
         start.wait()
         while batch := resumer.run_once():
             with lock:

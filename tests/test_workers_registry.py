@@ -155,3 +155,22 @@ def test_an_agent_that_cannot_pause_is_refused_before_any_run(broker: Broker, re
     assert "DeferredToolRequests" in problem and "'v'" in problem
     with pytest.raises(AgentLoadError, match="can't pause for a decision"):
         load_agent(from_config, "v")
+
+
+def test_a_run_and_its_first_job_are_stored_together_or_not_at_all(broker: Broker) -> None:
+    """Redis fails at EXEC: neither a run stuck in `queued` nor a job without its run is left."""
+    from unittest import mock
+
+    from redis.client import Pipeline
+    from redis.exceptions import ConnectionError as RedisConnectionError
+
+    register_agent(broker, "refunds", "workers.demo:agent")
+    with (
+        mock.patch.object(Pipeline, "execute", side_effect=RedisConnectionError("gone")),
+        pytest.raises(RedisConnectionError),
+    ):
+        start_run(broker, "refunds", "hi")
+    assert list(broker.redis.scan_iter(broker.keys.prefix + "run:*")) == []
+    assert run_queue(broker).count == 0
+    run = start_run(broker, "refunds", "hi")
+    assert run.status.value == "queued" and run_queue(broker).job_ids == [f"run-{run.id}-0"]

@@ -7,7 +7,12 @@
   run waits for a decision in the inbox (handler queue `default`).
 * The ledger (in Redis, so a forked worker and the test that checks it see the same thing) is
   the truth: the output says whether a refund really happened, and an output validator sends a
-  claim that doesn't match the ledger back to the model.
+  claim that doesn't match the ledger back to the model. It also counts how often the refund
+  step ran for each tool call: a job retried after its worker died may run it again, and the
+  ledger still pays once.
+* Each customer has their own orders and ledger: `start_run(..., deps={"customer": "c-17"})`
+  refunds that customer's order A103, not another customer's (no customer: the shop's own
+  demo ledger). So many runs can each refund an order of their own, as a load test needs.
 
 Offline it runs on `script`, a FunctionModel that follows the prompt deterministically; set
 APPROVAL_BROKER_DEMO_MODEL (e.g. "openai:gpt-4o-mini") to use a real model instead.
@@ -87,15 +92,29 @@ class Refund:
     at: float
 
 
-class Ledger:
-    """What really happened: one refund per order, written once (a Redis hash)."""
+_CUSTOMER = re.compile(r"[A-Za-z0-9][\w.-]{0,99}")
 
-    def __init__(self, redis: Redis, prefix: str) -> None:
+
+class Ledger:
+    """What really happened: one refund per order, written once (a Redis hash per customer)."""
+
+    def __init__(self, redis: Redis, prefix: str, customer: str | None = None) -> None:
+        if customer is not None and not _CUSTOMER.fullmatch(customer):
+            raise ValueError(
+                f"customer {customer!r} must be 1-100 letters, digits, '_', '-' or '.'"
+            )
         self.redis = redis
-        self.key = f"{prefix}demo:ledger"
+        self.customer = customer
+        suffix = f":{customer}" if customer else ""
+        self.key = f"{prefix}demo:ledger{suffix}"
+        self.attempts_key = f"{prefix}demo:attempts{suffix}"
 
     def record(self, refund: Refund) -> Refund:
-        """Write a refund unless the order has one; a retried call gets its own refund back."""
+        """Write a refund unless the order has one; a retried call gets its own refund back.
+
+        Every call is counted first (`attempts`), so a refund step that ran twice shows.
+        """
+        self.redis.hincrby(self.attempts_key, refund.tool_call_id, 1)
         if self.redis.hsetnx(self.key, refund.order_id, json.dumps(refund.__dict__)):
             return refund
         existing = self.get(refund.order_id)
@@ -112,6 +131,10 @@ class Ledger:
 
     def for_run(self, run_id: str) -> list[Refund]:
         return [r for r in self.all() if r.run_id == run_id]
+
+    def attempts(self, tool_call_id: str) -> int:
+        """How many times the refund step ran for this tool call (0: never)."""
+        return int(self.redis.hget(self.attempts_key, tool_call_id) or 0)
 
 
 @dataclass
@@ -131,11 +154,20 @@ def _deps(ctx: RunContext[RefundDeps]) -> RefundDeps:
 
 
 def make_deps(ctx: DepsContext) -> RefundDeps:
-    """The deps factory the registry calls for every run and resume."""
+    """The deps factory the registry calls for every run and resume.
+
+    `start_run(..., deps=...)` may give `{"customer": "c-17", "limit": 80}`: whose orders and
+    ledger the run works on, and the auto-refund limit. A bad value fails the run, saying why.
+    """
+    data = ctx.data if isinstance(ctx.data, dict) else {}
     limit = AUTO_REFUND_LIMIT
-    if isinstance(ctx.data, dict) and isinstance(ctx.data.get("limit"), int | float):
-        limit = float(ctx.data["limit"])
-    return RefundDeps(Ledger(ctx.broker.redis, ctx.broker.keys.prefix), ctx.run_id, limit=limit)
+    if isinstance(data.get("limit"), int | float) and not isinstance(data["limit"], bool):
+        limit = float(data["limit"])
+    customer = data.get("customer")
+    if customer is not None and not isinstance(customer, str):
+        raise ValueError(f"deps.customer must be a string, not {type(customer).__name__}")
+    ledger = Ledger(ctx.broker.redis, ctx.broker.keys.prefix, customer)
+    return RefundDeps(ledger, ctx.run_id, limit=limit)
 
 
 class RefundOutcome(BaseModel):
@@ -302,13 +334,17 @@ def issue_refund(
     deps = _deps(ctx)
     order = check_refund(deps, order_id, amount)
     if amount > deps.limit and not ctx.tool_call_approved:
+        customer = deps.ledger.customer
         raise ApprovalRequired(
             metadata={
                 "prompt": (
                     f"Refund ${amount:.2f} on order {order.id} ({order.item}, total "
-                    f"${order.total:.2f})? The customer says: {reason}"
+                    f"${order.total:.2f})"
+                    + (f" of customer {customer}" if customer else "")
+                    + f"? The customer says: {reason}"
                 ),
                 "order": {"id": order.id, "item": order.item, "total": order.total},
+                "customer": customer,
                 "auto_refund_limit": deps.limit,
             }
         )

@@ -17,7 +17,7 @@ __all__ = ["Resumer", "run_resumer"]
 
 def run_resumer(settings: Settings, config: Config, *, stop: threading.Event | None = None) -> None:
     """The `approval-broker resumer` role: runs until SIGINT/SIGTERM (or `stop` is set)."""
-    broker = Broker.from_settings(settings, config)
+    broker = Broker.from_settings(settings, config, patient=True)
     stop = stop or threading.Event()
     resumer = Resumer(broker)
     print(f"resumer ready on {broker.keys.resumes} as {resumer.consumer}", flush=True)

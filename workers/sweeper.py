@@ -71,7 +71,7 @@ def run_sweeper(
     stop: threading.Event | None = None,
 ) -> None:
     """The `approval-broker sweeper` role: runs until SIGTERM or SIGINT (or `stop` is set)."""
-    broker = Broker.from_settings(settings, config)
+    broker = Broker.from_settings(settings, config, patient=True)
     stop = stop or threading.Event()
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGTERM, lambda *_: stop.set())

@@ -8,7 +8,9 @@ down only its own job; a horse that dies on its job's last attempt fails the run
 from __future__ import annotations
 
 import threading
+import time
 
+from redis.exceptions import RedisError
 from rq import Worker
 from rq.serializers import JSONSerializer
 
@@ -20,6 +22,9 @@ from broker.runs import RUN_QUEUE, known_agents
 from workers import jobs
 from workers.resumer import Resumer
 
+# RQ re-queues the job of a killed work horse in its maintenance pass: every minute, not ten.
+MAINTENANCE_INTERVAL_S = 60
+
 
 def make_worker(broker: Broker, worker_class: type[Worker] = Worker) -> Worker:
     return worker_class(
@@ -27,6 +32,7 @@ def make_worker(broker: Broker, worker_class: type[Worker] = Worker) -> Worker:
         connection=broker.redis,
         serializer=JSONSerializer,
         work_horse_killed_handler=jobs.horse_killed,
+        maintenance_interval=MAINTENANCE_INTERVAL_S,
     )
 
 
@@ -41,18 +47,23 @@ def preload(broker: Broker) -> list[str]:
             load_agent(broker, name)
         except (AgentLoadError, BrokerError) as exc:
             problems.append(str(exc))
+    # what every job needs and would otherwise build again in each forked horse (~60 ms)
+    import anyio._backends._asyncio  # noqa: F401
+    from pydantic_ai.messages import ModelMessagesTypeAdapter
+
+    ModelMessagesTypeAdapter.validate_json(ModelMessagesTypeAdapter.dump_json([]))
     return problems
 
 
 def run_worker(settings: Settings, config: Config, *, with_resumer: bool, burst: bool) -> None:
     """Work jobs until stopped (SIGINT/SIGTERM), or until the queue is empty with `burst`."""
-    broker = Broker.from_settings(settings, config)
+    broker = Broker.from_settings(settings, config, patient=True)
     jobs.bind(broker)
     stop = threading.Event()
     thread: threading.Thread | None = None
     if with_resumer:
         # its own connection: the work horse is forked while this thread may hold the pool
-        resumer = Resumer(Broker.from_settings(settings, config))
+        resumer = Resumer(Broker.from_settings(settings, config, patient=True))
         thread = threading.Thread(
             target=resumer.run_forever, args=(stop,), name="resumer", daemon=True
         )
@@ -65,7 +76,19 @@ def run_worker(settings: Settings, config: Config, *, with_resumer: bool, burst:
         flush=True,
     )
     try:
-        worker.work(burst=burst, with_scheduler=True, logging_level="INFO")
+        while True:
+            try:
+                worker.work(burst=burst, with_scheduler=True, logging_level="INFO")
+                problem = "stopped on an error"
+            except RedisError as exc:
+                problem = f"Redis failed ({exc})"
+            # RQ's loop also ends, without raising, on an error it can't handle (Redis gone
+            # longer than the client's retries): start a fresh worker unless told to stop
+            if burst or worker._stop_requested:
+                break
+            print(f"worker: {problem}; starting again in 2 s", flush=True)
+            time.sleep(2)
+            worker = make_worker(broker)
     finally:
         stop.set()
         if thread is not None:
