@@ -16,7 +16,7 @@ from pydantic_ai.models.function import AgentInfo, FunctionModel
 
 from broker.agents import DepsContext, register_agent
 from broker.client import Broker
-from broker.models import Run, RunStatus
+from broker.models import Decision, Run, RunStatus
 from broker.testing import SyncWorker
 from workers import demo
 from workers.demo import AlreadyRefunded, Ledger, Refund
@@ -33,10 +33,10 @@ def ledger(broker: Broker) -> Ledger:
     return Ledger(broker.redis, broker.keys.prefix)
 
 
-def run(broker: Broker, worker: SyncWorker, prompt: str) -> Run:
+def run(broker: Broker, worker: SyncWorker, prompt: str, deps: object = None) -> Run:
     from broker.runs import start_run
 
-    started = start_run(broker, "refunds", prompt)
+    started = start_run(broker, "refunds", prompt, deps=deps)
     worker.work()
     return broker.get_run(started.id)
 
@@ -158,6 +158,9 @@ def test_the_ledger_pays_an_order_once_under_a_race(broker: Broker, ledger: Ledg
     # the winning call retried (a retried job) gets its own refund back, not a second one
     again = ledger.record(Refund("A103", 100.0, "race", "x", winners[0], 1.0))
     assert again.tool_call_id == winners[0] and len(ledger.all()) == 1
+    # ... but the second run of the refund step is counted
+    assert ledger.attempts(winners[0]) == 2
+    assert sum(ledger.attempts(f"call{i}") for i in range(8)) == 9
 
 
 def test_registered_without_its_deps_factory_fails_clearly(broker: Broker) -> None:
@@ -176,3 +179,54 @@ def test_demo_model_is_a_real_model_when_named(monkeypatch: pytest.MonkeyPatch) 
     assert demo.demo_model() == "openai:gpt-4o-mini"
     monkeypatch.delenv("APPROVAL_BROKER_DEMO_MODEL")
     assert isinstance(demo.demo_model(), FunctionModel)
+
+
+def test_each_customer_has_their_own_orders_and_ledger(
+    broker: Broker, worker: SyncWorker, ledger: Ledger
+) -> None:
+    ann = run(
+        broker, worker, "Refund $30 on order A100 because a lace snapped.", {"customer": "ann"}
+    )
+    bob = run(
+        broker, worker, "Refund $30 on order A100 because a lace snapped.", {"customer": "bob"}
+    )
+    again = run(broker, worker, "Refund $20 on order A100 because of the other lace.", {"customer": "ann"})  # fmt: skip
+    assert [ann.output["refunded"], bob.output["refunded"]] == [True, True]
+    assert again.output["refunded"] is False
+    assert "already been refunded" in again.output["message"]
+    for customer, run_id in (("ann", ann.id), ("bob", bob.id)):
+        [refund] = Ledger(broker.redis, broker.keys.prefix, customer).all()
+        assert (refund.order_id, refund.amount, refund.run_id) == ("A100", 30.0, run_id)
+    assert ledger.all() == []  # the shop's own ledger is untouched
+
+
+def test_a_customers_large_refund_names_them_and_is_paid_once_when_approved(
+    broker: Broker, worker: SyncWorker
+) -> None:
+    waiting = run(broker, worker, "Refund $120 on order A103 because the floor is torn.", {"customer": "c-17"})  # fmt: skip
+    [request] = broker.get_requests(waiting.pending)
+    assert "on order A103 (Two-person tent, total $240.00) of customer c-17?" in request.prompt
+    assert request.metadata["customer"] == "c-17"
+    broker.decide(request.id, Decision(outcome="approved"), decided_by="alice")
+    worker.work()
+    done = broker.get_run(waiting.id)
+    assert done.status is RunStatus.finished and done.output["refunded"] is True
+    ledger = Ledger(broker.redis, broker.keys.prefix, "c-17")
+    assert [(r.order_id, r.tool_call_id) for r in ledger.all()] == [("A103", request.tool_call_id)]
+    assert ledger.attempts(request.tool_call_id) == 1
+
+
+@pytest.mark.parametrize(
+    ("deps", "why"),
+    [
+        ({"customer": "no spaces please"}, "customer 'no spaces please' must be"),
+        ({"customer": 17}, "deps.customer must be a string, not int"),
+    ],
+)
+def test_a_bad_customer_fails_the_run_saying_why(
+    broker: Broker, worker: SyncWorker, deps: dict[str, object], why: str
+) -> None:
+    failed = run(broker, worker, "Refund $10 on order A101 because.", deps)
+    assert failed.status is RunStatus.failed
+    assert why in (failed.error or "")
+    assert broker.list_requests() == []

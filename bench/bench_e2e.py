@@ -1,0 +1,345 @@
+"""End-to-end approval cycles: created -> delivered to a webhook -> decided -> resume enqueued.
+
+    uv run python bench/bench_e2e.py [--cycles 5000] [--rate 100] [--seconds 10] [--json]
+
+Everything runs on this machine as separate processes: an embedded Redis (AOF on), `approval-
+broker api` (x2), `approval-broker notifier` (x2), `approval-broker resumer`, and a webhook
+receiver that verifies each delivery and approves it through the signed
+`/v1/webhooks/{name}/replies` of the API (tests/fakes/deciding_receiver.py). A cycle is one
+round of one run with one request; it ends when the resumer has put the run's resume job on the
+RQ queue (no agent worker runs here: executing agents is the worker fleet's cost, not the
+broker's).
+
+1. Throughput: `--cycles` requests are created first with the notifiers' group pointed past
+   them; once every process is up the group is rewound and the clock starts. It stops when the
+   last resume job is enqueued. Cycles/s = cycles / that time.
+2. Latency at a steady load: requests are created at `--rate` per second for `--seconds`; for
+   each, created -> webhook delivered (the receiver's clock, same machine) and created -> resume
+   job enqueued (RQ's `enqueued_at`). p50/p99.
+
+CPU seconds per process during the throughput phase are printed too: where the time goes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from datetime import UTC
+from pathlib import Path
+from typing import Any
+
+from redis import Redis
+from rq.job import Job
+from rq.serializers import JSONSerializer
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from broker.client import Broker  # noqa: E402
+from broker.config import load_config  # noqa: E402
+from broker.keys import NOTIFIER_GROUP  # noqa: E402
+from broker.models import NewRequest  # noqa: E402
+from broker.redis_server import EmbeddedRedis, free_port  # noqa: E402
+from broker.runs import resume_job_id, run_queue  # noqa: E402
+
+SECRET = "whsec_" + base64.b64encode(b"bench-e2e-webhook-secret-0123456").decode()
+CLI = [sys.executable, "-m", "approval_broker"]
+TARGET_CYCLES = 1000.0
+TARGET_P99_MS = 50.0
+
+
+class Proc:
+    """A role (or the receiver) as a subprocess, with its output drained to a log file."""
+
+    def __init__(self, name: str, argv: list[str], env: dict[str, str], log: Path) -> None:
+        self.name = name
+        self.log = log
+        with log.open("wb") as sink:
+            self.process = subprocess.Popen(
+                argv, env=env, cwd=ROOT, stdout=sink, stderr=subprocess.STDOUT
+            )
+
+    def wait_for(self, text: str, timeout: float = 60.0) -> str:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            for line in self.log.read_text(errors="replace").splitlines():
+                if text in line:
+                    return line
+            if self.process.poll() is not None:
+                break
+            time.sleep(0.05)
+        raise SystemExit(f"{self.name} did not say {text!r}:\n{self.log.read_text()[-2000:]}")
+
+    def cpu_s(self) -> float:
+        try:
+            stat = Path(f"/proc/{self.process.pid}/stat").read_text()
+        except OSError:
+            return 0.0
+        fields = stat[stat.rindex(")") + 2 :].split()
+        return sum(int(x) for x in fields[11:13]) / os.sysconf("SC_CLK_TCK")
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(15)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+
+
+def pct(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+def get_json(url: str) -> Any:
+    with urllib.request.urlopen(url, timeout=30) as response:
+        return json.loads(response.read())
+
+
+def make_cycles(broker: Broker, n: int, tag: str) -> list[str]:
+    """n runs, each waiting on one request in round 1 (what an agent worker would register)."""
+    ids = []
+    for i in range(n):
+        run = broker.create_run("bench", "go", run_id=f"run_{tag}_{i}")
+        (req,) = broker.create_round(run.id, 1, [NewRequest(tool_name="refund", args={"i": i})])
+        ids.append(req.id)
+    return ids
+
+
+def enqueued_at(redis: Redis, job_ids: list[str]) -> dict[str, float]:
+    pipe_ids = list(job_ids)
+    found: dict[str, float] = {}
+    for jid in pipe_ids:
+        job = Job.fetch(jid, connection=redis, serializer=JSONSerializer)
+        at = job.enqueued_at
+        if at is not None:
+            found[jid] = (at if at.tzinfo else at.replace(tzinfo=UTC)).timestamp()
+    return found
+
+
+def wait_queue_length(redis: Redis, key: str, n: int, timeout: float) -> float:
+    """Poll until the RQ queue holds n jobs; returns when (perf_counter)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        if redis.llen(key) >= n:
+            return time.perf_counter()
+        if time.monotonic() > deadline:
+            raise SystemExit(f"only {redis.llen(key)}/{n} resume jobs enqueued in {timeout:.0f} s")
+        time.sleep(0.005)
+
+
+def make_backlog(broker: Broker, n: int) -> float:
+    """Create n cycles the notifiers can't see yet (their group starts past them); returns /s."""
+    stream = broker.keys.stream("default")
+    broker.redis.xgroup_create(stream, NOTIFIER_GROUP, id="$", mkstream=True)
+    started = time.perf_counter()
+    make_cycles(broker, n, "fast")
+    return n / (time.perf_counter() - started)
+
+
+def throughput(
+    broker: Broker, procs: list[Proc], receiver_url: str, n: int, timeout: float
+) -> dict[str, Any]:
+    """Rewind the notifiers' group onto the backlog and time it until every resume is enqueued."""
+    stream = broker.keys.stream("default")
+    queue_key = run_queue(broker).key
+    cpu_before = {p.name: p.cpu_s() for p in procs}
+    own_before = sum(os.times()[:2])
+    redis_before = _redis_cpu(broker.redis)
+    base = get_json(f"{receiver_url}/stats").get("reply_200", 0)
+    broker.redis.xgroup_setid(stream, NOTIFIER_GROUP, "0")  # the clock starts now
+    t0 = time.perf_counter()
+    t_end = wait_queue_length(broker.redis, queue_key, n, timeout)
+    seconds = t_end - t0
+    cpu = {p.name: round(p.cpu_s() - cpu_before[p.name], 2) for p in procs}
+    cpu["redis"] = round(_redis_cpu(broker.redis) - redis_before, 2)
+    cpu["bench (this process)"] = round(sum(os.times()[:2]) - own_before, 2)
+    replies = get_json(f"{receiver_url}/stats").get("reply_200", 0) - base
+    return {
+        "cycles": n,
+        "seconds": round(seconds, 2),
+        "cycles_per_s": round(n / seconds, 1),
+        "replies_200": replies,
+        "cpu_s": cpu,
+    }
+
+
+def _redis_cpu(redis: Redis) -> float:
+    info = redis.info("cpu")
+    return float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
+
+
+def latency(
+    broker: Broker, receiver_url: str, rate: float, seconds: float, timeout: float
+) -> dict[str, Any]:
+    queue_key = run_queue(broker).key
+    broker.redis.delete(queue_key)
+    n = int(rate * seconds)
+    created: dict[str, float] = {}
+    start = time.perf_counter() + 0.2
+    for i in range(n):
+        delay = start + i / rate - time.perf_counter()
+        if delay > 0:
+            time.sleep(delay)
+        run = broker.create_run("bench", "go", run_id=f"run_steady_{i}")
+        (req,) = broker.create_round(run.id, 1, [NewRequest(tool_name="refund", args={"i": i})])
+        created[req.id] = req.created_at.timestamp()
+    achieved = n / (time.perf_counter() - start)
+    wait_queue_length(broker.redis, queue_key, n, timeout)
+    times = get_json(f"{receiver_url}/times")["requested"]
+    missing = [rid for rid in created if rid not in times]
+    if missing:
+        raise SystemExit(f"{len(missing)} requests never reached the receiver")
+    delivered = [(times[rid] - at) * 1000 for rid, at in created.items()]
+    jobs = {rid: resume_job_id(rid.split(".")[0], 1) for rid in created}
+    enq = enqueued_at(broker.redis, list(jobs.values()))
+    cycle = [(enq[jobs[rid]] - at) * 1000 for rid, at in created.items()]
+    return {
+        "requests": n,
+        "rate": round(achieved, 1),
+        "delivered_p50_ms": round(pct(delivered, 0.5), 1),
+        "delivered_p99_ms": round(pct(delivered, 0.99), 1),
+        "delivered_max_ms": round(max(delivered), 1),
+        "resume_enqueued_p50_ms": round(pct(cycle, 0.5), 1),
+        "resume_enqueued_p99_ms": round(pct(cycle, 0.99), 1),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--cycles", type=int, default=5000, help="cycles in the throughput phase")
+    parser.add_argument("--rate", type=float, default=100.0, help="requests/s, latency phase")
+    parser.add_argument("--seconds", type=float, default=10.0, help="length of the latency phase")
+    parser.add_argument("--apis", type=int, default=2)
+    parser.add_argument("--notifiers", type=int, default=2)
+    parser.add_argument("--resumers", type=int, default=1)
+    parser.add_argument("--receiver-threads", type=int, default=16)
+    parser.add_argument("--timeout", type=float, default=300.0)
+    parser.add_argument("--json", action="store_true", help="print one JSON object at the end")
+    opts = parser.parse_args()
+
+    with tempfile.TemporaryDirectory(prefix="bench-e2e-") as tmp:
+        work = Path(tmp)
+        server = EmbeddedRedis(work / "redis").start()
+        procs: list[Proc] = []
+        try:
+            api_ports = [free_port() for _ in range(opts.apis)]
+            env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+            receiver = Proc(
+                "receiver",
+                [
+                    sys.executable, "-m", "tests.fakes.deciding_receiver", "--secret", SECRET,
+                    "--endpoint", "bench", "--mix", "approve=1",
+                    "--threads", str(opts.receiver_threads),
+                    *(arg for p in api_ports for arg in ("--api", f"http://127.0.0.1:{p}")),
+                ],
+                env,
+                work / "receiver.log",
+            )  # fmt: skip
+            procs.append(receiver)
+            receiver_url = receiver.wait_for("listening on ").split("listening on ", 1)[1]
+            config_path = work / "bench.toml"
+            config_path.write_text(
+                f"""
+[queues.default]
+channels = ["webhook:bench"]
+timeout_s = 3600
+
+[webhooks.bench]
+url = "{receiver_url}/hook"
+secret = "{SECRET}"
+roles = ["ops"]
+max_attempts = 20
+backoff_s = 0.05
+max_backoff_s = 1.0
+"""
+            )
+            env |= {
+                "APPROVAL_BROKER_REDIS_URL": server.url,
+                "APPROVAL_BROKER_CONFIG": str(config_path),
+                "APPROVAL_BROKER_DATA_DIR": str(work / "data"),
+                "APPROVAL_BROKER_NOTIFIER_BLOCK_MS": "100",
+            }
+            roles: list[tuple[str, list[str], str]] = [
+                *(
+                    (f"api-{i + 1}", ["api", "--port", str(p)], "API listening on")
+                    for i, p in enumerate(api_ports)
+                ),
+                *(
+                    (f"notifier-{i + 1}", ["notifier"], "reading queues")
+                    for i in range(opts.notifiers)
+                ),
+                *((f"resumer-{i + 1}", ["resumer"], "resumer") for i in range(opts.resumers)),
+            ]
+            broker = Broker(Redis.from_url(server.url), load_config(config_path))
+            backlog_rate = make_backlog(broker, opts.cycles)
+            for name, argv, _ in roles:
+                procs.append(Proc(name, [*CLI, *argv], env, work / f"{name}.log"))
+            for proc, (_, _, ready) in zip(procs[1:], roles, strict=True):
+                proc.wait_for(ready)
+
+            fast = throughput(broker, procs, receiver_url, opts.cycles, opts.timeout)
+            steady = latency(broker, receiver_url, opts.rate, opts.seconds, opts.timeout)
+            ceiling = raw_ceiling(broker.redis)
+        finally:
+            for proc in reversed(procs):
+                proc.stop()
+            server.close()
+
+    result = {
+        "cpus": os.cpu_count(),
+        "processes": {"api": opts.apis, "notifier": opts.notifiers, "resumer": opts.resumers},
+        "throughput": {**fast, "backlog_created_per_s": round(backlog_rate, 1)},
+        "steady": steady,
+        "raw_xadd_per_s": round(ceiling),
+    }
+    if opts.json:
+        print(json.dumps(result))
+        return
+    cpu = ", ".join(f"{k} {v:.1f}" for k, v in fast["cpu_s"].items())
+    print(
+        f"{os.cpu_count()} CPUs; {opts.apis} API, {opts.notifiers} notifier, {opts.resumers} "
+        f"resumer process(es); receiver approves every request over signed webhook replies"
+    )
+    print(
+        f"throughput: {fast['cycles']} cycles (created -> delivered -> decided -> resume "
+        f"enqueued) in {fast['seconds']:.2f} s = {fast['cycles_per_s']:,.0f} cycles/s "
+        f"(target >= {TARGET_CYCLES:,.0f}: {'met' if fast['cycles_per_s'] >= TARGET_CYCLES else 'NOT met'})"
+    )
+    print(f"  CPU seconds in that phase: {cpu}")
+    print(
+        f"steady {steady['rate']:.0f} requests/s for {opts.seconds:.0f} s: created -> webhook "
+        f"delivered p50 {steady['delivered_p50_ms']} ms, p99 {steady['delivered_p99_ms']} ms "
+        f"(target p99 < {TARGET_P99_MS:.0f} ms: "
+        f"{'met' if steady['delivered_p99_ms'] < TARGET_P99_MS else 'NOT met'}); "
+        f"created -> resume enqueued p50 {steady['resume_enqueued_p50_ms']} ms, "
+        f"p99 {steady['resume_enqueued_p99_ms']} ms"
+    )
+    print(f"raw pipelined XADD/s on the same Redis (ceiling): {ceiling:,.0f}")
+
+
+def raw_ceiling(redis: Redis, n: int = 50_000, batch: int = 1000) -> float:
+    """Pipelined XADDs per second from one client: what Redis itself allows here."""
+    start = time.perf_counter()
+    for i in range(0, n, batch):
+        pipe = redis.pipeline(transaction=False)
+        for j in range(batch):
+            pipe.xadd("bench:raw", {"type": "approval.requested", "request_id": f"r{i + j}"})
+        pipe.execute()
+    rate = n / (time.perf_counter() - start)
+    redis.delete("bench:raw")
+    return rate
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,291 @@
+"""Run every benchmark and print one markdown table: each figure, its target, and whether it is met.
+
+    uv run python bench/run_all.py [--quick] [--save DIR]
+
+Each bench runs on its own, one after another, as a subprocess (so they don't compete for the
+CPUs); their figures are read from what they print (bench_e2e.py with `--json`). The raw Redis
+ceiling (pipelined XADD/s from one client) is measured once here, on an embedded Redis of its
+own, and the table states the other rates beside it. `--quick` runs smaller sizes (a smoke
+test of the table, not figures to quote); `--save DIR` keeps each bench's full output.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from redis import Redis
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from broker.redis_server import EmbeddedRedis  # noqa: E402
+
+NUMBER = r"([\d,]+(?:\.\d+)?)"
+
+
+@dataclass
+class Row:
+    figure: str
+    value: float | None
+    unit: str
+    target: str = "—"
+    met: bool | None = None
+
+    def cells(self) -> list[str]:
+        if self.value is None:
+            shown = "not measured"
+        elif self.value >= 100:
+            shown = f"{self.value:,.0f} {self.unit}"
+        else:
+            shown = f"{self.value:,.1f} {self.unit}"
+        verdict = {True: "met", False: "**not met**", None: "—"}[self.met]
+        return [self.figure, shown.strip(), self.target, verdict]
+
+
+def number(pattern: str, text: str) -> float | None:
+    """The first number the pattern's group catches in `text`, or None."""
+    found = re.search(pattern.replace("{N}", NUMBER), text)
+    return float(found.group(1).replace(",", "")) if found else None
+
+
+def run_bench(name: str, args: list[str], save: Path | None, timeout: float) -> str:
+    """Run bench/NAME with args; returns its stdout (stderr is kept in the saved copy)."""
+    command = [sys.executable, str(ROOT / "bench" / name), *args]
+    print(f"running {' '.join(command[1:])} ...", file=sys.stderr, flush=True)
+    started = time.monotonic()
+    try:
+        done = subprocess.run(
+            command, cwd=ROOT, capture_output=True, text=True, timeout=timeout, check=False
+        )
+        out, err, code = done.stdout, done.stderr, done.returncode
+    except subprocess.TimeoutExpired as exc:
+        out = exc.stdout.decode() if isinstance(exc.stdout, bytes) else exc.stdout or ""
+        err, code = f"timed out after {timeout:.0f} s", -1
+    print(f"  ... {time.monotonic() - started:.0f} s, exit {code}", file=sys.stderr, flush=True)
+    if save is not None:
+        (save / f"{name}.txt").write_text(f"$ {' '.join(command)}\n{out}\n--- stderr ---\n{err}")
+    if code != 0:
+        print(f"  {name} failed: {(err or out).strip()[-500:]}", file=sys.stderr, flush=True)
+    return out
+
+
+def raw_ceiling(n: int = 100_000, batch: int = 1000) -> float:
+    """Pipelined XADDs per second from one client to a fresh embedded Redis (AOF on)."""
+    with tempfile.TemporaryDirectory(prefix="bench-ceiling-") as tmp, EmbeddedRedis(tmp) as server:
+        redis = Redis.from_url(server.url)
+        start = time.perf_counter()
+        for i in range(0, n, batch):
+            pipe = redis.pipeline(transaction=False)
+            for j in range(batch):
+                pipe.xadd("bench:raw", {"type": "approval.requested", "request_id": f"r{i + j}"})
+            pipe.execute()
+        rate = n / (time.perf_counter() - start)
+        redis.close()
+        return rate
+
+
+def at_least(target: float, unit: str) -> tuple[str, Callable[[float], bool]]:
+    return f">= {target:,.0f} {unit}", lambda v: v >= target
+
+
+def below(target: float, unit: str) -> tuple[str, Callable[[float], bool]]:
+    return f"< {target:,.0f} {unit}", lambda v: v < target
+
+
+def row(
+    figure: str,
+    value: float | None,
+    unit: str,
+    rule: tuple[str, Callable[[float], bool]] | None = None,
+) -> Row:
+    if rule is None:
+        return Row(figure, value, unit)
+    text, ok = rule
+    return Row(figure, value, unit, text, None if value is None else ok(value))
+
+
+def core_rows(text: str, ceiling: float) -> list[Row]:
+    creates = number(r"creates/s, \d+ threads\s*: *{N}", text)
+    share = f" ({creates / ceiling:.0%} of the ceiling)" if creates else ""
+    return [
+        row("core: creates/s, 1 thread", number(r"creates/s, 1 thread\s*: *{N}", text), "/s"),
+        row(f"core: creates/s, 4 threads{share}", creates, "/s"),
+        row("core: creates/s, batches of 100", number(r"batches of 100\s*: *{N}", text), "/s"),
+        row(
+            "core: decisions/s, 4 threads", number(r"decisions/s, \d+ threads\s*: *{N}", text), "/s"
+        ),
+        row(
+            "core: Redis memory per pending request",
+            number(r"per pending request: *{N}", text),
+            "bytes",
+        ),
+    ]
+
+
+def sweep_rows(text: str) -> list[Row]:
+    sizes = re.findall(r"^\s*([\d,]+) \|\s*(\d+) \|\s*([\d.]+) \|", text, re.M)
+    rows = [
+        row(f"sweep: 1,000 due among {int(p.replace(',', '')):,} pending", float(ms), "ms")
+        for p, _, ms in sizes
+    ]
+    if len(sizes) >= 2:
+        first, last = float(sizes[0][2]), float(sizes[-1][2])
+        rows.append(
+            Row(
+                f"sweep: time at the largest size / at the smallest ({sizes[-1][0]} vs {sizes[0][0]})",
+                last / first,
+                "x",
+                "flat: <= 2 x",
+                last / first <= 2,
+            )
+        )
+    rows.append(row("sweep: loop lateness, max", number(r"lateness.*max {N} ms", text), "ms"))
+    return rows
+
+
+def notify_rows(text: str) -> list[Row]:
+    one = number(r"1 notifier process\(es\): \d+ delivered in [\d.]+ s = {N} requests/s", text)
+    three = number(r"3 notifier process\(es\): \d+ delivered in [\d.]+ s = {N} requests/s", text)
+    return [
+        row("notify: webhook deliveries/s, 1 notifier", one, "/s"),
+        row("notify: webhook deliveries/s, 3 notifiers", three, "/s", at_least(1000, "/s")),
+    ]
+
+
+def api_rows(text: str) -> list[Row]:
+    return [
+        row(
+            "api: decision -> resume enqueued p50, 100 decisions/s",
+            number(r"resume job enqueued.*p50 {N} ms", text),
+            "ms",
+        ),
+        row(
+            "api: decision -> resume enqueued p99, 100 decisions/s",
+            number(r"resume job enqueued.*p99 {N} ms", text),
+            "ms",
+            below(20, "ms"),
+        ),
+        row("api: decisions/s over HTTP", number(r"{N} decisions/s", text), "/s"),
+    ]
+
+
+def e2e_rows(text: str, ceiling: float) -> list[Row]:
+    data = None
+    for line in reversed(text.strip().splitlines()):
+        if line.startswith("{"):
+            data = json.loads(line)
+            break
+    if data is None:
+        return [row("e2e: approval cycles/s", None, "/s", at_least(1000, "/s"))]
+    fast, steady = data["throughput"], data["steady"]
+    at = f"at {steady['rate']:.0f}/s"
+    return [
+        row(
+            f"e2e: approval cycles/s, created -> delivered -> decided -> resume enqueued "
+            f"({fast['cycles_per_s'] / ceiling:.1%} of the ceiling)",
+            fast["cycles_per_s"],
+            "/s",
+            at_least(1000, "/s"),
+        ),
+        redis_bound(fast),
+        row(f"e2e: created -> webhook delivered p50 {at}", steady["delivered_p50_ms"], "ms"),
+        row(
+            f"e2e: created -> webhook delivered p99 {at}",
+            steady["delivered_p99_ms"],
+            "ms",
+            below(50, "ms"),
+        ),
+        row(f"e2e: created -> resume enqueued p50 {at}", steady["resume_enqueued_p50_ms"], "ms"),
+        row(f"e2e: created -> resume enqueued p99 {at}", steady["resume_enqueued_p99_ms"], "ms"),
+    ]
+
+
+def redis_bound(fast: dict[str, Any]) -> Row:
+    """Cycles/s one Redis core could carry, from the Redis CPU each cycle cost in the run."""
+    redis_s = fast["cpu_s"].get("redis") or 0.0
+    per_cycle = redis_s / fast["cycles"] * 1000
+    return row(
+        f"e2e: cycles/s one Redis core could carry ({per_cycle:.2f} ms of Redis CPU per cycle)",
+        fast["cycles"] / redis_s if redis_s else None,
+        "/s",
+    )
+
+
+def e2e_cpu(text: str) -> str:
+    for line in reversed(text.strip().splitlines()):
+        if line.startswith("{"):
+            cpu = json.loads(line)["throughput"]["cpu_s"]
+            return ", ".join(f"{k} {v:.1f} s" for k, v in cpu.items())
+    return ""
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="small sizes: checks the table only")
+    parser.add_argument("--save", type=Path, help="keep each bench's output in this directory")
+    parser.add_argument("--timeout", type=float, default=900, help="seconds per bench")
+    opts = parser.parse_args()
+    if opts.save:
+        opts.save.mkdir(parents=True, exist_ok=True)
+    quick = opts.quick
+    benches = {
+        "bench_core.py": ["--n", "2000" if quick else "20000"],
+        "bench_sweep.py": ["--sizes", "5000,20000" if quick else "10000,100000,1000000"],
+        "bench_notify.py": ["--requests", "1000" if quick else "10000"],
+        "bench_api.py": [
+            "--seconds",
+            "3" if quick else "10",
+            "--burst",
+            "300" if quick else "2000",
+        ],
+        "bench_e2e.py": [
+            "--json",
+            "--cycles",
+            "500" if quick else "5000",
+            "--seconds",
+            "3" if quick else "10",
+        ],
+    }
+
+    started = time.monotonic()
+    ceiling = raw_ceiling(20_000 if quick else 100_000)
+    out = {name: run_bench(name, args, opts.save, opts.timeout) for name, args in benches.items()}
+    rows = [
+        Row("raw Redis ceiling: pipelined XADD/s, one client", ceiling, "/s"),
+        *core_rows(out["bench_core.py"], ceiling),
+        *sweep_rows(out["bench_sweep.py"]),
+        *notify_rows(out["bench_notify.py"]),
+        *api_rows(out["bench_api.py"]),
+        *e2e_rows(out["bench_e2e.py"], ceiling),
+    ]
+
+    today = datetime.date.today().isoformat()
+    print(
+        f"Benchmarks, {today}, {os.cpu_count()} CPUs, embedded Redis (AOF on), loopback"
+        f"{' (--quick: sizes too small to quote)' if quick else ''}; "
+        f"`uv run python bench/run_all.py{' --quick' if quick else ''}` "
+        f"({time.monotonic() - started:.0f} s)\n"
+    )
+    print("| figure | value | target | met |")
+    print("|---|---|---|---|")
+    for r in rows:
+        print("| " + " | ".join(r.cells()) + " |")
+    cpu = e2e_cpu(out["bench_e2e.py"])
+    if cpu:
+        print(f"\nCPU seconds per process in the e2e throughput phase: {cpu}")
+
+
+if __name__ == "__main__":
+    main()
