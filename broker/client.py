@@ -209,7 +209,7 @@ class Broker:
     ) -> str:
         argv: list[Any] = [self.keys.prefix, f"{now:.6f}", self.maxlen, run_id, round_no, *_FIELDS]
         for _, fields in built:
-            argv += [fields[name] for name in _FIELDS]
+            argv.append(json.dumps([fields[name] for name in _FIELDS], ensure_ascii=False))
         result = [_dec(x) for x in self.scripts.create(args=argv)]
         if result[0] == "duplicate":
             raise InvalidInput(f"request {result[1]} already exists", code="duplicate")
