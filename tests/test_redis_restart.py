@@ -49,6 +49,12 @@ def test_worker_and_sweeper_survive_a_redis_restart(tmp_path: Path):
     finally:
         for p in roles:
             p.terminate()
+        exits = []
         for p in roles:
-            p.wait(timeout=30)
+            try:
+                exits.append(p.wait(timeout=30))
+            except subprocess.TimeoutExpired:
+                p.kill()
+                exits.append(p.wait())
         server.close()
+    assert exits == [0, 0], "a role did not stop cleanly on SIGTERM after the restart"

@@ -36,6 +36,12 @@ def make_worker(broker: Broker, worker_class: type[Worker] = Worker) -> Worker:
     )
 
 
+def stop_requested(worker: Worker) -> bool:
+    """Did SIGINT/SIGTERM ask this worker to stop? (RQ records the time of a warm shutdown
+    request, busy or not; it has no public accessor for it.)"""
+    return worker._shutdown_requested_date is not None or worker._stop_requested
+
+
 def preload(broker: Broker) -> list[str]:
     """Import every registered agent once before forking, so each job starts warm.
 
@@ -84,7 +90,7 @@ def run_worker(settings: Settings, config: Config, *, with_resumer: bool, burst:
                 problem = f"Redis failed ({exc})"
             # RQ's loop also ends, without raising, on an error it can't handle (Redis gone
             # longer than the client's retries): start a fresh worker unless told to stop
-            if burst or worker._stop_requested:
+            if burst or stop_requested(worker):
                 break
             print(f"worker: {problem}; starting again in 2 s", flush=True)
             time.sleep(2)
