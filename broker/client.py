@@ -374,25 +374,16 @@ class Broker:
             return
         if code == "not_found":
             raise NotFound(f"no request with id {request_id!r}")
-        if code == "conflict":
+        conflicts = {
+            "conflict": ("conflict", "request {id} is already {status}"),
+            "replayed": ("replayed", "this reply was already received; request {id} is {status}"),
+            "moved": ("escalated", "request {id} was escalated to {queue}"),
+        }
+        if code in conflicts:
             current = self.get_request(request_id)
-            raise Conflict(
-                f"request {request_id} is already {current.status.value}", request=current
-            )
-        if code == "replayed":
-            current = self.get_request(request_id)
-            raise Conflict(
-                f"this reply was already received; request {request_id} is {current.status.value}",
-                request=current,
-                code="replayed",
-            )
-        if code == "moved":
-            current = self.get_request(request_id)
-            raise Conflict(
-                f"request {request_id} was escalated to {result[1]}",
-                request=current,
-                code="escalated",
-            )
+            conflict_code, message = conflicts[code]
+            detail = message.format(id=request_id, status=current.status.value, queue=current.queue)
+            raise Conflict(detail, request=current, code=conflict_code)
         if code == "stale_args":
             raise InvalidInput(
                 f"args_hash does not match request {request_id}'s args: the decision was made on other args",

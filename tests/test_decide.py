@@ -353,7 +353,7 @@ def test_a_one_time_marker_is_spent_with_the_decision_and_only_then(broker: Brok
 
 
 def test_text_round_trips_exactly(broker: Broker):
-    args = {"note": "remboursé 🙂 \\u0000 \"quoted\"", "nested": {"list": [1, 2.5, None, True]}}
+    args = {"note": 'remboursé 🙂 \\u0000 "quoted"', "nested": {"list": [1, 2.5, None, True]}}
     request = broker.create_request(NewRequest(tool_name="t", args=args, prompt="Ça va? 🙂"))
     stored = broker.get_request(request.id)
     assert stored.args == args and stored.prompt == "Ça va? 🙂"

@@ -18,22 +18,19 @@ from tests.proc import alive, descendants
 ADMIN = "ab_test-admin-token-for-up"
 
 
+def up_command(port: int, data_dir: Path, *extra: str) -> list[str]:
+    return [
+        sys.executable, "-m", "approval_broker", "up",
+        "--port", str(port), "--data-dir", str(data_dir), *extra,
+    ]  # fmt: skip
+
+
 def start_up(tmp_path: Path, *extra: str) -> tuple[subprocess.Popen[str], str]:
     port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("APPROVAL_BROKER_")}
     env.update({"APPROVAL_BROKER_ADMIN_TOKEN": ADMIN, "PYTHONUNBUFFERED": "1"})
     proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "approval_broker",
-            "up",
-            "--port",
-            str(port),
-            "--data-dir",
-            str(tmp_path),
-            *extra,
-        ],
+        up_command(port, tmp_path, *extra),
         env=env,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
@@ -103,16 +100,7 @@ def test_up_refuses_a_port_in_use(tmp_path: Path):
         taken.listen()
         port = taken.getsockname()[1]
         proc = subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "approval_broker",
-                "up",
-                "--port",
-                str(port),
-                "--data-dir",
-                str(tmp_path),
-            ],
+            up_command(port, tmp_path),
             capture_output=True,
             text=True,
             timeout=60,

@@ -64,3 +64,19 @@ class ServerThread:
         self.server.shutdown()
         self.server.server_close()
         self.thread.join(timeout=5)
+
+
+def serve_until_stopped(server: Any) -> None:
+    """For a fake run as its own process: serve until SIGTERM or Ctrl-C, then stop and exit 0."""
+    import signal
+    import sys
+    import threading
+
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    try:
+        stop.wait()
+    except KeyboardInterrupt:
+        pass
+    server.stop()
+    sys.exit(0)

@@ -20,8 +20,6 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
-import signal
-import sys
 import threading
 import time
 from collections import Counter
@@ -34,7 +32,7 @@ from typing import Any
 import httpcore
 from standardwebhooks import Webhook, WebhookVerificationError
 
-from tests.fakes._http import QuietHandler, ServerThread
+from tests.fakes._http import QuietHandler, ServerThread, serve_until_stopped
 
 Reply = dict[str, Any]
 Policy = Callable[[dict[str, Any]], Reply | None]
@@ -306,14 +304,7 @@ def main() -> None:
         port=args.port,
     ).start()
     print(f"listening on {receiver.url('')}", flush=True)
-    stop = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    try:
-        stop.wait()
-    except KeyboardInterrupt:
-        pass
-    receiver.stop()
-    sys.exit(0)
+    serve_until_stopped(receiver)
 
 
 if __name__ == "__main__":

@@ -13,8 +13,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import signal
-import sys
 import threading
 import time
 from collections import defaultdict, deque
@@ -23,7 +21,7 @@ from typing import Any
 
 from standardwebhooks import Webhook, WebhookVerificationError
 
-from tests.fakes._http import QuietHandler, ServerThread
+from tests.fakes._http import QuietHandler, ServerThread, serve_until_stopped
 
 Answer = int | tuple[int, dict[str, str]]
 
@@ -154,14 +152,7 @@ def main() -> None:
     args = parser.parse_args()
     receiver = WebhookReceiver(args.secret, record=not args.no_record, port=args.port).start()
     print(f"listening on http://127.0.0.1:{receiver.port}", flush=True)
-    stop = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    try:
-        stop.wait()
-    except KeyboardInterrupt:
-        pass
-    receiver.stop()
-    sys.exit(0)
+    serve_until_stopped(receiver)
 
 
 if __name__ == "__main__":
