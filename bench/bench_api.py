@@ -22,18 +22,15 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable
-from datetime import UTC
 from pathlib import Path
 
 import httpx
+from benchlib import enqueued_at, make_rounds, pct
 from redis import Redis
-from rq.job import Job
-from rq.serializers import JSONSerializer
 
 from broker.auth import hash_token
 from broker.client import Broker
 from broker.config import load_config
-from broker.models import NewRequest
 from broker.redis_server import EmbeddedRedis
 from broker.runs import resume_job_id
 
@@ -67,21 +64,6 @@ def start_role(
             threading.Thread(target=proc.stdout.read, daemon=True).start()  # drain
             return proc, line.strip()
     raise SystemExit(f"{args[0]} was not ready within 30 s")
-
-
-def make_rounds(broker: Broker, n: int, tag: str) -> list[str]:
-    """n runs, each waiting on one request in round 1; returns the request ids."""
-    ids = []
-    for i in range(n):
-        run = broker.create_run("bench", "go", run_id=f"run_{tag}_{i}")
-        (req,) = broker.create_round(run.id, 1, [NewRequest(tool_name="refund", args={"i": i})])
-        ids.append(req.id)
-    return ids
-
-
-def pct(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
 def decide_all(
@@ -128,27 +110,6 @@ def decide_all(
     if failures:
         raise SystemExit(f"{len(failures)} decisions failed, e.g. {failures[0]}")
     return sent, rtts, elapsed
-
-
-def enqueued_at(redis: Redis, job_ids: list[str], timeout: float = 60) -> dict[str, float]:
-    """Poll until every resume job exists; returns each one's RQ `enqueued_at` (epoch s)."""
-    found: dict[str, float] = {}
-    deadline = time.monotonic() + timeout
-    while len(found) < len(job_ids):
-        for jid in job_ids:
-            if jid in found:
-                continue
-            try:
-                job = Job.fetch(jid, connection=redis, serializer=JSONSerializer)
-            except Exception:  # noqa: BLE001 - not enqueued yet
-                continue
-            at = job.enqueued_at
-            if at is not None:
-                found[jid] = (at if at.tzinfo else at.replace(tzinfo=UTC)).timestamp()
-        if time.monotonic() > deadline:
-            raise SystemExit(f"only {len(found)}/{len(job_ids)} resume jobs were enqueued")
-        time.sleep(0.05)
-    return found
 
 
 def main() -> None:

@@ -11,21 +11,12 @@ import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 
+from benchlib import raw_xadd_per_s
 from redis import Redis
 
 from broker.client import Broker
 from broker.models import Decision, NewRequest
 from broker.redis_server import EmbeddedRedis
-
-
-def raw_xadd_per_s(redis: Redis, n: int, batch: int = 1000) -> float:
-    start = time.perf_counter()
-    for i in range(0, n, batch):
-        pipe = redis.pipeline(transaction=False)
-        for j in range(batch):
-            pipe.xadd("bench:raw", {"type": "approval.requested", "request_id": f"r{i + j}"})
-        pipe.execute()
-    return n / (time.perf_counter() - start)
 
 
 def timed(n: int, threads: int, fn) -> float:
@@ -49,7 +40,6 @@ def main() -> None:
         )
 
         ceiling = raw_xadd_per_s(redis, args.n)
-        redis.delete("bench:raw")
         print(f"raw pipelined XADD/s (ceiling) : {ceiling:10,.0f}", flush=True)
 
         new = NewRequest(

@@ -32,16 +32,15 @@ import sys
 import tempfile
 import time
 import urllib.request
-from datetime import UTC
 from pathlib import Path
 from typing import Any
 
 from redis import Redis
-from rq.job import Job
-from rq.serializers import JSONSerializer
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+
+from benchlib import enqueued_at, make_rounds, pct, raw_xadd_per_s  # noqa: E402
 
 from broker.client import Broker  # noqa: E402
 from broker.config import load_config  # noqa: E402
@@ -96,35 +95,9 @@ class Proc:
                 self.process.wait()
 
 
-def pct(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
-
-
 def get_json(url: str) -> Any:
     with urllib.request.urlopen(url, timeout=30) as response:
         return json.loads(response.read())
-
-
-def make_cycles(broker: Broker, n: int, tag: str) -> list[str]:
-    """n runs, each waiting on one request in round 1 (what an agent worker would register)."""
-    ids = []
-    for i in range(n):
-        run = broker.create_run("bench", "go", run_id=f"run_{tag}_{i}")
-        (req,) = broker.create_round(run.id, 1, [NewRequest(tool_name="refund", args={"i": i})])
-        ids.append(req.id)
-    return ids
-
-
-def enqueued_at(redis: Redis, job_ids: list[str]) -> dict[str, float]:
-    pipe_ids = list(job_ids)
-    found: dict[str, float] = {}
-    for jid in pipe_ids:
-        job = Job.fetch(jid, connection=redis, serializer=JSONSerializer)
-        at = job.enqueued_at
-        if at is not None:
-            found[jid] = (at if at.tzinfo else at.replace(tzinfo=UTC)).timestamp()
-    return found
 
 
 def wait_queue_length(redis: Redis, key: str, n: int, timeout: float) -> float:
@@ -143,7 +116,7 @@ def make_backlog(broker: Broker, n: int) -> float:
     stream = broker.keys.stream("default")
     broker.redis.xgroup_create(stream, NOTIFIER_GROUP, id="$", mkstream=True)
     started = time.perf_counter()
-    make_cycles(broker, n, "fast")
+    make_rounds(broker, n, "fast")
     return n / (time.perf_counter() - started)
 
 
@@ -290,7 +263,7 @@ max_backoff_s = 1.0
 
             fast = throughput(broker, procs, receiver_url, opts.cycles, opts.timeout)
             steady = latency(broker, receiver_url, opts.rate, opts.seconds, opts.timeout)
-            ceiling = raw_ceiling(broker.redis)
+            ceiling = raw_xadd_per_s(broker.redis, 50_000)
         finally:
             for proc in reversed(procs):
                 proc.stop()
@@ -326,19 +299,6 @@ max_backoff_s = 1.0
         f"p99 {steady['resume_enqueued_p99_ms']} ms"
     )
     print(f"raw pipelined XADD/s on the same Redis (ceiling): {ceiling:,.0f}")
-
-
-def raw_ceiling(redis: Redis, n: int = 50_000, batch: int = 1000) -> float:
-    """Pipelined XADDs per second from one client: what Redis itself allows here."""
-    start = time.perf_counter()
-    for i in range(0, n, batch):
-        pipe = redis.pipeline(transaction=False)
-        for j in range(batch):
-            pipe.xadd("bench:raw", {"type": "approval.requested", "request_id": f"r{i + j}"})
-        pipe.execute()
-    rate = n / (time.perf_counter() - start)
-    redis.delete("bench:raw")
-    return rate
 
 
 if __name__ == "__main__":

@@ -30,6 +30,8 @@ from redis import Redis
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from benchlib import raw_xadd_per_s  # noqa: E402
+
 from broker.redis_server import EmbeddedRedis  # noqa: E402
 
 NUMBER = r"([\d,]+(?:\.\d+)?)"
@@ -85,13 +87,7 @@ def raw_ceiling(n: int = 100_000, batch: int = 1000) -> float:
     """Pipelined XADDs per second from one client to a fresh embedded Redis (AOF on)."""
     with tempfile.TemporaryDirectory(prefix="bench-ceiling-") as tmp, EmbeddedRedis(tmp) as server:
         redis = Redis.from_url(server.url)
-        start = time.perf_counter()
-        for i in range(0, n, batch):
-            pipe = redis.pipeline(transaction=False)
-            for j in range(batch):
-                pipe.xadd("bench:raw", {"type": "approval.requested", "request_id": f"r{i + j}"})
-            pipe.execute()
-        rate = n / (time.perf_counter() - start)
+        rate = raw_xadd_per_s(redis, n, batch)
         redis.close()
         return rate
 
