@@ -3,6 +3,7 @@ mid-delivery (or with deliveries parked), and another process finishing its work
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -84,16 +85,15 @@ def redis_owners(broker: Broker) -> dict[str, int]:
     return {c["name"].decode(): int(c["pending"]) for c in summary["consumers"]}
 
 
-@pytest.mark.timeout(120)
-def test_sigkilled_notifier_is_finished_by_another_without_skips_or_double_posts(
-    redis_url: str, tmp_path: Path, fakes: tuple[WebhookReceiver, FakeSlack]
-) -> None:
-    receiver, slack = fakes
-    config_path = tmp_path / "approval-broker.toml"
-    config_path.write_text(
+def write_config(
+    directory: Path, receiver: WebhookReceiver, slack: FakeSlack, channels: list[str]
+) -> Path:
+    """The notifier processes' TOML: the default queue on these channels, pointing at the fakes."""
+    path = directory / "approval-broker.toml"
+    path.write_text(
         f"""
 [queues.default]
-channels = ["inbox", "webhook:ops", "slack:approvals"]
+channels = {json.dumps(channels)}
 
 [webhooks.ops]
 url = "{receiver.url("/ops")}"
@@ -106,6 +106,17 @@ api_base_url = "{slack.url}"
 [slack.channels.approvals]
 channel = "C1"
 """
+    )
+    return path
+
+
+@pytest.mark.timeout(120)
+def test_sigkilled_notifier_is_finished_by_another_without_skips_or_double_posts(
+    redis_url: str, tmp_path: Path, fakes: tuple[WebhookReceiver, FakeSlack]
+) -> None:
+    receiver, slack = fakes
+    config_path = write_config(
+        tmp_path, receiver, slack, ["inbox", "webhook:ops", "slack:approvals"]
     )
     broker = Broker(Redis.from_url(redis_url), load_config(config_path), prefix="t:")
     state = DeliveryState(broker)
@@ -156,24 +167,7 @@ def test_parked_deliveries_outlive_a_sigkilled_notifier(
     n2 posts each request exactly once, from the parked store or the reclaimed entries."""
     receiver, slack = fakes
     slack.fail("chat.postMessage", 429, error="ratelimited", retry_after=3, times=4)
-    config_path = tmp_path / "approval-broker.toml"
-    config_path.write_text(
-        f"""
-[queues.default]
-channels = ["webhook:ops", "slack:approvals"]
-
-[webhooks.ops]
-url = "{receiver.url("/ops")}"
-secret = "{SECRET}"
-
-[slack]
-bot_token = "{slack.token}"
-signing_secret = "unused"
-api_base_url = "{slack.url}"
-[slack.channels.approvals]
-channel = "C1"
-"""
-    )
+    config_path = write_config(tmp_path, receiver, slack, ["webhook:ops", "slack:approvals"])
     broker = Broker(Redis.from_url(redis_url), load_config(config_path), prefix="t:")
     store = ParkedStore(broker, lease_s=1)
     fleet = Fleet(redis_url, config_path, tmp_path)
