@@ -20,11 +20,11 @@ from broker.config import Config, EmailConfig
 from broker.links import new_nonce, sign_link
 from broker.models import Request, utcnow
 from notifiers.base import Channel
+from notifiers.delivery_state import DeliveryState
 from notifiers.events import ESCALATED, REQUESTED, Event
-from notifiers.jobs import Task
 from notifiers.mail_render import Link, render_mail
 from notifiers.retry import GiveUp, Retry, RetryPolicy
-from notifiers.state import DeliveryState
+from notifiers.tasks import Task
 
 
 @dataclass(frozen=True)

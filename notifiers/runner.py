@@ -14,12 +14,12 @@ from broker.config import Config, Settings
 from broker.errors import ConfigError
 from notifiers.base import Channel
 from notifiers.consumer import Notifier, default_name
+from notifiers.delivery_state import DeliveryState
 from notifiers.inbox import InboxChannel
 from notifiers.mail import EmailChannel, parse_smtp_url
 from notifiers.options import NotifierOptions
 from notifiers.retry import RetryPolicy
 from notifiers.slack import SlackChannel, claim_stale_s, slack_client
-from notifiers.state import DeliveryState
 from notifiers.webhook import WebhookChannel
 
 

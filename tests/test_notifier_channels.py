@@ -744,7 +744,7 @@ def test_the_reader_survives_an_unexpected_error(
 ) -> None:
     broker = hook_broker(redis, {"ops": webhook(receiver.url("/ops"))}, ["webhook:ops"])
     with running(broker, claim_idle_s=0.5) as notifier:
-        real, calls = notifier._fetch, []
+        real, calls = notifier.router.fetch, []
 
         def flaky(ids: set[str]) -> Any:
             calls.append(ids)
@@ -752,7 +752,7 @@ def test_the_reader_survives_an_unexpected_error(
                 raise RuntimeError("a bug")
             return real(ids)
 
-        monkeypatch.setattr(notifier, "_fetch", flaky)
+        monkeypatch.setattr(notifier.router, "fetch", flaky)
         first = broker.create_request(refund())
         wait_for(lambda: calls)
         second = broker.create_request(refund())

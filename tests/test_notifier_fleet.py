@@ -19,7 +19,7 @@ from broker.config import load_config
 from broker.keys import NOTIFIER_GROUP
 from broker.models import NewRequest
 from notifiers.parking import ParkedStore
-from notifiers.state import DeliveryState
+from notifiers.delivery_state import DeliveryState
 from tests.conftest import wait_for
 from tests.fakes.harness import SECRET
 from tests.fakes.slack import FakeSlack
