@@ -57,6 +57,29 @@ def parse_smtp_url(url: str) -> SmtpTarget:
     )
 
 
+PLAINTEXT_AUTH = (
+    "email: username/password without TLS would send the password in clear; use smtps://,"
+    " or starttls = true, or set allow_plaintext_auth = true in [email] to accept that"
+)
+
+
+def smtp_target(email: EmailConfig) -> SmtpTarget:
+    """The mail server `[email]` names, checked; ValueError says which key to fix.
+
+    Credentials go out only over TLS (smtps:// or STARTTLS), unless `allow_plaintext_auth`
+    says a server without TLS (a local relay, a test sink) is meant.
+    """
+    try:
+        target = parse_smtp_url(email.smtp_url)
+    except ValueError as exc:
+        raise ValueError(f"email.smtp_url: {exc}") from None
+    credentials = bool(email.username or target.username)
+    tls = target.implicit_tls or email.starttls
+    if credentials and not tls and not email.allow_plaintext_auth:
+        raise ValueError(PLAINTEXT_AUTH)
+    return target
+
+
 def link_actions(request: Request, config: Config) -> list[str]:
     """Approve only approvals; answer only questions and external calls; anything may be
     rejected; escalate where the request's queue names a next queue (as Slack's button)."""
@@ -89,7 +112,7 @@ class EmailChannel(Channel):
         self.config = config
         self.state = state
         self.timeout_s = timeout_s
-        self.target = parse_smtp_url(email.smtp_url)
+        self.target = smtp_target(email)
 
     def wants(self, event: Event) -> bool:
         """Mail asks for a decision: on a new request, and when one arrives by escalation."""

@@ -21,7 +21,6 @@ from broker.models import Decision, HistoryEntry, Outcome, Request, Status, args
 from notifiers.base import Channel
 from notifiers.dispatch import Dispatcher
 from notifiers.events import ESCALATED, REQUESTED, MalformedEntry, parse_entry
-from notifiers.tasks import InflightEntry, Task
 from notifiers.mail import link_actions, parse_smtp_url
 from notifiers.mail_render import Link, render_mail
 from notifiers.parking import ParkedStore
@@ -34,6 +33,7 @@ from notifiers.retry import (
 )
 from notifiers.slack import claim_stale_s, slack_client
 from notifiers.slack_blocks import render
+from notifiers.tasks import InflightEntry, Task
 from notifiers.webhook import signature_headers, webhook_body
 from tests.conftest import wait_for
 from tests.fakes.harness import OLD_SECRET, SECRET, WRONG_SECRET
