@@ -1,7 +1,7 @@
 """Writes what deliveries did back to Redis in batches: done markers, history, counters, acks.
 
-One thread owns every in-flight entry's bookkeeping, so "all channels done, acknowledge" is decided in one
-place. A batch goes out as one pipeline; an entry is acknowledged only after each of its
+One thread owns every in-flight entry's bookkeeping, so "all channels done, acknowledge" is
+decided in one place. A batch goes out as one pipeline; an entry is acknowledged only after each of its
 channels is done, dead-lettered or durably parked, and never before its done markers.
 
 A batch is repeated only when the connection failed (Redis down: nothing can be acked anyway).
@@ -107,9 +107,9 @@ class Committer:
                 return
             except TRANSIENT:
                 if self._stop.is_set() and delay > 2:
-                    log.error("giving up writing delivery outcomes: Redis is down")
+                    log.error("giving up writing delivery results: Redis is down")
                     return
-                log.warning("cannot write delivery outcomes; retrying", exc_info=True)
+                log.warning("cannot write delivery results; retrying", exc_info=True)
                 self._stop.wait(delay)
                 delay = min(delay * 2, 5.0)
 
