@@ -109,6 +109,7 @@ class EmailConfig(_Section):
     starttls: bool = False
     username: str | None = None
     password: str | None = None
+    allow_plaintext_auth: bool = False  # let username/password go to a server without TLS
     link_ttl_s: Annotated[float, Field(gt=0)] = 86400.0
     lists: dict[str, EmailListConfig] = Field(default_factory=dict)
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 
 from notifiers.events import Event
-from notifiers.jobs import Task
 from notifiers.retry import RetryPolicy
+from notifiers.tasks import Task
 
 
 class Channel(ABC):

@@ -1,7 +1,7 @@
 """Writes what deliveries did back to Redis in batches: done markers, history, counters, acks.
 
-One thread owns every Job's bookkeeping, so "all channels done, acknowledge" is decided in one
-place. A batch goes out as one pipeline; an entry is acknowledged only after each of its
+One thread owns every in-flight entry's bookkeeping, so "all channels done, acknowledge" is
+decided in one place. A batch goes out as one pipeline; an entry is acknowledged only after each of its
 channels is done, dead-lettered or durably parked, and never before its done markers.
 
 A batch is repeated only when the connection failed (Redis down: nothing can be acked anyway).
@@ -27,15 +27,15 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 from broker.client import Broker
 from broker.keys import NOTIFIER_GROUP
 from broker.models import HistoryEntry, utcnow
-from notifiers.jobs import Job
-from notifiers.outcomes import Kind, Outcome
 from notifiers.parking import ParkedStore
+from notifiers.results import DeliveryResult, ResultKind
+from notifiers.tasks import InflightEntry
 
 log = logging.getLogger("notifiers")
 
 MAX_BATCH = 1000
 TRANSIENT = (RedisConnectionError, RedisTimeoutError)
-SETTLED = (Kind.delivered, Kind.nothing, Kind.dead)
+SETTLED = (ResultKind.delivered, ResultKind.nothing, ResultKind.dead)
 
 
 @dataclass
@@ -46,7 +46,7 @@ class Plan:
     notes: list[tuple[str, str]] = field(default_factory=list)  # (request id, entry JSON)
     stats: Counter[str] = field(default_factory=Counter)
     acks: dict[str, list[str]] = field(default_factory=lambda: defaultdict(list))
-    acked: list[Job] = field(default_factory=list)
+    acked: list[InflightEntry] = field(default_factory=list)
     unpark: list[tuple[str, str]] = field(default_factory=list)  # (channel, parked task id)
 
 
@@ -54,7 +54,7 @@ class Committer:
     def __init__(
         self,
         broker: Broker,
-        on_acked: Callable[[list[Job]], None],
+        on_acked: Callable[[list[InflightEntry]], None],
         store: ParkedStore,
         on_fatal: Callable[[str], None],
     ) -> None:
@@ -62,13 +62,13 @@ class Committer:
         self.on_acked = on_acked
         self.store = store
         self.on_fatal = on_fatal
-        self._queue: queue.SimpleQueue[Outcome] = queue.SimpleQueue()
+        self._queue: queue.SimpleQueue[DeliveryResult] = queue.SimpleQueue()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="notify-commit", daemon=True)
         self._thread.start()
 
-    def put(self, outcome: Outcome) -> None:
-        self._queue.put(outcome)
+    def put(self, result: DeliveryResult) -> None:
+        self._queue.put(result)
 
     def close(self, timeout: float = 10.0) -> None:
         """Write everything reported so far, then stop."""
@@ -107,45 +107,45 @@ class Committer:
                 return
             except TRANSIENT:
                 if self._stop.is_set() and delay > 2:
-                    log.error("giving up writing delivery outcomes: Redis is down")
+                    log.error("giving up writing delivery results: Redis is down")
                     return
-                log.warning("cannot write delivery outcomes; retrying", exc_info=True)
+                log.warning("cannot write delivery results; retrying", exc_info=True)
                 self._stop.wait(delay)
                 delay = min(delay * 2, 5.0)
 
-    def plan(self, batch: list[Outcome]) -> Plan:
+    def plan(self, batch: list[DeliveryResult]) -> Plan:
         plan = Plan()
         now = utcnow()
-        for outcome in batch:
-            job, kind, channel = outcome.job, outcome.kind, outcome.channel
-            if kind is Kind.attempt_failed:
-                plan.stats[f"failed:{outcome.channel_kind}"] += 1
+        for result in batch:
+            entry, kind, channel = result.entry, result.kind, result.channel
+            if kind is ResultKind.attempt_failed:
+                plan.stats[f"failed:{result.channel_kind}"] += 1
                 continue
-            if kind is Kind.delivered:
-                plan.stats[f"delivered:{outcome.channel_kind}"] += 1
+            if kind is ResultKind.delivered:
+                plan.stats[f"delivered:{result.channel_kind}"] += 1
                 plan.notes.append(
-                    (job.event.request_id, _note(now, "delivered", channel, outcome.note))
+                    (entry.event.request_id, _note(now, "delivered", channel, result.note))
                 )
-            elif kind is Kind.dead:
+            elif kind is ResultKind.dead:
                 plan.notes.append(
-                    (job.event.request_id, _note(now, "delivery_failed", channel, outcome.note))
+                    (entry.event.request_id, _note(now, "delivery_failed", channel, result.note))
                 )
-            elif kind is Kind.handed_on:
-                plan.stats[f"parked:{outcome.channel_kind}"] += 1
-            if channel is not None and kind in (Kind.delivered, Kind.nothing):
+            elif kind is ResultKind.handed_on:
+                plan.stats[f"parked:{result.channel_kind}"] += 1
+            if channel is not None and kind in (ResultKind.delivered, ResultKind.nothing):
                 # always, even for the entry's last channel: a redriven or reclaimed copy of
                 # the entry must skip every channel that already has it
-                plan.done.append((job.event.request_id, job.event.done_field(channel)))
-            if outcome.parked is not None:  # settles a parked record; the entry let go of it
+                plan.done.append((entry.event.request_id, entry.event.done_field(channel)))
+            if result.parked is not None:  # settles a parked record; the entry let go of it
                 if channel is not None and kind in SETTLED:
-                    plan.unpark.append((channel, outcome.parked))
+                    plan.unpark.append((channel, result.parked))
                 continue
             if channel is not None:
-                job.remaining.discard(channel)
-            if not job.remaining and not job.acked:
-                job.acked = True
-                plan.acks[job.event.stream].append(job.event.entry_id)
-                plan.acked.append(job)
+                entry.remaining.discard(channel)
+            if not entry.remaining and not entry.acked:
+                entry.acked = True
+                plan.acks[entry.event.stream].append(entry.event.entry_id)
+                plan.acked.append(entry)
         return plan
 
     def write(self, plan: Plan) -> None:

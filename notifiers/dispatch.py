@@ -8,6 +8,9 @@ parking and finishing exclusive: a task is either finished first (and not parked
 first (and its result then settles the parked record, not the stream entry). A parked task
 that was queued or waiting is released here and taken again from Redis when due; one that is
 running keeps running under a lease that the heartbeat renews.
+
+The lock is never held across a Redis call: every pool thread takes it, so a Redis stall
+under it would stop every channel, the very thing parking is there to prevent.
 """
 
 from __future__ import annotations
@@ -24,10 +27,10 @@ from concurrent.futures import ThreadPoolExecutor
 from redis.exceptions import RedisError
 
 from notifiers.base import Channel
-from notifiers.jobs import State, Task
-from notifiers.outcomes import Kind, Outcome
 from notifiers.parking import Parked, ParkedStore
+from notifiers.results import DeliveryResult, ResultKind
 from notifiers.retry import Defer, GiveUp, Retry, pause_delay
+from notifiers.tasks import Task, TaskState
 
 log = logging.getLogger("notifiers")
 
@@ -37,10 +40,12 @@ DeadLetter = Callable[[Task, str], None]
 
 
 class Dispatcher:
+    """Per-channel pools, a retry timer, and the task states that parking and finishing share."""
+
     def __init__(
         self,
         channels: dict[str, Channel],
-        report: Callable[[Outcome], None],
+        report: Callable[[DeliveryResult], None],
         dead_letter: DeadLetter,
         store: ParkedStore,
     ) -> None:
@@ -71,9 +76,9 @@ class Dispatcher:
             if task.released:
                 return
             if delay > 0:
-                task.state, task.due = State.waiting, time.monotonic() + delay
+                task.state, task.due = TaskState.waiting, time.monotonic() + delay
             else:
-                task.state = State.queued
+                task.state = TaskState.queued
                 self._load[task.channel] += 1
         if delay <= 0:
             try:
@@ -121,45 +126,72 @@ class Dispatcher:
         """Hand unfinished tasks on to the parked store; returns the ones parked.
 
         The records are written before this returns, so the caller may acknowledge entries
-        whose remaining channels were all parked.
+        whose remaining channels were all parked. Redis is only called with the lock released,
+        so a stalled Redis holds up this call alone, never every channel's threads: the records
+        are written leased to us (no one takes them meanwhile); then, under the lock, each task
+        is parked unless it finished in between; then the records of finished tasks are removed
+        and those of released tasks made due when they would have run here.
         """
-        now_m, now_w = time.monotonic(), time.time()
         with self._lock:
             chosen = [
                 t
                 for t in tasks
-                if t.state is not State.done and t.parked is None and not t.released
+                if t.state is not TaskState.done
+                and t.parked is None
+                and not t.released
+                and not t.parking
             ]
-            items: list[tuple[Parked, float]] = []
             for t in chosen:
-                if t.state is State.running:
-                    due = now_w + self.store.lease_s  # ours until it ends (or we die)
-                elif t.state is State.waiting:
-                    due = now_w + max(0.0, t.due - now_m)
-                else:
-                    due = now_w
-                items.append((Parked.of(t.event, t.channel, t.attempts, t.defers), due))
-            if not items:
-                return []
-            try:
-                self.store.park(items)
-            except RedisError:
-                log.warning("cannot park %d deliveries yet", len(items), exc_info=True)
-                return []
-            for t, (parked, _) in zip(chosen, items, strict=True):
-                t.parked = parked.id
-                if t.state is State.running:
-                    self._held[(t.channel, parked.id)] = t
-                else:
-                    t.released = True  # the store has it now; this copy is skipped
-        return chosen
+                t.parking = True
+            records = [Parked.of(t.event, t.channel, t.attempts, t.defers) for t in chosen]
+        if not chosen:
+            return []
+        try:
+            self.store.park([(r, time.time() + self.store.lease_s) for r in records])
+        except RedisError:
+            log.warning("cannot park %d deliveries yet", len(chosen), exc_info=True)
+            with self._lock:
+                for t in chosen:
+                    t.parking = False
+            return []
+        parked, due, finished = self._settle_parked(chosen, records)
+        try:
+            self.store.settle(due, finished)
+        except RedisError:  # their leases lapse, then anyone takes them (a finished one twice)
+            log.warning("cannot settle %d parked deliveries", len(chosen), exc_info=True)
+        return parked
+
+    def _settle_parked(
+        self, chosen: list[Task], records: list[Parked]
+    ) -> tuple[list[Task], list[tuple[Parked, float]], list[Parked]]:
+        """Under the lock: which tasks are parked now, when the released ones are due, and the
+        records of tasks that finished (and reported as their entry's) while being parked."""
+        parked: list[Task] = []
+        due: list[tuple[Parked, float]] = []
+        finished: list[Parked] = []
+        now_m, now_w = time.monotonic(), time.time()
+        with self._lock:
+            for t, record in zip(chosen, records, strict=True):
+                t.parking = False
+                if t.state is TaskState.done or t.released:
+                    finished.append(record)
+                    continue
+                t.parked = record.id
+                parked.append(t)
+                if t.state is TaskState.running:  # ours until it ends (or we die)
+                    self._held[(t.channel, record.id)] = t
+                    continue
+                t.released = True  # the store has it now; this copy is skipped
+                when = now_w + max(0.0, t.due - now_m) if t.state is TaskState.waiting else now_w
+                due.append((Parked.of(t.event, t.channel, t.attempts, t.defers), when))
+        return parked, due, finished
 
     def _later(self, task: Task, delay: float) -> None:
         """Try again in `delay` seconds: here, or (a parked task) by whoever takes it when due."""
         with self._lock:
             parked = task.parked
             if parked is not None:
-                task.released, task.state = True, State.done
+                task.released, task.state = True, TaskState.done
                 self._held.pop((task.channel, parked), None)
         if parked is None:
             self.submit(task, delay)
@@ -177,7 +209,7 @@ class Dispatcher:
             with self._lock:
                 if task.released:
                     return
-                task.state = State.running
+                task.state = TaskState.running
             self._attempt(task)
         finally:
             with self._lock:
@@ -208,20 +240,31 @@ class Dispatcher:
             )
             self._failed(task, channel, f"{type(exc).__name__}: {exc}", None)
         else:
-            self._finish(task, channel, Kind.nothing if note is None else Kind.delivered, note)
+            self._finish(
+                task, channel, ResultKind.nothing if note is None else ResultKind.delivered, note
+            )
 
-    def _finish(self, task: Task, channel: Channel, kind: Kind, note: str | None) -> None:
+    def _finish(self, task: Task, channel: Channel, kind: ResultKind, note: str | None) -> None:
         with self._lock:
-            task.state = State.done
+            task.state = TaskState.done
             parked = task.parked
             if parked is not None:
                 self._held.pop((task.channel, parked), None)
-        self.report(Outcome(task.job, kind, task.channel, channel.kind, note, parked=parked))
+        self.report(
+            DeliveryResult(task.entry, kind, task.channel, channel.kind, note, parked=parked)
+        )
 
     def _failed(self, task: Task, channel: Channel, error: str, retry_after: float | None) -> None:
         task.attempts += 1
         self.report(
-            Outcome(task.job, Kind.attempt_failed, task.channel, channel.kind, error, task.parked)
+            DeliveryResult(
+                task.entry,
+                ResultKind.attempt_failed,
+                task.channel,
+                channel.kind,
+                error,
+                task.parked,
+            )
         )
         if task.attempts >= channel.policy.max_attempts:
             self._give_up(task, channel, f"gave up after {task.attempts} attempts: {error}")
@@ -245,7 +288,7 @@ class Dispatcher:
             self._later(task, channel.policy.delay(max(task.attempts, 1)))
             return
         log.warning("%s: %s dead-lettered: %s", task.channel, task.event.request_id, error)
-        self._finish(task, channel, Kind.dead, error)
+        self._finish(task, channel, ResultKind.dead, error)
 
     def close(self) -> None:
         """Stop scheduling; let deliveries already running finish; drop waiting retries."""

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from notifiers.base import Channel
 from notifiers.events import Event
-from notifiers.jobs import Task
 from notifiers.retry import RetryPolicy
+from notifiers.tasks import Task
 
 
 class InboxChannel(Channel):

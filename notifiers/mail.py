@@ -20,11 +20,11 @@ from broker.config import Config, EmailConfig
 from broker.links import new_nonce, sign_link
 from broker.models import Request, utcnow
 from notifiers.base import Channel
+from notifiers.delivery_state import DeliveryState
 from notifiers.events import ESCALATED, REQUESTED, Event
-from notifiers.jobs import Task
 from notifiers.mail_render import Link, render_mail
 from notifiers.retry import GiveUp, Retry, RetryPolicy
-from notifiers.state import DeliveryState
+from notifiers.tasks import Task
 
 
 @dataclass(frozen=True)
@@ -55,6 +55,29 @@ def parse_smtp_url(url: str) -> SmtpTarget:
         username=unquote(parts.username) if parts.username else None,
         password=unquote(parts.password) if parts.password else None,
     )
+
+
+PLAINTEXT_AUTH = (
+    "email: username/password without TLS would send the password in clear; use smtps://,"
+    " or starttls = true, or set allow_plaintext_auth = true in [email] to accept that"
+)
+
+
+def smtp_target(email: EmailConfig) -> SmtpTarget:
+    """The mail server `[email]` names, checked; ValueError says which key to fix.
+
+    Credentials go out only over TLS (smtps:// or STARTTLS), unless `allow_plaintext_auth`
+    says a server without TLS (a local relay, a test sink) is meant.
+    """
+    try:
+        target = parse_smtp_url(email.smtp_url)
+    except ValueError as exc:
+        raise ValueError(f"email.smtp_url: {exc}") from None
+    credentials = bool(email.username or target.username)
+    tls = target.implicit_tls or email.starttls
+    if credentials and not tls and not email.allow_plaintext_auth:
+        raise ValueError(PLAINTEXT_AUTH)
+    return target
 
 
 def link_actions(request: Request, config: Config) -> list[str]:
@@ -89,7 +112,7 @@ class EmailChannel(Channel):
         self.config = config
         self.state = state
         self.timeout_s = timeout_s
-        self.target = parse_smtp_url(email.smtp_url)
+        self.target = smtp_target(email)
 
     def wants(self, event: Event) -> bool:
         """Mail asks for a decision: on a new request, and when one arrives by escalation."""

@@ -1,4 +1,10 @@
-"""The text of an approval mail, in plain text and HTML, from Jinja2 templates."""
+"""The text of an approval mail, in plain text and HTML, from Jinja2 templates.
+
+Requester text is cleaned before it reaches a mail: C0 control characters and the invisible
+bidi controls (U+200E/F, U+202A-202E, U+2066-2069) are taken out of the subject and of every
+name shown, so a prompt can't fold a header or make a name read backwards; the prompt in the
+body keeps its line breaks; in the arguments the bidi controls are shown as `\\uXXXX`.
+"""
 
 from __future__ import annotations
 
@@ -20,6 +26,23 @@ _env = Environment(
     lstrip_blocks=True,
     keep_trailing_newline=True,
 )
+
+BIDI_CONTROLS = frozenset([0x200E, 0x200F, *range(0x202A, 0x202F), *range(0x2066, 0x206A)])
+_CONTROLS = frozenset([*range(0x20), 0x7F])
+_ONE_LINE = {c: " " for c in _CONTROLS} | dict.fromkeys(BIDI_CONTROLS)
+_LINES = {c: v for c, v in _ONE_LINE.items() if chr(c) not in "\n\t"}
+_SHOW_BIDI = {c: f"\\u{c:04x}" for c in BIDI_CONTROLS}
+
+
+def one_line(text: str) -> str:
+    """`text` as one line of visible characters: controls out, whitespace runs made one space."""
+    return " ".join(text.translate(_ONE_LINE).split())
+
+
+def lines(text: str) -> str:
+    """`text` without control characters other than line breaks and tabs."""
+    return text.replace("\r\n", "\n").translate(_LINES)
+
 
 _LABELS = {
     "approve": "Approve",
@@ -45,18 +68,23 @@ def render_mail(
     request: Request, config: Config, recipient: str, links: list[Link], links_until: datetime
 ) -> tuple[str, str, str]:
     """(subject, plain text, HTML) of the mail asking `recipient` to decide `request`."""
+    args = json.dumps(request.args, indent=2, ensure_ascii=False).translate(_SHOW_BIDI)
     context = {
-        "request": request,
+        "prompt": lines(request.prompt),
+        "tool": one_line(request.tool_name),
+        "run": one_line(request.run_id) if request.run_id else "(none)",
+        "request_id": one_line(request.id),
+        "queue": one_line(request.queue),
         "recipient": recipient,
         "links": links,
-        "args": clip(json.dumps(request.args, indent=2, ensure_ascii=False), 20_000),
-        "deciders": deciders(config, request),
+        "args": clip(args, 20_000),
+        "deciders": one_line(deciders(config, request)),
         "expires": request.expires_at.strftime("%Y-%m-%d %H:%M UTC"),
         "links_until": links_until.strftime("%Y-%m-%d %H:%M UTC"),
         "title": title(request),
     }
-    subject = f"[{context['title']}] {clip(request.prompt or request.tool_name, 120)}"
-    subject = " ".join(subject.split())  # no header folding tricks from a prompt's newlines
+    # one line, no controls: no header folding or reversed text from what a requester wrote
+    subject = f"[{context['title']}] {clip(one_line(request.prompt or request.tool_name), 120)}"
     text = _env.get_template("mail.txt").render(context)
     html = _env.get_template("mail.html").render(context)
     return subject, text, html

@@ -135,6 +135,18 @@ class ParkedStore:
         pipe.zadd(self.keys.parked(parked.channel), {parked.id: due}, xx=True)
         pipe.execute()
 
+    def settle(self, due: list[tuple[Parked, float]], finished: list[Parked]) -> None:
+        """After parking: give released deliveries back for `due` (with their counts as they
+        are now), and forget those that finished while they were being parked (one MULTI)."""
+        pipe = self.redis.pipeline(transaction=True)
+        for parked, when in due:
+            pipe.hset(self.keys.parked_tasks(parked.channel), parked.id, parked.dump())
+            pipe.zadd(self.keys.parked(parked.channel), {parked.id: when}, xx=True)
+        for parked in finished:
+            self.remove(parked.channel, parked.id, pipe)
+        if len(pipe):
+            pipe.execute()
+
     def remove(self, channel: str, task: str, pipe: Pipeline | None = None) -> None:
         """Forget a delivery that is done or dead-lettered (into `pipe` when given)."""
         target: Any = pipe if pipe is not None else self.redis.pipeline(transaction=True)

@@ -14,12 +14,12 @@ from broker.config import Config, Settings
 from broker.errors import ConfigError
 from notifiers.base import Channel
 from notifiers.consumer import Notifier, default_name
+from notifiers.delivery_state import DeliveryState
 from notifiers.inbox import InboxChannel
-from notifiers.mail import EmailChannel, parse_smtp_url
+from notifiers.mail import EmailChannel, smtp_target
 from notifiers.options import NotifierOptions
 from notifiers.retry import RetryPolicy
 from notifiers.slack import SlackChannel, claim_stale_s, slack_client
-from notifiers.state import DeliveryState
 from notifiers.webhook import WebhookChannel
 
 
@@ -30,6 +30,15 @@ def used_channels(config: Config) -> list[str]:
     return list(dict.fromkeys(names))
 
 
+def check_config(config: Config) -> None:
+    """What only the notifier uses of the config, checked before it connects anywhere."""
+    if config.email is not None:
+        try:
+            smtp_target(config.email)
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
+
+
 def build_channels(
     broker: Broker, config: Config, options: NotifierOptions, consumer: str
 ) -> dict[str, Channel]:
@@ -37,11 +46,7 @@ def build_channels(
     state = DeliveryState(broker)
     policy = RetryPolicy(options.max_attempts, options.backoff_s, options.max_backoff_s)
     slack = slack_client(config.slack, options.slack_timeout_s) if config.slack else None
-    if config.email is not None:
-        try:
-            parse_smtp_url(config.email.smtp_url)
-        except ValueError as exc:
-            raise ConfigError(f"email.smtp_url: {exc}") from None
+    check_config(config)
     channels: dict[str, Channel] = {}
     for name in used_channels(config):
         kind, _, short = name.partition(":")
@@ -100,6 +105,7 @@ def run_notifier(settings: Settings, config: Config) -> None:
     """
     if not logging.getLogger().handlers:
         logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s %(message)s")
+    check_config(config)
     options = NotifierOptions()
     assert settings.redis_url, "the CLI fills in redis_url"
     broker = Broker.from_settings(settings, config, patient=True)

@@ -36,7 +36,7 @@ from broker.client import Broker
 from broker.config import Config, SlackConfig
 from broker.models import Request
 from notifiers.base import Channel
-from notifiers.jobs import Task
+from notifiers.delivery_state import DeliveryState, PostState
 from notifiers.retry import (
     Defer,
     GiveUp,
@@ -47,7 +47,7 @@ from notifiers.retry import (
     pause_delay,
 )
 from notifiers.slack_blocks import fingerprint, render
-from notifiers.state import DeliveryState, PostState
+from notifiers.tasks import Task
 
 log = logging.getLogger("notifiers")
 

@@ -2,6 +2,10 @@
 
 Pure functions of the request and config, so the same request always renders the same way,
 whichever notifier renders it. Ids of buttons and inputs come from `broker.slack_ids`.
+
+Every text a requester could have written (prompt, tool name, arguments, reasons, role names)
+goes through `escape` wherever Slack reads mrkdwn, fallback text included, so it can't mention
+`<!channel>` or disguise a link as `<https://evil|bank.com>`; plain_text fields show it as is.
 """
 
 from __future__ import annotations
@@ -30,7 +34,8 @@ _OUTCOME_LINE = {
 
 
 def escape(text: str) -> str:
-    """Slack mrkdwn treats &, < and > as control characters."""
+    """Slack mrkdwn treats &, < and > as control characters: these three, and only these, are
+    escaped (Slack's "Escaping text" rules)."""
     return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
 
 
@@ -179,25 +184,30 @@ def channel_serves(config: Config, channel: str, queue: str) -> bool:
 
 
 def render(request: Request, config: Config, channel: str) -> tuple[str, list[Block]]:
-    """(fallback text, blocks) for `request` as it stands, as shown in Slack channel `channel`."""
+    """(fallback text, blocks) for `request` as it stands, as shown in Slack channel `channel`.
+
+    The fallback text is mrkdwn too (it is what notifications show), so requester text in it
+    is escaped like everywhere else: a prompt saying `<!channel>` must not page a channel.
+    """
     blocks = describe(request, config)
+    tool = escape(request.tool_name)
     if not request.is_pending:
         blocks += outcome_blocks(request, config)
         status = request.status.value.replace("_", " ")
-        text = f"{request.tool_name}: {status}"
+        text = f"{tool}: {status}"
     elif channel_serves(config, channel, request.queue):
         blocks += action_blocks(request, config)
-        text = f"{title(request)}: {clip(request.prompt, 200)}"
+        text = f"{title(request)}: {escape(clip(request.prompt, 200))}"
     else:
         blocks += moved_blocks(request, config)
-        text = f"{request.tool_name}: escalated to {request.queue}"
+        text = f"{tool}: escalated to {escape(request.queue)}"
     blocks.append(
         {
             "type": "context",
             "elements": [
                 {
                     "type": "mrkdwn",
-                    "text": f"request `{request.id}` · queue `{escape(request.queue)}`",
+                    "text": f"request `{escape(request.id)}` · queue `{escape(request.queue)}`",
                 }
             ],
         }

@@ -22,8 +22,8 @@ from standardwebhooks import Webhook
 from broker.config import WebhookConfig
 from broker.models import Request
 from notifiers.base import Channel
+from notifiers.delivery_state import DeliveryState
 from notifiers.events import Event
-from notifiers.jobs import Task
 from notifiers.retry import (
     GiveUp,
     Retry,
@@ -32,7 +32,7 @@ from notifiers.retry import (
     parse_retry_after,
     pause_delay,
 )
-from notifiers.state import DeliveryState
+from notifiers.tasks import Task
 
 USER_AGENT = "approval-broker-webhooks/1"
 DISABLED_CACHE_S = 1.0

@@ -18,8 +18,8 @@ from broker.client import Broker
 from broker.config import load_config
 from broker.keys import NOTIFIER_GROUP
 from broker.models import NewRequest
+from notifiers.delivery_state import DeliveryState
 from notifiers.parking import ParkedStore
-from notifiers.state import DeliveryState
 from tests.conftest import wait_for
 from tests.fakes.harness import SECRET
 from tests.fakes.slack import FakeSlack

@@ -21,7 +21,6 @@ from broker.models import Decision, HistoryEntry, Outcome, Request, Status, args
 from notifiers.base import Channel
 from notifiers.dispatch import Dispatcher
 from notifiers.events import ESCALATED, REQUESTED, MalformedEntry, parse_entry
-from notifiers.jobs import Job, Task
 from notifiers.mail import link_actions, parse_smtp_url
 from notifiers.mail_render import Link, render_mail
 from notifiers.parking import ParkedStore
@@ -34,6 +33,7 @@ from notifiers.retry import (
 )
 from notifiers.slack import claim_stale_s, slack_client
 from notifiers.slack_blocks import render
+from notifiers.tasks import InflightEntry, Task
 from notifiers.webhook import signature_headers, webhook_body
 from tests.conftest import wait_for
 from tests.fakes.harness import OLD_SECRET, SECRET, WRONG_SECRET
@@ -123,7 +123,7 @@ def test_tasks_waiting_out_one_pause_wake_at_different_times(redis: Redis) -> No
     dispatcher = Dispatcher({channel.name: channel}, lambda o: None, lambda t, e: None, store)
     try:
         event = parse_entry("s", "default", "1-0", {"type": REQUESTED, "request_id": "r"})
-        tasks = [Task(Job(event, None), channel.name) for _ in range(20)]
+        tasks = [Task(InflightEntry(event, None), channel.name) for _ in range(20)]
         for task in tasks:
             dispatcher.submit(task)
         wait_for(lambda: all(t.due for t in tasks))

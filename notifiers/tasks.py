@@ -1,4 +1,9 @@
-"""The units of work: a Job is one stream entry; a Task is that entry on one channel."""
+"""The units of work: an InflightEntry is one stream entry being delivered; a Task is that
+entry on one channel.
+
+(Named apart from `workers.jobs`, whose jobs are RQ jobs, and from `notifiers.events.Event`,
+which is the parsed entry itself.)
+"""
 
 from __future__ import annotations
 
@@ -15,11 +20,11 @@ T = TypeVar("T")
 
 
 @dataclass(eq=False)
-class Job:
+class InflightEntry:
     """One stream entry in flight; acknowledged when `remaining` is empty.
 
-    Only the committer thread changes `remaining` and `acked`. `tasks` is fixed once the job is
-    routed, so other threads may look at it (to park the slow ones).
+    Only the committer thread changes `remaining` and `acked`. `tasks` is fixed once the entry
+    is routed, so other threads may look at it (to park the slow ones).
     """
 
     event: Event
@@ -29,8 +34,13 @@ class Job:
     tasks: list[Task] = field(default_factory=list)
     started: float = field(default_factory=time.monotonic)
 
+    @property
+    def key(self) -> tuple[str, str]:
+        """(stream, entry id): how the in-flight table knows this entry."""
+        return self.event.stream, self.event.entry_id
 
-class State(StrEnum):
+
+class TaskState(StrEnum):
     queued = "queued"  # handed to the channel's pool, not started
     running = "running"  # in `deliver` right now
     waiting = "waiting"  # back-off or pause: due again at `Task.due`
@@ -39,31 +49,33 @@ class State(StrEnum):
 
 @dataclass(eq=False)
 class Task:
-    """One delivery: a job's event to one channel, with its attempt count and scratch space.
+    """One delivery: an entry's event to one channel, with its attempt count and scratch space.
 
     `parked` is the task's id in the parked store once its delivery was handed on there (see
-    notifiers.parking); a local copy that no longer owns the delivery is `released`. The
-    dispatcher changes `state`, `parked` and `released` under its lock only.
+    notifiers.parking); a local copy that no longer owns the delivery is `released`; `parking`
+    is set while a record of it is being written. The dispatcher changes `state`, `parked`,
+    `parking` and `released` under its lock only.
     """
 
-    job: Job
+    entry: InflightEntry
     channel: str
     attempts: int = 0
     defers: int = 0
     scratch: dict[str, Any] = field(default_factory=dict)
-    state: State = State.queued
+    state: TaskState = TaskState.queued
     due: float = 0.0
     parked: str | None = None
+    parking: bool = False
     released: bool = False
 
     @property
     def event(self) -> Event:
-        return self.job.event
+        return self.entry.event
 
     @property
     def request(self) -> Request:
-        assert self.job.request is not None
-        return self.job.request
+        assert self.entry.request is not None
+        return self.entry.request
 
     def memo(self, key: str, make: Callable[[], T]) -> T:
         """A value computed once per task and kept across its retries (e.g. a webhook body)."""

@@ -1,28 +1,31 @@
-"""What a delivery attempt reports back to the committer."""
+"""What a delivery attempt reports back to the committer.
+
+(Named apart from `broker.models.Outcome`, which is what a person decided.)
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import StrEnum
 
-from notifiers.jobs import Job
+from notifiers.tasks import InflightEntry
 
 
-class Kind(StrEnum):
+class ResultKind(StrEnum):
     delivered = "delivered"  # the channel has it (note goes to the request's history)
     nothing = "nothing"  # the channel needed nothing for this event
     attempt_failed = "attempt_failed"  # one try failed; another is scheduled (counted only)
     dead = "dead"  # given up; the dead letter is already written
-    finished = "finished"  # the job had nothing to deliver at all: just acknowledge it
+    finished = "finished"  # the entry had nothing to deliver at all: just acknowledge it
     handed_on = "handed_on"  # the delivery is durably parked: the entry no longer waits for it
 
 
 @dataclass(frozen=True)
-class Outcome:
-    """`parked` names the parked-store record a task's result settles (None: the job's own)."""
+class DeliveryResult:
+    """`parked` names the parked-store record a task's result settles (None: the entry's own)."""
 
-    job: Job
-    kind: Kind
+    entry: InflightEntry
+    kind: ResultKind
     channel: str | None = None
     channel_kind: str = ""
     note: str | None = None

@@ -1,0 +1,97 @@
+"""The reading thread: new entries of every handler queue's stream through the `notifiers`
+group (XREADGROUP), a sweep for abandoned ones now and then, and parking while full.
+
+It never stops on an error: Redis trouble is waited out with back-off, a deleted group is
+made again, and a bug leaves what was read pending in the group, to be reclaimed later.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+
+from redis.exceptions import RedisError, ResponseError
+
+from broker.client import Broker
+from broker.keys import NOTIFIER_GROUP
+from notifiers.events import text
+from notifiers.inflight import Inflight
+from notifiers.options import NotifierOptions
+from notifiers.parker import Parker
+from notifiers.reclaim import Reclaimer
+from notifiers.router import Router
+
+log = logging.getLogger("notifiers")
+
+
+class StreamReader:
+    def __init__(
+        self,
+        broker: Broker,
+        consumer: str,
+        options: NotifierOptions,
+        inflight: Inflight,
+        router: Router,
+        reclaimer: Reclaimer,
+        parker: Parker,
+        ensure_groups: Callable[[], None],
+    ) -> None:
+        self.redis = broker.redis
+        self.consumer = consumer
+        self.options = options
+        self.inflight = inflight
+        self.router = router
+        self.reclaimer = reclaimer
+        self.parker = parker
+        self.ensure_groups = ensure_groups
+
+    def loop(self, stopping: threading.Event) -> None:
+        claim_every = max(0.05, min(self.options.claim_idle_s / 2, 5.0))
+        next_claim = 0.0
+        backoff = 0.1
+        while not stopping.is_set():
+            try:
+                if time.monotonic() >= next_claim:
+                    self.reclaimer.claim_stale()
+                    next_claim = time.monotonic() + claim_every
+                if not self.read_once():
+                    self.parker.park_old()
+                backoff = 0.1
+                continue
+            except ResponseError as exc:
+                if "NOGROUP" in str(exc):  # the stream or group was deleted under us
+                    self._make_groups()
+                else:
+                    log.exception("notifier %s: Redis refused a command", self.consumer)
+            except RedisError:
+                log.warning(
+                    "notifier %s: Redis unavailable; retrying", self.consumer, exc_info=True
+                )
+            except Exception:  # a bug: what we read stays pending and is reclaimed later
+                log.exception("notifier %s: reading failed; going on", self.consumer)
+            stopping.wait(backoff)
+            backoff = min(backoff * 2, 5.0)
+
+    def read_once(self) -> bool:
+        """Read and route one batch of new entries; False when there was no room to read."""
+        room = self.inflight.room()
+        if room <= 0:
+            return False
+        got = self.redis.xreadgroup(
+            NOTIFIER_GROUP,
+            self.consumer,
+            dict.fromkeys(self.router.streams, ">"),
+            count=min(self.options.batch, room),
+            block=self.options.block_ms,
+        )
+        for stream, entries in got or []:
+            self.router.handle(text(stream), entries, claimed=False)
+        return True
+
+    def _make_groups(self) -> None:
+        try:
+            self.ensure_groups()
+        except RedisError:
+            log.warning("notifier %s: cannot make the group yet", self.consumer, exc_info=True)

@@ -1,0 +1,124 @@
+"""From raw stream entries to tasks: parse each entry, load its request, pick the channels that
+want it (less those a done marker says already have it), and hand the tasks to the dispatcher.
+
+It decides nothing about a request and calls no channel itself.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from redis.exceptions import RedisError
+
+from broker.client import Broker
+from broker.models import Request
+from notifiers.base import Channel
+from notifiers.dead_letters import DeadLetters
+from notifiers.dispatch import Dispatcher
+from notifiers.events import OUTCOME_TYPES, Event, MalformedEntry, decode_fields, parse_entry, text
+from notifiers.inflight import Inflight
+from notifiers.results import DeliveryResult, ResultKind
+from notifiers.tasks import InflightEntry, Task
+
+RawEntry = tuple[Any, Any]
+
+
+class Router:
+    def __init__(
+        self,
+        broker: Broker,
+        channels: dict[str, Channel],
+        streams: dict[str, str],
+        inflight: Inflight,
+        dispatcher: Dispatcher,
+        report: Callable[[DeliveryResult], None],
+        dead_letters: DeadLetters,
+    ) -> None:
+        self.broker = broker
+        self.channels = channels
+        self.streams = streams  # stream key -> queue name
+        self.inflight = inflight
+        self.dispatcher = dispatcher
+        self.report = report
+        self.dead_letters = dead_letters
+
+    def handle(self, stream: str, entries: list[RawEntry], *, claimed: bool) -> None:
+        """Turn raw entries into in-flight entries and hand their tasks to the dispatcher."""
+        queue = self.streams[stream]
+        events: list[Event] = []
+        for eid, raw in entries:
+            entry_id, fields = text(eid), decode_fields(raw)
+            try:
+                events.append(parse_entry(stream, queue, entry_id, fields))
+            except MalformedEntry as exc:
+                self.dead_letters.entry(stream, entry_id, fields, f"malformed entry: {exc}")
+        if not events:
+            return
+        requests, problems = self.fetch({e.request_id for e in events})
+        redo = {e.request_id for e in events if claimed or "event_id" in e.fields}
+        done = self.done_fields(redo)
+        for event in events:
+            request = requests.get(event.request_id)
+            if request is None:
+                problem = problems.get(event.request_id, "it does not exist")
+                self.dead_letters.entry(
+                    stream,
+                    event.entry_id,
+                    event.fields,
+                    f"cannot handle request {event.request_id!r}: {problem}",
+                )
+                continue
+            seen = done.get(event.request_id, set())
+            todo = [c for c in self.route(event, request) if event.done_field(c) not in seen]
+            entry = InflightEntry(event, request, remaining=set(todo))
+            entry.tasks = [Task(entry, channel) for channel in todo]
+            self.inflight.add(entry)
+            if not todo:
+                self.report(DeliveryResult(entry, ResultKind.finished))
+            for task in entry.tasks:
+                self.dispatcher.submit(task)
+
+    def route(self, event: Event, request: Request) -> list[str]:
+        """The channels of the event's queue that want it, plus the request's callback webhook
+        for its outcome."""
+        queue = self.broker.config.queues.get(event.queue)
+        names = list(queue.channels) if queue else []
+        if request.callback and event.type in OUTCOME_TYPES:
+            names.append(f"webhook:{request.callback}")
+        out: list[str] = []
+        for name in dict.fromkeys(names):
+            channel = self.channels.get(name)
+            if channel is not None and channel.wants(event):
+                out.append(name)
+        return out
+
+    def fetch(self, ids: set[str]) -> tuple[dict[str, Request], dict[str, str]]:
+        """The requests the events point at; a request that won't load is reported, not raised."""
+        try:
+            return {r.id: r for r in self.broker.get_requests(ids)}, {}
+        except RedisError:
+            raise
+        except Exception:  # one bad request: load them one by one to find it
+            found: dict[str, Request] = {}
+            problems: dict[str, str] = {}
+            for rid in ids:
+                try:
+                    found[rid] = self.broker.get_request(rid)
+                except RedisError:
+                    raise
+                except Exception as exc:
+                    problems[rid] = f"{type(exc).__name__}: {str(exc)[:300]}"
+            return found, problems
+
+    def done_fields(self, request_ids: set[str]) -> dict[str, set[str]]:
+        """The done markers of each request: which (event, channel) pairs already went out."""
+        if not request_ids:
+            return {}
+        order = list(request_ids)
+        pipe = self.broker.redis.pipeline(transaction=False)
+        for rid in order:
+            pipe.hkeys(self.broker.keys.delivery(rid))
+        return {
+            rid: {text(k) for k in keys} for rid, keys in zip(order, pipe.execute(), strict=True)
+        }
