@@ -110,6 +110,7 @@ class EmailConfig(_Section):
     username: str | None = None
     password: str | None = None
     link_ttl_s: Annotated[float, Field(gt=0)] = 86400.0
+    link_secret: str | None = None  # signs email links; else APPROVAL_BROKER_LINK_SECRET
     lists: dict[str, EmailListConfig] = Field(default_factory=dict)
 
 
