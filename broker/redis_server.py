@@ -70,18 +70,21 @@ def private_secret(path: Path) -> str:
     The new secret is written to a temporary file and linked into place, so a reader never
     sees a half-written file and the first maker wins.
     """
-    if not path.exists():
-        private_dir(path.parent)
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}")
-        write_private(tmp, secrets.token_hex(32))
-        try:
-            os.link(tmp, path)
-        except FileExistsError:
-            pass
-        finally:
-            tmp.unlink()
-    path.chmod(PRIVATE_FILE)
-    value = path.read_text().strip()
+    try:
+        if not path.exists():
+            private_dir(path.parent)
+            tmp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}")
+            write_private(tmp, secrets.token_hex(32))
+            try:
+                os.link(tmp, path)
+            except FileExistsError:
+                pass
+            finally:
+                tmp.unlink()
+        path.chmod(PRIVATE_FILE)
+        value = path.read_text().strip()
+    except OSError as exc:
+        raise EmbeddedRedisError(f"cannot read or make {path} ({exc.strerror})") from None
     if not value:
         raise EmbeddedRedisError(f"{path} is empty; delete it and start again")
     return value
@@ -99,11 +102,15 @@ def redact(url: str) -> str:
 
 def tighten(data_dir: Path) -> None:
     """Make what an older version (or Redis 7's `appendonlydir`) left readable private again."""
-    private_dir(data_dir)
-    for path in data_dir.rglob("*"):
-        if path.is_symlink():
-            continue
-        path.chmod(PRIVATE_DIR if path.is_dir() else PRIVATE_FILE)
+    try:
+        private_dir(data_dir)
+        for path in data_dir.rglob("*"):
+            if not path.is_symlink():
+                path.chmod(PRIVATE_DIR if path.is_dir() else PRIVATE_FILE)
+    except OSError as exc:
+        raise EmbeddedRedisError(
+            f"cannot make {exc.filename or data_dir} private ({exc.strerror}); fix its owner"
+        ) from None
 
 
 def find_redis_server() -> str:

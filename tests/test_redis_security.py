@@ -13,7 +13,9 @@ import socket
 import stat
 import subprocess
 import sys
+import threading
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import httpx
@@ -34,7 +36,14 @@ from broker.links import (
     sign_link,
 )
 from broker.models import NewRequest
-from broker.redis_server import PASSWORD_FILE, URL_FILE, EmbeddedRedis, free_port, running_url
+from broker.redis_server import (
+    PASSWORD_FILE,
+    URL_FILE,
+    EmbeddedRedis,
+    free_port,
+    private_secret,
+    running_url,
+)
 from tests.conftest import wait_for
 from tests.fakes.smtp import SmtpSink
 
@@ -141,6 +150,21 @@ def test_data_dir_is_0700_and_its_files_0600_even_if_they_were_loose(tmp_path: P
         assert_private(data)
         client.close()
     assert_private(data)
+
+
+def test_racing_makers_of_a_secret_file_all_get_the_one_that_won(tmp_path: Path) -> None:
+    path = tmp_path / "redis" / SECRET_FILE
+    start = threading.Barrier(8)
+
+    def make(_: int) -> str:
+        start.wait()
+        return private_secret(path)
+
+    with ThreadPoolExecutor(8) as pool:
+        made = set(pool.map(make, range(8)))
+    assert made == {path.read_text().strip()} and len(made.pop()) == 64
+    assert [p.name for p in path.parent.iterdir()] == [SECRET_FILE]  # no temporary file left
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
 
 
 # ---- the link secret ----------------------------------------------------------------------
