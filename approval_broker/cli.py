@@ -22,8 +22,9 @@ from broker.auth import hash_token, new_token
 from broker.client import Broker
 from broker.config import Config, Settings, load_config
 from broker.errors import BrokerError, Conflict
+from broker.links import prepare_link_secret
 from broker.models import Decision, Outcome, Status
-from broker.redis_server import EmbeddedRedis, running_url
+from broker.redis_server import EmbeddedRedis, redact, running_url
 
 app = typer.Typer(
     help="A queue-backed approval broker for AI agents: requests wait for a person, runs resume.",
@@ -146,7 +147,8 @@ def role(data_dir: Path | None, port: int | None = None) -> Iterator[tuple[Setti
             embedded = EmbeddedRedis(settings.data_dir and settings.data_dir / "redis").start()
             settings.redis_url = embedded.url
             typer.echo(
-                f"started embedded Redis at {embedded.url} (data in {embedded.data_dir})", err=True
+                f"started embedded Redis at {redact(embedded.url)} (data in {embedded.data_dir})",
+                err=True,
             )
         try:
             yield settings, config
@@ -173,6 +175,7 @@ def api(
     with role(data_dir, port) as (settings, config):
         if host:
             settings.host = host
+        prepare_link_secret(settings, config)
         serve(settings, config)
 
 
@@ -204,6 +207,7 @@ def notifier(data_dir: DataDir = None) -> None:
     from notifiers.runner import run_notifier
 
     with role(data_dir) as (settings, config):
+        prepare_link_secret(settings, config)
         run_notifier(settings, config)
 
 

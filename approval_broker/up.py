@@ -22,7 +22,8 @@ from broker.auth import new_token
 from broker.client import Broker
 from broker.config import Config, Settings
 from broker.errors import BrokerError
-from broker.redis_server import EmbeddedRedis
+from broker.links import prepare_link_secret
+from broker.redis_server import EmbeddedRedis, redact, redis_dir
 
 ROLES: tuple[tuple[str, ...], ...] = (("api",), ("worker",), ("notifier",), ("sweeper",))
 
@@ -69,15 +70,20 @@ def _signal_group(pid: int, sig: signal.Signals) -> None:
 
 
 def banner(settings: Settings, admin_token: str, generated: bool, demo_runs: list[str]) -> str:
+    """Where to click; the admin token only if `up` made it (a given one is already known)."""
     url = f"http://{settings.host}:{settings.port}"
+    token = (
+        f"{admin_token}   (generated; set APPROVAL_BROKER_ADMIN_TOKEN to keep one)"
+        if generated
+        else "from APPROVAL_BROKER_ADMIN_TOKEN"
+    )
     lines = [
         "",
         "approval-broker is up",
         f"  inbox        {url}/",
         f"  API          {url}/v1/requests   (OpenAPI: {url}/docs)",
-        f"  admin token  {admin_token}"
-        + ("   (generated; set APPROVAL_BROKER_ADMIN_TOKEN to keep one)" if generated else ""),
-        f"  Redis        {settings.redis_url}",
+        f"  admin token  {token}",
+        f"  Redis        {redact(settings.redis_url or '')}",
     ]
     if demo_runs:
         lines.append(f"  demo runs    {', '.join(demo_runs)} (their approvals wait in the inbox)")
@@ -120,10 +126,11 @@ def run_up(settings: Settings, config: Config, *, demo: bool = False) -> None:
     signal.signal(signal.SIGINT, lambda *_: stop.set())
     try:
         if not settings.redis_url:
-            embedded = EmbeddedRedis(settings.data_dir and settings.data_dir / "redis")
+            embedded = EmbeddedRedis(redis_dir(settings.data_dir))
             typer.echo(f"[up] starting embedded Redis (AOF on) in {embedded.data_dir} ...")
             embedded.start()
             settings.redis_url = embedded.url
+        prepare_link_secret(settings, config)  # refuse now rather than restart the API forever
         generated = not settings.admin_token
         admin_token = settings.admin_token or new_token()
         env = {
@@ -137,6 +144,8 @@ def run_up(settings: Settings, config: Config, *, demo: bool = False) -> None:
         }
         if settings.config:
             env["APPROVAL_BROKER_CONFIG"] = str(settings.config)
+        if settings.data_dir:  # where the roles find the embedded Redis's link secret
+            env["APPROVAL_BROKER_DATA_DIR"] = str(settings.data_dir)
         demo_runs: list[str] = []
         broker = Broker(Redis.from_url(settings.redis_url), config, prefix=settings.key_prefix)
         if demo:

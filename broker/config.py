@@ -111,6 +111,7 @@ class EmailConfig(_Section):
     password: str | None = None
     allow_plaintext_auth: bool = False  # let username/password go to a server without TLS
     link_ttl_s: Annotated[float, Field(gt=0)] = 86400.0
+    link_secret: str | None = None  # signs email links; else APPROVAL_BROKER_LINK_SECRET
     lists: dict[str, EmailListConfig] = Field(default_factory=dict)
 
 

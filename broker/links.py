@@ -1,14 +1,18 @@
 """Signed, single-use, expiring email links: created by the email notifier, checked by the API.
 
 A link names one request, one recipient, one action and the queue the mail was sent for (so a
-link from before an escalation no longer decides the request). The signing key is a random
-secret created once per Redis (so every process of a fleet agrees on it without
-configuration), read once per Broker. All links of one mail share a nonce, and the nonce is
-spent on first use.
+link from before an escalation no longer decides the request). All links of one mail share a
+nonce, and the nonce is spent on first use.
+
+The signing key must never be kept in Redis: whoever can read Redis could mint links. It comes
+from `[email] link_secret` (may be `env:NAME`), else APPROVAL_BROKER_LINK_SECRET; a fleet on the
+embedded Redis (`approval-broker up`) instead shares a 0600 file in its data directory, which
+`prepare_link_secret` puts into the config when the API or the notifier starts.
 """
 
 from __future__ import annotations
 
+import os
 import secrets
 import threading
 import weakref
@@ -17,7 +21,17 @@ from dataclasses import dataclass
 from itsdangerous import BadSignature, SignatureExpired, URLSafeTimedSerializer
 
 from broker.client import Broker
-from broker.errors import BrokerError
+from broker.config import Config, Settings
+from broker.errors import BrokerError, ConfigError
+from broker.redis_server import private_secret, redis_dir, running_url
+
+SECRET_ENV = "APPROVAL_BROKER_LINK_SECRET"
+SECRET_FILE = "link.secret"  # in the embedded Redis's data directory, 0600
+MIN_SECRET_LEN = 32
+NO_SECRET = (
+    "email is configured but email links have no signing secret: set [email] link_secret "
+    f'(e.g. "env:NAME") or {SECRET_ENV} (the same on every api and notifier)'
+)
 
 ACTIONS = ("approve", "reject", "answer", "escalate", "view")
 
@@ -42,17 +56,44 @@ class LinkClaims:
     queue: str | None = None  # None: a link made before links were bound to a queue
 
 
+def configured_secret(config: Config) -> str | None:
+    """The link-signing secret the config or the environment gives, if any."""
+    given = config.email.link_secret if config.email else None
+    return given or os.environ.get(SECRET_ENV) or None
+
+
+def prepare_link_secret(settings: Settings, config: Config) -> None:
+    """At the start of a role that signs or checks links: make sure it has the fleet's secret.
+
+    Given one: keep it. On the embedded Redis (the URL is the one its data directory names): the
+    secret file there, made on first use. Otherwise (a production fleet) refuse to start,
+    since each process would sign with a key the others don't know.
+    """
+    if config.email is None:
+        return
+    secret = configured_secret(config)
+    if secret is None:
+        here = redis_dir(settings.data_dir)
+        if not settings.redis_url or running_url(here) != settings.redis_url:
+            raise ConfigError(NO_SECRET)
+        secret = private_secret(here / SECRET_FILE)
+    if len(secret) < MIN_SECRET_LEN:
+        raise ConfigError(f"the email link secret must be at least {MIN_SECRET_LEN} characters")
+    config.email.link_secret = secret
+
+
 def _serializer(broker: Broker) -> URLSafeTimedSerializer:
-    """The broker's signer; the shared secret costs two round trips once, then none."""
+    """The broker's signer, made once per Broker from the configured secret (never Redis)."""
     with _lock:
         found = _serializers.get(broker)
     if found is not None:
         return found
-    key = broker.keys.secret
-    broker.redis.set(key, secrets.token_hex(32), nx=True)
-    secret = broker.redis.get(key)
-    assert secret is not None
-    made = URLSafeTimedSerializer(secret.decode(), salt="approval-broker.email-link")
+    secret = configured_secret(broker.config)
+    if secret is None:
+        raise ConfigError(NO_SECRET)
+    # the key prefix in the salt: a link from another fleet sharing the secret is refused here
+    salt = f"approval-broker.email-link:{broker.keys.prefix}"
+    made = URLSafeTimedSerializer(secret, salt=salt)
     with _lock:
         return _serializers.setdefault(broker, made)
 

@@ -2,6 +2,11 @@
 
 It runs on a free loopback port with AOF on, keeps its data in a directory of its own, and is
 stopped when its owner exits. The test suite starts its one server through the same class.
+
+It is private to the user who starts it: a generated password (`requirepass`, handed to the
+server on stdin, never on its command line) kept in a 0600 file, a 0700 data directory, and a
+0077 umask for the server, so its AOF and log are 0600. It must never be reachable without the
+password, and no file it writes may be readable by another local user.
 """
 
 from __future__ import annotations
@@ -9,6 +14,7 @@ from __future__ import annotations
 import fcntl
 import importlib.util
 import os
+import secrets
 import shutil
 import signal
 import socket
@@ -16,6 +22,7 @@ import subprocess
 import time
 from pathlib import Path
 from types import TracebackType
+from urllib.parse import urlsplit, urlunsplit
 
 import platformdirs
 from redis import Redis
@@ -24,6 +31,9 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from broker.errors import BrokerError
 
 URL_FILE = "redis.url"
+PASSWORD_FILE = "redis.password"
+PRIVATE_DIR = 0o700
+PRIVATE_FILE = 0o600
 
 
 class EmbeddedRedisError(BrokerError):
@@ -32,6 +42,75 @@ class EmbeddedRedisError(BrokerError):
 
 def default_data_dir() -> Path:
     return Path(platformdirs.user_data_dir("approval-broker"))
+
+
+def redis_dir(data_dir: Path | str | None = None) -> Path:
+    """Where the embedded Redis of `--data-dir` / APPROVAL_BROKER_DATA_DIR keeps its files."""
+    return (Path(data_dir) if data_dir else default_data_dir()) / "redis"
+
+
+def private_dir(path: Path) -> Path:
+    """Create `path` if needed and make it 0700, whatever it was before."""
+    path.mkdir(mode=PRIVATE_DIR, parents=True, exist_ok=True)
+    path.chmod(PRIVATE_DIR)
+    return path
+
+
+def write_private(path: Path, text: str) -> None:
+    """Write a file only its owner can read (an older file's looser mode is tightened too)."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, PRIVATE_FILE)
+    with os.fdopen(fd, "w") as f:
+        os.fchmod(fd, PRIVATE_FILE)
+        f.write(text)
+
+
+def private_secret(path: Path) -> str:
+    """The random secret kept in `path` (0600), made on first use; racing makers agree on one.
+
+    The new secret is written to a temporary file and linked into place, so a reader never
+    sees a half-written file and the first maker wins.
+    """
+    try:
+        if not path.exists():
+            private_dir(path.parent)
+            tmp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}")
+            write_private(tmp, secrets.token_hex(32))
+            try:
+                os.link(tmp, path)
+            except FileExistsError:
+                pass
+            finally:
+                tmp.unlink()
+        path.chmod(PRIVATE_FILE)
+        value = path.read_text().strip()
+    except OSError as exc:
+        raise EmbeddedRedisError(f"cannot read or make {path} ({exc.strerror})") from None
+    if not value:
+        raise EmbeddedRedisError(f"{path} is empty; delete it and start again")
+    return value
+
+
+def redact(url: str) -> str:
+    """The URL with its password hidden, for banners and logs."""
+    parts = urlsplit(url)
+    if not parts.password:
+        return url
+    user = parts.username or ""
+    host = parts.netloc.rsplit("@", 1)[1]
+    return urlunsplit(parts._replace(netloc=f"{user}:***@{host}"))
+
+
+def tighten(data_dir: Path) -> None:
+    """Make what an older version (or Redis 7's `appendonlydir`) left readable private again."""
+    try:
+        private_dir(data_dir)
+        for path in data_dir.rglob("*"):
+            if not path.is_symlink():
+                path.chmod(PRIVATE_DIR if path.is_dir() else PRIVATE_FILE)
+    except OSError as exc:
+        raise EmbeddedRedisError(
+            f"cannot make {exc.filename or data_dir} private ({exc.strerror}); fix its owner"
+        ) from None
 
 
 def find_redis_server() -> str:
@@ -61,17 +140,29 @@ class EmbeddedRedis:
     """A redis-server child process with AOF on, in `data_dir`, on a free loopback port."""
 
     def __init__(self, data_dir: Path | str | None = None, *, port: int | None = None) -> None:
-        self.data_dir = Path(data_dir) if data_dir else default_data_dir() / "redis"
+        self.data_dir = Path(data_dir) if data_dir else redis_dir()
         self.port = port or free_port()
         self.process: subprocess.Popen[bytes] | None = None
         self._lock_file: int | None = None
+        self._password: str | None = None
+
+    @property
+    def password(self) -> str:
+        """The server's `requirepass`, the same across restarts (kept in PASSWORD_FILE)."""
+        if self._password is None:
+            self._password = private_secret(self.data_dir / PASSWORD_FILE)
+        return self._password
 
     @property
     def url(self) -> str:
-        return f"redis://127.0.0.1:{self.port}/0"
+        """The URL of database 0, password included: keep it out of logs (see `redact`)."""
+        return self.url_for(0)
+
+    def url_for(self, db: int = 0) -> str:
+        return f"redis://:{self.password}@127.0.0.1:{self.port}/{db}"
 
     def _lock(self) -> None:
-        self.data_dir.mkdir(parents=True, exist_ok=True)
+        tighten(self.data_dir)
         fd = os.open(self.data_dir / "lock", os.O_CREAT | os.O_RDWR, 0o600)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -89,6 +180,7 @@ class EmbeddedRedis:
         binary = find_redis_server()
         args = [
             binary,
+            "-",  # the rest of the config (the password) comes on stdin, out of `ps`' sight
             "--port", str(self.port),
             "--bind", "127.0.0.1",
             "--dir", str(self.data_dir),
@@ -100,11 +192,17 @@ class EmbeddedRedis:
             "--logfile", str(self.data_dir / "redis.log"),
         ]  # fmt: skip
         self.process = subprocess.Popen(
-            args, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-            start_new_session=True,
+            args, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+            start_new_session=True, umask=0o077,
         )  # fmt: skip
+        assert self.process.stdin is not None
+        try:
+            self.process.stdin.write(f"requirepass {self.password}\n".encode())
+            self.process.stdin.close()
+        except BrokenPipeError:
+            pass  # it exited at once: reported below with its stderr
         deadline = time.monotonic() + timeout
-        client = Redis(port=self.port, socket_connect_timeout=0.5)
+        client = Redis(port=self.port, password=self.password, socket_connect_timeout=0.5)
         try:
             while True:
                 if self.process.poll() is not None:
@@ -134,7 +232,7 @@ class EmbeddedRedis:
                 time.sleep(0.02)
         finally:
             client.close()
-        (self.data_dir / URL_FILE).write_text(self.url)
+        write_private(self.data_dir / URL_FILE, self.url)
         return self
 
     def stop(self) -> None:
@@ -177,7 +275,7 @@ class EmbeddedRedis:
 
 
 def running_url(data_dir: Path | str | None = None) -> str | None:
-    """The URL of an embedded Redis that `approval-broker up` is running now, if any."""
-    base = Path(data_dir) if data_dir else default_data_dir() / "redis"
+    """The URL (password included) of an embedded Redis that `approval-broker up` runs now."""
+    base = Path(data_dir) if data_dir else redis_dir()
     url_file = base / URL_FILE
     return url_file.read_text().strip() if url_file.exists() else None

@@ -7,6 +7,7 @@ no test depends on a Redis already running.
 from __future__ import annotations
 
 import itertools
+import secrets
 import signal
 import time
 from collections.abc import Callable, Iterator
@@ -22,6 +23,7 @@ from rq.serializers import JSONSerializer
 
 from broker.client import Broker
 from broker.config import Config, Settings, parse_config
+from broker.links import SECRET_ENV
 from broker.redis_server import EmbeddedRedis
 from broker.runs import run_queue
 from workers import jobs
@@ -37,11 +39,20 @@ def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedR
     server.close()
 
 
+@pytest.fixture(scope="session", autouse=True)
+def link_secret() -> Iterator[str]:
+    """Email links are signed with a secret from the environment, as a fleet's are (not Redis)."""
+    with pytest.MonkeyPatch.context() as patch:
+        value = secrets.token_hex(32)
+        patch.setenv(SECRET_ENV, value)
+        yield value
+
+
 @pytest.fixture
 def redis_url(redis_server: EmbeddedRedis) -> str:
     """A URL to a freshly flushed database of the session's Redis."""
     db = next(_db_numbers)
-    url = f"redis://127.0.0.1:{redis_server.port}/{db}"
+    url = redis_server.url_for(db)
     client = Redis.from_url(url)
     client.flushdb()
     client.close()

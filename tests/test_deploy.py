@@ -164,6 +164,7 @@ DUMMY_SECRETS = {
     "SLACK_SIGNING_SECRET": "dummy-signing-secret",
     "OPS_WEBHOOK_SECRET": "whsec_" + base64.b64encode(b"dummy webhook secret 24b!").decode(),
     "SMTP_PASSWORD": "dummy-smtp-password",
+    "EMAIL_LINK_SECRET": "dummy-email-link-secret-of-32-chars-or-more",
 }
 
 

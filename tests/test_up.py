@@ -11,6 +11,8 @@ from pathlib import Path
 import httpx
 import pytest
 
+from approval_broker.up import banner
+from broker.config import Settings
 from broker.redis_server import free_port
 from tests.conftest import wait_for
 from tests.proc import alive, descendants
@@ -86,7 +88,8 @@ def test_up_runs_an_approval_and_stops_cleanly(up):
     assert len(family) >= 5  # redis-server, api, worker, notifier, sweeper (and their forks)
     out = stop_up(proc)
     assert proc.returncode == 0, out
-    assert "inbox" in out and ADMIN in out and url in out
+    assert "inbox" in out and url in out
+    assert ADMIN not in out and "admin token  from APPROVAL_BROKER_ADMIN_TOKEN" in out
     left = [pid for pid in family if alive(pid)]
     assert left == [], f"processes left behind: {left}"
     assert not healthy(url)
@@ -110,3 +113,12 @@ def test_up_refuses_a_port_in_use(tmp_path: Path):
         proc.stderr.strip()
         == f"error: 127.0.0.1:{port} is already in use (another approval-broker?); pass --port"
     )
+
+
+def test_banner_shows_the_admin_token_only_when_up_made_it_and_never_the_redis_password():
+    settings = Settings(redis_url="redis://:hunter2-password@127.0.0.1:6390/0")
+    made = banner(settings, "ab_made-here", True, [])
+    given = banner(settings, "ab_given-by-env", False, [])
+    assert "ab_made-here   (generated;" in made
+    assert "ab_given-by-env" not in given and "from APPROVAL_BROKER_ADMIN_TOKEN" in given
+    assert "hunter2" not in made + given and "redis://:***@127.0.0.1:6390/0" in given
