@@ -129,10 +129,12 @@ def click(
     user: str = "U_ALICE",
     response_url: str | None = None,
     state: dict[str, Any] | None = None,
+    channel: str = "C1",
 ) -> dict[str, Any]:
     payload: dict[str, Any] = {
         "type": "block_actions",
         "user": {"id": user, "username": user.lower()},
+        "channel": {"id": channel, "name": "approvals"},
         "trigger_id": f"trig-{next(_click_no)}",
         "actions": [
             {
@@ -151,13 +153,15 @@ def click(
     return payload
 
 
-def submit_reason(request_id: str, reason: str, user: str = "U_ALICE") -> dict[str, Any]:
+def submit_reason(
+    request_id: str, reason: str, user: str = "U_ALICE", channel: str | None = "C1"
+) -> dict[str, Any]:
     return {
         "type": "view_submission",
         "user": {"id": user},
         "view": {
             "callback_id": ids.REJECT_CALLBACK,
-            "private_metadata": request_id,
+            "private_metadata": f"{request_id} {channel}" if channel else request_id,
             "state": {
                 "values": {
                     ids.REJECT_REASON_BLOCK: {
@@ -270,7 +274,7 @@ def test_reject_opens_the_modal_and_the_submission_rejects_with_reason(
     (opened,) = [body for path, body in fake_slack.calls if path == "/api/views.open"]
     assert opened["trigger_id"] == payload["trigger_id"]
     assert opened["view"]["callback_id"] == ids.REJECT_CALLBACK
-    assert opened["view"]["private_metadata"] == req.id
+    assert opened["view"]["private_metadata"] == f"{req.id} C1"  # the request and its channel
     assert api_broker.get_request(req.id).is_pending
     resp = send(client, *signed(submit_reason(req.id, "  over budget ")))
     assert resp.status_code == 200 and resp.json() == {"response_action": "clear"}

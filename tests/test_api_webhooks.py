@@ -27,6 +27,7 @@ OTHER_SECRET = "whsec_" + base64.b64encode(b"someone-else-entirely-0123456789").
 def cfg() -> Config:
     return parse_config(
         {
+            "queues": {"default": {"channels": ["webhook:ops", "webhook:bare"]}},
             "webhooks": {
                 "ops": {
                     "url": "http://127.0.0.1:9/ops",
