@@ -159,16 +159,19 @@ def recipient_channels(email: EmailConfig, recipient: str, mapped: bool) -> list
     ]
 
 
-def _decider(state: ApiState, recipient: str) -> tuple[Principal, list[str]]:
+def _decider(state: ApiState, recipient: str, item: BrokerRequest) -> tuple[Principal, list[str]]:
     """Who the recipient decides as, and through which lists; a clear refusal for an address
-    no approver has, on lists that don't let such addresses decide."""
+    no approver has, on a list of the request's queue that doesn't let such addresses decide."""
     email = _email_config(state)
     approver = approver_for_email(state.config, recipient)
     via = recipient_channels(email, recipient, mapped=approver is not None)
-    if approver is None and not via and recipient_channels(email, recipient, mapped=True):
+    queue = state.config.queues.get(item.queue)
+    channels = set(queue.channels if queue else ())
+    held = set(recipient_channels(email, recipient, mapped=True)) & channels
+    if approver is None and held and not channels.intersection(via):
         raise Forbidden(
-            f"{recipient} is not an approver here, and its email list does not let addresses"
-            " without an approver decide (unmapped_may_decide)"
+            f"{recipient} is not an approver here, and {', '.join(sorted(held))} does not let"
+            " addresses without an approver decide (unmapped_may_decide)"
         )
     return approver or approver_by_email(state.config, recipient), via
 
@@ -212,7 +215,7 @@ def decide_from_link(
         claims, item = _load(state, token)
         form = {"reason": reason, "answer": answer, "args_hash": args_hash}
         decision = _decision(claims, item, form)
-        principal, via = _decider(state, claims.recipient)
+        principal, via = _decider(state, claims.recipient, item)
         decided = state.decide(
             item.id,
             decision,

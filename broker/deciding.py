@@ -85,7 +85,7 @@ class Deciding:
             if principal.roles == {REQUESTER}:
                 needs = "an approver's role ('requester' alone only asks)"
             elif queue_roles and not principal.roles.intersection(queue_roles):
-                needs = f"one of queue {request.queue}'s roles {', '.join(queue_roles)}"
+                needs = f"one of the roles of queue {request.queue} ({', '.join(queue_roles)})"
             else:
                 needs = f"one of the roles {', '.join(request.allowed_roles)}"
             return f"{principal.name!r} may not decide request {request.id}: it needs {needs}"
