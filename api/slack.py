@@ -161,7 +161,7 @@ def channels_of(slack: SlackConfig, channel_id: str | None) -> list[str]:
     return [f"slack:{name}" for name, c in slack.channels.items() if c.channel == channel_id]
 
 
-def _replayed(exc: Conflict) -> ApiError:
+def _replayed() -> ApiError:
     return ApiError(409, "replayed", "this Slack request was already received")
 
 
@@ -220,7 +220,7 @@ def handle_block_actions(
         )
     except Conflict as exc:
         if exc.code == "replayed":
-            raise _replayed(exc) from None
+            raise _replayed() from None
         return _failed(notice(explain(exc), exc.code))
     except BrokerError as exc:
         return _failed(notice(explain(exc), exc.code))
@@ -277,7 +277,7 @@ def handle_view_submission(
         )
     except Conflict as exc:
         if exc.code == "replayed":
-            raise _replayed(exc) from None
+            raise _replayed() from None
         errors = {ids.REJECT_REASON_BLOCK: explain(exc)}
         body = {"response_action": "errors", "errors": errors, "error": exc.code}
         return SlackReply(body=body, decided=True)
@@ -339,7 +339,7 @@ async def slack_interactions(
     payload = parse_payload(body)
     seen = state.broker.keys.seen("slack", hashlib.sha256(signature.encode()).hexdigest())
     if await run_in_threadpool(state.broker.redis.exists, seen):
-        raise ApiError(409, "replayed", "this Slack request was already received")
+        raise _replayed()
     outcome = await run_in_threadpool(handle, state, slack, payload, (seen, REPLAY_TTL_S))
     if not outcome.decided:  # opening the reason dialog and the like: spend it here
         await run_in_threadpool(state.broker.redis.set, seen, "1", ex=REPLAY_TTL_S)
