@@ -2,7 +2,10 @@
 
 Mail scanners follow links, so GET changes nothing: it renders the request and a confirm form.
 POST checks everything that can be checked first (signature, age, kind, roles, still pending,
-still in the queue the mail was sent for), then spends the link (single use) and decides.
+still in the queue the mail was sent for, and that the recipient is on an email list of that
+queue), then decides through the decision service, which spends the link (single use) in the
+same atomic step. An address no approver has decides only through a list that says
+`unmapped_may_decide = true`.
 Answers are HTML pages, errors too: 410 for a used or expired link, 403 for a forged one, 404
 when the request is gone, 409 when it was already decided or has been escalated to another
 queue since (that queue's people decide it now), 422 for a form that can't apply.
@@ -18,12 +21,12 @@ from fastapi import APIRouter, Form, Path, Request
 from fastapi.responses import HTMLResponse
 from fastapi.templating import Jinja2Templates
 
-from api.auth import approver_by_email
-from api.deciding import check_may_decide, decide_as
+from api.auth import approver_by_email, approver_for_email
 from api.errors import ApiError, broker_error_status
 from api.state import ApiState, State
+from broker.auth import Principal
 from broker.config import EmailConfig
-from broker.errors import BrokerError, Conflict
+from broker.errors import BrokerError, Conflict, Forbidden
 from broker.links import LinkClaims, LinkError, link_once, read_link
 from broker.models import Decision, Outcome
 from broker.models import Request as BrokerRequest
@@ -46,6 +49,7 @@ _LINK_PAGES = {
     "link_invalid": (403, "This link is not valid"),
 }
 _HTML = {"content": {"text/html": {}}}
+_TITLES = {"stale_args": "The request changed", "no_target": "Nowhere to escalate to"}
 
 
 class PageError(Exception):
@@ -90,7 +94,8 @@ def _from_broker_error(exc: BrokerError) -> PageError:
         )
     status = broker_error_status(exc)
     titles = {403: "Not allowed", 404: "Request not found", 422: "Can't do that"}
-    return PageError(status, exc.code, titles.get(status, "Can't do that"), exc.detail)
+    title = _TITLES.get(exc.code) or titles.get(status, "Can't do that")
+    return PageError(status, exc.code, title, exc.detail)
 
 
 def _load(state: ApiState, token: str) -> tuple[LinkClaims, BrokerRequest]:
@@ -116,43 +121,20 @@ def _escalated_elsewhere(queue: str) -> PageError:
     )
 
 
-def _decision(
-    claims: LinkClaims,
-    request: BrokerRequest,
-    form: dict[str, str | None],
-    target: str | None = None,
-) -> Decision:
-    """What the link and the form ask for; refused before the link is spent.
-
-    An escalation names its queue's `escalate_to` (`target`) explicitly, so a request that
-    someone else moved there meanwhile is not moved one queue further.
-    """
-    action, approval = claims.action, request.kind == "approval"
+def _decision(claims: LinkClaims, request: BrokerRequest, form: dict[str, str | None]) -> Decision:
+    """What the link and the form ask for; whether it applies is the decision service's call."""
+    action = claims.action
     args_hash = form.get("args_hash") or None
-    if args_hash is not None and args_hash != request.args_hash:
-        raise PageError(
-            422, "stale_args", "The request changed", "What you saw is not what is asked now."
-        )
-    if action == "approve" and approval:
+    reason = (form.get("reason") or "").strip() or None
+    if action == "approve":
         return Decision(outcome=Outcome.approved, args_hash=args_hash)
     if action == "reject":
-        reason = (form.get("reason") or "").strip() or None
         return Decision(outcome=Outcome.rejected, reason=reason, args_hash=args_hash)
     if action == "escalate":
-        if target is None:
-            raise PageError(
-                422,
-                "no_target",
-                "Nowhere to escalate to",
-                f"Queue {request.queue} names no queue to escalate to.",
-            )
-        reason = (form.get("reason") or "").strip() or None
-        return Decision(
-            outcome=Outcome.escalated, reason=reason, target=target, args_hash=args_hash
-        )
-    if action == "answer" and not approval:
+        return Decision(outcome=Outcome.escalated, reason=reason, args_hash=args_hash)
+    if action == "answer":
         answer = (form.get("answer") or "").strip()
-        if not answer:
+        if not answer and request.kind != "approval":
             raise PageError(422, "invalid", "No answer given", "Type an answer, then send it.")
         return Decision(outcome=Outcome.answered, answer=answer, args_hash=args_hash)
     if action == "view":
@@ -163,6 +145,35 @@ def _decision(
         "Can't do that",
         f"'{action}' does not apply to a {request.kind} request.",
     )
+
+
+def recipient_channels(email: EmailConfig, recipient: str, mapped: bool) -> list[str]:
+    """The email lists (`email:NAME`) the recipient may decide through: every list that holds
+    the address, and for an address no approver has, only lists with `unmapped_may_decide`."""
+    wanted = recipient.strip().casefold()
+    return [
+        f"email:{name}"
+        for name, found in email.lists.items()
+        if any(to.strip().casefold() == wanted for to in found.to)
+        and (mapped or found.unmapped_may_decide)
+    ]
+
+
+def _decider(state: ApiState, recipient: str, item: BrokerRequest) -> tuple[Principal, list[str]]:
+    """Who the recipient decides as, and through which lists; a clear refusal for an address
+    no approver has, on a list of the request's queue that doesn't let such addresses decide."""
+    email = _email_config(state)
+    approver = approver_for_email(state.config, recipient)
+    via = recipient_channels(email, recipient, mapped=approver is not None)
+    queue = state.config.queues.get(item.queue)
+    channels = set(queue.channels if queue else ())
+    held = set(recipient_channels(email, recipient, mapped=True)) & channels
+    if approver is None and held and not channels.intersection(via):
+        raise Forbidden(
+            f"{recipient} is not an approver here, and {', '.join(sorted(held))} does not let"
+            " addresses without an approver decide (unmapped_may_decide)"
+        )
+    return approver or approver_by_email(state.config, recipient), via
 
 
 @router.get("/{token}", response_class=HTMLResponse, responses={410: _HTML, 403: _HTML})
@@ -202,22 +213,16 @@ def decide_from_link(
     """Decide as the link's recipient; the link is spent on success."""
     try:
         claims, item = _load(state, token)
-        decision = _decision(
-            claims,
-            item,
-            {"reason": reason, "answer": answer, "args_hash": args_hash},
-            state.config.escalation_target(item.queue),
-        )
-        principal = approver_by_email(state.config, claims.recipient)
-        check_may_decide(principal, item)
-        decided = decide_as(
-            state,
+        form = {"reason": reason, "answer": answer, "args_hash": args_hash}
+        decision = _decision(claims, item, form)
+        principal, via = _decider(state, claims.recipient, item)
+        decided = state.decide(
             item.id,
             decision,
             principal,
             channel="email",
+            via=via,
             current=item,
-            in_queue=claims.queue,
             once=link_once(state.broker, claims, _email_config(state).link_ttl_s),
         )
     except BrokerError as exc:

@@ -8,9 +8,10 @@ from fastapi import APIRouter, Body, Path, Query
 from fastapi.responses import JSONResponse
 
 from api.auth import Caller, Requester
-from api.deciding import decide_as
 from api.schemas import ERRORS, ConflictBody, DecisionBody, NewRequestBody
 from api.state import State
+from broker.deciding import INBOX
+from broker.errors import InvalidInput
 from broker.models import Request, Status
 
 router = APIRouter(prefix="/v1/requests", tags=["requests"])
@@ -32,7 +33,17 @@ def create_request(
     principal: Requester,
     state: State,
 ) -> JSONResponse:
-    """Create a request (agents that aren't Python). Needs the `requester` role."""
+    """Create a request (agents that aren't Python). Needs the `requester` role.
+
+    `allowed_roles` may name only roles that some approver or webhook endpoint holds: a role
+    nobody has would leave the request for the admin alone.
+    """
+    unknown = sorted(set(body.allowed_roles) - state.config.known_roles())
+    if unknown:
+        raise InvalidInput(
+            f"allowed_roles: no approver or webhook endpoint has the role(s) {', '.join(unknown)}",
+            code="unknown_role",
+        )
     request = state.broker.create_request(body)
     return JSONResponse(request.public(), status_code=201)
 
@@ -83,6 +94,10 @@ def decide(
     principal: Caller,
     state: State,
 ) -> JSONResponse:
-    """Decide a pending request; the first decision wins, a repeat of it is not an error."""
-    request = decide_as(state, request_id, body.to_decision(), principal, channel="rest")
+    """Decide a pending request; the first decision wins, a repeat of it is not an error.
+
+    A bearer token decides through the `inbox` channel: only requests whose queue lists
+    `inbox` (the admin token: any request).
+    """
+    request = state.decide(request_id, body.to_decision(), principal, channel="rest", via=(INBOX,))
     return JSONResponse(request.public())

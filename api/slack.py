@@ -1,7 +1,10 @@
 """Slack interactivity (`POST /v1/slack/interactions`): button clicks and the reject-reason modal.
 
 The v0 signature is checked over the raw body (slack_sdk's SignatureVerifier, 5-minute window)
-before anything is parsed, and a signature is accepted once (an exact replay is refused).
+before anything is parsed, and a signature is accepted once (an exact replay is refused): a
+click's signature is spent in the same atomic step as the decision it carries, so a click whose
+decision failed (Redis gone for a moment) can be sent again and still count. A click decides
+only when it comes from a Slack channel of the queue the request waits in now.
 Slack wants an answer within 3 seconds: the decision is one Lua call made inline, and the only
 Slack API call on this path (views.open, bound to the click's 3-second trigger_id) has a short
 timeout. Updating the message after a decision is the notifier's job (it sees the event).
@@ -30,13 +33,14 @@ from slack_sdk.signature import SignatureVerifier
 from starlette.concurrency import run_in_threadpool
 
 from api.auth import approver_by_slack_user
-from api.deciding import check_may_decide, decide_as
 from api.errors import ApiError
 from api.schemas import ERRORS, ErrorBody
 from api.state import ApiState, State
 from broker import slack_ids as ids
 from broker.auth import Principal
+from broker.client import Once
 from broker.config import SlackConfig
+from broker.deciding import REPLAY_TTL_S
 from broker.errors import BrokerError, Conflict
 from broker.models import Decision, Outcome
 from broker.models import Request as BrokerRequest
@@ -45,7 +49,6 @@ log = logging.getLogger("approval_broker.api")
 
 router = APIRouter(prefix="/v1/slack", tags=["slack"])
 
-REPLAY_TTL_S = 15 * 60  # longer than the +-5 minutes a timestamp is accepted for
 SLACK_API_TIMEOUT_S = 2.0  # views.open must land within the trigger_id's 3 seconds
 RESPONSE_URL_TIMEOUT_S = 5.0
 MAX_REASON = 10_000  # what a Decision's reason may hold
@@ -53,6 +56,10 @@ DECIDING_ACTIONS = frozenset({ids.APPROVE, ids.REJECT, ids.ESCALATE, ids.ANSWER}
 
 
 class SlackUser(BaseModel):
+    id: str
+
+
+class SlackChannelRef(BaseModel):
     id: str
 
 
@@ -68,6 +75,7 @@ class BlockActions(BaseModel):
     trigger_id: str | None = None
     response_url: str | None = None
     state: dict[str, Any] | None = None
+    channel: SlackChannelRef | None = None  # where the clicked message is
 
 
 class SlackView(BaseModel):
@@ -139,10 +147,22 @@ def explain(exc: BrokerError) -> str:
     return exc.detail
 
 
-def open_reject_modal(slack: SlackConfig, trigger_id: str, request: BrokerRequest) -> None:
+def open_reject_modal(
+    slack: SlackConfig, trigger_id: str, request: BrokerRequest, channel_id: str | None
+) -> None:
     base_url = slack.api_base_url if slack.api_base_url.endswith("/") else slack.api_base_url + "/"
     client = WebClient(token=slack.bot_token, base_url=base_url, timeout=SLACK_API_TIMEOUT_S)
-    client.views_open(trigger_id=trigger_id, view=ids.reject_modal(request.id, request.tool_name))
+    view = ids.reject_modal(request.id, request.tool_name, channel_id)
+    client.views_open(trigger_id=trigger_id, view=view)
+
+
+def channels_of(slack: SlackConfig, channel_id: str | None) -> list[str]:
+    """The configured channels (`slack:NAME`) that a Slack channel id stands for."""
+    return [f"slack:{name}" for name, c in slack.channels.items() if c.channel == channel_id]
+
+
+def _replayed() -> ApiError:
+    return ApiError(409, "replayed", "this Slack request was already received")
 
 
 @dataclass(frozen=True)
@@ -151,6 +171,7 @@ class SlackReply:
 
     body: dict[str, Any]
     follow_up: dict[str, Any] | None = None
+    decided: bool = False  # went through the decision step, which spends the signature itself
 
 
 def _decision_for(action: SlackAction, payload: BlockActions) -> Decision | str | None:
@@ -169,7 +190,9 @@ def _decision_for(action: SlackAction, payload: BlockActions) -> Decision | str 
     return None
 
 
-def handle_block_actions(state: ApiState, slack: SlackConfig, payload: BlockActions) -> SlackReply:
+def handle_block_actions(
+    state: ApiState, slack: SlackConfig, payload: BlockActions, once: Once
+) -> SlackReply:
     if not payload.actions:
         return SlackReply(body={})
     action = payload.actions[0]
@@ -177,43 +200,63 @@ def handle_block_actions(state: ApiState, slack: SlackConfig, payload: BlockActi
         return SlackReply(body={})  # e.g. the answer text box itself: nothing to do yet
     if not action.value:
         return SlackReply(body=notice("This button names no request.", "invalid"))
+    channel_id = payload.channel.id if payload.channel else None
     try:
         principal = approver_by_slack_user(state.config, payload.user.id)
         if action.action_id == ids.REJECT:
-            return _start_reject(state, slack, payload, action.value, principal)
+            return _start_reject(state, slack, payload, action.value, principal, channel_id)
         decision = _decision_for(action, payload)
         if decision is None:
             return SlackReply(body={})
         if isinstance(decision, str):
             return _failed(notice(decision, "invalid"))
-        request = decide_as(state, action.value, decision, principal, channel="slack")
+        request = state.decide(
+            action.value,
+            decision,
+            principal,
+            channel="slack",
+            via=channels_of(slack, channel_id),
+            once=once,
+        )
+    except Conflict as exc:
+        if exc.code == "replayed":
+            raise _replayed() from None
+        return _failed(notice(explain(exc), exc.code))
     except BrokerError as exc:
         return _failed(notice(explain(exc), exc.code))
-    return SlackReply(body={"ok": True, "request_id": request.id, "status": request.status.value})
+    body = {"ok": True, "request_id": request.id, "status": request.status.value}
+    return SlackReply(body=body, decided=True)
 
 
 def _failed(body: dict[str, Any]) -> SlackReply:
-    return SlackReply(body=body, follow_up=body)
+    return SlackReply(body=body, follow_up=body, decided=True)
 
 
 def _start_reject(
-    state: ApiState, slack: SlackConfig, payload: BlockActions, request_id: str, who: Principal
+    state: ApiState,
+    slack: SlackConfig,
+    payload: BlockActions,
+    request_id: str,
+    who: Principal,
+    channel_id: str | None,
 ) -> SlackReply:
     request = state.broker.get_request(request_id)
-    check_may_decide(who, request)
+    state.deciding.check_may_decide(who, request, channels_of(slack, channel_id))
     if not request.is_pending:
         raise Conflict(f"request {request.id} is already {request.status.value}", request=request)
     if not payload.trigger_id:
         return _failed(notice("Slack sent no trigger_id; can't open the reason dialog.", "invalid"))
     try:
-        open_reject_modal(slack, payload.trigger_id, request)
+        open_reject_modal(slack, payload.trigger_id, request, channel_id)
     except (SlackClientError, OSError) as exc:
         log.warning("views.open failed: %s", type(exc).__name__)
         return _failed(notice("Could not open the reason dialog; please try again.", "slack"))
     return SlackReply(body={"ok": True, "request_id": request.id, "status": "pending"})
 
 
-def handle_view_submission(state: ApiState, payload: ViewSubmission) -> SlackReply:
+def handle_view_submission(
+    state: ApiState, slack: SlackConfig, payload: ViewSubmission, once: Once
+) -> SlackReply:
     view = payload.view
     if view.callback_id != ids.REJECT_CALLBACK:
         return SlackReply(body={})
@@ -221,28 +264,39 @@ def handle_view_submission(state: ApiState, payload: ViewSubmission) -> SlackRep
     if reason and len(reason) > MAX_REASON:
         errors = {ids.REJECT_REASON_BLOCK: f"Please keep the reason under {MAX_REASON} characters."}
         return SlackReply(body={"response_action": "errors", "errors": errors, "error": "invalid"})
+    request_id, channel_id = ids.parse_modal_metadata(view.private_metadata)
     try:
         principal = approver_by_slack_user(state.config, payload.user.id)
-        decide_as(
-            state,
-            view.private_metadata,
+        state.decide(
+            request_id,
             Decision(outcome=Outcome.rejected, reason=reason),
             principal,
             channel="slack",
+            via=channels_of(slack, channel_id),
+            once=once,
         )
+    except Conflict as exc:
+        if exc.code == "replayed":
+            raise _replayed() from None
+        errors = {ids.REJECT_REASON_BLOCK: explain(exc)}
+        body = {"response_action": "errors", "errors": errors, "error": exc.code}
+        return SlackReply(body=body, decided=True)
     except BrokerError as exc:
         errors = {ids.REJECT_REASON_BLOCK: explain(exc)}
-        return SlackReply(body={"response_action": "errors", "errors": errors, "error": exc.code})
-    return SlackReply(body={"response_action": "clear"})
+        body = {"response_action": "errors", "errors": errors, "error": exc.code}
+        return SlackReply(body=body, decided=True)
+    return SlackReply(body={"response_action": "clear"}, decided=True)
 
 
-def handle(state: ApiState, slack: SlackConfig, payload: dict[str, Any]) -> SlackReply:
+def handle(state: ApiState, slack: SlackConfig, payload: dict[str, Any], once: Once) -> SlackReply:
+    """What to answer; a deciding interaction spends `once` with its decision."""
     kind = payload.get("type")
     try:
         if kind == "block_actions":
-            return handle_block_actions(state, slack, BlockActions.model_validate(payload))
+            return handle_block_actions(state, slack, BlockActions.model_validate(payload), once)
         if kind == "view_submission":
-            return handle_view_submission(state, ViewSubmission.model_validate(payload))
+            submission = ViewSubmission.model_validate(payload)
+            return handle_view_submission(state, slack, submission, once)
     except ValidationError:
         raise ApiError(400, "bad_request", f"malformed Slack {kind} payload") from None
     return SlackReply(body={})  # shortcuts, view_closed...: nothing to do
@@ -284,9 +338,11 @@ async def slack_interactions(
     signature = verify(slack, body, headers)
     payload = parse_payload(body)
     seen = state.broker.keys.seen("slack", hashlib.sha256(signature.encode()).hexdigest())
-    if not await run_in_threadpool(state.broker.redis.set, seen, "1", nx=True, ex=REPLAY_TTL_S):
-        raise ApiError(409, "replayed", "this Slack request was already received")
-    outcome = await run_in_threadpool(handle, state, slack, payload)
+    if await run_in_threadpool(state.broker.redis.exists, seen):
+        raise _replayed()
+    outcome = await run_in_threadpool(handle, state, slack, payload, (seen, REPLAY_TTL_S))
+    if not outcome.decided:  # opening the reason dialog and the like: spend it here
+        await run_in_threadpool(state.broker.redis.set, seen, "1", ex=REPLAY_TTL_S)
     url = payload.get("response_url")
     if outcome.follow_up and isinstance(url, str) and url.startswith(("https://", "http://")):
         background.add_task(_post_notice, url, outcome.follow_up)

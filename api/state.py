@@ -1,11 +1,12 @@
-"""What every route needs (settings, config, broker, metrics), kept on `app.state.api`.
+"""What every route needs (settings, config, broker, metrics, the decision service), kept on
+`app.state.api`.
 
 The API holds no state of its own beyond connections: everything lives in Redis.
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Collection
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Annotated, Any
@@ -14,8 +15,12 @@ from fastapi import Depends, FastAPI, Request
 from redis import asyncio as aredis
 
 from api.metrics import ApiMetrics
-from broker.client import Broker
+from broker.auth import Principal
+from broker.client import Broker, Once
 from broker.config import Config, Settings
+from broker.deciding import Deciding
+from broker.models import Decision, Outcome
+from broker.models import Request as BrokerRequest
 
 _ASYNC_KWARGS = ("host", "port", "db", "username", "password", "path")
 
@@ -27,6 +32,36 @@ class ApiState:
     broker: Broker
     metrics: ApiMetrics
     _async_redis: aredis.Redis | None = field(default=None, repr=False)
+    deciding: Deciding = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self.deciding = Deciding(self.broker, self.config)
+
+    def decide(
+        self,
+        request_id: str,
+        decision: Decision,
+        principal: Principal,
+        *,
+        channel: str,
+        via: Collection[str],
+        decided_by: str | None = None,
+        current: BrokerRequest | None = None,
+        once: Once | None = None,
+    ) -> BrokerRequest:
+        """The decision service (`broker.deciding`), counted in the metrics as `channel`."""
+        done = self.deciding.decide(
+            request_id,
+            decision,
+            principal,
+            via=via,
+            decided_by=decided_by,
+            current=current,
+            once=once,
+        )
+        if done.recorded and decision.outcome is not Outcome.escalated:
+            self.metrics.observe_decision(done.request, channel)
+        return done.request
 
     def async_redis(self) -> aredis.Redis:
         """A redis.asyncio client on the broker's Redis, for blocking reads (SSE)."""

@@ -4,7 +4,8 @@ The body is verified with the `standardwebhooks` package against every secret in
 endpoint (rotation), within its 5-minute window. A `webhook-id` is accepted once: replays get
 409 `replayed` with the request. The id is spent in the same atomic step as the decision it
 carries, so a malformed body, an impossible decision or an outage half-way don't use it up, and
-an honest retry still gets through.
+an honest retry still gets through. An endpoint decides only requests waiting in a queue whose
+`channels` list `webhook:NAME`, with the endpoint's `roles`.
 """
 
 from __future__ import annotations
@@ -20,21 +21,17 @@ from pydantic import ValidationError
 from standardwebhooks.webhooks import Webhook, WebhookVerificationError
 from starlette.concurrency import run_in_threadpool
 
-from api.deciding import decide_as
 from api.errors import ApiError
 from api.schemas import ERRORS, ConflictBody, WebhookReply, inline_schema
 from api.state import ApiState, State
 from broker.auth import Principal
 from broker.config import WebhookConfig
+from broker.deciding import REPLAY_TTL_S
 from broker.models import Request as BrokerRequest
 
 log = logging.getLogger("approval_broker.api")
 
 router = APIRouter(prefix="/v1/webhooks", tags=["webhooks"])
-
-# Signatures are accepted from 5 minutes in the past to 5 in the future: a webhook-id must be
-# remembered for longer than that 10-minute span.
-REPLAY_TTL_S = 15 * 60
 
 
 def verify(endpoint: WebhookConfig, body: bytes, headers: dict[str, str]) -> None:
@@ -75,12 +72,13 @@ def _record(
     # the webhook-id is spent in the same atomic step as the decision: a replay is refused, and
     # a reply that failed half-way can be retried with the same id
     once = (state.broker.keys.seen("webhook", f"{name}:{msg_id}"), REPLAY_TTL_S)
-    return decide_as(
-        state,
+    # an endpoint decides only requests waiting in a queue that lists it
+    return state.decide(
         reply.request_id,
         reply.to_decision(),
         principal,
         channel="webhook",
+        via=(principal.name,),
         decided_by=decided_by,
         once=once,
     )

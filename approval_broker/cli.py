@@ -18,12 +18,14 @@ from pydantic import ValidationError
 from redis import Redis
 from redis.exceptions import RedisError
 
-from broker.auth import hash_token, new_token
+from broker.auth import hash_token, new_token, operator
 from broker.client import Broker
-from broker.config import Config, Settings, load_config
+from broker.config import Config, Settings, check_admin_token, load_config
+from broker.deciding import Deciding
 from broker.errors import BrokerError, Conflict
 from broker.links import prepare_link_secret
-from broker.models import Decision, Outcome, Status
+from broker.models import Decision, Outcome, Request, Status
+from broker.printable import printable
 from broker.redis_server import EmbeddedRedis, redact, running_url
 
 app = typer.Typer(
@@ -62,7 +64,7 @@ _VERB_OUTCOME = {
 
 
 def fail(message: str, code: int = 1) -> None:
-    typer.echo(f"error: {message}", err=True)
+    typer.echo(f"error: {printable(message)}", err=True)
     raise typer.Exit(code)
 
 
@@ -126,6 +128,7 @@ def up(
     if port is not None:
         settings.port = port
     with clear_errors():
+        check_admin_token(settings)
         run_up(settings, config, demo=demo)
 
 
@@ -172,6 +175,8 @@ def api(
     """Serve the HTTP API, Slack/email/webhook replies and the inbox (uvicorn)."""
     from api.server import serve
 
+    with clear_errors():
+        check_admin_token(load_settings(data_dir)[0])
     with role(data_dir, port) as (settings, config):
         if host:
             settings.host = host
@@ -243,9 +248,17 @@ def pending(
         typer.echo("nothing pending")
         return
     for r in requests:
-        typer.echo(
-            f"{r.id}  {r.queue:<12} {r.kind:<9} expires {r.expires_at:%Y-%m-%d %H:%M:%S}Z  {r.prompt}"
-        )
+        typer.echo(pending_line(r))
+
+
+def pending_line(r: Request) -> str:
+    """One request as a terminal line: tool and args, then the prompt, with no control or
+    bidi characters (they come from agents and could rewrite what the operator sees)."""
+    args = json.dumps(r.args, ensure_ascii=False, separators=(", ", ": "))
+    return printable(
+        f"{r.id}  {r.queue:<12} {r.kind:<9} expires {r.expires_at:%Y-%m-%d %H:%M:%S}Z"
+        f"  {r.tool_name} {args}  {r.prompt}"
+    )
 
 
 @app.command()
@@ -263,7 +276,9 @@ def decide(
     target: Annotated[
         str | None, typer.Option(help="Queue to escalate to (default: the queue's escalate_to).")
     ] = None,
-    by: Annotated[str, typer.Option(help="Who decides, as recorded.")] = "cli",
+    by: Annotated[
+        str, typer.Option(help="Who decides, as recorded (an operator: no role checks).")
+    ] = "cli",
     data_dir: DataDir = None,
 ) -> None:
     """Decide a pending request from the shell."""
@@ -286,10 +301,15 @@ def decide(
         fail(str(exc.errors()[0]["msg"]).removeprefix("Value error, "))
     broker = connect(data_dir)
     with clear_errors():
-        request = broker.decide(request_id, decision, decided_by=by)
+        # the same decision service as every other channel: a repeat is not an error
+        done = Deciding(broker).decide(request_id, decision, operator(by), via=())
+    request = done.request
     typer.echo(
-        f"{request.id}: {request.status.value}"
-        + (f" (queue {request.queue})" if request.is_pending else "")
+        printable(
+            f"{request.id}: {request.status.value}"
+            + (f" (queue {request.queue})" if request.is_pending else "")
+            + ("" if done.recorded else " (already so, nothing changed)")
+        )
     )
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import secrets
+from collections.abc import Collection
 from dataclasses import dataclass, field
 
 from broker.config import Config
@@ -37,19 +38,30 @@ class Principal:
     def has_role(self, role: str) -> bool:
         return EVERY_ROLE in self.roles or role in self.roles
 
-    def may_decide(self, request: Request) -> bool:
-        """Empty `allowed_roles` means any approver; otherwise one role must match.
+    def may_decide(self, request: Request, queue_roles: Collection[str] = ()) -> bool:
+        """Roles only (the decision service also checks the channel a reply came through).
 
-        A principal whose only role is `requester` is a service that asks, not an approver: it
-        can never decide, so an agent's token can't approve its own tool calls.
+        A decider needs one of `queue_roles` (the request's queue's minimum roles) when there
+        are any, AND one of the request's `allowed_roles` when there are any; empty
+        `allowed_roles` means any approver. A principal whose only role is `requester` is a
+        service that asks, not an approver: it can never decide, so an agent's token can't
+        approve its own tool calls.
         """
         if EVERY_ROLE in self.roles:
             return True
         if self.roles == {REQUESTER}:
             return False
+        if queue_roles and not self.roles.intersection(queue_roles):
+            return False
         if not request.allowed_roles:
             return True
         return bool(self.roles.intersection(request.allowed_roles))
+
+
+def operator(name: str) -> Principal:
+    """Someone at a shell with the broker's Redis in hand (`approval-broker decide --by NAME`):
+    they could write Redis directly, so no role or channel check would hold them back."""
+    return Principal(name, frozenset({EVERY_ROLE}))
 
 
 def authenticate(

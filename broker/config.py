@@ -21,6 +21,7 @@ from broker.errors import ConfigError
 DEFAULT_QUEUE = "default"
 DEFAULT_TIMEOUT_S = 600.0
 CHANNEL_KINDS = ("inbox", "webhook", "slack", "email")
+MIN_ADMIN_TOKEN_CHARS = 24
 
 
 class Settings(BaseSettings):
@@ -35,6 +36,16 @@ class Settings(BaseSettings):
     host: str = "127.0.0.1"
     key_prefix: str = "ab:"
     data_dir: Path | None = None
+
+
+def check_admin_token(settings: Settings) -> None:
+    """Refuse a guessable admin token at start: it has every role on every request."""
+    token = settings.admin_token
+    if token and len(token) < MIN_ADMIN_TOKEN_CHARS:
+        raise ConfigError(
+            f"APPROVAL_BROKER_ADMIN_TOKEN is {len(token)} characters; it needs at least"
+            f" {MIN_ADMIN_TOKEN_CHARS} (make one with `approval-broker token new admin`)"
+        )
 
 
 def resolve_secret(value: str | None, key: str) -> str | None:
@@ -55,6 +66,11 @@ class QueueConfig(_Section):
     channels: list[str] = Field(default_factory=lambda: ["inbox"])
     timeout_s: Annotated[float, Field(gt=0)] = DEFAULT_TIMEOUT_S
     escalate_to: str | None = None
+    roles: list[str] = Field(
+        default_factory=list,
+        description="minimum roles: a decider needs one of these as well as one of a request's"
+        " allowed_roles",
+    )
 
 
 class WebhookConfig(_Section):
@@ -100,6 +116,7 @@ class SlackConfig(_Section):
 
 class EmailListConfig(_Section):
     to: list[str]
+    unmapped_may_decide: bool = False  # may an address that is no approver's decide by link?
 
 
 class EmailConfig(_Section):
@@ -170,6 +187,14 @@ class Config(_Section):
                 raise ValueError(
                     f"queues.{name}.escalate_to: queue {queue.escalate_to!r} is not defined"
                 )
+        known = self.known_roles()
+        for name, queue in self.queues.items():
+            for i, role in enumerate(queue.roles):
+                if role not in known:
+                    raise ValueError(
+                        f"queues.{name}.roles[{i}]: role {role!r} is held by no approver or"
+                        " webhook endpoint"
+                    )
         for name in self.queues:
             seen = [name]
             nxt = self.queues[name].escalate_to
@@ -202,6 +227,17 @@ class Config(_Section):
         if kind == "email" and (self.email is None or name not in self.email.lists):
             return f"email list {name!r} is not defined under [email.lists.{name}]"
         return None
+
+    def known_roles(self) -> set[str]:
+        """Every role some approver or webhook endpoint holds: the roles a request may name."""
+        held = [a.roles for a in self.approvers.values()] + [
+            w.roles for w in self.webhooks.values()
+        ]
+        return {role for roles in held for role in roles}
+
+    def queue_roles(self, queue: str) -> list[str]:
+        q = self.queues.get(queue)
+        return q.roles if q else []
 
     def escalation_target(self, queue: str) -> str | None:
         q = self.queues.get(queue)

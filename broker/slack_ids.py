@@ -39,12 +39,16 @@ def parse_action(action_id: str) -> tuple[str, str | None]:
     return action_id, None
 
 
-def reject_modal(request_id: str, tool_name: str) -> dict[str, Any]:
-    """The view the API opens (views.open) when Reject is clicked; submit carries the reason."""
+def reject_modal(request_id: str, tool_name: str, channel_id: str | None = None) -> dict[str, Any]:
+    """The view the API opens (views.open) when Reject is clicked; submit carries the reason.
+
+    Its private metadata names the request and the Slack channel the click came from (the
+    submission says nothing of the channel, and a reply counts only from the request's queue).
+    """
     return {
         "type": "modal",
         "callback_id": REJECT_CALLBACK,
-        "private_metadata": request_id,
+        "private_metadata": f"{request_id} {channel_id}" if channel_id else request_id,
         "title": {"type": "plain_text", "text": "Reject"},
         "submit": {"type": "plain_text", "text": "Reject"},
         "close": {"type": "plain_text", "text": "Cancel"},
@@ -61,3 +65,9 @@ def reject_modal(request_id: str, tool_name: str) -> dict[str, Any]:
             }
         ],
     }
+
+
+def parse_modal_metadata(metadata: str) -> tuple[str, str | None]:
+    """(request id, Slack channel id or None) from a reject modal's private metadata."""
+    request_id, _, channel_id = metadata.partition(" ")
+    return request_id, channel_id or None

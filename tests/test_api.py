@@ -28,7 +28,7 @@ from broker.config import Config, Settings, parse_config
 from broker.models import NewRequest, Request
 from broker.runs import RUN_QUEUE
 
-ADMIN = "tok-admin"
+ADMIN = "tok-admin-of-the-api-tests-0123"
 
 
 def bearer(token: str) -> dict[str, str]:

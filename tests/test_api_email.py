@@ -26,7 +26,12 @@ def cfg() -> Config:
             "email": {
                 "public_url": "http://testserver",
                 "link_ttl_s": 3600,
-                "lists": {"leads": {"to": ["alice@example.com", "stranger@example.com"]}},
+                "lists": {
+                    "leads": {
+                        "to": ["alice@example.com", "stranger@example.com"],
+                        "unmapped_may_decide": True,
+                    }
+                },
             },
             "approvers": {"alice": {"roles": ["finance"], "email": "Alice@Example.com"}},
         }
@@ -189,22 +194,19 @@ def test_a_link_spent_while_redis_fails_is_given_back(
     """Spend, then Redis fails before the decision: the link must still work afterwards."""
     from redis.exceptions import ConnectionError as RedisConnectionError
 
-    import api.email
-
     req = make(api_broker)
     approve = link(api_broker, req, "approve")
-    real = api.email.decide_as
 
     def failing(*args: Any, **kwargs: Any) -> Any:
         raise RedisConnectionError("connection reset")
 
-    monkeypatch.setattr(api.email, "decide_as", failing)
+    monkeypatch.setattr(api_broker, "decide", failing)
     with TestClient(
         create_app(Settings(admin_token="x"), cfg, api_broker), raise_server_exceptions=False
     ) as c:
         assert c.post(approve).status_code == 503
     assert api_broker.get_request(req.id).is_pending
-    monkeypatch.setattr(api.email, "decide_as", real)
+    monkeypatch.undo()
     assert client.post(approve).status_code == 200
     assert api_broker.get_request(req.id).status.value == "approved"
 
@@ -315,3 +317,60 @@ def test_the_link_secret_is_read_from_redis_once_per_broker(
     assert calls == []
     other = Broker(api_broker.redis, api_broker.config, prefix="t:")  # another process, say
     assert read_link(other, first, 60).action == "approve"  # the same shared secret
+
+
+# ---- the recipient's lists, unmapped addresses and queue roles ------------------------------
+
+
+def test_a_link_decides_only_through_a_list_of_the_requests_current_queue(
+    chained: tuple[TestClient, Broker],
+) -> None:
+    """A link not bound to a queue (older mail) from `leads` can't decide in `managers`."""
+    client, broker = chained
+    req = make(broker)
+    unbound = link(broker, req, "approve")  # alice is on leads, the list of `default`
+    broker.escalate(req.id, by="sweeper")
+    resp = client.post(unbound)
+    page_error(resp, 403, "forbidden")
+    assert "queue managers is decided through email:bosses" in resp.text
+    assert broker.get_request(req.id).is_pending
+    assert client.post(link(broker, req, "approve", to="boss@example.com")).status_code == 200
+
+
+def test_an_address_no_approver_has_decides_only_where_its_list_allows(
+    redis: Redis, chain: Config
+) -> None:
+    raw = chain.model_dump(by_alias=True)
+    raw["email"]["lists"]["leads"]["to"].append("temp@example.com")
+    raw["queues"]["open"] = {"channels": ["email:anyone"]}
+    raw["email"]["lists"]["anyone"] = {"to": ["temp@example.com"], "unmapped_may_decide": True}
+    cfg = parse_config(raw)
+    broker = Broker(redis, cfg, prefix="t:")
+    with TestClient(create_app(Settings(), cfg, broker)) as client:
+        closed = make(broker)
+        resp = client.post(bound(broker, closed, "approve", to="temp@example.com"))
+        page_error(resp, 403, "forbidden")
+        assert "unmapped_may_decide" in resp.text
+        assert broker.get_request(closed.id).is_pending
+        opened = make(broker, queue="open")
+        assert (
+            client.post(bound(broker, opened, "approve", to="temp@example.com")).status_code == 200
+        )
+        decision = broker.get_request(opened.id).decision
+        assert decision is not None and decision.decided_by == "email:temp@example.com"
+
+
+def test_queue_roles_hold_for_email_links(redis: Redis, chain: Config) -> None:
+    raw = chain.model_dump(by_alias=True)
+    raw["approvers"]["boss"]["roles"] = ["finance", "managers"]
+    raw["queues"]["managers"]["roles"] = ["managers"]
+    raw["email"]["lists"]["bosses"]["to"].append("alice@example.com")
+    cfg = parse_config(raw)
+    broker = Broker(redis, cfg, prefix="t:")
+    with TestClient(create_app(Settings(), cfg, broker)) as client:
+        req = make(broker, queue="managers")
+        resp = client.post(bound(broker, req, "approve"))  # alice: finance, not managers
+        page_error(resp, 403, "forbidden")
+        assert "the roles of queue managers (managers)" in resp.text
+        assert broker.get_request(req.id).is_pending
+        assert client.post(bound(broker, req, "approve", to="boss@example.com")).status_code == 200

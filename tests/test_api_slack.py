@@ -85,12 +85,13 @@ def cfg(fake_slack: FakeSlack) -> Config:
             "queues": {
                 "default": {"channels": ["slack:approvals"], "escalate_to": "managers"},
                 "managers": {"channels": ["slack:approvals"]},
+                "money": {"channels": ["slack:money"], "roles": ["finance"]},
             },
             "slack": {
                 "bot_token": "xoxb-test",
                 "signing_secret": SIGNING_SECRET,
                 "api_base_url": f"{fake_slack.url}/api",
-                "channels": {"approvals": {"channel": "C1"}},
+                "channels": {"approvals": {"channel": "C1"}, "money": {"channel": "C2"}},
             },
             "approvers": {
                 "alice": {"roles": ["finance"], "slack_user_id": "U_ALICE"},
@@ -129,10 +130,12 @@ def click(
     user: str = "U_ALICE",
     response_url: str | None = None,
     state: dict[str, Any] | None = None,
+    channel: str = "C1",
 ) -> dict[str, Any]:
     payload: dict[str, Any] = {
         "type": "block_actions",
         "user": {"id": user, "username": user.lower()},
+        "channel": {"id": channel, "name": "approvals"},
         "trigger_id": f"trig-{next(_click_no)}",
         "actions": [
             {
@@ -151,13 +154,15 @@ def click(
     return payload
 
 
-def submit_reason(request_id: str, reason: str, user: str = "U_ALICE") -> dict[str, Any]:
+def submit_reason(
+    request_id: str, reason: str, user: str = "U_ALICE", channel: str | None = "C1"
+) -> dict[str, Any]:
     return {
         "type": "view_submission",
         "user": {"id": user},
         "view": {
             "callback_id": ids.REJECT_CALLBACK,
-            "private_metadata": request_id,
+            "private_metadata": f"{request_id} {channel}" if channel else request_id,
             "state": {
                 "values": {
                     ids.REJECT_REASON_BLOCK: {
@@ -270,7 +275,7 @@ def test_reject_opens_the_modal_and_the_submission_rejects_with_reason(
     (opened,) = [body for path, body in fake_slack.calls if path == "/api/views.open"]
     assert opened["trigger_id"] == payload["trigger_id"]
     assert opened["view"]["callback_id"] == ids.REJECT_CALLBACK
-    assert opened["view"]["private_metadata"] == req.id
+    assert opened["view"]["private_metadata"] == f"{req.id} C1"  # the request and its channel
     assert api_broker.get_request(req.id).is_pending
     resp = send(client, *signed(submit_reason(req.id, "  over budget ")))
     assert resp.status_code == 200 and resp.json() == {"response_action": "clear"}
@@ -403,3 +408,62 @@ def test_signed_but_strange_payloads_never_get_a_5xx(
         assert resp.headers["content-type"].startswith("application/json")
 
     run()
+
+
+# ---- a click spends its signature only with its decision; channels and queue roles -------
+
+
+def test_a_click_whose_decision_failed_can_be_sent_again(
+    cfg: Config, api_broker: Broker, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Redis gone in the middle of the decision: the same signed click still counts later."""
+    from redis.exceptions import ConnectionError as RedisConnectionError
+
+    req = make(api_broker)
+    body, headers = signed(click(ids.APPROVE, req.id))
+
+    def unreachable(*args: Any, **kwargs: Any) -> Any:
+        raise RedisConnectionError("Connection reset by peer")
+
+    monkeypatch.setattr(api_broker, "decide", unreachable)
+    app = create_app(Settings(), cfg, api_broker)
+    with TestClient(app, raise_server_exceptions=False) as c:
+        failed = send(c, body, headers)
+        assert failed.status_code == 503 and failed.json()["error"] == "unavailable"
+        assert api_broker.get_request(req.id).is_pending
+        monkeypatch.undo()
+        again = send(c, body, headers)  # the very same signed click
+        assert again.status_code == 200, again.text
+        assert again.json()["status"] == "approved"
+        assert send(c, body, headers).json()["error"] == "replayed"  # now it is spent
+    decision = api_broker.get_request(req.id).decision
+    assert decision is not None and decision.decided_by == "alice"
+
+
+def test_a_click_from_a_channel_outside_the_requests_queue_decides_nothing(
+    client: TestClient, api_broker: Broker, fake_slack: FakeSlack
+) -> None:
+    req = make(api_broker, queue="money")  # decided in slack:money (C2) only
+    for channel in ("C1", "C_UNKNOWN"):
+        resp = send(client, *signed(click(ids.APPROVE, req.id, channel=channel)))
+        assert resp.status_code == 200 and resp.json()["error"] == "forbidden"
+        assert "queue money is decided through slack:money" in resp.json()["text"]
+        resp = send(client, *signed(click(ids.REJECT, req.id, channel=channel)))
+        assert resp.json()["error"] == "forbidden"
+    assert not any(p.endswith("views.open") for p in fake_slack.paths())
+    resp = send(client, *signed(submit_reason(req.id, "no", channel="C1")))
+    assert resp.json()["response_action"] == "errors" and resp.json()["error"] == "forbidden"
+    assert api_broker.get_request(req.id).is_pending
+    resp = send(client, *signed(submit_reason(req.id, "no", channel="C2")))
+    assert resp.json() == {"response_action": "clear"}
+    assert api_broker.get_request(req.id).status.value == "rejected"
+
+
+def test_queue_roles_hold_for_slack_clicks(client: TestClient, api_broker: Broker) -> None:
+    req = make(api_broker, queue="money")  # no allowed_roles, but the queue wants finance
+    resp = send(client, *signed(click(ids.APPROVE, req.id, user="U_BOB", channel="C2")))
+    assert resp.json()["error"] == "forbidden"
+    assert "the roles of queue money (finance)" in resp.json()["text"]
+    assert api_broker.get_request(req.id).is_pending
+    resp = send(client, *signed(click(ids.APPROVE, req.id, user="U_ALICE", channel="C2")))
+    assert resp.json()["status"] == "approved"

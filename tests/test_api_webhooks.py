@@ -27,6 +27,11 @@ OTHER_SECRET = "whsec_" + base64.b64encode(b"someone-else-entirely-0123456789").
 def cfg() -> Config:
     return parse_config(
         {
+            "queues": {
+                "default": {"channels": ["webhook:ops", "webhook:bare"]},
+                "elsewhere": {"channels": ["webhook:bare"]},
+                "guarded": {"channels": ["webhook:ops", "webhook:bare"], "roles": ["ops"]},
+            },
             "webhooks": {
                 "ops": {
                     "url": "http://127.0.0.1:9/ops",
@@ -34,7 +39,7 @@ def cfg() -> Config:
                     "roles": ["ops"],
                 },
                 "bare": {"url": "http://127.0.0.1:9/bare", "secret": OTHER_SECRET},
-            }
+            },
         }
     )
 
@@ -229,3 +234,48 @@ def test_a_deeply_nested_signed_body_is_422(client: TestClient, api_broker: Brok
     resp = post(client, "ops", *signed(raw, msg_id="msg_deep"))
     assert resp.status_code == 422 and resp.json()["error"] == "invalid"
     assert api_broker.get_request(req.id).is_pending
+
+
+# ---- the endpoint's queues and queue roles ------------------------------------------------
+
+
+def test_an_endpoint_decides_only_requests_of_its_queues(
+    client: TestClient, api_broker: Broker
+) -> None:
+    req = make(api_broker, queue="elsewhere")  # decided through webhook:bare only
+    raw, headers = signed({"request_id": req.id, "outcome": "approved"}, msg_id="msg_q")
+    resp = post(client, "ops", raw, headers)
+    assert resp.status_code == 403 and resp.json()["error"] == "forbidden"
+    assert "queue elsewhere is decided through webhook:bare" in resp.json()["detail"]
+    assert api_broker.get_request(req.id).is_pending
+    assert not api_broker.redis.exists(api_broker.keys.seen("webhook", "ops:msg_q"))  # unspent
+    resp = post(
+        client,
+        "bare",
+        *signed({"request_id": req.id, "outcome": "approved"}, OTHER_SECRET, msg_id="msg_q"),
+    )
+    assert resp.status_code == 200 and resp.json()["decision"]["decided_by"] == "webhook:bare"
+
+
+def test_an_endpoint_without_roles_is_held_back_by_queue_roles(
+    client: TestClient, api_broker: Broker
+) -> None:
+    req = make(api_broker, queue="guarded")  # no allowed_roles; the queue wants ops
+    resp = post(
+        client,
+        "bare",
+        *signed({"request_id": req.id, "outcome": "approved"}, OTHER_SECRET, msg_id="g1"),
+    )
+    assert resp.status_code == 403 and "the roles of queue guarded (ops)" in resp.json()["detail"]
+    assert api_broker.get_request(req.id).is_pending
+    resp = post(client, "ops", *signed({"request_id": req.id, "outcome": "approved"}, msg_id="g2"))
+    assert resp.status_code == 200
+
+
+def test_a_person_named_by_the_endpoint_is_recorded_without_bidi_overrides(
+    client: TestClient, api_broker: Broker
+) -> None:
+    req = make(api_broker)
+    body = {"request_id": req.id, "outcome": "approved", "decided_by": "da\u202ena"}
+    resp = post(client, "ops", *signed(body, msg_id="bidi"))
+    assert resp.status_code == 200 and resp.json()["decision"]["decided_by"] == "webhook:ops/dana"

@@ -6,7 +6,7 @@ import base64
 
 import pytest
 
-from broker.config import load_config, parse_config
+from broker.config import Settings, check_admin_token, load_config, parse_config
 from broker.errors import ConfigError
 
 OPS_SECRET = "whsec_" + base64.b64encode(b"a-32-byte-key-for-the-ops-hook!!").decode()
@@ -97,6 +97,17 @@ def test_no_config_means_one_inbox_queue():
             "escalation loops: a -> b -> c -> a",
         ),
         ({"queues": {"a": {"escalate_to": "a"}}}, "escalation loops: a -> a"),
+        (
+            {
+                "queues": {"default": {"roles": ["finance", "fiannce"]}},
+                "approvers": {"al": {"roles": ["finance"]}},
+            },
+            "queues.default.roles[1]: role 'fiannce' is held by no approver or webhook endpoint",
+        ),
+        (
+            {"email": {"lists": {"l": {"to": ["a@x"], "unmapped_may_decide": "maybe"}}}},
+            "email.lists.l.unmapped_may_decide",
+        ),
         ({"queues": {"default": {"timeout_s": -1}}}, "queues.default.timeout_s"),
         ({"queues": {"default": {"colour": "red"}}}, "queues.default.colour"),
         ({"agents": {"x": {"path": "m:a", "queue": "nope"}}}, "agents.x.queue: queue 'nope'"),
@@ -140,3 +151,36 @@ def test_broken_toml_and_missing_file_are_clear(tmp_config, tmp_path):
         load_config(tmp_config("[queues.default\nchannels = 1"))
     with pytest.raises(ConfigError, match="cannot read it"):
         load_config(tmp_path / "absent.toml")
+
+
+def test_queue_roles_and_unmapped_addresses_load():
+    config = parse_config(
+        {
+            "queues": {"default": {"channels": ["email:l"], "roles": ["ops", "finance"]}},
+            "webhooks": {
+                "w": {
+                    "url": "http://x",
+                    "secret": "whsec_dGVzdC1zZWNyZXQtZm9yLXRoZS1vcHMtd2ViaG9vayE=",
+                    "roles": ["ops"],
+                }
+            },
+            "approvers": {"al": {"roles": ["finance"]}},
+            "email": {"lists": {"l": {"to": ["a@x"], "unmapped_may_decide": True}}},
+        }
+    )
+    assert config.queue_roles("default") == ["ops", "finance"]  # ops: held by the endpoint
+    assert config.queue_roles("nowhere") == []
+    assert config.email is not None and config.email.lists["l"].unmapped_may_decide
+    default = parse_config({"email": {"lists": {"l": {"to": []}}}}).email
+    assert default is not None and default.lists["l"].unmapped_may_decide is False
+
+
+@pytest.mark.parametrize(("token", "ok"), [(None, True), ("x" * 24, True), ("x" * 23, False)])
+def test_an_admin_token_needs_24_characters(token, ok):
+    settings = Settings(admin_token=token)
+    if ok:
+        check_admin_token(settings)
+        return
+    with pytest.raises(ConfigError) as info:
+        check_admin_token(settings)
+    assert "at least 24" in str(info.value) and "x" * 23 not in str(info.value)

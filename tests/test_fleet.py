@@ -601,7 +601,7 @@ timeout_s = 5
         "APPROVAL_BROKER_REDIS_URL": fleet_redis.url,
         "APPROVAL_BROKER_CONFIG": str(config_path),
         "APPROVAL_BROKER_KEY_PREFIX": PREFIX,
-        "APPROVAL_BROKER_ADMIN_TOKEN": "fleet-admin-token",
+        "APPROVAL_BROKER_ADMIN_TOKEN": "fleet-admin-token-0123456789",
         "APPROVAL_BROKER_DATA_DIR": str(tmp_path / "data"),
         "APPROVAL_BROKER_NOTIFIER_CLAIM_IDLE_S": "2",
         "APPROVAL_BROKER_NOTIFIER_BLOCK_MS": "200",

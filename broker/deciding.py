@@ -1,0 +1,205 @@
+"""The decision service: every channel decides through `Deciding.decide`, so the rules match.
+
+REST and the inbox, Slack, email links, webhook replies and `approval-broker decide` all end
+here. It says who may decide (the request's and its queue's roles, and whether the reply came
+through a channel of the queue the request waits in now), whether a decision can apply to the
+request (the only place above the Lua step that judges that), and what counts as a harmless
+repeat. The state itself (still pending, still in that queue, marker unspent) is judged by the
+broker's one atomic step. It never speaks HTTP and never records metrics: the API wraps it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+from dataclasses import dataclass
+from datetime import timedelta
+
+from broker.auth import EVERY_ROLE, REQUESTER, Principal
+from broker.client import Broker, Once
+from broker.config import Config
+from broker.errors import Conflict, Forbidden, InvalidInput
+from broker.models import Decision, Outcome, Request, utcnow
+from broker.printable import printable
+
+# One-time markers of signed replies (Slack signatures, webhook-ids) are accepted from 5
+# minutes in the past to 5 in the future: each must be remembered for longer than that span.
+REPLAY_TTL_S = 15 * 60
+
+# A second escalation by the same person this soon after their first is a repeat (double click,
+# retry), not a request to escalate one queue further.
+REPEAT_ESCALATION_WINDOW = timedelta(minutes=5)
+
+INBOX = "inbox"  # the channel a bearer token decides through (the inbox page, REST)
+
+
+@dataclass(frozen=True)
+class Decided:
+    """The request as recorded, and whether this call recorded something new (False: a repeat)."""
+
+    request: Request
+    recorded: bool
+
+
+def same_decision(stored: Decision | None, given: Decision, decided_by: str) -> bool:
+    """Is `given`, from `decided_by`, the decision already recorded (a harmless repeat)?"""
+    return (
+        stored is not None
+        and stored.decided_by == decided_by
+        and stored.outcome == given.outcome
+        and stored.reason == given.reason
+        and stored.args == given.args
+        and stored.answer == given.answer
+    )
+
+
+def repeated_escalation(request: Request, decision: Decision, decided_by: str) -> bool:
+    """Was the request's latest escalation this person's, just now, to this target?
+
+    Deliveries are recorded in the history too, so look for the latest escalation, not the
+    latest entry.
+    """
+    last = next((h for h in reversed(request.history) if h.event == "escalated"), None)
+    return (
+        last is not None
+        and last.by == decided_by
+        and (decision.target is None or decision.target == last.to_queue)
+        and utcnow() - last.at < REPEAT_ESCALATION_WINDOW
+    )
+
+
+class Deciding:
+    """Decide requests on `broker` for principals replying through named channels."""
+
+    def __init__(self, broker: Broker, config: Config | None = None) -> None:
+        self.broker = broker
+        self.config = config or broker.config
+
+    # ---- who may decide --------------------------------------------------------------------
+
+    def refusal(self, principal: Principal, request: Request, via: Collection[str]) -> str | None:
+        """Why `principal`, replying through the channels `via`, may not decide `request`."""
+        if EVERY_ROLE in principal.roles:
+            return None
+        queue_roles = self.config.queue_roles(request.queue)
+        if not principal.may_decide(request, queue_roles):
+            if principal.roles == {REQUESTER}:
+                needs = "an approver's role ('requester' alone only asks)"
+            elif queue_roles and not principal.roles.intersection(queue_roles):
+                needs = f"one of the roles of queue {request.queue} ({', '.join(queue_roles)})"
+            else:
+                needs = f"one of the roles {', '.join(request.allowed_roles)}"
+            return f"{principal.name!r} may not decide request {request.id}: it needs {needs}"
+        queue = self.config.queues.get(request.queue)
+        channels = queue.channels if queue else []
+        if not set(via).intersection(channels):
+            through = ", ".join(sorted(via)) or "no channel it may decide through"
+            return (
+                f"{principal.name!r} may not decide request {request.id} through {through}:"
+                f" queue {request.queue} is decided through {', '.join(channels) or 'nothing'}"
+            )
+        return None
+
+    def check_may_decide(
+        self, principal: Principal, request: Request, via: Collection[str]
+    ) -> None:
+        problem = self.refusal(principal, request, via)
+        if problem:
+            raise Forbidden(problem)
+
+    # ---- what can apply --------------------------------------------------------------------
+
+    def check_applies(self, decision: Decision, request: Request) -> Decision:
+        """The decision, checked against what can't change about the request (its kind, args
+        and the config); an escalation gets its target filled in.
+
+        Naming the target explicitly means a request that someone else moved there meanwhile
+        is not moved one queue further.
+        """
+        outcome = decision.outcome
+        if outcome is Outcome.timed_out:
+            raise InvalidInput(
+                "'timed_out' is recorded by the sweeper; it can't be given as a decision"
+            )
+        approval = request.kind == "approval"
+        if (outcome in (Outcome.approved, Outcome.modified) and not approval) or (
+            outcome is Outcome.answered and approval
+        ):
+            raise InvalidInput(
+                f"outcome {outcome.value!r} does not apply to a request of kind {request.kind!r}",
+                code="wrong_kind",
+            )
+        if decision.args_hash is not None and decision.args_hash != request.args_hash:
+            raise InvalidInput(
+                f"args_hash does not match request {request.id}'s args: the decision was made"
+                " on other args",
+                code="stale_args",
+            )
+        if outcome is not Outcome.escalated:
+            return decision
+        target = decision.target or self.config.escalation_target(request.queue)
+        if target is None:
+            raise InvalidInput(
+                f"queue {request.queue!r} has no escalate_to; name a target queue",
+                code="no_target",
+            )
+        if target not in self.config.queues:
+            known = ", ".join(sorted(self.config.queues))
+            raise InvalidInput(
+                f"queue {target!r} is not defined (known: {known})", code="unknown_queue"
+            )
+        if target == request.queue:
+            raise InvalidInput(
+                f"request {request.id} is already in queue {target!r}", code="same_queue"
+            )
+        return decision.model_copy(update={"target": target})
+
+    # ---- deciding --------------------------------------------------------------------------
+
+    def decide(
+        self,
+        request_id: str,
+        decision: Decision,
+        principal: Principal,
+        *,
+        via: Collection[str],
+        decided_by: str | None = None,
+        current: Request | None = None,
+        once: Once | None = None,
+    ) -> Decided:
+        """Decide `request_id` for `principal`, replying through the channels `via`.
+
+        Raises NotFound, Forbidden (roles, or a channel outside the request's queue),
+        InvalidInput, or Conflict when someone else (or another decision) won, the request
+        moved to another queue meanwhile (code `escalated`), or `once` was already spent
+        (code `replayed`). The same principal repeating its decision or its escalation gets
+        the request back instead, with nothing recorded. `once` is spent only with a decision.
+        """
+        decided_by = printable(decided_by or principal.name)
+        current = current or self.broker.get_request(request_id)
+        if decision.outcome is Outcome.escalated and repeated_escalation(
+            current, decision, decided_by
+        ):
+            return Decided(current, recorded=False)
+        self.check_may_decide(principal, current, via)
+        if current.is_pending:
+            decision = self.check_applies(decision, current)
+        # else the atomic step answers: replayed marker, or who won (maybe this very decision)
+        try:
+            request = self.broker.decide(
+                current.id, decision, decided_by=decided_by, in_queue=current.queue, once=once
+            )
+        except Conflict as exc:
+            if exc.code == "conflict" and same_decision(exc.request.decision, decision, decided_by):
+                return Decided(exc.request, recorded=False)
+            raise
+        except InvalidInput as exc:
+            if exc.code != "same_queue":
+                raise
+            # escalated to the same target by someone else between our read and the step
+            moved = self.broker.get_request(current.id)
+            raise Conflict(
+                f"request {current.id} was escalated to {moved.queue}",
+                request=moved,
+                code="escalated",
+            ) from None
+        return Decided(request, recorded=True)
