@@ -127,14 +127,14 @@ class Keys:
         self, run_id: str | None, round_no: int, request_ids: Iterable[str], queues: Iterable[str]
     ) -> ScriptKeys:
         """create.lua: the shared indexes, the run's round (if any), each new request's hash
-        (role `req:ID`) and the streams of the queues they go to."""
+        (role `req` of that request) and the streams of the queues they go to."""
         keys = self._shared(queues)
         if run_id:
             keys.name("run", self.run(run_id))
             keys.name("round", self.run_round(run_id, round_no))
             keys.name("pending", self.run_pending(run_id))
         for rid in request_ids:
-            keys.name(f"req:{rid}", self.request(rid))
+            keys.of_request(rid, "req", self.request(rid))
         return keys
 
     def decide_keys(
@@ -159,14 +159,14 @@ class Keys:
         self, items: Iterable[tuple[str, str | None]], queues: Iterable[str]
     ) -> ScriptKeys:
         """sweep.lua: the shared indexes and queue streams, then for each due (request id, run id)
-        the request's hash (role `req:ID`) and its run's hash and pending set (`run:RUN`,
-        `pending:RUN`)."""
+        the request's hash and its run's hash and pending set (roles `req`, `run`, `pending` of
+        that request)."""
         keys = self._shared(queues)
         for rid, run_id in items:
-            keys.name(f"req:{rid}", self.request(rid))
+            keys.of_request(rid, "req", self.request(rid))
             if run_id:
-                keys.name(f"run:{run_id}", self.run(run_id))
-                keys.name(f"pending:{run_id}", self.run_pending(run_id))
+                keys.of_request(rid, "run", self.run(run_id))
+                keys.of_request(rid, "pending", self.run_pending(run_id))
         return keys
 
     def note_keys(self, request_id: str) -> ScriptKeys:
@@ -186,13 +186,15 @@ class ScriptKeys:
     """The KEYS of one script call, each under a role name the script looks it up by.
 
     `args(...)` is the call's one JSON argument: the caller's values plus `k` (role -> position
-    in KEYS) and `streams` (queue -> position), so the script never spells a key.
+    in KEYS), `streams` (queue -> position) and, for steps on many requests, `r` (request id ->
+    role -> position), so the script never spells a key.
     """
 
     def __init__(self) -> None:
         self.keys: list[str] = []
         self.roles: dict[str, int] = {}
         self.streams: dict[str, int] = {}
+        self.per_request: dict[str, dict[str, int]] = {}
         self._positions: dict[str, int] = {}
 
     def _position(self, key: str) -> int:
@@ -210,9 +212,13 @@ class ScriptKeys:
         self.streams[queue] = self._position(key)
         return self
 
+    def of_request(self, request_id: str, role: str, key: str) -> ScriptKeys:
+        self.per_request.setdefault(request_id, {})[role] = self._position(key)
+        return self
+
     def args(self, **values: Any) -> str:
         return json.dumps(
-            {**values, "k": self.roles, "streams": self.streams},
+            {**values, "k": self.roles, "streams": self.streams, "r": self.per_request},
             ensure_ascii=False,
             separators=(",", ":"),
         )

@@ -1,5 +1,5 @@
 -- Create one request, or every request of one round of a run, in a single step.
--- KEYS by role: expiry, requests, counts, each request's hash (`req:ID`), the streams of their
+-- KEYS by role: expiry, requests, counts, each request's hash (key_of(id, 'req')), the streams of their
 --   queues; for a run also run (its hash), round (its list of this round) and pending.
 -- A: maxlen, round, requests = [{id, timeout_s, fields = {name = value}}]; created_at and
 --   expires_at are set here, on Redis's clock.
@@ -9,7 +9,7 @@
 local round_key = key('round')
 if round_key and redis.call('EXISTS', round_key) == 1 then return {'exists'} end
 for _, r in ipairs(A.requests) do
-  if redis.call('EXISTS', key('req:' .. r.id)) == 1 then return {'duplicate', r.id} end
+  if redis.call('EXISTS', key_of(r.id, 'req')) == 1 then return {'duplicate', r.id} end
 end
 local now = clock()
 local created = stamp(now)
@@ -22,7 +22,7 @@ for _, r in ipairs(A.requests) do
     flat[#flat + 1] = name
     flat[#flat + 1] = value
   end
-  redis.call('HSET', key('req:' .. r.id), unpack(flat))
+  redis.call('HSET', key_of(r.id, 'req'), unpack(flat))
   redis.call('ZADD', key('expiry'), expires, r.id)
   redis.call('ZADD', key('requests'), created, r.id)
   count('pending:' .. queue, 1)

@@ -1,11 +1,18 @@
 -- Shared helpers, prepended to every script.
--- ARGV[1] is the call's one JSON argument. Its `k` maps role names to positions in KEYS and its
--- `streams` maps queue names to their stream's position (broker/keys.py, ScriptKeys): scripts
--- find every key with key(role) or stream_of(queue) and never build a key name.
+-- ARGV[1] is the call's one JSON argument. Its `k` maps role names to positions in KEYS, its
+-- `streams` maps queue names to their stream's position, and its `r` maps a request id to its
+-- keys' roles and positions (broker/keys.py, ScriptKeys): scripts find every key with key(role),
+-- stream_of(queue) or key_of(id, role) and never build a key name.
 local A = cjson.decode(ARGV[1])
 
 local function key(role)
   local i = A.k[role]
+  return i and KEYS[i]
+end
+
+local function key_of(id, role)
+  local roles = A.r[id]
+  local i = roles and roles[role]
   return i and KEYS[i]
 end
 

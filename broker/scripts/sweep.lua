@@ -2,8 +2,8 @@
 -- (still pending) or time it out. Each is checked again here, since another sweeper or a
 -- decision may have got there between the two steps: only one still pending and still due
 -- (on this step's clock) is touched.
--- KEYS by role: expiry, requests, counts, resumes; streams; per item `req:ID`, and `run:RUN`
---   and `pending:RUN` for the run the caller takes it to belong to.
+-- KEYS by role: expiry, requests, counts, resumes; streams; per item key_of(id, ...) `req`, and
+--   `run` and `pending` of the run the caller takes it to belong to.
 -- A: items = [{id, run (optional)}], routes = {queue = {to = name|false, timeout = s}},
 --   reason (the timed-out reason, "%s" for the seconds waited), maxlen, retention, now
 --   (optional: else Redis's clock).
@@ -19,7 +19,7 @@ local function add(id, action, from, to)
 end
 for _, item in ipairs(A.items) do
   local id = item.id
-  local rkey = key('req:' .. id)
+  local rkey = key_of(id, 'req')
   local score = redis.call('ZSCORE', key('expiry'), id)
   if score and tonumber(score) <= now then
     local f = redis.call('HMGET', rkey, 'status', 'queue', 'created_at', 'run_id')
@@ -42,7 +42,7 @@ for _, item in ipairs(A.items) do
         local waited = string.format('%d', math.floor(now - tonumber(f[3] or now) + 0.5))
         local decision = cjson.encode({outcome = 'timed_out', decided_by = 'sweeper',
           decided_at = now_iso, reason = string.gsub(A.reason, '%%s', waited)})
-        local run = item.run and {hash = key('run:' .. item.run), pending = key('pending:' .. item.run)}
+        local run = item.run and {hash = key_of(id, 'run'), pending = key_of(id, 'pending')}
         finish(rkey, id, 'timed_out', decision, 'approval.timed_out', now, run)
         add(id, 'timed_out', queue, '')
       end
