@@ -15,9 +15,9 @@ from typing import Annotated, Any
 
 import typer
 from pydantic import ValidationError
-from redis import Redis
 from redis.exceptions import RedisError
 
+from broker import connection
 from broker.auth import hash_token, new_token, operator
 from broker.client import Broker
 from broker.config import Config, Settings, check_admin_token, load_config
@@ -98,7 +98,7 @@ def connect(data_dir: Path | None = None) -> Broker:
     url = settings.redis_url or running_url(settings.data_dir and settings.data_dir / "redis")
     if not url:
         fail("no Redis: set APPROVAL_BROKER_REDIS_URL, or start `approval-broker up` first")
-    redis = Redis.from_url(url)  # type: ignore[arg-type]
+    redis = connection.connect(url)  # type: ignore[arg-type]
     with clear_errors():
         redis.ping()
     return Broker(redis, config, prefix=settings.key_prefix)

@@ -1,11 +1,17 @@
 """The Redis key schema, in one place. Every key the broker touches is named here.
 
-Lua scripts build the same names from the prefix they are given; keep the two in step.
+Lua scripts never build a key name: each call gets its keys in KEYS, listed by the `*_keys`
+builders below, and finds each one by a role name (see `ScriptKeys`). A script's keys come in
+groups (the request's, its run's, the shared indexes and streams), so that a later step can give
+each group one hash tag for Redis Cluster.
 """
 
 from __future__ import annotations
 
+import json
+from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Any
 
 NOTIFIER_GROUP = "notifiers"
 RESUMER_GROUP = "resumers"
@@ -106,3 +112,113 @@ class Keys:
     def parked_tasks(self, channel: str) -> str:
         """Hash: a channel's parked deliveries, task id -> JSON (the event, attempts so far)."""
         return f"{self.prefix}parked-tasks:{channel}"
+
+    def demo_ledger(self, customer: str | None = None) -> str:
+        """Hash: the demo refunds agent's ledger, order id -> refund JSON (one per customer)."""
+        return f"{self.prefix}demo:ledger" + (f":{customer}" if customer else "")
+
+    def demo_attempts(self, customer: str | None = None) -> str:
+        """Hash: how often the demo's refund step ran, tool call id -> count."""
+        return f"{self.prefix}demo:attempts" + (f":{customer}" if customer else "")
+
+    # ---- the KEYS of each Lua step ---------------------------------------------------------
+
+    def create_keys(
+        self, run_id: str | None, round_no: int, request_ids: Iterable[str], queues: Iterable[str]
+    ) -> ScriptKeys:
+        """create.lua: the shared indexes, the run's round (if any), each new request's hash
+        (role `req` of that request) and the streams of the queues they go to."""
+        keys = self._shared(queues)
+        if run_id:
+            keys.name("run", self.run(run_id))
+            keys.name("round", self.run_round(run_id, round_no))
+            keys.name("pending", self.run_pending(run_id))
+        for rid in request_ids:
+            keys.of_request(rid, "req", self.request(rid))
+        return keys
+
+    def decide_keys(
+        self, request_id: str, run_id: str | None, queues: Iterable[str], once_key: str | None
+    ) -> ScriptKeys:
+        """decide.lua and escalate.lua: the request's hash, its one-time marker, its run's hash
+        and pending set (when it belongs to a run), the shared indexes and queue streams."""
+        keys = self._shared(queues)
+        keys.name("req", self.request(request_id))
+        if once_key:
+            keys.name("once", once_key)
+        if run_id:
+            keys.name("run", self.run(run_id))
+            keys.name("pending", self.run_pending(run_id))
+        return keys
+
+    def due_keys(self) -> ScriptKeys:
+        """due.lua: the two request indexes."""
+        return ScriptKeys().name("expiry", self.expiry).name("requests", self.requests)
+
+    def sweep_keys(
+        self, items: Iterable[tuple[str, str | None]], queues: Iterable[str]
+    ) -> ScriptKeys:
+        """sweep.lua: the shared indexes and queue streams, then for each due (request id, run id)
+        the request's hash and its run's hash and pending set (roles `req`, `run`, `pending` of
+        that request)."""
+        keys = self._shared(queues)
+        for rid, run_id in items:
+            keys.of_request(rid, "req", self.request(rid))
+            if run_id:
+                keys.of_request(rid, "run", self.run(run_id))
+                keys.of_request(rid, "pending", self.run_pending(run_id))
+        return keys
+
+    def note_keys(self, request_id: str) -> ScriptKeys:
+        """note.lua: the request's hash."""
+        return ScriptKeys().name("req", self.request(request_id))
+
+    def _shared(self, queues: Iterable[str]) -> ScriptKeys:
+        keys = ScriptKeys()
+        keys.name("expiry", self.expiry).name("requests", self.requests)
+        keys.name("counts", self.counts).name("resumes", self.resumes)
+        for queue in queues:
+            keys.stream(queue, self.stream(queue))
+        return keys
+
+
+class ScriptKeys:
+    """The KEYS of one script call, each under a role name the script looks it up by.
+
+    `args(...)` is the call's one JSON argument: the caller's values plus `k` (role -> position
+    in KEYS), `streams` (queue -> position) and, for steps on many requests, `r` (request id ->
+    role -> position), so the script never spells a key.
+    """
+
+    def __init__(self) -> None:
+        self.keys: list[str] = []
+        self.roles: dict[str, int] = {}
+        self.streams: dict[str, int] = {}
+        self.per_request: dict[str, dict[str, int]] = {}
+        self._positions: dict[str, int] = {}
+
+    def _position(self, key: str) -> int:
+        """1-based, as Lua counts; a key named twice is passed once."""
+        if key not in self._positions:
+            self.keys.append(key)
+            self._positions[key] = len(self.keys)
+        return self._positions[key]
+
+    def name(self, role: str, key: str) -> ScriptKeys:
+        self.roles[role] = self._position(key)
+        return self
+
+    def stream(self, queue: str, key: str) -> ScriptKeys:
+        self.streams[queue] = self._position(key)
+        return self
+
+    def of_request(self, request_id: str, role: str, key: str) -> ScriptKeys:
+        self.per_request.setdefault(request_id, {})[role] = self._position(key)
+        return self
+
+    def args(self, **values: Any) -> str:
+        return json.dumps(
+            {**values, "k": self.roles, "streams": self.streams, "r": self.per_request},
+            ensure_ascii=False,
+            separators=(",", ":"),
+        )

@@ -30,6 +30,7 @@ from redis.exceptions import ResponseError
 from broker.client import Broker
 from broker.keys import RESUMER_GROUP
 from broker.runs import enqueue_resume
+from broker.text import as_str, as_str_dict
 
 log = logging.getLogger("broker.outbox")
 
@@ -94,7 +95,7 @@ class Resumer:
             if "NOGROUP" in str(exc):
                 self._group_ready = False  # the stream or group was deleted: create it again
             raise
-        self._claimed = {_s(eid) for eid, _ in entries if eid is not None}
+        self._claimed = {as_str(eid) for eid, _ in entries if eid is not None}
         if any(eid is None for eid, _ in entries):
             self._drop_deleted()
         entries += list(got[0][1]) if got else []
@@ -103,9 +104,9 @@ class Resumer:
             if eid is None:
                 continue
             if f is None:  # deleted from the stream while pending: nothing to resume
-                self.ack(_s(eid))
+                self.ack(as_str(eid))
             else:
-                out.append((_s(eid), {_s(k): _s(v) for k, v in f.items()}))
+                out.append((as_str(eid), as_str_dict(f)))
         return out
 
     def _drop_deleted(self) -> None:
@@ -127,7 +128,7 @@ class Resumer:
             eid = row["message_id"]
             if not redis.xrange(self.stream, eid, eid):
                 redis.xack(self.stream, RESUMER_GROUP, eid)
-                log.info("outbox entry %s was deleted while pending; acknowledged", _s(eid))
+                log.info("outbox entry %s was deleted while pending; acknowledged", as_str(eid))
 
     def deliveries(self, entry_id: str) -> int:
         """How many times the group has handed this entry out (XPENDING), 0 if not pending."""
@@ -215,7 +216,3 @@ class Resumer:
             except Exception:  # noqa: BLE001 - a Redis hiccup must not end the loop
                 log.exception("resumer: reading the outbox failed; retrying")
                 stop.wait(1.0)
-
-
-def _s(value: bytes | str) -> str:
-    return value.decode() if isinstance(value, bytes) else value

@@ -1,11 +1,11 @@
 """Starting and following agent runs from an app, a test or the API.
 
-A run is started by enqueueing the agent job by name (`workers.jobs.run_agent`) on the RQ
-queue `agent-runs` with RQ's JSON serializer; the broker never imports worker code. A fully
-answered round is resumed by `workers.jobs.resume_agent` under the job id
-`resume-{run_id}-{round}`, so the same round can never be enqueued twice.
+A run is started by enqueueing its job (`broker.jobs.run_agent`) on the RQ queue `agent-runs`
+with RQ's JSON serializer; the broker never imports worker code, and names each job by its
+function, never by a string. A fully answered round is resumed by `broker.jobs.resume_agent`
+under the job id `resume-{run_id}-{round}`, so the same round can never be enqueued twice.
 
-Every job carries `on_failure=Callback("workers.jobs.mark_failed")`: when its last attempt ends
+Every job carries `on_failure=Callback(broker.jobs.mark_failed)`: when its last attempt ends
 without the runner recording the outcome (RQ finds it abandoned, or recording failed), the run
 is failed instead of staying `running`. A work horse killed outright (SIGKILL, out of memory)
 runs no callback; the worker's `work_horse_killed_handler` covers that (workers/worker.py).
@@ -23,12 +23,25 @@ from rq.serializers import JSONSerializer
 
 from broker.client import Broker
 from broker.errors import InvalidInput, NotFound
+from broker.jobs import RESUME_JOB, RUN_JOB, mark_failed, resume_agent, run_agent
 from broker.models import Run, RunStatus
+from broker.text import as_str
+
+__all__ = [
+    "FINAL",
+    "RESUME_JOB",
+    "RUN_JOB",
+    "RUN_QUEUE",
+    "enqueue_resume",
+    "known_agents",
+    "resume_job_id",
+    "run_job_id",
+    "run_queue",
+    "start_run",
+    "wait_run",
+]
 
 RUN_QUEUE = "agent-runs"
-RUN_JOB = "workers.jobs.run_agent"
-RESUME_JOB = "workers.jobs.resume_agent"
-FAILURE_CALLBACK = "workers.jobs.mark_failed"
 FINAL = (RunStatus.finished, RunStatus.failed)
 
 RETRY_INTERVALS: list[int] = [2, 10, 60]
@@ -57,13 +70,13 @@ def _job_options(job_id: str) -> dict[str, Any]:
         "job_timeout": JOB_TIMEOUT_S,
         "result_ttl": JOB_RESULT_TTL_S,
         "failure_ttl": JOB_RESULT_TTL_S,
-        "on_failure": Callback(FAILURE_CALLBACK),
+        "on_failure": Callback(mark_failed),
     }
 
 
 def known_agents(broker: Broker) -> set[str]:
     """Agents in the config plus those registered at run time (stored in Redis)."""
-    registered = {m.decode() for m in broker.redis.smembers(broker.keys.agents)}
+    registered = {as_str(m) for m in broker.redis.smembers(broker.keys.agents)}
     return set(broker.config.agents) | registered
 
 
@@ -85,7 +98,7 @@ def start_run(broker: Broker, agent: str, prompt: str, *, deps: Any = None) -> R
     run_id = fields["id"]
     with broker.redis.pipeline() as pipe:
         run_queue(broker).enqueue(
-            RUN_JOB, run_id, pipeline=pipe, **_job_options(run_job_id(run_id))
+            run_agent, run_id, pipeline=pipe, **_job_options(run_job_id(run_id))
         )
         pipe.hset(broker.keys.run(run_id), mapping=fields)
         pipe.execute()
@@ -96,7 +109,7 @@ def enqueue_resume(broker: Broker, run_id: str, round_no: int) -> bool:
     """Enqueue the resume of one round, once: False when that job already exists."""
     try:
         run_queue(broker).enqueue(
-            RESUME_JOB,
+            resume_agent,
             run_id,
             round_no,
             unique=True,

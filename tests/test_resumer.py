@@ -18,7 +18,7 @@ from broker.config import Config, Settings
 from broker.keys import RESUMER_GROUP
 from broker.models import Decision, NewRequest, RunStatus
 from broker.outbox import Resumer
-from broker.runs import resume_job_id, run_queue, start_run
+from broker.runs import RESUME_JOB, resume_job_id, run_queue, start_run
 from tests.conftest import wait_for, work
 from workers import resumer as resumer_module
 from workers.demo import Ledger
@@ -149,7 +149,7 @@ def test_a_decision_writes_the_outbox_entry_the_resumer_enqueues(broker: Broker)
     [handled] = resumer.run_once()
     assert (handled.run_id, handled.round, handled.action) == (run.id, 1, "enqueued")
     job = run_queue(broker).fetch_job(resume_job_id(run.id, 1))
-    assert job is not None and job.func_name == "workers.jobs.resume_agent"
+    assert job is not None and job.func_name == RESUME_JOB == "broker.jobs.resume_agent"
     assert job.args == [run.id, 1]
 
 

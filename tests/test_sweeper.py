@@ -17,9 +17,10 @@ import pytest
 from redis import Redis
 from redis.exceptions import ConnectionError as RedisConnectionError
 
-from broker.client import Broker, SweepResult
+from broker.client import Broker
 from broker.config import parse_config
 from broker.models import NewRequest, Status
+from broker.sweeping import SweepBatch
 from tests.conftest import wait_for
 from workers.sweeper import sweep_due, sweep_forever
 
@@ -164,16 +165,16 @@ def test_sweeper_keeps_going_after_redis_errors(
 ) -> None:
     broker = chain_broker
     request = broker.create_request(NewRequest(tool_name="t"))  # due in 0.3 s
-    real_sweep = broker.sweep
+    real_sweep = broker.sweep_batch
     outage = {"left": 2}
 
-    def flaky_sweep(**kwargs: Any) -> list[SweepResult]:
+    def flaky_sweep(**kwargs: Any) -> SweepBatch:
         if outage["left"]:
             outage["left"] -= 1
             raise RedisConnectionError("Redis is loading the dataset in memory")
         return real_sweep(**kwargs)
 
-    monkeypatch.setattr(broker, "sweep", flaky_sweep)
+    monkeypatch.setattr(broker, "sweep_batch", flaky_sweep)
     stop = threading.Event()
     sweeper = threading.Thread(
         target=sweep_forever,

@@ -97,7 +97,7 @@ def test_start_run_stores_a_queued_run_and_one_job(broker: Broker) -> None:
     run = start_run(broker, "refunds", "hi", deps={"limit": 5})
     assert run.status is RunStatus.queued and run.round == 0
     job = run_queue(broker).fetch_job(run_job_id(run.id))
-    assert job is not None and job.func_name == "workers.jobs.run_agent" and job.args == [run.id]
+    assert job is not None and job.func_name == "broker.jobs.run_agent" and job.args == [run.id]
     assert job.retries_left == 3 and job.retry_intervals == [2, 10, 60]
     assert broker.run_fields(run.id)["deps"] == '{"limit": 5}'
 

@@ -51,6 +51,7 @@ from redis import Redis
 
 from broker.agents import DepsContext, register_agent
 from broker.client import Broker
+from broker.keys import Keys
 from broker.runs import start_run
 
 AGENT_NAME = "refunds"
@@ -105,9 +106,9 @@ class Ledger:
             )
         self.redis = redis
         self.customer = customer
-        suffix = f":{customer}" if customer else ""
-        self.key = f"{prefix}demo:ledger{suffix}"
-        self.attempts_key = f"{prefix}demo:attempts{suffix}"
+        keys = Keys(prefix)
+        self.key = keys.demo_ledger(customer)
+        self.attempts_key = keys.demo_attempts(customer)
 
     def record(self, refund: Refund) -> Refund:
         """Write a refund unless the order has one; a retried call gets its own refund back.

@@ -11,7 +11,6 @@ from __future__ import annotations
 import logging
 import signal
 import threading
-import time
 from collections.abc import Callable
 
 from broker.client import Broker, SweepResult
@@ -28,16 +27,17 @@ def sweep_due(broker: Broker, *, now: float | None = None, batch: int = BATCH) -
     """Handle everything due at `now`, batch after batch, and return what was done."""
     done: list[SweepResult] = []
     while True:
-        results = broker.sweep(now=now, limit=batch)
-        done.extend(results)
-        if len(results) < batch:
+        swept = broker.sweep_batch(now=now, limit=batch)
+        done.extend(swept.results)
+        if swept.listed < batch:  # not `results`: another sweeper may have taken some
             return done
 
 
 def next_due_in(broker: Broker) -> float | None:
-    """Seconds until the earliest pending request expires (negative if overdue), or None."""
-    first = broker.redis.zrange(broker.keys.expiry, 0, 0, withscores=True)
-    return float(first[0][1]) - time.time() if first else None
+    """Seconds until the earliest pending request expires (negative if overdue), or None.
+
+    On Redis's clock, like the sweep: a host whose clock is off still wakes on time."""
+    return broker.next_due_in()
 
 
 def sweep_forever(

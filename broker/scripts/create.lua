@@ -1,41 +1,39 @@
 -- Create one request, or every request of one round of a run, in a single step.
--- ARGV: prefix, now, maxlen, run_id ('' for none), round, then the 18 field names
---       (the first is id, then ... queue at 12, expires_at at 16), then one JSON array of the
---       18 values per request (one argument each: far cheaper to send than 18).
--- Returns {'ok'}, {'exists'} when this run's round was already registered (a retried job),
--- or {'duplicate', id} when a request id is taken (nothing is written then).
-local prefix, now, maxlen, run_id, round = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5]
-local NAMES, N = 6, 18
-local FIRST = NAMES + N
-local requests = {}
-for i = FIRST, #ARGV do requests[#requests + 1] = cjson.decode(ARGV[i]) end
-local round_key
-if run_id ~= '' then
-  round_key = prefix .. 'run:' .. run_id .. ':round:' .. round
-  if redis.call('EXISTS', round_key) == 1 then return {'exists'} end
+-- KEYS by role: expiry, requests, counts, each request's hash (key_of(id, 'req')), the streams of their
+--   queues; for a run also run (its hash), round (its list of this round) and pending.
+-- A: maxlen, round, requests = [{id, timeout_s, fields = {name = value}}]; created_at and
+--   expires_at are set here, on Redis's clock.
+-- Returns {'ok', created_at, expires_at of each request...}, {'exists'} when this run's round
+-- was already registered (a retried job), or {'duplicate', id} when an id is taken (nothing is
+-- written then).
+local round_key = key('round')
+if round_key and redis.call('EXISTS', round_key) == 1 then return {'exists'} end
+for _, r in ipairs(A.requests) do
+  if redis.call('EXISTS', key_of(r.id, 'req')) == 1 then return {'duplicate', r.id} end
 end
-for _, values in ipairs(requests) do
-  if redis.call('EXISTS', prefix .. 'req:' .. values[1]) == 1 then return {'duplicate', values[1]} end
-end
-for _, values in ipairs(requests) do
-  local id, queue, expires_at = values[1], values[12], values[16]
-  local flat = {}
-  for j = 1, N do
-    flat[#flat + 1] = ARGV[NAMES + j - 1]
-    flat[#flat + 1] = values[j]
+local now = clock()
+local created = stamp(now)
+local out = {'ok', created}
+for _, r in ipairs(A.requests) do
+  local expires = stamp(now + tonumber(r.timeout_s))
+  local queue = r.fields.queue
+  local flat = {'id', r.id, 'created_at', created, 'expires_at', expires}
+  for name, value in pairs(r.fields) do
+    flat[#flat + 1] = name
+    flat[#flat + 1] = value
   end
-  redis.call('HSET', prefix .. 'req:' .. id, unpack(flat))
-  redis.call('ZADD', prefix .. 'expiry', expires_at, id)
-  redis.call('ZADD', prefix .. 'requests', now, id)
-  redis.call('HINCRBY', prefix .. 'counts', 'pending:' .. queue, 1)
-  redis.call('XADD', prefix .. 'stream:' .. queue, 'MAXLEN', '~', maxlen, '*',
-    'type', 'approval.requested', 'request_id', id, 'queue', queue)
+  redis.call('HSET', key_of(r.id, 'req'), unpack(flat))
+  redis.call('ZADD', key('expiry'), expires, r.id)
+  redis.call('ZADD', key('requests'), created, r.id)
+  count('pending:' .. queue, 1)
+  emit(queue, 'type', 'approval.requested', 'request_id', r.id, 'queue', queue)
   if round_key then
-    redis.call('RPUSH', round_key, id)
-    redis.call('SADD', prefix .. 'run:' .. run_id .. ':pending', id)
+    redis.call('RPUSH', round_key, r.id)
+    redis.call('SADD', key('pending'), r.id)
   end
+  out[#out + 1] = expires
 end
 if round_key then
-  redis.call('HSET', prefix .. 'run:' .. run_id, 'status', 'waiting', 'round', round, 'updated_at', now)
+  redis.call('HSET', key('run'), 'status', 'waiting', 'round', A.round, 'updated_at', created)
 end
-return {'ok'}
+return out

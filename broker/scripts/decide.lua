@@ -1,25 +1,29 @@
 -- Decide a pending request: the first decision wins.
--- ARGV: prefix, id, outcome, status, decision (JSON), args_hash ('' = unchecked), now, maxlen,
---       retention (seconds a decided request is kept), queue ('' = unchecked: else the
---       decision only applies while the request waits in that queue), once key ('' = none),
---       once ttl
--- Returns {'ok'} | {'not_found'} | {'replayed'} | {'conflict'} | {'stale_args'}
---         | {'wrong_kind', kind} | {'moved', queue}
-local id, outcome, status, decision = ARGV[2], ARGV[3], ARGV[4], ARGV[5]
-local given_hash, now, maxlen, retention = ARGV[6], ARGV[7], ARGV[8], ARGV[9]
-local in_queue, once_key, once_ttl = ARGV[10], ARGV[11], ARGV[12]
-local key = req_key(id)
-local f = redis.call('HMGET', key, 'status', 'kind', 'args_hash', 'queue')
-if not f[1] then return {'not_found'} end
-if spent(once_key) then return {'replayed'} end
-if f[1] ~= 'pending' then return {'conflict'} end
-if in_queue ~= '' and in_queue ~= f[4] then return {'moved', f[4]} end
-if given_hash ~= '' and given_hash ~= f[3] then return {'stale_args'} end
-local kind = f[2]
+-- KEYS by role: req, once (a one-time marker, optional), run and pending (the run the caller
+--   takes the request to belong to, optional), expiry, requests, counts, resumes; streams.
+-- A: id, outcome, status, decision (JSON text, decided_at is added here), args_hash (optional:
+--   else unchecked), in_queue (optional: else the decision applies in any queue), run_id (the
+--   run whose keys were given), once_ttl, maxlen, retention.
+-- Returns reply(): {'ok'} | {'replayed'} | {'conflict'} | {'stale_args'} | {'wrong_kind', kind}
+--   | {'moved', queue}, each followed by the request's fields; or {'not_found'}, or
+--   {'need_stream', queue} / {'need_run', run_id} (call again with those keys; nothing written).
+local rkey = key('req')
+local f = redis.call('HMGET', rkey, 'status', 'kind', 'args_hash', 'queue', 'run_id')
+if not f[1] then return {'not_found', ''} end
+if spent() then return reply(rkey, 'replayed') end
+if f[1] ~= 'pending' then return reply(rkey, 'conflict') end
+if A.in_queue and A.in_queue ~= f[4] then return reply(rkey, 'moved', f[4]) end
+if A.args_hash and A.args_hash ~= f[3] then return reply(rkey, 'stale_args') end
+local kind, outcome = f[2], A.outcome
 if (outcome == 'approved' or outcome == 'modified') and kind ~= 'approval' then
-  return {'wrong_kind', kind}
+  return reply(rkey, 'wrong_kind', kind)
 end
-if outcome == 'answered' and kind == 'approval' then return {'wrong_kind', kind} end
-finish(id, status, decision, 'approval.decided', now, maxlen, retention)
-spend(once_key, once_ttl)
-return {'ok'}
+if outcome == 'answered' and kind == 'approval' then return reply(rkey, 'wrong_kind', kind) end
+local lack = lacking(f[4], nil, f[5], A.run_id)
+if lack then return lack end
+local now = clock()
+local decision = with_fields(A.decision, {{'decided_at', iso(now)}})
+finish(rkey, A.id, A.status, decision, 'approval.decided', now,
+  {hash = key('run'), pending = key('pending')})
+spend()
+return reply(rkey, 'ok')

@@ -1,19 +1,21 @@
 -- Escalate a pending request to another handler queue by hand (a person's decision).
--- ARGV: prefix, id, target, expires_at, history entry (JSON), args_hash ('' = unchecked), maxlen,
---       once key ('' = none), once ttl
--- Returns {'ok', from} | {'not_found'} | {'replayed'} | {'conflict'} | {'stale_args'}
---         | {'same_queue'}
-local id, target, expires_at, entry = ARGV[2], ARGV[3], ARGV[4], ARGV[5]
-local given_hash, maxlen, once_key, once_ttl = ARGV[6], ARGV[7], ARGV[8], ARGV[9]
-local key = req_key(id)
-local f = redis.call('HMGET', key, 'status', 'queue', 'args_hash')
-if not f[1] then return {'not_found'} end
-if spent(once_key) then return {'replayed'} end
-if f[1] ~= 'pending' then return {'conflict'} end
-if given_hash ~= '' and given_hash ~= f[3] then return {'stale_args'} end
-if f[2] == target then return {'same_queue'} end
-local record = cjson.decode(entry)
-record['from_queue'] = f[2]
-move(id, f[2], target, expires_at, cjson.encode(record), maxlen)
-spend(once_key, once_ttl)
-return {'ok', f[2]}
+-- KEYS by role: req, once (optional), expiry, counts; streams (of its queue and the target).
+-- A: id, target, timeout_s (of the target queue), entry (history JSON text: at and from_queue are
+--   added here), args_hash (optional), once_ttl, maxlen.
+-- Returns reply(): {'ok', from} | {'replayed'} | {'conflict'} | {'stale_args'} | {'same_queue'},
+--   each followed by the request's fields; or {'not_found'} or {'need_stream', queue}.
+local rkey = key('req')
+local f = redis.call('HMGET', rkey, 'status', 'queue', 'args_hash')
+if not f[1] then return {'not_found', ''} end
+if spent() then return reply(rkey, 'replayed') end
+if f[1] ~= 'pending' then return reply(rkey, 'conflict') end
+if A.args_hash and A.args_hash ~= f[3] then return reply(rkey, 'stale_args') end
+local from, target = f[2], A.target
+if from == target then return reply(rkey, 'same_queue') end
+local lack = lacking(from, target, nil, nil)
+if lack then return lack end
+local now = clock()
+local entry = with_fields(A.entry, {{'at', iso(now)}, {'from_queue', from}})
+move(rkey, A.id, from, target, stamp(now + tonumber(A.timeout_s)), entry)
+spend()
+return reply(rkey, 'ok', from)

@@ -1,71 +1,146 @@
--- Shared helpers, prepended to the scripts that change a request's state.
--- ARGV[1] is always the key prefix; the key names mirror broker/keys.py.
-local prefix = ARGV[1]
+-- Shared helpers, prepended to every script.
+-- ARGV[1] is the call's one JSON argument. Its `k` maps role names to positions in KEYS, its
+-- `streams` maps queue names to their stream's position, and its `r` maps a request id to its
+-- keys' roles and positions (broker/keys.py, ScriptKeys): scripts find every key with key(role),
+-- stream_of(queue) or key_of(id, role) and never build a key name.
+local A = cjson.decode(ARGV[1])
 
-local function req_key(id) return prefix .. 'req:' .. id end
+local function key(role)
+  local i = A.k[role]
+  return i and KEYS[i]
+end
+
+local function key_of(id, role)
+  local roles = A.r[id]
+  local i = roles and roles[role]
+  return i and KEYS[i]
+end
+
+local function stream_of(queue)
+  local i = A.streams[queue]
+  return i and KEYS[i]
+end
+
+-- The one clock is Redis's (TIME): a caller whose clock is off can't expire anything early or
+-- late. An explicit `now` in the argument wins (tests that simulate the future).
+local function clock()
+  if A.now then return tonumber(A.now) end
+  local t = redis.call('TIME')
+  return tonumber(t[1]) + tonumber(t[2]) / 1000000
+end
+
+-- Epoch seconds as stored in hashes and used as scores: fixed six decimals.
+local function stamp(t) return string.format('%.6f', t) end
+
+-- Epoch seconds as ISO 8601 in UTC, the form pydantic writes (days to civil date: H. Hinnant).
+local function iso(t)
+  local secs = math.floor(t)
+  local usec = math.floor((t - secs) * 1000000 + 0.5)
+  if usec >= 1000000 then secs, usec = secs + 1, usec - 1000000 end
+  local days = math.floor(secs / 86400)
+  local rem = secs - days * 86400
+  local z = days + 719468
+  local era = math.floor(z / 146097)
+  local doe = z - era * 146097
+  local yoe = math.floor((doe - math.floor(doe / 1460) + math.floor(doe / 36524)
+    - math.floor(doe / 146096)) / 365)
+  local doy = doe - (365 * yoe + math.floor(yoe / 4) - math.floor(yoe / 100))
+  local mp = math.floor((5 * doy + 2) / 153)
+  local day = doy - math.floor((153 * mp + 2) / 5) + 1
+  local month = mp < 10 and mp + 3 or mp - 9
+  local year = yoe + era * 400 + (month <= 2 and 1 or 0)
+  return string.format('%04d-%02d-%02dT%02d:%02d:%02d.%06dZ', year, month, day,
+    math.floor(rem / 3600), math.floor(rem % 3600 / 60), rem % 60, usec)
+end
+
+-- Put string fields first in a JSON object's text without decoding it: cjson would not give
+-- the rest back byte for byte (numbers, empty arrays). `pairs` is a list of {name, value}.
+local function with_fields(json_obj, pairs_list)
+  local parts = {}
+  for _, p in ipairs(pairs_list) do parts[#parts + 1] = cjson.encode(p[1]) .. ':' .. cjson.encode(p[2]) end
+  local rest = string.sub(json_obj, 2)
+  if rest ~= '}' then rest = ',' .. rest end
+  return '{' .. table.concat(parts, ',') .. rest
+end
 
 -- Append one JSON object to the request's JSON `history` array.
-local function append_history(key, entry_json)
-  local h = redis.call('HGET', key, 'history')
+local function append_history(rkey, entry_json)
+  local h = redis.call('HGET', rkey, 'history')
   if (not h) or h == '' or h == '[]' then
     h = '[' .. entry_json .. ']'
   else
     h = string.sub(h, 1, -2) .. ',' .. entry_json .. ']'
   end
-  redis.call('HSET', key, 'history', h)
+  redis.call('HSET', rkey, 'history', h)
 end
 
 -- Fleet-wide gauges and counters for /metrics: `pending:QUEUE` and `STATUS:QUEUE`.
 local function count(field, by)
-  redis.call('HINCRBY', prefix .. 'counts', field, by)
+  redis.call('HINCRBY', key('counts'), field, by)
 end
 
-local function emit(queue, maxlen, ...)
-  redis.call('XADD', prefix .. 'stream:' .. queue, 'MAXLEN', '~', maxlen, '*', ...)
+local function emit(queue, ...)
+  redis.call('XADD', stream_of(queue), 'MAXLEN', '~', A.maxlen, '*', ...)
 end
 
--- Give a pending request its final status, tell its queue, and when it was the last
--- pending call of its run's round, write the resume to the outbox in this same step.
--- A decided request is kept `retention` seconds, then Redis forgets it.
-local function finish(id, status, decision_json, event_type, now, maxlen, retention)
-  local key = req_key(id)
-  local f = redis.call('HMGET', key, 'queue', 'run_id', 'round')
-  redis.call('HSET', key, 'status', status, 'decision', decision_json)
-  redis.call('EXPIRE', key, retention)
-  redis.call('ZREM', prefix .. 'expiry', id)
-  redis.call('ZADD', prefix .. 'requests', now, id)  -- the index is by last change
+-- The reply of a step on one request: a code, a detail, then the request's fields as stored
+-- (HGETALL), so the caller needs no read before or after.
+local function reply(rkey, code, detail)
+  local out = {code, detail or ''}
+  for _, v in ipairs(redis.call('HGETALL', rkey)) do out[#out + 1] = v end
+  return out
+end
+
+-- What this call lacks to change a request waiting in `queue` (and moving to `to`) that belongs
+-- to run `run_id` ('' for none), when the caller passed the keys of run `given_run`: nil when
+-- nothing. The caller then calls again with that key; nothing was written.
+local function lacking(queue, to, run_id, given_run)
+  if not stream_of(queue) then return {'need_stream', queue} end
+  if to and not stream_of(to) then return {'need_stream', to} end
+  if run_id and run_id ~= '' and run_id ~= given_run then return {'need_run', run_id} end
+  return nil
+end
+
+-- Give a pending request its final status, tell its queue, and when it was the last pending
+-- call of its run's round, write the resume to the outbox in this same step. `run` holds the
+-- run's hash and pending set. A decided request is kept `retention` seconds, then Redis forgets it.
+local function finish(rkey, id, status, decision_json, event_type, now, run)
+  local f = redis.call('HMGET', rkey, 'queue', 'run_id', 'round')
+  redis.call('HSET', rkey, 'status', status, 'decision', decision_json)
+  redis.call('EXPIRE', rkey, A.retention)
+  redis.call('ZREM', key('expiry'), id)
+  redis.call('ZADD', key('requests'), stamp(now), id)  -- the index is by last change
   count('pending:' .. f[1], -1)
   count(status .. ':' .. f[1], 1)
-  emit(f[1], maxlen, 'type', event_type, 'request_id', id, 'queue', f[1])
-  local run_id = f[2]
-  if run_id and run_id ~= '' then
-    local pending = prefix .. 'run:' .. run_id .. ':pending'
-    if redis.call('SREM', pending, id) == 1 and redis.call('SCARD', pending) == 0 then
-      redis.call('XADD', prefix .. 'resumes', '*', 'run_id', run_id, 'round', f[3])
-      redis.call('HSET', prefix .. 'run:' .. run_id, 'status', 'queued', 'updated_at', now)
+  emit(f[1], 'type', event_type, 'request_id', id, 'queue', f[1])
+  if f[2] and f[2] ~= '' then
+    if redis.call('SREM', run.pending, id) == 1 and redis.call('SCARD', run.pending) == 0 then
+      redis.call('XADD', key('resumes'), '*', 'run_id', f[2], 'round', f[3])
+      redis.call('HSET', run.hash, 'status', 'queued', 'updated_at', stamp(now))
     end
   end
 end
 
--- Move a pending request to another handler queue: still pending, new expiry, history
--- entry, and an `approval.escalated` event on both the old queue and the new one.
-local function move(id, from, to, expires_at, entry_json, maxlen)
-  local key = req_key(id)
-  redis.call('HSET', key, 'queue', to, 'expires_at', expires_at)
-  append_history(key, entry_json)
-  redis.call('ZADD', prefix .. 'expiry', expires_at, id)
+-- Move a pending request to another handler queue: still pending, new expiry, history entry,
+-- and an `approval.escalated` event on both the old queue and the new one.
+local function move(rkey, id, from, to, expires_at, entry_json)
+  redis.call('HSET', rkey, 'queue', to, 'expires_at', expires_at)
+  append_history(rkey, entry_json)
+  redis.call('ZADD', key('expiry'), expires_at, id)
   count('pending:' .. from, -1)
   count('pending:' .. to, 1)
-  emit(from, maxlen, 'type', 'approval.escalated', 'request_id', id, 'queue', from, 'from', from, 'to', to)
-  emit(to, maxlen, 'type', 'approval.escalated', 'request_id', id, 'queue', to, 'from', from, 'to', to)
+  emit(from, 'type', 'approval.escalated', 'request_id', id, 'queue', from, 'from', from, 'to', to)
+  emit(to, 'type', 'approval.escalated', 'request_id', id, 'queue', to, 'from', from, 'to', to)
 end
 
 -- A one-time marker (a webhook-id, an email link) checked and spent in the same step as the
--- decision it carries: '' means none. Returns true when it was already spent.
-local function spent(once_key)
-  return once_key ~= '' and redis.call('EXISTS', once_key) == 1
+-- decision it carries: role `once`, absent for none. Returns true when it was already spent.
+local function spent()
+  local once = key('once')
+  return once and redis.call('EXISTS', once) == 1
 end
 
-local function spend(once_key, ttl)
-  if once_key ~= '' then redis.call('SET', once_key, '1', 'EX', ttl) end
+local function spend()
+  local once = key('once')
+  if once then redis.call('SET', once, '1', 'EX', A.once_ttl) end
 end

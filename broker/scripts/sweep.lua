@@ -1,44 +1,51 @@
--- Handle up to `limit` requests whose expiry is due, in one step: escalate each to its
--- queue's escalate_to (still pending) or time it out. Cost grows with what is due only.
--- ARGV: prefix, now, now_iso, limit, routes (JSON {queue: {to = name|false, timeout = s}}),
---       maxlen, timed-out decision template (JSON with "%s" for the seconds waited), retention
-
--- Returns a flat list: id, action ('escalated'|'timed_out'), from, to-or-''.
-local now, now_iso, limit = tonumber(ARGV[2]), ARGV[3], tonumber(ARGV[4])
-local routes, maxlen = cjson.decode(ARGV[5]), ARGV[6]
-local template, retention = ARGV[7], tonumber(ARGV[8])
--- Forget index entries whose last change is older than the retention (their hashes have
--- expired); a request still pending that long is kept, its entry moved to now.
-local stale = redis.call('ZRANGEBYSCORE', prefix .. 'requests', '-inf', now - retention, 'LIMIT', 0, limit)
-for _, id in ipairs(stale) do
-  if redis.call('ZSCORE', prefix .. 'expiry', id) then
-    redis.call('ZADD', prefix .. 'requests', now, id)
-  else
-    redis.call('ZREM', prefix .. 'requests', id)
-  end
-end
-local due = redis.call('ZRANGEBYSCORE', prefix .. 'expiry', '-inf', now, 'LIMIT', 0, limit)
+-- The second step of a sweep: escalate each request due.lua listed to its queue's escalate_to
+-- (still pending) or time it out. Each is checked again here, since another sweeper or a
+-- decision may have got there between the two steps: only one still pending and still due
+-- (on this step's clock) is touched.
+-- KEYS by role: expiry, requests, counts, resumes; streams; per item key_of(id, ...) `req`, and
+--   `run` and `pending` of the run the caller takes it to belong to.
+-- A: items = [{id, run (optional)}], routes = {queue = {to = name|false, timeout = s}},
+--   reason (the timed-out reason, "%s" for the seconds waited), maxlen, retention, now
+--   (optional: else Redis's clock).
+-- Returns a flat list: id, action, from, to-or-''; action is 'escalated' or 'timed_out', or
+-- 'need_stream' / 'need_run' with the lacking queue or run in place of `from` (call again for
+-- that id with those keys; nothing was written for it).
+local now = clock()
+local now_iso = iso(now)
+local routes = A.routes
 local out = {}
-for _, id in ipairs(due) do
-  local key = req_key(id)
-  local f = redis.call('HMGET', key, 'status', 'queue', 'created_at')
-  if f[1] ~= 'pending' then
-    redis.call('ZREM', prefix .. 'expiry', id)
-  else
-    local queue = f[2]
-    local route = routes[queue]
-    local to = route and route['to']
-    if to and to ~= cjson.null and routes[to] then
-      local expires_at = now + tonumber(routes[to]['timeout'])
-      local entry = cjson.encode({at = now_iso, event = 'escalated', by = 'sweeper',
-        from_queue = queue, to_queue = to, reason = 'no decision in queue ' .. queue .. ' in time'})
-      move(id, queue, to, string.format('%.6f', expires_at), entry, maxlen)
-      out[#out + 1] = id; out[#out + 1] = 'escalated'; out[#out + 1] = queue; out[#out + 1] = to
+local function add(id, action, from, to)
+  out[#out + 1] = id; out[#out + 1] = action; out[#out + 1] = from; out[#out + 1] = to
+end
+for _, item in ipairs(A.items) do
+  local id = item.id
+  local rkey = key_of(id, 'req')
+  local score = redis.call('ZSCORE', key('expiry'), id)
+  if score and tonumber(score) <= now then
+    local f = redis.call('HMGET', rkey, 'status', 'queue', 'created_at', 'run_id')
+    if f[1] ~= 'pending' then
+      redis.call('ZREM', key('expiry'), id)
     else
-      local waited = string.format('%d', math.floor(now - tonumber(f[3] or now) + 0.5))
-      local decision = string.gsub(template, '%%s', waited)
-      finish(id, 'timed_out', decision, 'approval.timed_out', ARGV[2], maxlen, retention)
-      out[#out + 1] = id; out[#out + 1] = 'timed_out'; out[#out + 1] = queue; out[#out + 1] = ''
+      local queue = f[2]
+      local route = routes[queue]
+      local to = route and route['to']
+      if not (to and to ~= cjson.null and routes[to]) then to = nil end
+      local lack = lacking(queue, to, f[4], item.run)
+      if lack then
+        add(id, lack[1], lack[2], '')
+      elseif to then
+        local entry = cjson.encode({at = now_iso, event = 'escalated', by = 'sweeper',
+          from_queue = queue, to_queue = to, reason = 'no decision in queue ' .. queue .. ' in time'})
+        move(rkey, id, queue, to, stamp(now + tonumber(routes[to]['timeout'])), entry)
+        add(id, 'escalated', queue, to)
+      else
+        local waited = string.format('%d', math.floor(now - tonumber(f[3] or now) + 0.5))
+        local decision = cjson.encode({outcome = 'timed_out', decided_by = 'sweeper',
+          decided_at = now_iso, reason = string.gsub(A.reason, '%%s', waited)})
+        local run = item.run and {hash = key_of(id, 'run'), pending = key_of(id, 'pending')}
+        finish(rkey, id, 'timed_out', decision, 'approval.timed_out', now, run)
+        add(id, 'timed_out', queue, '')
+      end
     end
   end
 end

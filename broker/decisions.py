@@ -1,0 +1,197 @@
+"""Decisions: recording a person's (or a system's) outcome, or moving a request to another queue.
+
+Each is one Lua step (decide.lua, escalate.lua): the first decision wins, a one-time marker is
+spent with it, and the last answered call of a round writes its run's resume to the outbox in
+the same step. The step replies with the request as stored, so there is no read around it.
+Who may decide, and what a channel's reply means, is decided before this (api/, deciding).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from broker.errors import Conflict, InvalidInput, NotFound
+from broker.ids import run_of_request
+from broker.models import Decision, Outcome, Request, Status
+from broker.request_hash import parse_flat
+from broker.requests import Requests
+from broker.store import Store
+
+Once = tuple[str, int]
+"""A one-time marker: its Redis key (see `Keys.seen`) and how long it is kept, in seconds."""
+
+OUTCOME_STATUS = {
+    Outcome.approved: Status.approved,
+    Outcome.modified: Status.modified,
+    Outcome.rejected: Status.rejected,
+    Outcome.answered: Status.answered,
+}
+_CONFLICTS = {
+    "conflict": ("conflict", "request {id} is already {status}"),
+    "replayed": ("replayed", "this reply was already received; request {id} is {status}"),
+    "moved": ("escalated", "request {id} was escalated to {queue}"),
+}
+_TRIES = 5
+"""Calls of one step at most: the first, plus one per key it turned out to need (see `_step`)."""
+
+
+class Decisions:
+    def __init__(self, store: Store, requests: Requests) -> None:
+        self.store = store
+        self.requests = requests
+
+    def decide(
+        self,
+        request_id: str,
+        decision: Decision,
+        *,
+        decided_by: str,
+        in_queue: str | None = None,
+        once: Once | None = None,
+    ) -> Request:
+        """Record a decision; the first one wins.
+
+        Raises `Conflict` (carrying the request as it stands) when it was already decided or timed
+        out, `InvalidInput` for a decision that can never apply, `NotFound` for an unknown id.
+        With `in_queue`, the decision only applies while the request waits in that queue (a
+        link mailed to one queue's people); otherwise `Conflict` with code `escalated`.
+        With `once` (a marker key and its lifetime: a webhook-id, an email link), the marker is
+        checked and spent in the same atomic step; a spent one is `Conflict` code `replayed`.
+        """
+        if decision.outcome is Outcome.escalated:
+            return self.escalate(
+                request_id,
+                decision.target,
+                reason=decision.reason,
+                by=decided_by,
+                args_hash=decision.args_hash,
+                once=once,
+            )
+        if decision.outcome not in OUTCOME_STATUS:
+            raise InvalidInput(f"outcome {decision.outcome.value!r} can't be given as a decision")
+        # decided_at is left out: the step sets it, on Redis's clock
+        recorded = decision.model_copy(update={"decided_by": decided_by, "decided_at": None})
+        result = self._step(
+            "decide",
+            request_id,
+            once,
+            outcome=decision.outcome.value,
+            status=OUTCOME_STATUS[decision.outcome].value,
+            decision=json.dumps(recorded.public(), separators=(",", ":"), ensure_ascii=False),
+            args_hash=decision.args_hash or None,
+            in_queue=in_queue or None,
+            retention=self.store.retention,
+        )
+        return self._outcome(result, request_id, decision)
+
+    def escalate(
+        self,
+        request_id: str,
+        target: str | None = None,
+        *,
+        reason: str | None = None,
+        by: str,
+        args_hash: str | None = None,
+        once: Once | None = None,
+    ) -> Request:
+        """Move a pending request to another handler queue (default: its queue's `escalate_to`).
+
+        `once` works as for `decide`.
+        """
+        config = self.store.config
+        if target is None:
+            current = self.requests.get_request(request_id)
+            if not current.is_pending:
+                raise Conflict(
+                    f"request {request_id} is already {current.status.value}", request=current
+                )
+            target = config.escalation_target(current.queue)
+            if target is None:
+                raise InvalidInput(
+                    f"queue {current.queue!r} has no escalate_to; name a target queue",
+                    code="no_target",
+                )
+        self.store.check_queue(target)
+        # `at` and `from_queue` are added by the step, which knows both
+        entry = {"event": "escalated", "by": by, "to_queue": target, "reason": reason}
+        result = self._step(
+            "escalate",
+            request_id,
+            once,
+            target=target,
+            timeout_s=config.timeout_for(target),
+            entry=json.dumps({k: v for k, v in entry.items() if v is not None}),
+            args_hash=args_hash or None,
+        )
+        return self._outcome(result, request_id, None)
+
+    def _step(self, name: str, request_id: str, once: Once | None, **args: Any) -> list[Any]:
+        """Run a step on one request with every key it may touch in KEYS.
+
+        Which keys those are depends on stored fields: the streams of the queue the request
+        waits in (and moves to), and its run's keys. We pass the streams of every configured
+        queue and the run the request id names (`broker.ids`), without a read. The step checks,
+        atomically and before writing anything, that what it is about to write is among them;
+        if not (a request left in a queue since dropped from the config, an id not in the round
+        format), it writes nothing and replies `need_stream`/`need_run` with the name, and we
+        call again with that key too. Fields can change between two calls, but each call judges
+        them afresh inside its own atomic step, so the retry is as safe as the first try.
+        """
+        keys = self.store.keys
+        run_id = (
+            run_of_request(request_id) if name == "decide" else None
+        )  # escalating ends no round
+        extra: list[str] = []
+        once_key, once_ttl = once if once else (None, None)
+        values = {k: v for k, v in args.items() if v is not None}  # JSON null is truthy in Lua
+        for _ in range(_TRIES):
+            script_keys = keys.decide_keys(
+                request_id, run_id, [*self.store.config.queues, *extra], once_key
+            )
+            result = self.store.scripts.run(
+                name,
+                script_keys,
+                id=request_id,
+                maxlen=self.store.maxlen,
+                **({"run_id": run_id} if run_id else {}),
+                **({"once_ttl": once_ttl} if once_key else {}),
+                **values,
+            )
+            if result[0] == "need_stream":
+                extra.append(result[1])
+            elif result[0] == "need_run":
+                run_id = result[1]
+            else:
+                return result
+        raise RuntimeError(f"{name} of {request_id} kept asking for more keys: {result!r}")
+
+    def _outcome(self, result: list[Any], request_id: str, decision: Decision | None) -> Request:
+        """The request a step replied with, or the error its code means."""
+        code, detail, fields = result[0], result[1], result[2:]
+        if code == "ok":
+            return parse_flat(fields)
+        if code == "not_found":
+            raise NotFound(f"no request with id {request_id!r}")
+        if code in _CONFLICTS:
+            current = parse_flat(fields)
+            conflict_code, message = _CONFLICTS[code]
+            text = message.format(id=request_id, status=current.status.value, queue=current.queue)
+            raise Conflict(text, request=current, code=conflict_code)
+        if code == "stale_args":
+            raise InvalidInput(
+                f"args_hash does not match request {request_id}'s args: the decision was made on other args",
+                code="stale_args",
+            )
+        if code == "wrong_kind":
+            outcome = decision.outcome.value if decision else "?"
+            raise InvalidInput(
+                f"outcome {outcome!r} does not apply to a request of kind {detail!r}",
+                code="wrong_kind",
+            )
+        if code == "same_queue":
+            current = parse_flat(fields)
+            raise InvalidInput(
+                f"request {request_id} is already in queue {current.queue!r}", code="same_queue"
+            )
+        raise RuntimeError(f"unexpected script result {result!r}")

@@ -1,0 +1,41 @@
+"""What every broker service works on: one Redis client, its scripts, the key schema, the config.
+
+The services (`requests`, `decisions`, `sweeping`, `run_store`, `dead_letters`) share one
+`Store`, so a change to the config (tests do that) is seen by all of them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from redis import Redis
+
+from broker.config import Config
+from broker.errors import InvalidInput
+from broker.keys import Keys
+from broker.scripts import Scripts
+
+
+@dataclass
+class Store:
+    redis: Redis
+    config: Config
+    keys: Keys
+    scripts: Scripts
+
+    @property
+    def maxlen(self) -> int:
+        """Approximate length cap of every stream the broker writes."""
+        return self.config.broker.stream_maxlen
+
+    @property
+    def retention(self) -> int:
+        """Seconds a decided request (or an ended run) is kept."""
+        return int(self.config.broker.retention_s)
+
+    def check_queue(self, queue: str) -> None:
+        if queue not in self.config.queues:
+            known = ", ".join(sorted(self.config.queues))
+            raise InvalidInput(
+                f"queue {queue!r} is not defined (known: {known})", code="unknown_queue"
+            )

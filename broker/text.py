@@ -1,0 +1,24 @@
+"""Redis replies as text: the broker's client does not decode, so this is the one place that does.
+
+Undecodable bytes become U+FFFD rather than an exception: a malformed entry written by something
+else must not crash the reader (it is reported, or dead-lettered, as what it is).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import overload
+
+
+@overload
+def as_str(value: bytes | str) -> str: ...
+@overload
+def as_str(value: None) -> None: ...
+def as_str(value: bytes | str | None) -> str | None:
+    """A Redis reply (bytes) as str; str and None pass through."""
+    return value.decode("utf-8", "replace") if isinstance(value, bytes) else value
+
+
+def as_str_dict(raw: Mapping[bytes, bytes] | Mapping[str, str] | None) -> dict[str, str]:
+    """A hash or stream entry (HGETALL, XRANGE fields) as a dict of str."""
+    return {as_str(k): as_str(v) for k, v in (raw or {}).items()}
