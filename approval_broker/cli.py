@@ -18,6 +18,7 @@ from pydantic import ValidationError
 from redis import Redis
 from redis.exceptions import RedisError
 
+from approval_broker.rules_cli import rules_app
 from broker.auth import hash_token, new_token
 from broker.client import Broker
 from broker.config import Config, Settings, load_config
@@ -33,6 +34,7 @@ app = typer.Typer(
 )
 token_app = typer.Typer(help="Manage approver tokens.", no_args_is_help=True)
 app.add_typer(token_app, name="token")
+app.add_typer(rules_app, name="rules")
 
 
 DataDir = Annotated[
