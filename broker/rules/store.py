@@ -69,6 +69,7 @@ class _Cache:
     version: bytes | None
     tools: dict[str, _Bucket] = field(default_factory=dict)
     globs: _Bucket | None = None
+    globs_for: dict[str, _Bucket] = field(default_factory=dict)  # tool name -> globs covering it
 
 
 class RuleStore:
@@ -273,19 +274,23 @@ class RuleStore:
         return _Bucket.of(r for r in rules if r.is_active(now))
 
     def _buckets(self, tool_name: str) -> tuple[_Bucket, _Bucket]:
+        """This tool's rules and the glob rules that cover its name, both bucketed by scope."""
         cache = self._fresh()
-        globs = cache.globs
-        if globs is None:
-            globs = cache.globs = self._load(self.keys.globs)
         bucket = cache.tools.get(tool_name)
         if bucket is None:
             bucket = cache.tools[tool_name] = self._load(self.keys.by_tool(tool_name))
+        globs = cache.globs_for.get(tool_name)
+        if globs is None:
+            if cache.globs is None:
+                cache.globs = self._load(self.keys.globs)
+            covering = (r for r in cache.globs.every if matches_tool(r, tool_name))
+            globs = cache.globs_for[tool_name] = _Bucket.of(covering)
         return bucket, globs
 
     def candidates(self, tool_name: str) -> list[Rule]:
         """Every unrevoked, unexpired rule that may cover a call of this tool."""
         bucket, globs = self._buckets(tool_name)
-        return bucket.every + [r for r in globs.every if matches_tool(r, tool_name)]
+        return bucket.every + globs.every
 
     def match(self, call: Call, now: datetime | None = None) -> tuple[Effect, Rule] | None:
         """The rule that decides this call (deny beats allow), or None: a person is asked."""
