@@ -256,3 +256,14 @@ def test_a_config_id_taken_by_an_api_rule_is_refused(store: RuleStore, cfg: Conf
     with pytest.raises(ConfigError, match="id 'small' is taken by a rule 'pat' made"):
         sync_config_rules(store, rules)
     assert store.get("small").effect == "allow"
+
+
+def test_the_readme_rules_example_is_a_valid_policy(cfg: Config) -> None:
+    import re
+    import tomllib
+    from pathlib import Path
+
+    readme = (Path(__file__).parent.parent / "README.md").read_text()
+    [example] = re.findall(r"```toml rules\n(.*?)```", readme, flags=re.S)
+    [rule] = parse_config_rules(tomllib.loads(example)["rules"], cfg)
+    assert rule.effect == "deny" and rule.args == {"amount": {"gt": 10000}}
