@@ -124,19 +124,33 @@ def test_the_cache_rereads_only_when_the_version_moves(store: RuleStore, redis: 
     assert other.match(Call("refund", run_id="run_9")) == ("deny", b)
 
 
-def test_expired_rules_leave_the_index(store: RuleStore, redis: Redis) -> None:
-    soon = datetime.now(UTC) + timedelta(milliseconds=300)
+class Clock:
+    def __init__(self) -> None:
+        self.now = time.time()
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_expired_rules_stop_matching_and_leave_the_index(redis: Redis, cfg: Config) -> None:
+    clock = Clock()
+    store = RuleStore(redis, cfg, prefix="t:", clock=clock)
+    soon = datetime.fromtimestamp(clock.now + 60, UTC)
     r = add(store, expires_at=soon.isoformat())
     assert store.match(Call("refund"))[1].id == r.id
-    while datetime.now(UTC) < soon:
-        time.sleep(0.01)
-    add(store, tool="other")  # a version bump, so the store re-reads
+    assert store.hit(r.id)
+    clock.now += 60
+    assert store.match(Call("refund")) is None  # the cached rule is checked against the clock
+    assert not store.hit(r.id)
+    add(store, tool="other")  # a version bump: the store re-reads and prunes the index
     assert store.match(Call("refund")) is None
     assert not redis.sismember("t:rules:tool:refund", r.id)
-    assert store.get(r.id).is_active(datetime.now(UTC)) is False
+    assert [x.id for x in store.list(active=False)] == [r.id]
+    with pytest.raises(InvalidInput, match="^expires_at: is already past"):
+        add(store, expires_at=soon.isoformat())
 
 
-def test_hit_counts_and_refuses_revoked_or_expired(store: RuleStore) -> None:
+def test_hit_counts_and_refuses_revoked(store: RuleStore) -> None:
     r = add(store)
     assert store.hit(r.id) and store.hit(r.id)
     got = store.get(r.id)
@@ -144,8 +158,6 @@ def test_hit_counts_and_refuses_revoked_or_expired(store: RuleStore) -> None:
     store.revoke(r.id)
     assert not store.hit(r.id)
     assert store.get(r.id).hits == 2
-    past = add(store, expires_at="2000-01-01T00:00:00Z")
-    assert not store.hit(past.id)
     assert not store.hit("rule_gone")
 
 
@@ -230,6 +242,7 @@ def test_config_rules_load_idempotently_and_a_dropped_one_is_revoked(
     ]
     assert sync_config_rules(store, parse_config_rules(raw, cfg)) is True
     store.hit("small")
+    first_created = store.get("small").created_at
     version = redis.get("t:rules:version")
     assert sync_config_rules(store, parse_config_rules(raw, cfg)) is False
     assert redis.get("t:rules:version") == version
@@ -242,6 +255,7 @@ def test_config_rules_load_idempotently_and_a_dropped_one_is_revoked(
     edited = [{**raw[0], "args": {"amount": {"le": 20}}}]
     assert sync_config_rules(store, parse_config_rules(edited, cfg)) is True
     assert store.get("small").hits == 1
+    assert store.get("small").created_at == first_created
     assert store.match(Call("refund", args={"amount": 30})) is None
     assert store.match(Call("wire")) is None
     assert store.get("no-wires").revoked_at is not None

@@ -11,7 +11,7 @@ from typing import Any
 from broker.config import Config
 from broker.errors import ConfigError, InvalidInput
 from broker.rules.models import Rule, RuleBody, parse_body
-from broker.rules.records import epoch
+from broker.rules.records import epoch, to_fields
 from broker.rules.store import CONFIG_CREATOR, RuleStore
 
 
@@ -62,7 +62,7 @@ def _problem(body: RuleBody, config: Config, seen: set[str]) -> str | None:
 def sync_config_rules(store: RuleStore, rules: list[Rule]) -> bool:
     """Make the store hold exactly the config's rules, in one transaction; True if it changed.
 
-    A config rule keeps its `created_at` and hits across restarts; one the config no longer has
+    A config rule keeps its `created_at` and hits across restarts (only its body is rewritten); one the config no longer has
     is revoked (kept and listed, still the config's: putting it back re-activates it). An id already taken by a rule made through the API is refused.
     """
     keys = store.keys
@@ -80,13 +80,12 @@ def sync_config_rules(store: RuleStore, rules: list[Rule]) -> bool:
     pipe = store.redis.pipeline()
     for rule_id, rule in wanted.items():
         old = existing.get(rule_id)
-        if old is not None and old.revoked_at is None and _same_body(old, rule):
+        if old is None:
+            store.write(pipe, rule.model_copy(update={"created_at": now}))
+        elif old.revoked_at is not None or not _same_body(old, rule):
+            _rewrite_body(pipe, store, old, rule)
+        else:
             continue
-        keep = {"created_at": now, "hits": 0, "last_hit_at": None}
-        if old is not None:
-            keep = {"created_at": old.created_at, "hits": old.hits, "last_hit_at": old.last_hit_at}
-            pipe.srem(keys.index(old.tool), rule_id)
-        store.write(pipe, rule.model_copy(update=keep))
         pipe.sadd(keys.from_config, rule_id)
         changed = True
     for rule_id in known - set(wanted):
@@ -98,6 +97,18 @@ def sync_config_rules(store: RuleStore, rules: list[Rule]) -> bool:
             changed = True
     pipe.execute()
     return changed
+
+
+def _rewrite_body(pipe: Any, store: RuleStore, old: Rule, rule: Rule) -> None:
+    """Replace the body fields only, so hits counted meanwhile by another process stay."""
+    keys = store.keys
+    fields = {k: v for k, v in to_fields(rule).items() if k in RuleBody.model_fields}
+    gone = [k for k in RuleBody.model_fields if k not in fields] + ["revoked_at"]
+    pipe.hdel(keys.rule(rule.id), *gone)
+    pipe.hset(keys.rule(rule.id), mapping=fields)
+    pipe.srem(keys.index(old.tool), rule.id)
+    pipe.sadd(keys.index(rule.tool), rule.id)
+    pipe.incr(keys.version)
 
 
 def _same_body(a: Rule, b: Rule) -> bool:

@@ -123,6 +123,8 @@ class RuleStore:
     ) -> Rule:
         """Store a new rule, indexed by its tool; one transaction, so nothing half-written."""
         self.check_names(body)
+        if body.expires_at is not None and body.expires_at <= self.now():
+            raise InvalidInput("expires_at: is already past", code="invalid_rule")
         rule = Rule.model_validate(
             {
                 **body.model_dump(),
