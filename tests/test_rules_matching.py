@@ -249,3 +249,14 @@ def test_bad_bodies_in_the_config_name_the_key() -> None:
         parse_body({"effect": "deny", "tool": "t", "args": {"amount": {"between": 1}}}, "rules[2]")
     with pytest.raises(InvalidInput, match=r"^rules\[0\]: must be an object"):
         parse_body(["effect"], "rules[0]")
+
+
+def test_a_call_of_a_request_carries_what_rules_look_at() -> None:
+    req = _request(["finance"]).model_copy(update={"run_id": "run_1", "args": {"amount": 5}})
+    c = Call.of(req, agent="refunds")
+    assert c == Call(
+        "refund", {"amount": 5}, "run_1", "refunds", "default", "approval", ("finance",)
+    )
+    r = rule(run_id="run_1").model_copy(update={"creator_roles": ["ops"]})
+    assert not matches(r, c, NOW)
+    assert matches(r.model_copy(update={"creator_roles": ["finance"]}), c, NOW)

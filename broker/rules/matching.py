@@ -35,6 +35,19 @@ class Call:
     kind: str = "approval"
     allowed_roles: tuple[str, ...] = ()
 
+    @classmethod
+    def of(cls, request: Any, agent: str | None = None) -> Call:
+        """The call a Request or NewRequest (with its run's agent) stands for."""
+        return cls(
+            tool_name=request.tool_name,
+            args=dict(request.args or {}),
+            run_id=getattr(request, "run_id", None),
+            agent=agent,
+            queue=request.queue,
+            kind=request.kind,
+            allowed_roles=tuple(request.allowed_roles or ()),
+        )
+
 
 def arg_at(args: Any, path: str) -> Any:
     """The value at a dotted path (`customer.id`, `items.0.sku`), or _MISSING."""
