@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from fastapi import APIRouter, FastAPI
 
-from api import email, events, health, inbox, metrics, requests, runs, slack, webhooks
+from api import email, events, health, inbox, metrics, requests, rules, runs, slack, webhooks
 from api.errors import install_error_handlers
 from api.limits import BodyLimit
 from api.metrics import ApiMetrics
@@ -26,6 +26,7 @@ ROUTERS: tuple[APIRouter, ...] = (
     events.router,
     metrics.router,
     inbox.router,
+    rules.router,
 )
 
 

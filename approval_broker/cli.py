@@ -17,6 +17,7 @@ import typer
 from pydantic import ValidationError
 from redis.exceptions import RedisError
 
+from approval_broker.rules_cli import rules_app
 from broker import connection
 from broker.auth import hash_token, new_token, operator
 from broker.client import Broker
@@ -36,6 +37,7 @@ app = typer.Typer(
 )
 token_app = typer.Typer(help="Manage approver tokens.", no_args_is_help=True)
 app.add_typer(token_app, name="token")
+app.add_typer(rules_app, name="rules")
 
 
 DataDir = Annotated[

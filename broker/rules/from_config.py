@@ -1,0 +1,116 @@
+"""The operator's policy: `[[rules]]` in the config, checked at start and loaded idempotently.
+
+A bad rule stops the broker with a message naming the key (`rules[2].args.amount: ...`);
+loading the same config twice changes nothing, and a rule dropped from the file is revoked.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from broker.config import Config
+from broker.errors import ConfigError, InvalidInput
+from broker.rules.models import Rule, RuleBody, parse_body
+from broker.rules.records import epoch, to_fields
+from broker.rules.store import CONFIG_CREATOR, RuleStore
+
+
+def parse_config_rules(raw: Any, config: Config, source: str = "config") -> list[Rule]:
+    """The config's rules, or ConfigError naming the first bad key."""
+    if raw is None:
+        return []
+    if not isinstance(raw, list):
+        raise ConfigError(f"{source}: rules: must be an array of tables ([[rules]])")
+    rules: list[Rule] = []
+    seen: set[str] = set()
+    for i, entry in enumerate(raw):
+        where = f"rules[{i}]"
+        try:
+            body = parse_body(entry, where)
+        except InvalidInput as exc:
+            raise ConfigError(f"{source}: {exc.detail}") from None
+        problem = _problem(body, config, seen)
+        if problem:
+            raise ConfigError(f"{source}: {where}.{problem}")
+        assert body.id is not None
+        seen.add(body.id)
+        rules.append(
+            Rule.model_validate(
+                {**body.model_dump(), "created_by": CONFIG_CREATOR, "created_at": _EPOCH}
+            )
+        )
+    return rules
+
+
+_EPOCH = "1970-01-01T00:00:00Z"  # replaced by the load time when the rule is first stored
+
+
+def _problem(body: RuleBody, config: Config, seen: set[str]) -> str | None:
+    if body.id is None:
+        return "id: required in the config, so a restart finds the same rule"
+    if body.id in seen:
+        return f"id: {body.id!r} is used by an earlier rule"
+    if body.run_id is not None:
+        return "run_id: a config rule can't name a run (runs come and go)"
+    if body.queue is not None and body.queue not in config.queues:
+        return f"queue: queue {body.queue!r} is not defined"
+    if body.agent is not None and body.agent not in config.agents:
+        return f"agent: agent {body.agent!r} is not defined under [agents.{body.agent}]"
+    return None
+
+
+def sync_config_rules(store: RuleStore, rules: list[Rule]) -> bool:
+    """Make the store hold exactly the config's rules, in one transaction; True if it changed.
+
+    A config rule keeps its `created_at` and hits across restarts (only its body is rewritten); one the config no longer has
+    is revoked (kept and listed, still the config's: putting it back re-activates it). An id already taken by a rule made through the API is refused.
+    """
+    keys = store.keys
+    wanted = {r.id: r for r in rules}
+    known = {x.decode() for x in store.redis.smembers(keys.from_config)}
+    existing = {r.id: r for r in store.get_many(sorted(set(wanted) | known))}
+    for rule_id in wanted:
+        if rule_id in existing and rule_id not in known:
+            raise ConfigError(
+                f"config: rules: id {rule_id!r} is taken by a rule "
+                f"{existing[rule_id].created_by!r} made; pick another id"
+            )
+    now = store.now()
+    changed = False
+    pipe = store.redis.pipeline()
+    for rule_id, rule in wanted.items():
+        old = existing.get(rule_id)
+        if old is None:
+            store.write(pipe, rule.model_copy(update={"created_at": now}))
+        elif old.revoked_at is not None or not _same_body(old, rule):
+            _rewrite_body(pipe, store, old, rule)
+        else:
+            continue
+        pipe.sadd(keys.from_config, rule_id)
+        changed = True
+    for rule_id in known - set(wanted):
+        old = existing.get(rule_id)
+        if old is not None and old.revoked_at is None:
+            pipe.hset(keys.rule(rule_id), "revoked_at", epoch(now))
+            pipe.srem(keys.index(old.tool), rule_id)
+            pipe.incr(keys.version)
+            changed = True
+    pipe.execute()
+    return changed
+
+
+def _rewrite_body(pipe: Any, store: RuleStore, old: Rule, rule: Rule) -> None:
+    """Replace the body fields only, so hits counted meanwhile by another process stay."""
+    keys = store.keys
+    fields = {k: v for k, v in to_fields(rule).items() if k in RuleBody.model_fields}
+    gone = [k for k in RuleBody.model_fields if k not in fields] + ["revoked_at"]
+    pipe.hdel(keys.rule(rule.id), *gone)
+    pipe.hset(keys.rule(rule.id), mapping=fields)
+    pipe.srem(keys.index(old.tool), rule.id)
+    pipe.sadd(keys.index(rule.tool), rule.id)
+    pipe.incr(keys.version)
+
+
+def _same_body(a: Rule, b: Rule) -> bool:
+    fields = set(RuleBody.model_fields)
+    return a.model_dump(include=fields) == b.model_dump(include=fields)

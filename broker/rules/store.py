@@ -1,0 +1,315 @@
+"""Rules in Redis: one hash per rule, a SET of rule ids per exact tool name and one for glob
+tools, a listing ZSET, and a version counter bumped by every change.
+
+Matching reads only the rules indexed for the call's tool plus the glob rules, parsed once per
+version and bucketed by run and agent, so a create costs one GET when nothing changed. This
+module never decides a request; the create step does, re-checking the chosen rule atomically.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from fnmatch import fnmatchcase
+from typing import Any
+
+from redis import Redis
+from redis.exceptions import WatchError
+
+from broker.config import Config
+from broker.errors import InvalidInput, NotFound
+from broker.keys import Keys
+from broker.rules.matching import Call, evaluate
+from broker.rules.models import Effect, Rule, RuleBody, is_glob
+from broker.rules.records import RuleKeys, epoch, from_fields, new_rule_id, to_fields
+
+CONFIG_CREATOR = "config"
+
+
+class RuleExists(InvalidInput):
+    code = "rule_exists"
+
+
+@dataclass
+class _Bucket:
+    """One tool's (or the glob rules') rules, by the scope that narrows them most."""
+
+    by_run: dict[str, list[Rule]] = field(default_factory=dict)
+    by_agent: dict[str, list[Rule]] = field(default_factory=dict)
+    rest: list[Rule] = field(default_factory=list)
+    every: list[Rule] = field(default_factory=list)
+
+    @classmethod
+    def of(cls, rules: Iterable[Rule]) -> _Bucket:
+        bucket = cls()
+        for rule in rules:
+            bucket.every.append(rule)
+            if rule.run_id is not None:
+                bucket.by_run.setdefault(rule.run_id, []).append(rule)
+            elif rule.agent is not None:
+                bucket.by_agent.setdefault(rule.agent, []).append(rule)
+            else:
+                bucket.rest.append(rule)
+        return bucket
+
+    def relevant(self, call: Call) -> list[Rule]:
+        found = list(self.rest)
+        if call.run_id is not None:
+            found += self.by_run.get(call.run_id, ())
+        if call.agent is not None:
+            found += self.by_agent.get(call.agent, ())
+        return found
+
+
+@dataclass
+class _Cache:
+    version: bytes | None
+    tools: dict[str, _Bucket] = field(default_factory=dict)
+    globs: _Bucket | None = None
+    globs_for: dict[str, _Bucket] = field(default_factory=dict)  # tool name -> globs covering it
+
+
+class RuleStore:
+    """Create, read, list and revoke rules; find the candidates for a call, cached per version."""
+
+    def __init__(
+        self,
+        redis: Redis,
+        config: Config,
+        *,
+        prefix: str = "ab:",
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.redis = redis
+        self.config = config
+        self.keys = RuleKeys(prefix)
+        self.agent_keys = Keys(prefix)
+        self.clock = clock
+        self._lock = threading.Lock()
+        self._cache = _Cache(None)
+
+    def now(self) -> datetime:
+        return datetime.fromtimestamp(self.clock(), UTC)
+
+    # --- writing -------------------------------------------------------------------------
+
+    def check_names(self, body: RuleBody, where: str = "") -> None:
+        """Refuse a rule naming a queue or agent nothing defines (InvalidInput `invalid_rule`)."""
+        at = f"{where}." if where else ""
+        if body.queue is not None and body.queue not in self.config.queues:
+            raise InvalidInput(
+                f"{at}queue: queue {body.queue!r} is not defined", code="invalid_rule"
+            )
+        if body.agent is not None and not self._agent_known(body.agent):
+            raise InvalidInput(
+                f"{at}agent: agent {body.agent!r} is not defined", code="invalid_rule"
+            )
+
+    def _agent_known(self, name: str) -> bool:
+        return name in self.config.agents or bool(
+            self.redis.sismember(self.agent_keys.agents, name)
+        )
+
+    def create(
+        self,
+        body: RuleBody,
+        *,
+        created_by: str,
+        creator_roles: list[str] | None = None,
+        from_request: str | None = None,
+    ) -> Rule:
+        """Store a new rule, indexed by its tool; one transaction, so nothing half-written."""
+        self.check_names(body)
+        if body.expires_at is not None and body.expires_at <= self.now():
+            raise InvalidInput("expires_at: is already past", code="invalid_rule")
+        rule = Rule.model_validate(
+            {
+                **body.model_dump(),
+                "id": body.id or new_rule_id(),
+                "created_by": created_by,
+                "created_at": self.now(),
+                "from_request": from_request,
+                "creator_roles": creator_roles,
+            }
+        )
+        key = self.keys.rule(rule.id)
+        with self.redis.pipeline() as pipe:
+            try:
+                pipe.watch(key)
+                if pipe.exists(key):
+                    raise RuleExists(f"id: rule {rule.id!r} already exists")
+                pipe.multi()
+                self.write(pipe, rule)
+                pipe.execute()
+            except WatchError:
+                raise RuleExists(f"id: rule {rule.id!r} already exists") from None
+        return rule
+
+    def write(self, pipe: Any, rule: Rule) -> None:
+        key = self.keys.rule(rule.id)
+        pipe.delete(key)
+        pipe.hset(key, mapping=to_fields(rule))
+        if rule.revoked_at is None:
+            pipe.sadd(self.keys.index(rule.tool), rule.id)
+        pipe.zadd(self.keys.listing, {rule.id: rule.created_at.timestamp()})
+        pipe.incr(self.keys.version)
+
+    def revoke(self, rule_id: str) -> Rule:
+        """Mark a rule revoked (kept and listed); revoking again changes nothing."""
+        rule = self.get(rule_id)
+        if self.redis.sismember(self.keys.from_config, rule_id):
+            raise InvalidInput(
+                f"rule {rule_id!r} comes from the config file; remove it there", code="config_rule"
+            )
+        return self.mark_revoked(rule)
+
+    def mark_revoked(self, rule: Rule, pipe: Any | None = None) -> Rule:
+        if rule.revoked_at is not None:
+            return rule
+        revoked = rule.model_copy(update={"revoked_at": self.now()})
+        own = pipe is None
+        pipe = pipe if pipe is not None else self.redis.pipeline()
+        # HSETNX: of two revokes racing, the first time stands.
+        pipe.hsetnx(self.keys.rule(rule.id), "revoked_at", epoch(revoked.revoked_at))  # type: ignore[arg-type]
+        pipe.srem(self.keys.index(rule.tool), rule.id)
+        pipe.incr(self.keys.version)
+        if own:
+            pipe.hgetall(self.keys.rule(rule.id))
+            return from_fields(pipe.execute()[-1])
+        return revoked
+
+    def hit(self, rule_id: str) -> bool:
+        """Re-check that a chosen rule is still active and count the hit, atomically.
+
+        The stand-in for what the create step's Lua will do: WATCH the rule's hash, so a revoke
+        landing between the check and the count makes this retry and see the revoke.
+        """
+        key = self.keys.rule(rule_id)
+        while True:
+            with self.redis.pipeline() as pipe:
+                try:
+                    pipe.watch(key)
+                    revoked, expires = pipe.hmget(key, ["revoked_at", "expires_at"])
+                    now = self.clock()
+                    if not pipe.exists(key) or revoked is not None:
+                        return False
+                    if expires is not None and float(expires) <= now:
+                        return False
+                    pipe.multi()
+                    pipe.hincrby(key, "hits", 1)
+                    pipe.hset(key, "last_hit_at", repr(now))
+                    pipe.execute()
+                    return True
+                except WatchError:
+                    continue
+
+    # --- reading -------------------------------------------------------------------------
+
+    def get(self, rule_id: str) -> Rule:
+        raw = self.redis.hgetall(self.keys.rule(rule_id))
+        if not raw:
+            raise NotFound(f"no rule {rule_id!r}")
+        return from_fields(raw)
+
+    def get_many(self, ids: Iterable[str | bytes]) -> list[Rule]:
+        pipe = self.redis.pipeline(transaction=False)
+        for rule_id in ids:
+            pipe.hgetall(
+                self.keys.rule(rule_id.decode() if isinstance(rule_id, bytes) else rule_id)
+            )
+        return [from_fields(raw) for raw in pipe.execute() if raw]
+
+    def list(
+        self,
+        *,
+        agent: str | None = None,
+        run_id: str | None = None,
+        tool: str | None = None,
+        active: bool | None = None,
+        limit: int = 1000,
+    ) -> list[Rule]:
+        """Rules newest first. `tool` keeps the rules that apply to that tool name (globs too)."""
+        now = self.now()
+        found: list[Rule] = []
+        start, page = 0, 500
+        while len(found) < limit:
+            ids = self.redis.zrevrange(self.keys.listing, start, start + page - 1)
+            if not ids:
+                break
+            start += page
+            for rule in self.get_many(ids):
+                if agent is not None and rule.agent != agent:
+                    continue
+                if run_id is not None and rule.run_id != run_id:
+                    continue
+                if tool is not None and not matches_tool(rule, tool):
+                    continue
+                if active is not None and rule.is_active(now) != active:
+                    continue
+                found.append(rule)
+        return found[:limit]
+
+    # --- matching ------------------------------------------------------------------------
+
+    def _fresh(self) -> _Cache:
+        """The parsed rules of the current version; a new, empty cache if any rule changed.
+
+        One GET when nothing changed. Rules are read only after the version, so a cache never
+        holds rules older than its version; a load finishing late fills a cache already dropped.
+        """
+        version = self.redis.get(self.keys.version)
+        with self._lock:
+            if self._cache.version != version:
+                self._cache = _Cache(version)
+            return self._cache
+
+    def _load(self, index_key: str) -> _Bucket:
+        ids = self.redis.smembers(index_key)
+        now = self.now()
+        rules = [r for r in self.get_many(ids) if r.revoked_at is None]
+        expired = [r.id for r in rules if not r.is_active(now)]
+        if expired:  # an expired rule never matches again: keep the index small
+            self.redis.srem(index_key, *expired)
+        return _Bucket.of(r for r in rules if r.is_active(now))
+
+    def _buckets(self, tool_name: str) -> tuple[_Bucket, _Bucket]:
+        """This tool's rules and the glob rules that cover its name, both bucketed by scope."""
+        cache = self._fresh()
+        bucket = cache.tools.get(tool_name)
+        if bucket is None:
+            bucket = cache.tools[tool_name] = self._load(self.keys.by_tool(tool_name))
+        globs = cache.globs_for.get(tool_name)
+        if globs is None:
+            if cache.globs is None:
+                cache.globs = self._load(self.keys.globs)
+            covering = (r for r in cache.globs.every if matches_tool(r, tool_name))
+            globs = cache.globs_for[tool_name] = _Bucket.of(covering)
+        return bucket, globs
+
+    def candidates(self, tool_name: str) -> list[Rule]:
+        """Every unrevoked, unexpired rule that may cover a call of this tool."""
+        bucket, globs = self._buckets(tool_name)
+        return bucket.every + globs.every
+
+    def match(self, call: Call, now: datetime | None = None) -> tuple[Effect, Rule] | None:
+        """The rule that decides this call (deny beats allow), or None: a person is asked."""
+        if call.kind != "approval":
+            return None
+        bucket, globs = self._buckets(call.tool_name)
+        return evaluate(bucket.relevant(call) + globs.relevant(call), call, now or self.now())
+
+
+def matches_tool(rule: Rule, tool_name: str) -> bool:
+    return rule.tool == tool_name or (is_glob(rule.tool) and fnmatchcase(tool_name, rule.tool))
+
+
+def active_match(store: RuleStore, call: Call) -> tuple[Effect, Rule] | None:
+    """Match, then re-check and count the chosen rule; re-match if it changed meanwhile."""
+    for _ in range(5):
+        found = store.match(call)
+        if found is None or store.hit(found[1].id):
+            return found
+    return None
