@@ -6,6 +6,7 @@ import uvicorn
 
 from api.app import create_app
 from broker.config import Config, Settings
+from broker.rules import sync_at_start
 
 
 class Server(uvicorn.Server):
@@ -27,6 +28,7 @@ class Server(uvicorn.Server):
 
 def build_server(settings: Settings, config: Config) -> Server:
     app = create_app(settings, config)
+    sync_at_start(app.state.api.broker.requests.rules)  # the config's [[rules]], before serving
     # No access log: email link tokens travel in the path, and secrets stay out of logs.
     uv_config = uvicorn.Config(
         app,

@@ -174,6 +174,10 @@ class Config(_Section):
     email: EmailConfig | None = None
     approvers: dict[str, ApproverConfig] = Field(default_factory=dict)
     agents: dict[str, AgentConfig] = Field(default_factory=dict)
+    rules: list[Any] = Field(
+        default_factory=list,
+        description="[[rules]]: the operator's policy rules (checked by broker.rules.from_config)",
+    )
 
     @model_validator(mode="after")
     def _check_references(self) -> Config:
@@ -275,9 +279,15 @@ def _format_validation_error(exc: ValidationError, source: str) -> str:
 def parse_config(raw: dict[str, Any], source: str = "config") -> Config:
     _resolve_secrets(raw)
     try:
-        return Config.model_validate(raw)
+        config = Config.model_validate(raw)
     except ValidationError as exc:
         raise ConfigError(_format_validation_error(exc, source)) from None
+    # [[rules]] are checked here so a bad one stops every role at start, naming the key; the
+    # rules package builds on this module, hence the import at call time.
+    from broker.rules.from_config import parse_config_rules
+
+    parse_config_rules(config.rules, config, source)
+    return config
 
 
 def load_config(path: Path | str | None) -> Config:

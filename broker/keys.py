@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 NOTIFIER_GROUP = "notifiers"
+GLOB_CHARS = frozenset("*?[")
 RESUMER_GROUP = "resumers"
 
 
@@ -121,13 +122,24 @@ class Keys:
         """Hash: how often the demo's refund step ran, tool call id -> count."""
         return f"{self.prefix}demo:attempts" + (f":{customer}" if customer else "")
 
+    @property
+    def rules(self) -> RuleKeys:
+        """The policy rules' keys (`broker.rules`)."""
+        return RuleKeys(self.prefix)
+
     # ---- the KEYS of each Lua step ---------------------------------------------------------
 
     def create_keys(
-        self, run_id: str | None, round_no: int, request_ids: Iterable[str], queues: Iterable[str]
+        self,
+        run_id: str | None,
+        round_no: int,
+        request_ids: Iterable[str],
+        queues: Iterable[str],
+        rules: dict[str, str] | None = None,
     ) -> ScriptKeys:
         """create.lua: the shared indexes, the run's round (if any), each new request's hash
-        (role `req` of that request) and the streams of the queues they go to."""
+        (role `req` of that request), the hash of the rule chosen to decide it (role `rule`),
+        and the streams of the queues they go to."""
         keys = self._shared(queues)
         if run_id:
             keys.name("run", self.run(run_id))
@@ -135,6 +147,31 @@ class Keys:
             keys.name("pending", self.run_pending(run_id))
         for rid in request_ids:
             keys.of_request(rid, "req", self.request(rid))
+        for rid, rule_id in (rules or {}).items():
+            keys.of_request(rid, "rule", self.rules.rule(rule_id))
+        if rules:
+            keys.name("rule_hits", self.rules.hits)
+        return keys
+
+    def remember_keys(
+        self,
+        request_id: str,
+        run_id: str | None,
+        queues: Iterable[str],
+        once_key: str | None,
+        rule_id: str,
+        tool: str,
+        siblings: Iterable[str],
+    ) -> ScriptKeys:
+        """remember.lua: what decide.lua gets, plus the new rule's hash, its tool index, the
+        rule listing and version, and the hash of each pending sibling the rule covers."""
+        keys = self.decide_keys(request_id, run_id, queues, once_key)
+        rules = self.rules
+        keys.name("rule", rules.rule(rule_id)).name("rule_index", rules.index(tool))
+        keys.name("rule_listing", rules.listing).name("rule_version", rules.version)
+        keys.name("rule_hits", rules.hits)
+        for sid in siblings:
+            keys.of_request(sid, "req", self.request(sid))
         return keys
 
     def decide_keys(
@@ -180,6 +217,49 @@ class Keys:
         for queue in queues:
             keys.stream(queue, self.stream(queue))
         return keys
+
+
+@dataclass(frozen=True)
+class RuleKeys:
+    """The policy rules' key names (see `broker.rules.store`)."""
+
+    prefix: str = "ab:"
+
+    def rule(self, rule_id: str) -> str:
+        """Hash: one rule's fields; times as epoch seconds, args as JSON. Kept after revoke."""
+        return f"{self.prefix}rule:{rule_id}"
+
+    def by_tool(self, tool: str) -> str:
+        """Set: ids of unrevoked rules whose `tool` is exactly this name."""
+        return f"{self.prefix}rules:tool:{tool}"
+
+    @property
+    def globs(self) -> str:
+        """Set: ids of unrevoked rules whose `tool` is a glob pattern."""
+        return f"{self.prefix}rules:glob"
+
+    @property
+    def listing(self) -> str:
+        """ZSET: every rule id (revoked ones too) scored by creation time."""
+        return f"{self.prefix}rules"
+
+    @property
+    def from_config(self) -> str:
+        """Set: ids of the rules the config file made (ever), to revoke ones it no longer has."""
+        return f"{self.prefix}rules:config"
+
+    @property
+    def version(self) -> str:
+        """String: incremented by every create and revoke; the in-process caches key on it."""
+        return f"{self.prefix}rules:version"
+
+    @property
+    def hits(self) -> str:
+        """Hash: requests decided by rules, `allow`/`deny` -> count (for /metrics)."""
+        return f"{self.prefix}rules:hits"
+
+    def index(self, tool: str) -> str:
+        return self.globs if any(c in GLOB_CHARS for c in tool) else self.by_tool(tool)
 
 
 class ScriptKeys:

@@ -75,6 +75,7 @@ class Decision(BaseModel):
     metadata: dict[str, JsonValue] | None = None
     decided_by: str | None = None
     decided_at: datetime | None = None
+    rule: str | None = Field(default=None, description="the policy rule that decided, if one did")
 
     @model_validator(mode="after")
     def _check_shape(self) -> Decision:
@@ -101,6 +102,7 @@ class HistoryEntry(BaseModel):
     reason: str | None = None
     channel: str | None = None
     detail: str | None = None
+    rule: str | None = None
 
 
 class Request(BaseModel):
@@ -125,6 +127,10 @@ class Request(BaseModel):
     status: Status = Status.pending
     decision: Decision | None = None
     history: list[HistoryEntry] = Field(default_factory=list)
+    suggested_rules: list[dict[str, JsonValue]] = Field(
+        default_factory=list,
+        description="rule bodies a person may remember with their decision (approvals only)",
+    )
 
     @property
     def is_pending(self) -> bool:

@@ -23,7 +23,15 @@ from broker.models import (
 )
 from broker.text import as_str_dict
 
-JSON_FIELDS = ("args", "data", "metadata", "allowed_roles", "decision", "history")
+JSON_FIELDS = (
+    "args",
+    "data",
+    "metadata",
+    "allowed_roles",
+    "decision",
+    "history",
+    "suggested_rules",
+)
 
 
 def default_prompt(tool_name: str, args: dict[str, Any]) -> str:
@@ -33,10 +41,14 @@ def default_prompt(tool_name: str, args: dict[str, Any]) -> str:
 
 
 def request_fields(
-    new: NewRequest, request_id: str, run_id: str | None, round_no: int
+    new: NewRequest,
+    request_id: str,
+    run_id: str | None,
+    round_no: int,
+    suggested_rules: list[dict[str, Any]] | None = None,
 ) -> dict[str, str]:
     """The hash of a new pending request, all but its id and times."""
-    return {
+    fields = {
         "run_id": run_id or "",
         "round": str(round_no),
         "tool_call_id": new.tool_call_id or request_id,
@@ -53,6 +65,9 @@ def request_fields(
         "status": Status.pending.value,
         "history": "[]",
     }
+    if suggested_rules:
+        fields["suggested_rules"] = _json(suggested_rules)
+    return fields
 
 
 def parse_request(raw: Mapping[bytes, bytes] | Mapping[str, str]) -> Request:

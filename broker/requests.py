@@ -1,25 +1,35 @@
 """Requests: creating them (alone or a run's round at once), reading, listing, noting history.
 
 Creating is one Lua step (create.lua): the hash, the expiry and listing indexes, the count and
-the `approval.requested` event are written together or not at all. Deciding is `decisions`.
+the `approval.requested` event are written together or not at all. An approval a policy rule
+covers is matched here and created already decided in that same step, which re-checks the rule
+(`rule_decided`). Deciding is `decisions`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from dataclasses import replace
 from typing import Any
 
 from broker.errors import InvalidInput, NotFound
 from broker.ids import new_id, round_request_id
 from broker.models import HistoryEntry, NewRequest, Request, Status
 from broker.request_hash import history_json, parse_request, request_fields
+from broker.rule_decided import RuleVerdict, verdict_for
+from broker.rules.matching import Call, suggested_rules
+from broker.rules.store import RuleStore
 from broker.store import Store
 from broker.text import as_str
+
+_RULE_TRIES = 5
+"""Create calls at most while chosen rules keep changing under us (revoked meanwhile)."""
 
 
 class Requests:
     def __init__(self, store: Store) -> None:
         self.store = store
+        self.rules = RuleStore(store.redis, store.config, prefix=store.keys.prefix)
 
     def create_request(self, new: NewRequest) -> Request:
         """Create a standalone request (no run): stored, indexed for expiry, and announced."""
@@ -63,21 +73,32 @@ class Requests:
     def _create(
         self, run_id: str | None, round_no: int, built: list[tuple[str, NewRequest]]
     ) -> tuple[str, list[Request]]:
+        agent = self._agent_of(run_id) if any(n.kind == "approval" for _, n in built) else None
         items: list[dict[str, Any]] = []
+        calls: dict[str, Call] = {}
         for rid, new in built:
             timeout = self._check(new)
-            fields = request_fields(new, rid, run_id, round_no)
+            suggested = None
+            if new.kind == "approval":
+                calls[rid] = replace(Call.of(new, agent=agent), run_id=run_id)
+                suggested = suggested_rules(new.tool_name, new.args, run_id, agent)
+            fields = request_fields(new, rid, run_id, round_no, suggested)
             items.append({"id": rid, "timeout_s": timeout, "fields": fields})
-        keys = self.store.keys.create_keys(
-            run_id, round_no, [rid for rid, _ in built], {new.queue for _, new in built}
-        )
-        result = self.store.scripts.run(
-            "create", keys, maxlen=self.store.maxlen, round=str(round_no), requests=items
-        )
+        excluded: set[str] = set()
+        for _ in range(_RULE_TRIES):
+            verdicts = self._verdicts(built, calls, excluded)
+            result = self._run_create(run_id, round_no, built, items, verdicts)
+            if result[0] != "rule_changed":
+                break
+            excluded.add(str(result[1]))  # revoked or expired meanwhile: match again without it
+        else:
+            raise RuntimeError(f"create kept finding its rules changed: {result!r}")
         if result[0] == "duplicate":
             raise InvalidInput(f"request {result[1]} already exists", code="duplicate")
         if result[0] != "ok":
             return str(result[0]), []
+        if verdicts:  # decided at create: read back what the step wrote
+            return "ok", self.get_requests(rid for rid, _ in built)
         # the requests as just written, without reading them back
         requests = [
             parse_request(
@@ -86,6 +107,57 @@ class Requests:
             for item, expires in zip(items, result[2:], strict=True)
         ]
         return "ok", requests
+
+    def _verdicts(
+        self, built: list[tuple[str, NewRequest]], calls: dict[str, Call], excluded: set[str]
+    ) -> dict[str, RuleVerdict]:
+        """The rule deciding each approval call, if one does."""
+        out: dict[str, RuleVerdict] = {}
+        for rid, new in built:
+            call = calls.get(rid)
+            if call is None:
+                continue
+            quorum = int(getattr(new, "quorum", 1) or 1)
+            found = self.rules.match(call, exclude=excluded, quorum=quorum)
+            if found is not None:
+                out[rid] = verdict_for(found[1])
+        return out
+
+    def _run_create(
+        self,
+        run_id: str | None,
+        round_no: int,
+        built: list[tuple[str, NewRequest]],
+        items: list[dict[str, Any]],
+        verdicts: dict[str, RuleVerdict],
+    ) -> list[Any]:
+        keys = self.store.keys.create_keys(
+            run_id,
+            round_no,
+            [rid for rid, _ in built],
+            {new.queue for _, new in built},
+            {rid: v.rule_id for rid, v in verdicts.items()},
+        )
+        requests = [
+            {**item, "rule": verdicts[item["id"]].lua()} if item["id"] in verdicts else item
+            for item in items
+        ]
+        return self.store.scripts.run(
+            "create",
+            keys,
+            maxlen=self.store.maxlen,
+            round=str(round_no),
+            retention=self.store.retention,
+            requests=requests,
+            **({"run_id": run_id} if run_id else {}),
+        )
+
+    def _agent_of(self, run_id: str | None) -> str | None:
+        """The agent a run runs, which rules may be scoped to (None without a run)."""
+        if not run_id:
+            return None
+        agent = self.store.redis.hget(self.store.keys.run(run_id), "agent")
+        return as_str(agent) if agent else None
 
     def get_request(self, request_id: str) -> Request:
         raw = self.store.redis.hgetall(self.store.keys.request(request_id))

@@ -22,6 +22,7 @@ from notifiers.results import DeliveryResult, ResultKind
 from notifiers.tasks import InflightEntry, Task
 
 RawEntry = tuple[Any, Any]
+PERSON_FACING = ("slack", "email", "inbox")  # skipped for a request a rule decided at create
 
 
 class Router:
@@ -86,6 +87,8 @@ class Router:
         names = list(queue.channels) if queue else []
         if request.callback and event.type in OUTCOME_TYPES:
             names.append(f"webhook:{request.callback}")
+        if event.fields.get("ruled_at_create"):  # no person was ever asked: tell no person
+            names = [n for n in names if n.partition(":")[0] not in PERSON_FACING]
         out: list[str] = []
         for name in dict.fromkeys(names):
             channel = self.channels.get(name)

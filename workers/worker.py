@@ -18,6 +18,7 @@ from broker.agent_loader import AgentLoadError, load_agent
 from broker.client import Broker
 from broker.config import Config, Settings
 from broker.errors import BrokerError
+from broker.rules import sync_at_start
 from broker.runs import RUN_QUEUE, known_agents
 from workers import jobs
 from workers.resumer import Resumer
@@ -64,6 +65,7 @@ def preload(broker: Broker) -> list[str]:
 def run_worker(settings: Settings, config: Config, *, with_resumer: bool, burst: bool) -> None:
     """Work jobs until stopped (SIGINT/SIGTERM), or until the queue is empty with `burst`."""
     broker = Broker.from_settings(settings, config, patient=True)
+    sync_at_start(broker.requests.rules)  # the config's [[rules]], before the first round
     jobs.bind(broker)
     stop = threading.Event()
     thread: threading.Thread | None = None

@@ -6,7 +6,7 @@ who may remember), `records` (Redis keys and fields), `store` (RuleStore), `from
 to a person.
 """
 
-from broker.rules.from_config import parse_config_rules, sync_config_rules
+from broker.rules.from_config import parse_config_rules, sync_at_start, sync_config_rules
 from broker.rules.matching import (
     Call,
     creator_roles_for,
@@ -34,5 +34,6 @@ __all__ = [
     "parse_body",
     "parse_config_rules",
     "suggested_rules",
+    "sync_at_start",
     "sync_config_rules",
 ]

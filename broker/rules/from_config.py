@@ -99,6 +99,11 @@ def sync_config_rules(store: RuleStore, rules: list[Rule]) -> bool:
     return changed
 
 
+def sync_at_start(store: RuleStore) -> bool:
+    """What each role does at start: make Redis hold the rules of its config (`[[rules]]`)."""
+    return sync_config_rules(store, parse_config_rules(store.config.rules, store.config))
+
+
 def _rewrite_body(pipe: Any, store: RuleStore, old: Rule, rule: Rule) -> None:
     """Replace the body fields only, so hits counted meanwhile by another process stay."""
     keys = store.keys

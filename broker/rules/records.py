@@ -1,4 +1,4 @@
-"""How a rule is kept in Redis: its key names and its hash fields.
+"""How a rule is kept in Redis: its hash fields (the key names are `broker.keys.RuleKeys`).
 
 Times are epoch seconds so the create step's Lua can compare `expires_at` without parsing.
 """
@@ -8,52 +8,16 @@ from __future__ import annotations
 import json
 import secrets
 import time
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from broker.rules.models import Rule, is_glob
+from broker.keys import RuleKeys
+from broker.rules.models import Rule
+
+__all__ = ["RuleKeys", "epoch", "from_fields", "new_rule_id", "to_fields"]
 
 _JSON = ("args", "creator_roles")
 _TIMES = ("created_at", "expires_at", "last_hit_at", "revoked_at")
-
-
-@dataclass(frozen=True)
-class RuleKeys:
-    """The rule key names (to move into broker.keys.Keys when the wiring lands)."""
-
-    prefix: str = "ab:"
-
-    def rule(self, rule_id: str) -> str:
-        """Hash: one rule's fields; times as epoch seconds, args as JSON. Kept after revoke."""
-        return f"{self.prefix}rule:{rule_id}"
-
-    def by_tool(self, tool: str) -> str:
-        """Set: ids of unrevoked rules whose `tool` is exactly this name."""
-        return f"{self.prefix}rules:tool:{tool}"
-
-    @property
-    def globs(self) -> str:
-        """Set: ids of unrevoked rules whose `tool` is a glob pattern."""
-        return f"{self.prefix}rules:glob"
-
-    @property
-    def listing(self) -> str:
-        """ZSET: every rule id (revoked ones too) scored by creation time."""
-        return f"{self.prefix}rules"
-
-    @property
-    def from_config(self) -> str:
-        """Set: ids of the rules the config file made (ever), to revoke ones it no longer has."""
-        return f"{self.prefix}rules:config"
-
-    @property
-    def version(self) -> str:
-        """String: incremented by every create and revoke; the in-process caches key on it."""
-        return f"{self.prefix}rules:version"
-
-    def index(self, tool: str) -> str:
-        return self.globs if is_glob(tool) else self.by_tool(tool)
 
 
 def new_rule_id() -> str:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from fnmatch import fnmatchcase
@@ -294,12 +294,33 @@ class RuleStore:
         bucket, globs = self._buckets(tool_name)
         return bucket.every + globs.every
 
-    def match(self, call: Call, now: datetime | None = None) -> tuple[Effect, Rule] | None:
-        """The rule that decides this call (deny beats allow), or None: a person is asked."""
+    def match(
+        self,
+        call: Call,
+        now: datetime | None = None,
+        *,
+        exclude: Collection[str] = (),
+        quorum: int = 1,
+    ) -> tuple[Effect, Rule] | None:
+        """The rule that decides this call (deny beats allow), or None: a person is asked.
+
+        `exclude` leaves out rules the create step found changed; a request needing more than
+        one vote (`quorum` > 1) is decided only by a rule of role `policy` with `quorum_bypass`.
+        """
         if call.kind != "approval":
             return None
         bucket, globs = self._buckets(call.tool_name)
-        return evaluate(bucket.relevant(call) + globs.relevant(call), call, now or self.now())
+        found = [
+            r
+            for r in bucket.relevant(call) + globs.relevant(call)
+            if r.id not in exclude and may_bypass(r, quorum)
+        ]
+        return evaluate(found, call, now or self.now())
+
+
+def may_bypass(rule: Rule, quorum: int) -> bool:
+    """A rule decides a request of quorum > 1 only when made by role `policy` to do so."""
+    return quorum <= 1 or (rule.quorum_bypass and rule.creator_roles is None)
 
 
 def matches_tool(rule: Rule, tool_name: str) -> bool:

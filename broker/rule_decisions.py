@@ -1,0 +1,234 @@
+"""A decision that remembers: decide one approval and keep a rule for the calls like it.
+
+Every channel that offers "always" (REST and the inbox, Slack's modal, the email link, the CLI)
+ends here, after the same who-may-decide checks as any decision (`broker.deciding`). The rule,
+the decision and the run's pending siblings the rule covers are written in one Lua step
+(remember.lua), so the round resumes exactly once. This module never speaks HTTP.
+
+A remembered rule never grants more than its creator could decide (`may_remember`), and a
+request that needs more than one vote can't be remembered except by role `policy`.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Collection
+from dataclasses import dataclass, replace
+from typing import Any
+
+from broker.auth import Principal
+from broker.deciding import Decided, Deciding, same_decision
+from broker.decisions import OUTCOME_STATUS, Once
+from broker.errors import Conflict, InvalidInput
+from broker.ids import run_of_request
+from broker.models import Decision, HistoryEntry, Request, utcnow
+from broker.printable import printable
+from broker.rule_decided import OUTCOME_EFFECT, verdict_for
+from broker.rules.matching import POLICY, Call, creator_roles_for, matches, may_remember
+from broker.rules.models import Rule, RuleBody, parse_body
+from broker.rules.records import new_rule_id, to_fields
+from broker.rules.store import RuleExists, may_bypass
+from broker.text import as_str
+
+Remember = int | dict[str, Any]
+"""An index into the request's `suggested_rules`, or a rule body."""
+
+_TRIES = 5
+
+
+@dataclass(frozen=True)
+class Remembered(Decided):
+    """The decided request, the rule kept (None on a harmless repeat) and the siblings it decided."""
+
+    rule: Rule | None = None
+    siblings: tuple[str, ...] = ()
+
+
+def rule_body(remember: Remember, request: Request, decision: Decision) -> RuleBody:
+    """The rule `remember` names, its effect following the outcome (approved: allow)."""
+    effect = OUTCOME_EFFECT[decision.outcome]
+    if isinstance(remember, bool) or not isinstance(remember, int | dict):
+        raise InvalidInput(
+            "remember: give the index of a suggested rule or a rule body", code="invalid_rule"
+        )
+    if isinstance(remember, int):
+        if not 0 <= remember < len(request.suggested_rules):
+            raise InvalidInput(
+                f"remember: request {request.id} has {len(request.suggested_rules)} suggested"
+                f" rules; {remember} is none of them",
+                code="invalid_rule",
+            )
+        raw: dict[str, Any] = {**request.suggested_rules[remember], "effect": effect}
+    else:
+        raw = {"effect": effect, **remember}
+    body = parse_body(raw, "remember")
+    if body.effect != effect:
+        raise InvalidInput(
+            f"remember.effect: an {decision.outcome.value!r} decision remembers an"
+            f" {effect!r} rule",
+            code="invalid_rule",
+        )
+    if body.effect == "deny" and body.reason is None and decision.reason:
+        body = body.model_copy(update={"reason": decision.reason})
+    return body
+
+
+class RuleDecisions:
+    """Decide-and-remember on the broker behind `deciding`."""
+
+    def __init__(self, deciding: Deciding) -> None:
+        self.deciding = deciding
+        self.broker = deciding.broker
+        self.rules = deciding.broker.requests.rules
+
+    def decide(
+        self,
+        request_id: str,
+        decision: Decision,
+        principal: Principal,
+        remember: Remember,
+        *,
+        via: Collection[str],
+        decided_by: str | None = None,
+        once: Once | None = None,
+    ) -> Remembered:
+        """Decide `request_id` as `Deciding.decide` does, and keep the rule `remember` names.
+
+        Raises what `Deciding.decide` raises, plus InvalidInput `invalid_rule` (a bad body, an
+        outcome other than approved/rejected, a request of another kind or of quorum > 1
+        without role `policy`) and Forbidden (a rule wider than its creator may decide).
+        """
+        if decision.outcome not in OUTCOME_EFFECT:
+            raise InvalidInput(
+                "remember goes only with an 'approved' or 'rejected' decision",
+                code="invalid_rule",
+            )
+        decided_by = printable(decided_by or principal.name)
+        current = self.broker.get_request(request_id)
+        self.deciding.check_may_decide(principal, current, via)
+        if not current.is_pending:  # a repeat, or who won: as any decision
+            done = self.deciding.decide(
+                request_id, decision, principal, via=via, decided_by=decided_by, current=current
+            )
+            return Remembered(done.request, recorded=done.recorded)
+        if current.kind != "approval":
+            raise InvalidInput(
+                f"rules decide only approval requests; {current.id} is a {current.kind}",
+                code="invalid_rule",
+            )
+        if int(getattr(current, "quorum", 1) or 1) > 1 and not principal.has_role(POLICY):
+            raise InvalidInput(
+                f"request {current.id} needs more than one vote; only role 'policy' may"
+                " remember a rule from it",
+                code="invalid_rule",
+            )
+        decision = self.deciding.check_applies(decision, current)
+        body = rule_body(remember, current, decision)
+        may_remember(principal, body, current)
+        self.rules.check_names(body, "remember")
+        if body.expires_at is not None and body.expires_at <= self.rules.now():
+            raise InvalidInput("remember.expires_at: is already past", code="invalid_rule")
+        rule = Rule.model_validate(
+            {
+                **body.model_dump(),
+                "id": body.id or new_rule_id(),
+                "created_by": decided_by,
+                "created_at": utcnow(),
+                "from_request": current.id,
+                "creator_roles": creator_roles_for(principal),
+            }
+        )
+        siblings = self._covered_siblings(current, rule)
+        try:
+            result = self._step(current, decision, decided_by, rule, siblings, once)
+        except Conflict as exc:
+            if exc.code == "conflict" and same_decision(exc.request.decision, decision, decided_by):
+                return Remembered(exc.request, recorded=False)
+            raise
+        return result
+
+    def _covered_siblings(self, request: Request, rule: Rule) -> list[Request]:
+        """The other pending requests of the request's run that the new rule covers."""
+        if not request.run_id:
+            return []
+        keys, redis = self.broker.keys, self.broker.redis
+        ids = [as_str(i) for i in redis.smembers(keys.run_pending(request.run_id))]
+        agent = redis.hget(keys.run(request.run_id), "agent")
+        agent_name = as_str(agent) if agent else None
+        now = self.rules.now()
+        found = []
+        for sibling in self.broker.get_requests(sorted(i for i in ids if i != request.id)):
+            call = replace(Call.of(sibling, agent=agent_name), run_id=sibling.run_id)
+            quorum = int(getattr(sibling, "quorum", 1) or 1)
+            if sibling.is_pending and may_bypass(rule, quorum) and matches(rule, call, now):
+                found.append(sibling)
+        return found
+
+    def _step(
+        self,
+        current: Request,
+        decision: Decision,
+        decided_by: str,
+        rule: Rule,
+        siblings: list[Request],
+        once: Once | None,
+    ) -> Remembered:
+        store = self.broker.store
+        recorded = decision.model_copy(update={"decided_by": decided_by, "decided_at": None})
+        entry = HistoryEntry(at=utcnow(), event="rule_created", by=decided_by, rule=rule.id)
+        entry_data = entry.model_dump(mode="json", exclude_none=True)
+        entry_data.pop("at")
+        verdict = verdict_for(rule)
+        fields = {k: v for k, v in to_fields(rule).items() if k != "created_at"}
+        once_key, once_ttl = once if once else (None, None)
+        run_id = run_of_request(current.id)
+        extra: list[str] = []
+        values: dict[str, Any] = {
+            "id": current.id,
+            "outcome": decision.outcome.value,
+            "status": OUTCOME_STATUS[decision.outcome].value,
+            "decision": json.dumps(recorded.public(), separators=(",", ":"), ensure_ascii=False),
+            "in_queue": current.queue,
+            "entry": json.dumps(entry_data, separators=(",", ":")),
+            "rule": {"id": rule.id, "effect": rule.effect, "fields": fields},
+            "siblings": [
+                {"id": s.id, "decision": verdict.decision_json(), "entry": verdict.entry_json()}
+                for s in siblings
+            ],
+            "sibling_status": verdict.status.value,
+            "maxlen": store.maxlen,
+            "retention": store.retention,
+        }
+        if decision.args_hash:
+            values["args_hash"] = decision.args_hash
+        if once_key:
+            values["once_ttl"] = once_ttl
+        for _ in range(_TRIES):
+            keys = store.keys.remember_keys(
+                current.id,
+                run_id,
+                [*store.config.queues, *extra],
+                once_key,
+                rule.id,
+                rule.tool,
+                [s.id for s in siblings],
+            )
+            result = store.scripts.run(
+                "remember", keys, **values, **({"run_id": run_id} if run_id else {})
+            )
+            if result[0] == "need_stream":
+                extra.append(result[1])
+            elif result[0] == "need_run":
+                run_id = result[1]
+            elif result[0] == "rule_exists":
+                raise RuleExists(f"remember.id: rule {rule.id!r} already exists")
+            else:
+                request = self.broker.decisions._outcome(result, current.id, decision)
+                stored = self.rules.get(rule.id)
+                decided = tuple(
+                    r.id
+                    for r in self.broker.get_requests(s.id for s in siblings)
+                    if r.decision is not None and r.decision.rule == rule.id
+                )
+                return Remembered(request, recorded=True, rule=stored, siblings=decided)
+        raise RuntimeError(f"remember of {current.id} kept asking for more keys: {result!r}")
