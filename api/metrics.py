@@ -1,9 +1,10 @@
 """Prometheus metrics: fleet-wide figures read from Redis at scrape time, plus latency in-process.
 
-Requests by status and queue (counters the Lua steps keep), deliveries and failures by channel
-and the dead-letter count are read from Redis on each scrape (a custom collector), so every API
-replica reports the same numbers at the cost of three commands, whatever the volume. The decision latency histogram is per process: each replica observes the decisions it
-records, and Prometheus sums them.
+Requests by status and queue (counters the Lua steps keep), deliveries and failures by
+channel, the dead-letter count and the rule figures (decisions by rule, rule count) are read
+from Redis on each scrape (a custom collector), so every API replica reports the same numbers
+at the cost of five commands, whatever the volume. The decision latency histogram is per
+process: each replica observes the decisions it records, and Prometheus sums them.
 """
 
 from __future__ import annotations
@@ -40,6 +41,9 @@ class BrokerCollector(Collector):
             counts = self.broker.counts()
             stats = self.broker.redis.hgetall(self.broker.keys.stats)
             dead = self.broker.redis.xlen(self.broker.keys.dead_letters)
+            rule_keys = self.broker.keys.rules
+            rule_hits = self.broker.redis.hgetall(rule_keys.hits)
+            rule_count = self.broker.redis.zcard(rule_keys.listing)
         except RedisError:
             up.add_metric([], 0)
             yield up
@@ -89,6 +93,26 @@ class BrokerCollector(Collector):
         )
         letters.add_metric([], dead)
         yield letters
+        yield from rule_metrics(rule_hits, rule_count)
+
+
+def rule_metrics(hits: dict[bytes, bytes], count: int) -> Iterator[Metric]:
+    """Requests decided by each policy rule (at create, or as a remembered rule's sibling), and
+    how many rules exist (revoked ones included: they stay listed)."""
+    decided = CounterMetricFamily(
+        "approval_broker_rule_decisions",
+        "Requests decided by a policy rule, by rule id and effect",
+        labels=["rule", "effect"],
+    )
+    for raw_field, raw_value in sorted(hits.items()):
+        effect, _, rule_id = raw_field.decode().partition(":")
+        decided.add_metric([rule_id, effect], float(raw_value))
+    yield decided
+    rules = GaugeMetricFamily(
+        "approval_broker_rules", "Policy rules stored (active and revoked; see GET /v1/rules)"
+    )
+    rules.add_metric([], count)
+    yield rules
 
 
 class ApiMetrics:

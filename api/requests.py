@@ -8,6 +8,7 @@ from fastapi import APIRouter, Body, Path, Query
 from fastapi.responses import JSONResponse
 
 from api.auth import Caller, Requester
+from api.rules import remember
 from api.schemas import ERRORS, ConflictBody, DecisionBody, NewRequestBody
 from api.state import State
 from broker.deciding import INBOX
@@ -97,7 +98,12 @@ def decide(
     """Decide a pending request; the first decision wins, a repeat of it is not an error.
 
     A bearer token decides through the `inbox` channel: only requests whose queue lists
-    `inbox` (the admin token: any request).
+    `inbox` (the admin token: any request). With `remember`, the policy rule is kept in the
+    same step (see /v1/rules).
     """
-    request = state.decide(request_id, body.to_decision(), principal, channel="rest", via=(INBOX,))
+    decision = body.to_decision()
+    if body.remember is not None:
+        request = remember(state, request_id, decision, principal, body.remember, channel="rest")
+        return JSONResponse(request.public())
+    request = state.decide(request_id, decision, principal, channel="rest", via=(INBOX,))
     return JSONResponse(request.public())

@@ -7,16 +7,23 @@ Checking a body is broker.rules'; this module parses, authorises and answers.
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Body, Depends, Path, Query, Request
+from fastapi import APIRouter, Body, Depends, Path, Query
 from fastapi.responses import JSONResponse
 
 from api.auth import Caller
 from api.errors import ApiError
 from api.schemas import ERRORS, check_json_safe
-from api.state import State
+from api.state import ApiState, State
+from broker.auth import Principal
+from broker.deciding import INBOX
+from broker.decisions import Once
 from broker.errors import Forbidden, InvalidInput
+from broker.models import Decision
+from broker.models import Request as BrokerRequest
+from broker.rule_decisions import Remember, RuleDecisions
 from broker.rules import (
     Rule,
     RuleBody,
@@ -36,14 +43,33 @@ RuleId = Annotated[
 Filter = Annotated[str | None, Query(min_length=1, max_length=200)]
 
 
-def rule_store(request: Request, state: State) -> RuleStore:
-    """The app's one RuleStore, so its parsed-rules cache is shared by every route."""
-    store: RuleStore | None = getattr(request.app.state, "rule_store", None)
-    if store is None:
-        broker = state.broker
-        store = RuleStore(broker.redis, state.config, prefix=broker.keys.prefix)
-        request.app.state.rule_store = store
-    return store
+def rule_store(state: State) -> RuleStore:
+    """The broker's one RuleStore (the one creates match with), so its cache is shared."""
+    return state.broker.requests.rules
+
+
+def remember(
+    state: ApiState,
+    request_id: str,
+    decision: Decision,
+    principal: Principal,
+    spec: Remember,
+    *,
+    channel: str,
+    via: Collection[str] = (INBOX,),
+    decided_by: str | None = None,
+    once: Once | None = None,
+) -> BrokerRequest:
+    """Decide and keep a rule (`broker.rule_decisions`), counted in the metrics as `channel`."""
+    try:
+        done = RuleDecisions(state.deciding).decide(
+            request_id, decision, principal, spec, via=via, decided_by=decided_by, once=once
+        )
+    except RuleExists as exc:
+        raise ApiError(409, exc.code, exc.detail) from None
+    if done.recorded:
+        state.metrics.observe_decision(done.request, channel)
+    return done.request
 
 
 Rules = Annotated[RuleStore, Depends(rule_store)]

@@ -60,6 +60,11 @@ class DecisionBody(BaseModel):
     target: str | None = Field(default=None, max_length=200)
     args_hash: str | None = Field(default=None, max_length=128)
     metadata: dict[str, JsonValue] | None = None
+    remember: int | dict[str, JsonValue] | None = Field(
+        default=None,
+        description="keep a policy rule with this decision: the index of one of the request's"
+        " `suggested_rules`, or a rule body (approved/rejected only)",
+    )
 
     @model_validator(mode="after")
     def _check(self) -> DecisionBody:
@@ -68,7 +73,9 @@ class DecisionBody(BaseModel):
         return self
 
     def to_decision(self) -> Decision:
-        fields = self.model_dump(exclude_unset=True, exclude={"request_id", "decided_by"})
+        fields = self.model_dump(
+            exclude_unset=True, exclude={"request_id", "decided_by", "remember"}
+        )
         try:
             return Decision.model_validate(fields)
         except ValidationError as exc:

@@ -17,7 +17,7 @@ import typer
 from pydantic import ValidationError
 from redis.exceptions import RedisError
 
-from approval_broker.rules_cli import rules_app
+from approval_broker.rules_cli import remember_with, rules_app
 from broker import connection
 from broker.auth import hash_token, new_token, operator
 from broker.client import Broker
@@ -281,6 +281,12 @@ def decide(
     by: Annotated[
         str, typer.Option(help="Who decides, as recorded (an operator: no role checks).")
     ] = "cli",
+    remember: Annotated[
+        int | None,
+        typer.Option(
+            metavar="N", help="Also keep suggested rule N of the request (approve|reject)."
+        ),
+    ] = None,
     data_dir: DataDir = None,
 ) -> None:
     """Decide a pending request from the shell."""
@@ -304,7 +310,10 @@ def decide(
     broker = connect(data_dir)
     with clear_errors():
         # the same decision service as every other channel: a repeat is not an error
-        done = Deciding(broker).decide(request_id, decision, operator(by), via=())
+        if remember is not None:
+            done = remember_with(Deciding(broker), request_id, decision, operator(by), remember)
+        else:
+            done = Deciding(broker).decide(request_id, decision, operator(by), via=())
     request = done.request
     typer.echo(
         printable(

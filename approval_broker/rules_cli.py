@@ -12,6 +12,10 @@ from typing import Annotated, Any
 
 import typer
 
+from broker.auth import Principal
+from broker.deciding import Deciding
+from broker.models import Decision
+from broker.rule_decisions import Remembered, RuleDecisions
 from broker.rules import Rule, RuleStore, parse_body
 
 rules_app = typer.Typer(
@@ -26,8 +30,18 @@ DataDir = Annotated[
 def _store(data_dir: Path | None) -> RuleStore:
     from approval_broker.cli import connect
 
-    broker = connect(data_dir)
-    return RuleStore(broker.redis, broker.config, prefix=broker.keys.prefix)
+    return connect(data_dir).requests.rules
+
+
+def remember_with(
+    deciding: Deciding, request_id: str, decision: Decision, by: Principal, index: int
+) -> Remembered:
+    """`approval-broker decide ID approve --remember N`: decide and keep suggested rule N."""
+    done = RuleDecisions(deciding).decide(request_id, decision, by, index, via=())
+    if done.rule is not None:
+        also = f"; it also decided {', '.join(done.siblings)}" if done.siblings else ""
+        typer.echo(f"rule {done.rule.id} kept: {_line(done.rule)}{also}")
+    return done
 
 
 def _line(rule: Rule) -> str:
