@@ -1,0 +1,302 @@
+"""Policy rules with REAL agent runs on the fleet (RQ SimpleWorker and the resumer, in this
+process) on a real Redis, with the notifier fleet delivering to fake Slack, SMTP and webhook
+receivers: config rules approve and deny at create with nobody asked and nothing posted or
+mailed; remembering in a 3-call round decides the covered sibling while another person decides
+a third (real threads) and the round resumes exactly once; the next round's covered call needs
+no person; rules survive a Redis restart (AOF)."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from pydantic_ai import Agent, DeferredToolRequests, RunContext
+from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart, ToolCallPart
+from pydantic_ai.models.function import AgentInfo, FunctionModel
+from redis import Redis
+
+from broker.auth import Principal
+from broker.client import Broker
+from broker.config import Config, parse_config
+from broker.deciding import Deciding
+from broker.models import Decision, NewRequest, Outcome, RunStatus, Status
+from broker.redis_server import EmbeddedRedis
+from broker.rule_decisions import RuleDecisions
+from broker.rules import parse_body, sync_at_start
+from broker.runs import run_queue, start_run
+from tests.conftest import jobs_bound_to, wait_for, work
+from tests.fakes.harness import SECRET, running, webhook
+from tests.fakes.slack import FakeSlack
+from tests.fakes.smtp import SmtpSink
+from tests.fakes.webhook_receiver import WebhookReceiver
+from tests.test_workers_support import Recorder, recorder_for
+from workers.demo import Ledger
+from workers.resumer import Resumer
+
+# ---- a scripted agent that asks for three approvals in one round, then one more ----------
+
+
+def _trio_script(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+    returns = [p for m in messages for p in getattr(m, "parts", []) if p.part_kind == "tool-return"]
+    if not returns:
+        return ModelResponse(
+            parts=[
+                ToolCallPart("refund", {"order": "A1", "amount": 120}),
+                ToolCallPart("refund", {"order": "A2", "amount": 80}),
+                ToolCallPart("ship", {"order": "A3"}),
+            ]
+        )
+    if len(returns) == 3:
+        return ModelResponse(parts=[ToolCallPart("refund", {"order": "A4", "amount": 30})])
+    return ModelResponse(
+        parts=[TextPart("; ".join(f"{p.tool_name}: {p.content}" for p in returns))]
+    )
+
+
+trio = Agent(
+    FunctionModel(_trio_script), deps_type=Recorder, output_type=[str, DeferredToolRequests]
+)
+
+
+@trio.tool(requires_approval=True)
+def refund(ctx: RunContext[Recorder], order: str, amount: int) -> str:
+    ctx.deps.add({"tool": "refund", "order": order})
+    return f"refunded {order}"
+
+
+@trio.tool(requires_approval=True)
+def ship(ctx: RunContext[Recorder], order: str) -> str:
+    ctx.deps.add({"tool": "ship", "order": order})
+    return f"shipped {order}"
+
+
+# ---- the fleet, driven from the test --------------------------------------------------------
+
+
+class Fleet:
+    def __init__(self, broker: Broker) -> None:
+        self.broker = broker
+        self.resumer = Resumer(broker, consumer="test-resumer", block_ms=None)
+        self.enqueued: list[tuple[str | None, int | None]] = []
+
+    def settle(self) -> None:
+        for _ in range(20):
+            for handled in self.resumer.run_once():
+                if handled.action == "enqueued":
+                    self.enqueued.append((handled.run_id, handled.round))
+            if run_queue(self.broker).count == 0:
+                return
+            work(self.broker)
+        raise AssertionError("the fleet never settled")
+
+
+PUBLIC = "https://approvals.example.com"
+
+
+@pytest.fixture
+def slack() -> Iterator[FakeSlack]:
+    server = FakeSlack().start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def smtp() -> Iterator[SmtpSink]:
+    server = SmtpSink().start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def receiver() -> Iterator[WebhookReceiver]:
+    server = WebhookReceiver(SECRET).start()
+    yield server
+    server.stop()
+
+
+def fleet_config(slack: FakeSlack, smtp: SmtpSink, receiver: WebhookReceiver) -> Config:
+    return parse_config(
+        {
+            "queues": {
+                "default": {"channels": ["inbox", "slack:approvals", "email:leads", "webhook:ops"]}
+            },
+            "webhooks": {"ops": webhook(receiver.url("/ops"))},
+            "slack": {
+                "bot_token": slack.token,
+                "signing_secret": "signing",
+                "api_base_url": slack.url,
+                "channels": {"approvals": {"channel": "C1"}},
+            },
+            "email": {
+                "smtp_url": smtp.url,
+                "from": "approvals@example.com",
+                "public_url": PUBLIC,
+                "lists": {"leads": {"to": ["lead@example.com"]}},
+            },
+            "approvers": {"alice": {"roles": ["finance"]}, "bob": {"roles": ["finance"]}},
+            "agents": {
+                "refunds": {"path": "workers.demo:agent", "deps": "workers.demo:make_deps"},
+                "trio": {
+                    "path": "tests.test_rules_fleet:trio",
+                    "deps": "tests.test_workers_support:make_recorder",
+                },
+            },
+            "rules": [
+                {
+                    "id": "routine-refunds",
+                    "effect": "allow",
+                    "tool": "issue_refund",
+                    "agent": "refunds",
+                    "args": {"amount": {"le": 100}},
+                },
+                {
+                    "id": "no-big-refunds",
+                    "effect": "deny",
+                    "tool": "issue_refund",
+                    "args": {"amount": {"gt": 200}},
+                    "reason": "Refunds over $200 go to the store manager.",
+                },
+            ],
+        }
+    )
+
+
+@pytest.fixture
+def fleet_broker(
+    redis: Redis, slack: FakeSlack, smtp: SmtpSink, receiver: WebhookReceiver
+) -> Iterator[Broker]:
+    broker = Broker(redis, fleet_config(slack, smtp, receiver), prefix="t:")
+    sync_at_start(broker.requests.rules)
+    with jobs_bound_to(broker):
+        yield broker
+
+
+def stream_read(broker: Broker) -> bool:
+    """The notifiers' group has read and acknowledged every entry of the default stream."""
+    stream = broker.keys.stream("default")
+    last = broker.redis.xrevrange(stream, count=1)
+    groups = broker.redis.xinfo_groups(stream) if last else []
+    return any(g["last-delivered-id"] == last[0][0] and g["pending"] == 0 for g in groups)
+
+
+def test_config_rules_approve_and_deny_at_create_and_tell_no_person(
+    fleet_broker: Broker, slack: FakeSlack, smtp: SmtpSink, receiver: WebhookReceiver
+) -> None:
+    broker = fleet_broker
+    fleet = Fleet(broker)
+    with running(broker):
+        ok = start_run(broker, "refunds", "Refund $75 on order A100 because the soles came off.")
+        no = start_run(
+            broker,
+            "refunds",
+            "Refund $220 on order A103 because the tent is torn.",
+            deps={"customer": "c-2"},
+        )
+        fleet.settle()
+        wait_for(lambda: stream_read(broker))
+        wait_for(lambda: len(receiver.accepted("/ops")) == 2)
+    done, refused = broker.get_run(ok.id), broker.get_run(no.id)
+    assert done.status is RunStatus.finished and done.output["refunded"] is True
+    assert refused.status is RunStatus.finished and refused.output["refunded"] is False
+    assert "Refunds over $200 go to the store manager." in refused.output["message"]
+    assert Ledger(broker.redis, "t:").get("A100") is not None
+    assert Ledger(broker.redis, "t:", "c-2").all() == []
+    [approved] = broker.round_requests(ok.id, 1)
+    [denied] = broker.round_requests(no.id, 1)
+    assert approved.decision is not None and approved.decision.decided_by == "rule:routine-refunds"
+    assert denied.decision is not None and denied.decision.rule == "no-big-refunds"
+    for request in (approved, denied):  # delivered to the webhook only, no person-facing channel
+        history = broker.get_request(request.id).history
+        assert [(h.event, h.channel) for h in history] == [
+            ("decided_by_rule", None),
+            ("delivered", "webhook:ops"),
+        ]
+    assert slack.calls_to("chat.postMessage") == [] and smtp.mails == []
+    hooks = receiver.accepted("/ops")
+    assert sorted(h.payload["type"] for h in hooks) == ["approval.decided"] * 2
+    assert {h.payload["data"]["decision"]["rule"] for h in hooks} == {
+        "routine-refunds",
+        "no-big-refunds",
+    }
+    assert sorted(fleet.enqueued) == sorted([(ok.id, 1), (no.id, 1)])  # resumed at once
+
+
+def test_remembering_in_a_round_of_three_resumes_once_and_covers_the_next_round(
+    fleet_broker: Broker,
+) -> None:
+    broker = fleet_broker
+    fleet = Fleet(broker)
+    run = start_run(broker, "trio", "go")
+    fleet.settle()
+    assert broker.get_run(run.id).status is RunStatus.waiting
+    a, b, c = broker.round_requests(run.id, 1)
+    assert (a.tool_name, b.tool_name, c.tool_name) == ("refund", "refund", "ship")
+    alice = Principal("alice", frozenset({"finance"}))
+    barrier = threading.Barrier(2)
+    out: dict[str, Any] = {}
+
+    def remember() -> None:
+        barrier.wait()
+        out["remembered"] = RuleDecisions(Deciding(broker)).decide(
+            a.id, Decision(outcome=Outcome.approved), alice, 0, via=("inbox",)
+        )
+
+    def bob() -> None:
+        barrier.wait()
+        out["bob"] = broker.decide(c.id, Decision(outcome=Outcome.rejected, reason="not today"), decided_by="bob")  # fmt: skip
+
+    threads = [threading.Thread(target=remember), threading.Thread(target=bob)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    rule = out["remembered"].rule
+    assert out["remembered"].siblings == (b.id,) and rule.run_id == run.id
+    fleet.settle()
+    finished = broker.get_run(run.id)
+    assert finished.status is RunStatus.finished, finished.error
+    assert fleet.enqueued == [(run.id, 1), (run.id, 2)]  # each round resumed exactly once
+    [later] = broker.round_requests(run.id, 2)
+    assert later.decision is not None and later.decision.rule == rule.id
+    assert broker.requests.rules.get(rule.id).hits == 2  # b, then the next round's call
+    tools = recorder_for(broker.redis, "t:").all()
+    assert tools == [
+        {"tool": "refund", "order": "A1"},
+        {"tool": "refund", "order": "A2"},
+        {"tool": "refund", "order": "A4"},
+    ]
+    assert "not today" in str(finished.output)
+
+
+def test_rules_survive_a_redis_restart(tmp_path) -> None:
+    server = EmbeddedRedis(tmp_path / "data").start()
+    try:
+        config = parse_config({"queues": {"default": {}}})
+        broker = Broker(Redis.from_url(server.url), config)
+        rule = broker.requests.rules.create(
+            parse_body({"effect": "deny", "tool": "wire", "reason": "never"}), created_by="pat"
+        )
+        first = broker.create_request(NewRequest(tool_name="wire"))
+        assert first.status is Status.rejected
+        broker.redis.close()
+        server.kill()  # SIGKILL: only what the AOF holds comes back
+        server.start()
+        broker = Broker(Redis.from_url(server.url), config)
+        again = broker.create_request(NewRequest(tool_name="wire"))
+        assert again.status is Status.rejected and again.decision.rule == rule.id
+        assert broker.requests.rules.get(rule.id).hits == 2
+        assert broker.get_request(first.id).decision.reason == "never"
+        broker.redis.close()
+    finally:
+        server.close()
+
+
+def test_a_question_is_never_decided_by_a_rule_even_when_the_tool_matches(
+    fleet_broker: Broker,
+) -> None:
+    rules = fleet_broker.requests.rules
+    rules.create(parse_body({"effect": "allow", "tool": "*"}), created_by="pat")
+    asked = fleet_broker.create_request(NewRequest(tool_name="ask", kind="question"))
+    assert asked.status is Status.pending and asked.decision is None
