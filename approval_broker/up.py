@@ -24,6 +24,7 @@ from broker.config import Config, Settings
 from broker.errors import BrokerError
 from broker.links import prepare_link_secret
 from broker.redis_server import EmbeddedRedis, redact, redis_dir
+from broker.rules import sync_at_start
 
 ROLES: tuple[tuple[str, ...], ...] = (("api",), ("worker",), ("notifier",), ("sweeper",))
 
@@ -69,7 +70,13 @@ def _signal_group(pid: int, sig: signal.Signals) -> None:
         pass
 
 
-def banner(settings: Settings, admin_token: str, generated: bool, demo_runs: list[str]) -> str:
+def banner(
+    settings: Settings,
+    admin_token: str,
+    generated: bool,
+    demo_runs: list[str],
+    ruled_run: str | None = None,
+) -> str:
     """Where to click; the admin token only if `up` made it (a given one is already known)."""
     url = f"http://{settings.host}:{settings.port}"
     token = (
@@ -87,6 +94,10 @@ def banner(settings: Settings, admin_token: str, generated: bool, demo_runs: lis
     ]
     if demo_runs:
         lines.append(f"  demo runs    {', '.join(demo_runs)} (their approvals wait in the inbox)")
+    if ruled_run:
+        lines.append(
+            f"  rule demo    {ruled_run} (its refund is approved by rule demo-routine-refunds)"
+        )
     lines += ["Press Ctrl-C to stop.", ""]
     return "\n".join(lines)
 
@@ -147,11 +158,14 @@ def run_up(settings: Settings, config: Config, *, demo: bool = False) -> None:
         if settings.data_dir:  # where the roles find the embedded Redis's link secret
             env["APPROVAL_BROKER_DATA_DIR"] = str(settings.data_dir)
         demo_runs: list[str] = []
+        ruled_run: str | None = None
         broker = Broker(Redis.from_url(settings.redis_url), config, prefix=settings.key_prefix)
+        sync_at_start(broker.requests.rules)  # the config's [[rules]], before any run starts
         if demo:
-            from workers.demo import register_demo
+            from workers.demo import add_demo_rule, register_demo
 
             register_demo(broker)
+            add_demo_rule(broker)
         for args in ROLES:
             child = Child(args, env)
             typer.echo(f"[up] starting {child.name} ...")
@@ -163,10 +177,11 @@ def run_up(settings: Settings, config: Config, *, demo: bool = False) -> None:
                 f"[up] the API did not answer on {url}/healthz; see its output above", err=True
             )
         elif demo:
-            from workers.demo import start_demo_runs
+            from workers.demo import start_demo_runs, start_rule_demo_run
 
             demo_runs = start_demo_runs(broker)
-        typer.echo(banner(settings, admin_token, generated, demo_runs))
+            ruled_run = start_rule_demo_run(broker)
+        typer.echo(banner(settings, admin_token, generated, demo_runs, ruled_run))
         while not stop.wait(0.5):
             for child in children:
                 if child.process and child.process.poll() is not None and not stop.is_set():

@@ -52,6 +52,7 @@ from redis import Redis
 from broker.agents import DepsContext, register_agent
 from broker.client import Broker
 from broker.keys import Keys
+from broker.rules import RuleExists, parse_body
 from broker.runs import start_run
 
 AGENT_NAME = "refunds"
@@ -401,6 +402,34 @@ def register_demo(broker: Broker) -> None:
 def start_demo_runs(broker: Broker) -> list[str]:
     """Start two runs whose refunds are above the limit, so their approvals wait in the inbox."""
     return [start_run(broker, AGENT_NAME, prompt).id for prompt in DEMO_PROMPTS]
+
+
+# A policy rule decides this run's refund: no person is asked (README, "Policy rules").
+RULE_DEMO = {
+    "id": "demo-routine-refunds",
+    "effect": "allow",
+    "tool": "issue_refund",
+    "agent": AGENT_NAME,
+    "args": {"amount": {"le": 60}},
+    "reason": "Refunds up to $60 are routine at the demo desk.",
+}
+RULE_DEMO_PROMPT = "Refund $60 on order A100 because the laces snapped."
+RULE_DEMO_CUSTOMER = "c-regular"
+
+
+def add_demo_rule(broker: Broker) -> None:
+    """Keep the demo's policy rule (made once, by `demo`; a restart finds it in place)."""
+    try:
+        broker.requests.rules.create(parse_body(RULE_DEMO), created_by="demo")
+    except RuleExists:
+        pass
+
+
+def start_rule_demo_run(broker: Broker) -> str:
+    """Start a run whose refund the demo rule approves at once: it never waits in the inbox."""
+    add_demo_rule(broker)
+    deps = {"customer": RULE_DEMO_CUSTOMER}
+    return start_run(broker, AGENT_NAME, RULE_DEMO_PROMPT, deps=deps).id
 
 
 def start_demo(broker: Broker) -> list[str]:
