@@ -23,6 +23,7 @@ from fastapi.templating import Jinja2Templates
 
 from api.auth import approver_by_email, approver_for_email
 from api.errors import ApiError, broker_error_status
+from api.rules import remember
 from api.state import ApiState, State
 from broker.auth import Principal
 from broker.config import EmailConfig
@@ -30,6 +31,7 @@ from broker.errors import BrokerError, Conflict, Forbidden
 from broker.links import LinkClaims, LinkError, link_once, read_link
 from broker.models import Decision, Outcome
 from broker.models import Request as BrokerRequest
+from broker.rule_decisions import run_rule_index
 
 router = APIRouter(prefix="/v1/email", tags=["email"])
 templates = Jinja2Templates(directory=str(FilePath(__file__).parent / "templates"))
@@ -38,6 +40,7 @@ Token = Annotated[str, Path(min_length=1, max_length=4000, description="the sign
 
 _VERBS = {
     "approve": "Approve",
+    "approve_run": "Approve this and the rest of this run",
     "reject": "Reject",
     "answer": "Answer",
     "escalate": "Escalate",
@@ -126,7 +129,7 @@ def _decision(claims: LinkClaims, request: BrokerRequest, form: dict[str, str | 
     action = claims.action
     args_hash = form.get("args_hash") or None
     reason = (form.get("reason") or "").strip() or None
-    if action == "approve":
+    if action in ("approve", "approve_run"):
         return Decision(outcome=Outcome.approved, args_hash=args_hash)
     if action == "reject":
         return Decision(outcome=Outcome.rejected, reason=reason, args_hash=args_hash)
@@ -216,15 +219,16 @@ def decide_from_link(
         form = {"reason": reason, "answer": answer, "args_hash": args_hash}
         decision = _decision(claims, item, form)
         principal, via = _decider(state, claims.recipient, item)
-        decided = state.decide(
-            item.id,
-            decision,
-            principal,
-            channel="email",
-            via=via,
-            current=item,
-            once=link_once(state.broker, claims, _email_config(state).link_ttl_s),
-        )
+        once = link_once(state.broker, claims, _email_config(state).link_ttl_s)
+        index = run_rule_index(item) if claims.action == "approve_run" else None
+        if index is not None:  # keep "this tool, this run" with the decision
+            decided = remember(
+                state, item.id, decision, principal, index, channel="email", via=via, once=once
+            )
+        else:
+            decided = state.decide(
+                item.id, decision, principal, channel="email", via=via, current=item, once=once
+            )
     except BrokerError as exc:
         return _error_page(request, _from_broker_error(exc))
     except PageError as exc:

@@ -36,6 +36,7 @@ from api.auth import approver_by_slack_user
 from api.errors import ApiError
 from api.schemas import ERRORS, ErrorBody
 from api.state import ApiState, State
+from broker import slack_always as always
 from broker import slack_ids as ids
 from broker.auth import Principal
 from broker.client import Once
@@ -52,7 +53,7 @@ router = APIRouter(prefix="/v1/slack", tags=["slack"])
 SLACK_API_TIMEOUT_S = 2.0  # views.open must land within the trigger_id's 3 seconds
 RESPONSE_URL_TIMEOUT_S = 5.0
 MAX_REASON = 10_000  # what a Decision's reason may hold
-DECIDING_ACTIONS = frozenset({ids.APPROVE, ids.REJECT, ids.ESCALATE, ids.ANSWER})
+DECIDING_ACTIONS = frozenset({ids.APPROVE, ids.REJECT, ids.ESCALATE, ids.ANSWER, always.ALWAYS})
 
 
 class SlackUser(BaseModel):
@@ -205,6 +206,10 @@ def handle_block_actions(
         principal = approver_by_slack_user(state.config, payload.user.id)
         if action.action_id == ids.REJECT:
             return _start_reject(state, slack, payload, action.value, principal, channel_id)
+        if action.action_id == always.ALWAYS:  # the modal of rules (api/slack_always.py)
+            from api.slack_always import start_always
+
+            return start_always(state, slack, payload, action.value, principal, channel_id)
         decision = _decision_for(action, payload)
         if decision is None:
             return SlackReply(body={})
@@ -258,6 +263,10 @@ def handle_view_submission(
     state: ApiState, slack: SlackConfig, payload: ViewSubmission, once: Once
 ) -> SlackReply:
     view = payload.view
+    if view.callback_id == always.ALWAYS_CALLBACK:  # a decision that keeps a rule
+        from api.slack_always import submit_always
+
+        return submit_always(state, slack, payload, once)
     if view.callback_id != ids.REJECT_CALLBACK:
         return SlackReply(body={})
     reason = (input_value(view.state, ids.REJECT_REASON_ACTION) or "").strip() or None

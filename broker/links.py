@@ -33,7 +33,8 @@ NO_SECRET = (
     f'(e.g. "env:NAME") or {SECRET_ENV} (the same on every api and notifier)'
 )
 
-ACTIONS = ("approve", "reject", "answer", "escalate", "view")
+ACTIONS = ("approve", "reject", "answer", "escalate", "view", "approve_run")
+# approve_run: approve, and keep the rule "this tool, this run" (broker.rule_decisions)
 
 _serializers: weakref.WeakKeyDictionary[Broker, URLSafeTimedSerializer] = (
     weakref.WeakKeyDictionary()

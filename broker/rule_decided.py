@@ -64,6 +64,8 @@ class RuleVerdict:
 def verdict_for(rule: Rule) -> RuleVerdict:
     by = decided_by(rule.id)
     reason = default_reason(rule)
-    decision = Decision(outcome=EFFECT_OUTCOME[rule.effect], reason=reason, decided_by=by, rule=rule.id)
+    decision = Decision(
+        outcome=EFFECT_OUTCOME[rule.effect], reason=reason, decided_by=by, rule=rule.id
+    )
     entry = HistoryEntry(at=utcnow(), event="decided_by_rule", by=by, rule=rule.id, reason=reason)
     return RuleVerdict(rule.id, rule.effect, decision, entry)

@@ -64,13 +64,20 @@ def rule_body(remember: Remember, request: Request, decision: Decision) -> RuleB
     body = parse_body(raw, "remember")
     if body.effect != effect:
         raise InvalidInput(
-            f"remember.effect: an {decision.outcome.value!r} decision remembers an"
-            f" {effect!r} rule",
+            f"remember.effect: an {decision.outcome.value!r} decision remembers an {effect!r} rule",
             code="invalid_rule",
         )
     if body.effect == "deny" and body.reason is None and decision.reason:
         body = body.model_copy(update={"reason": decision.reason})
     return body
+
+
+def run_rule_index(request: Request) -> int | None:
+    """Which of the request's suggested rules is "this tool, this run" (the email link's)."""
+    for i, rule in enumerate(request.suggested_rules):
+        if rule.get("run_id") and not rule.get("args"):
+            return i
+    return None
 
 
 class RuleDecisions:

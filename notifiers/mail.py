@@ -19,6 +19,7 @@ from broker.client import Broker
 from broker.config import Config, EmailConfig
 from broker.links import new_nonce, sign_link
 from broker.models import Request, utcnow
+from broker.rule_decisions import run_rule_index
 from notifiers.base import Channel
 from notifiers.delivery_state import DeliveryState
 from notifiers.events import ESCALATED, REQUESTED, Event
@@ -84,6 +85,8 @@ def link_actions(request: Request, config: Config) -> list[str]:
     """Approve only approvals; answer only questions and external calls; anything may be
     rejected; escalate where the request's queue names a next queue (as Slack's button)."""
     actions = ["approve", "reject"] if request.kind == "approval" else ["answer", "reject"]
+    if run_rule_index(request) is not None:
+        actions.insert(1, "approve_run")
     if config.escalation_target(request.queue):
         actions.append("escalate")
     return actions

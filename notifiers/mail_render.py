@@ -46,6 +46,7 @@ def lines(text: str) -> str:
 
 _LABELS = {
     "approve": "Approve",
+    "approve_run": "Approve, and the same for the rest of this run",
     "reject": "Reject (you will be asked why)",
     "answer": "Answer",
     "escalate": "Escalate",

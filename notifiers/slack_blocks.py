@@ -14,6 +14,7 @@ import json
 from datetime import datetime
 from typing import Any
 
+from broker import slack_always as always
 from broker import slack_ids as ids
 from broker.config import Config
 from broker.models import HistoryEntry, Request, Status
@@ -123,6 +124,8 @@ def action_blocks(request: Request, config: Config) -> list[Block]:
     blocks: list[Block] = []
     if request.kind == "approval":
         buttons.append(_button("Approve", ids.APPROVE, rid, "primary"))
+        if request.run_id and request.suggested_rules:  # a rule for this run or agent
+            buttons.append(_button("Always…", always.ALWAYS, rid))
     else:
         options = options_of(request)
         for option in options:
