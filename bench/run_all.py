@@ -187,6 +187,23 @@ def api_rows(text: str) -> list[Row]:
     ]
 
 
+def rules_rows(text: str) -> list[Row]:
+    return [
+        row("rules: creates/s, 0 rules", number(r"creates/s, 0 rules\s*: *{N}", text), "/s"),
+        row(
+            "rules: creates/s, 1,000 active rules",
+            number(r"creates/s, [\d,]+ rules \(none covers the call\)\s*: *{N}", text),
+            "/s",
+        ),
+        row(
+            "rules: creates/s with 1,000 rules as a share of those with none",
+            number(r"ratio, [\d,]+ rules / 0 \(target >= 80%\)\s*: *{N}", text),
+            "%",
+            at_least(80, "%"),
+        ),
+    ]
+
+
 def e2e_rows(text: str, ceiling: float) -> list[Row]:
     data = None
     for line in reversed(text.strip().splitlines()):
@@ -256,6 +273,7 @@ def main() -> None:
             "--burst",
             "300" if quick else "2000",
         ],
+        "bench_rules.py": ["--n", "500" if quick else "3000"],
         "bench_e2e.py": [
             "--json",
             "--cycles",
@@ -274,6 +292,7 @@ def main() -> None:
         *sweep_rows(out["bench_sweep.py"]),
         *notify_rows(out["bench_notify.py"]),
         *api_rows(out["bench_api.py"]),
+        *rules_rows(out["bench_rules.py"]),
         *e2e_rows(out["bench_e2e.py"], ceiling),
     ]
 

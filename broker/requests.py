@@ -73,7 +73,8 @@ class Requests:
     def _create(
         self, run_id: str | None, round_no: int, built: list[tuple[str, NewRequest]]
     ) -> tuple[str, list[Request]]:
-        agent = self._agent_of(run_id) if any(n.kind == "approval" for _, n in built) else None
+        approvals = any(n.kind == "approval" for _, n in built)
+        agent, version = self._agent_and_version(run_id) if approvals else (None, None)
         items: list[dict[str, Any]] = []
         calls: dict[str, Call] = {}
         for rid, new in built:
@@ -85,8 +86,10 @@ class Requests:
             fields = request_fields(new, rid, run_id, round_no, suggested)
             items.append({"id": rid, "timeout_s": timeout, "fields": fields})
         excluded: set[str] = set()
-        for _ in range(_RULE_TRIES):
-            verdicts = self._verdicts(built, calls, excluded)
+        for attempt in range(_RULE_TRIES):
+            if attempt:  # a rule changed under us: read the version afresh
+                version = self.store.redis.get(self.store.keys.rules.version)
+            verdicts = self._verdicts(built, calls, excluded, version)
             result = self._run_create(run_id, round_no, built, items, verdicts)
             if result[0] != "rule_changed":
                 break
@@ -109,7 +112,11 @@ class Requests:
         return "ok", requests
 
     def _verdicts(
-        self, built: list[tuple[str, NewRequest]], calls: dict[str, Call], excluded: set[str]
+        self,
+        built: list[tuple[str, NewRequest]],
+        calls: dict[str, Call],
+        excluded: set[str],
+        version: bytes | None,
     ) -> dict[str, RuleVerdict]:
         """The rule deciding each approval call, if one does."""
         out: dict[str, RuleVerdict] = {}
@@ -118,7 +125,7 @@ class Requests:
             if call is None:
                 continue
             quorum = int(getattr(new, "quorum", 1) or 1)
-            found = self.rules.match(call, exclude=excluded, quorum=quorum)
+            found = self.rules.match(call, exclude=excluded, quorum=quorum, version=version)
             if found is not None:
                 out[rid] = verdict_for(found[1])
         return out
@@ -152,12 +159,17 @@ class Requests:
             **({"run_id": run_id} if run_id else {}),
         )
 
-    def _agent_of(self, run_id: str | None) -> str | None:
-        """The agent a run runs, which rules may be scoped to (None without a run)."""
+    def _agent_and_version(self, run_id: str | None) -> tuple[str | None, bytes | None]:
+        """The agent the run runs (rules may be scoped to it) and the rules' version, in one
+        round trip."""
+        keys = self.store.keys
         if not run_id:
-            return None
-        agent = self.store.redis.hget(self.store.keys.run(run_id), "agent")
-        return as_str(agent) if agent else None
+            return None, self.store.redis.get(keys.rules.version)
+        pipe = self.store.redis.pipeline(transaction=False)
+        pipe.hget(keys.run(run_id), "agent")
+        pipe.get(keys.rules.version)
+        agent, version = pipe.execute()
+        return (as_str(agent) if agent else None), version
 
     def get_request(self, request_id: str) -> Request:
         raw = self.store.redis.hgetall(self.store.keys.request(request_id))

@@ -27,6 +27,7 @@ from broker.rules.models import Effect, Rule, RuleBody, is_glob
 from broker.rules.records import RuleKeys, epoch, from_fields, new_rule_id, to_fields
 
 CONFIG_CREATOR = "config"
+_UNREAD = object()  # the rules' version was not read by the caller
 
 
 class RuleExists(InvalidInput):
@@ -254,13 +255,15 @@ class RuleStore:
 
     # --- matching ------------------------------------------------------------------------
 
-    def _fresh(self) -> _Cache:
+    def _fresh(self, version: bytes | None | object = _UNREAD) -> _Cache:
         """The parsed rules of the current version; a new, empty cache if any rule changed.
 
-        One GET when nothing changed. Rules are read only after the version, so a cache never
-        holds rules older than its version; a load finishing late fills a cache already dropped.
+        One GET when nothing changed (none when the caller read `version` already, in a pipeline
+        of its own). Rules are read only after the version, so a cache never holds rules older
+        than its version; a load finishing late fills a cache already dropped.
         """
-        version = self.redis.get(self.keys.version)
+        if version is _UNREAD:
+            version = self.redis.get(self.keys.version)
         with self._lock:
             if self._cache.version != version:
                 self._cache = _Cache(version)
@@ -275,9 +278,11 @@ class RuleStore:
             self.redis.srem(index_key, *expired)
         return _Bucket.of(r for r in rules if r.is_active(now))
 
-    def _buckets(self, tool_name: str) -> tuple[_Bucket, _Bucket]:
+    def _buckets(
+        self, tool_name: str, version: bytes | None | object = _UNREAD
+    ) -> tuple[_Bucket, _Bucket]:
         """This tool's rules and the glob rules that cover its name, both bucketed by scope."""
-        cache = self._fresh()
+        cache = self._fresh(version)
         bucket = cache.tools.get(tool_name)
         if bucket is None:
             bucket = cache.tools[tool_name] = self._load(self.keys.by_tool(tool_name))
@@ -301,15 +306,17 @@ class RuleStore:
         *,
         exclude: Collection[str] = (),
         quorum: int = 1,
+        version: bytes | None | object = _UNREAD,
     ) -> tuple[Effect, Rule] | None:
         """The rule that decides this call (deny beats allow), or None: a person is asked.
 
         `exclude` leaves out rules the create step found changed; a request needing more than
         one vote (`quorum` > 1) is decided only by a rule of role `policy` with `quorum_bypass`.
+        `version` is the rules' version when the caller read it already (saves a round trip).
         """
         if call.kind != "approval":
             return None
-        bucket, globs = self._buckets(call.tool_name)
+        bucket, globs = self._buckets(call.tool_name, version)
         found = [
             r
             for r in bucket.relevant(call) + globs.relevant(call)
