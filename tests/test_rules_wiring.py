@@ -17,7 +17,7 @@ from broker.deciding import Deciding
 from broker.errors import Conflict, Forbidden, InvalidInput
 from broker.models import Decision, NewRequest, Outcome, Status
 from broker.rule_decisions import RuleDecisions
-from broker.rules import parse_body, sync_at_start
+from broker.rules import Call, parse_body, sync_at_start
 from broker.text import as_str
 
 CONFIG = {
@@ -295,3 +295,19 @@ def test_rejecting_remembers_a_deny_whose_reason_the_model_is_told(rb: Broker) -
     # a second remember on the decided request: as any decision, who won
     with pytest.raises(Conflict):
         decide_remembering(rb, a.id, PAT, 0)
+
+
+def test_a_request_needing_more_votes_is_decided_only_by_a_policy_bypass_rule(rb: Broker) -> None:
+    store = rb.requests.rules
+    ordinary = store.create(
+        parse_body({"effect": "allow", "tool": "pay", "agent": "refunds"}),
+        created_by="alice",
+        creator_roles=["finance"],
+    )
+    call = Call("pay", agent="refunds")
+    assert store.match(call)[1].id == ordinary.id
+    assert store.match(call, quorum=2) is None
+    bypass = store.create(
+        parse_body({"effect": "allow", "tool": "pay", "quorum_bypass": True}), created_by="pat"
+    )
+    assert store.match(call, quorum=2)[1].id == bypass.id
