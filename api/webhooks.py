@@ -22,6 +22,7 @@ from standardwebhooks.webhooks import Webhook, WebhookVerificationError
 from starlette.concurrency import run_in_threadpool
 
 from api.errors import ApiError
+from api.rules import remember
 from api.schemas import ERRORS, ConflictBody, WebhookReply, inline_schema
 from api.state import ApiState, State
 from broker.auth import Principal
@@ -73,6 +74,18 @@ def _record(
     # a reply that failed half-way can be retried with the same id
     once = (state.broker.keys.seen("webhook", f"{name}:{msg_id}"), REPLAY_TTL_S)
     # an endpoint decides only requests waiting in a queue that lists it
+    if reply.remember is not None:  # and keeps a policy rule with it (api/rules.py)
+        return remember(
+            state,
+            reply.request_id,
+            reply.to_decision(),
+            principal,
+            reply.remember,
+            channel="webhook",
+            via=(principal.name,),
+            decided_by=decided_by,
+            once=once,
+        )
     return state.decide(
         reply.request_id,
         reply.to_decision(),

@@ -115,7 +115,13 @@ class RuleDecisions:
         self.deciding.check_may_decide(principal, current, via)
         if not current.is_pending:  # a repeat, or who won: as any decision
             done = self.deciding.decide(
-                request_id, decision, principal, via=via, decided_by=decided_by, current=current
+                request_id,
+                decision,
+                principal,
+                via=via,
+                decided_by=decided_by,
+                current=current,
+                once=once,
             )
             return Remembered(done.request, recorded=done.recorded)
         if current.kind != "approval":
