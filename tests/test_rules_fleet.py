@@ -224,43 +224,55 @@ def test_config_rules_approve_and_deny_at_create_and_tell_no_person(
 
 
 def test_remembering_in_a_round_of_three_resumes_once_and_covers_the_next_round(
-    fleet_broker: Broker,
+    fleet_broker: Broker, slack: FakeSlack, smtp: SmtpSink, receiver: WebhookReceiver
 ) -> None:
     broker = fleet_broker
     fleet = Fleet(broker)
-    run = start_run(broker, "trio", "go")
-    fleet.settle()
-    assert broker.get_run(run.id).status is RunStatus.waiting
-    a, b, c = broker.round_requests(run.id, 1)
-    assert (a.tool_name, b.tool_name, c.tool_name) == ("refund", "refund", "ship")
-    alice = Principal("alice", frozenset({"finance"}))
-    barrier = threading.Barrier(2)
-    out: dict[str, Any] = {}
+    with running(broker):
+        run = start_run(broker, "trio", "go")
+        fleet.settle()
+        assert broker.get_run(run.id).status is RunStatus.waiting
+        a, b, c = broker.round_requests(run.id, 1)
+        assert (a.tool_name, b.tool_name, c.tool_name) == ("refund", "refund", "ship")
+        wait_for(lambda: all(slack.posts_for(r.id) for r in (a, b, c)))  # people were asked
+        alice = Principal("alice", frozenset({"finance"}))
+        out: dict[str, Any] = {}
+        barrier = threading.Barrier(2)
 
-    def remember() -> None:
-        barrier.wait()
-        out["remembered"] = RuleDecisions(Deciding(broker)).decide(
-            a.id, Decision(outcome=Outcome.approved), alice, 0, via=("inbox",)
+        def remember() -> None:
+            barrier.wait()
+            out["remembered"] = RuleDecisions(Deciding(broker)).decide(
+                a.id, Decision(outcome=Outcome.approved), alice, 0, via=("inbox",)
+            )
+
+        def bob() -> None:
+            barrier.wait()
+            decision = Decision(outcome=Outcome.rejected, reason="not today")
+            out["bob"] = broker.decide(c.id, decision, decided_by="bob")
+
+        threads = [threading.Thread(target=remember), threading.Thread(target=bob)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        rule = out["remembered"].rule
+        assert out["remembered"].siblings == (b.id,) and rule.run_id == run.id
+        fleet.settle()
+        [later] = broker.round_requests(run.id, 2)
+        wait_for(lambda: stream_read(broker))
+        wait_for(
+            lambda: any(h.payload["data"]["id"] == later.id for h in receiver.accepted("/ops"))
         )
-
-    def bob() -> None:
-        barrier.wait()
-        out["bob"] = broker.decide(c.id, Decision(outcome=Outcome.rejected, reason="not today"), decided_by="bob")  # fmt: skip
-
-    threads = [threading.Thread(target=remember), threading.Thread(target=bob)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    rule = out["remembered"].rule
-    assert out["remembered"].siblings == (b.id,) and rule.run_id == run.id
-    fleet.settle()
     finished = broker.get_run(run.id)
     assert finished.status is RunStatus.finished, finished.error
     assert fleet.enqueued == [(run.id, 1), (run.id, 2)]  # each round resumed exactly once
-    [later] = broker.round_requests(run.id, 2)
     assert later.decision is not None and later.decision.rule == rule.id
     assert broker.requests.rules.get(rule.id).hits == 2  # b, then the next round's call
+    # the next round's call: no person asked, nothing posted or mailed, only announced
+    assert slack.posts_for(later.id) == []
+    assert not any(later.id in m.part("plain") for m in smtp.mails)
+    channels = [h.channel for h in broker.get_request(later.id).history if h.event == "delivered"]
+    assert channels == ["webhook:ops"]
     tools = recorder_for(broker.redis, "t:").all()
     assert tools == [
         {"tool": "refund", "order": "A1"},
