@@ -146,9 +146,11 @@ def schema_for(model: type[BaseModel]) -> dict[str, Any]:
     schema: dict[str, Any] = {"type": "object", "title": full.get("title", model.__name__)}
     if full.get("description"):
         schema["description"] = full["description"]
-    schema["properties"] = {
-        name: _resolve(prop, defs) for name, prop in full.get("properties", {}).items()
-    }
+    schema["properties"] = {}
+    for name, prop in full.get("properties", {}).items():
+        resolved = _resolve(prop, defs)
+        resolved.setdefault("title", name.replace("_", " ").title())  # as pydantic titles fields
+        schema["properties"][name] = resolved
     if full.get("required"):
         schema["required"] = list(full["required"])
     answer_schema.check_schema(schema, where=model.__name__)
