@@ -97,7 +97,7 @@ class InvalidAnswer(InvalidInput):
         super().__init__(detail)
         self.question = question
         self.field = field
-        self.problems = problems or ({field: detail} if field else {})
+        self.problems = problems or ({field: detail.partition(": ")[2] or detail} if field else {})
 
 
 def _loc(loc: tuple[Any, ...]) -> str:

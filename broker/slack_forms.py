@@ -272,8 +272,8 @@ def _field_value(field: Field, entry: dict[str, Any]) -> tuple[bool, Any]:
     bad = InvalidAnswer(f"answer.{field.name}: not one of the choices", field=field.name)
     if field.kind in ("enum", "multi_enum"):
         chosen = _by_index(_picked(entry), list(field.choices), bad)
-        if field.kind == "multi_enum":
-            return True, chosen
+        if field.kind == "multi_enum":  # Slack sends [] for checkboxes left empty
+            return "selected_options" in entry, chosen
         return bool(chosen), chosen[0] if chosen else None
     if field.kind == "boolean":
         picked = _picked(entry)
