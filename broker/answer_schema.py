@@ -60,7 +60,7 @@ FieldKind = Literal["string", "number", "integer", "boolean", "enum", "multi_enu
 
 
 @dataclass(frozen=True)
-class Field:
+class FormField:
     """One input of a schema form: what to render and how to read it back."""
 
     name: str
@@ -122,7 +122,7 @@ def _check_enum(where: str, values: Any, kind: Any) -> None:
         raise _fail(f"{where}.enum", "choices must be unique")
 
 
-def check_schema(schema: Any, where: str = "metadata.answer_schema") -> list[Field]:
+def check_schema(schema: Any, where: str = "metadata.answer_schema") -> list[FormField]:
     """The form fields of a valid, supported schema; InvalidInput naming the field otherwise."""
     if not isinstance(schema, dict):
         raise _fail(where, "must be a JSON Schema object")
@@ -157,7 +157,7 @@ def check_schema(schema: Any, where: str = "metadata.answer_schema") -> list[Fie
                 raise _fail(f"{at}.default", errors[0].message)
         enum = prop.get("enum") or (prop.get("items") or {}).get("enum") or ()
         fields.append(
-            Field(
+            FormField(
                 name=name,
                 kind=kind,
                 label=str(prop.get("title") or name),
@@ -188,9 +188,8 @@ def validate(schema: dict[str, Any], answer: Any) -> tuple[dict[str, Any], dict[
     for name, prop in schema.get("properties", {}).items():
         if name not in filled and isinstance(prop, dict) and "default" in prop:
             filled[name] = prop["default"]
-    errors = sorted(
-        Draft202012Validator(schema).iter_errors(filled), key=lambda e: list(map(str, e.path))
-    )
+    validator = validator_for(schema, default=Draft202012Validator)(schema)
+    errors = sorted(validator.iter_errors(filled), key=lambda e: list(map(str, e.path)))
     if not errors:
         return filled, {}, ""
     problems: dict[str, str] = {}

@@ -106,7 +106,9 @@ def ask_for(
     schema = schema_for(model)
     metadata = {
         "answer_schema": schema,
-        **_routing(prompt or schema.get("title"), queue, timeout_s, allowed_roles),
+        **_routing(
+            prompt or schema.get("description") or schema["title"], queue, timeout_s, allowed_roles
+        ),
     }
     raise CallDeferred(metadata=metadata, kind="question")
 

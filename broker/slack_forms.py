@@ -16,7 +16,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from broker.answer_schema import Field, check_schema
+from broker.answer_schema import FormField, check_schema
 from broker.models import Request
 from broker.questions import InvalidAnswer, Question, questions_of
 
@@ -110,13 +110,13 @@ def _question_blocks(i: int, q: Question) -> list[Block]:
     return blocks
 
 
-def _initial(field: Field) -> list[int]:
+def _initial(field: FormField) -> list[int]:
     """Indices of the field's default among its choices (for preselected options)."""
     wanted = field.default if isinstance(field.default, list) else [field.default]
     return [n for n, c in enumerate(field.choices) if field.has_default and c in wanted]
 
 
-def _field_element(field: Field, prop: dict[str, Any]) -> Block:
+def _field_element(field: FormField, prop: dict[str, Any]) -> Block:
     if field.kind in ("number", "integer"):
         element: Block = {
             "type": "number_input",
@@ -252,7 +252,7 @@ def _questions_answer(questions: list[Question], values: dict[str, Any]) -> dict
     return {"answers": answers}
 
 
-def _number(field: Field, text: str) -> int | float:
+def _number(field: FormField, text: str) -> int | float:
     bad = InvalidAnswer(f"answer.{field.name}: {text!r} is not a number", field=field.name)
     try:
         number = float(text)
@@ -267,7 +267,7 @@ def _number(field: Field, text: str) -> int | float:
     return int(number) if number.is_integer() and "." not in text else number
 
 
-def _field_value(field: Field, entry: dict[str, Any]) -> tuple[bool, Any]:
+def _field_value(field: FormField, entry: dict[str, Any]) -> tuple[bool, Any]:
     """(given?, value) of one schema input; an input left empty is not given."""
     bad = InvalidAnswer(f"answer.{field.name}: not one of the choices", field=field.name)
     if field.kind in ("enum", "multi_enum"):

@@ -237,6 +237,25 @@ def test_unsupported_or_invalid_schemas_are_refused_naming_the_field(
     assert refused(metadata).startswith(detail)
 
 
+def test_a_schema_naming_an_older_draft_is_checked_and_applied_as_that_draft() -> None:
+    draft7 = {
+        "answer_schema": {
+            "$schema": "http://json-schema.org/draft-07/schema#",
+            "type": "object",
+            "properties": {"n": {"type": "integer", "exclusiveMinimum": 0}},
+        }
+    }
+    validate_question_metadata(draft7)
+    assert validate_answer(draft7, {"n": 1}) == {"n": 1}
+    with pytest.raises(InvalidAnswer, match="answer.n: 0 is less than or equal to the minimum"):
+        validate_answer(draft7, {"n": 0})
+    bad = copy.deepcopy(draft7)
+    bad["answer_schema"]["properties"]["n"]["exclusiveMinimum"] = True  # draft-04 style
+    assert refused(bad).startswith(
+        "metadata.answer_schema.properties.n.exclusiveMinimum: not a valid JSON Schema"
+    )
+
+
 def test_has_form_is_false_for_malformed_stored_metadata() -> None:
     assert has_form(QUESTIONS) and has_form(SCHEMA)
     assert not has_form({"questions": [with_(AUTH, header="far too long a header")]})

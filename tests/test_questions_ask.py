@@ -165,7 +165,7 @@ def test_ask_for_defers_with_the_models_schema() -> None:
     assert exc.kind == "question"
     assert exc.metadata == {
         "answer_schema": schema_for(Order),
-        "prompt": "Order",
+        "prompt": "What to ship.",  # the model's docstring
         "queue": "shipping",
     }
 
