@@ -120,6 +120,10 @@ def _check_enum(where: str, values: Any, kind: Any) -> None:
             raise _fail(f"{where}.enum", f"choices must be strings or numbers, not {value!r}")
     if len({json.dumps(v) for v in values}) != len(values):
         raise _fail(f"{where}.enum", "choices must be unique")
+    if kind is not None:
+        for value in values:
+            if not Draft202012Validator({"type": kind}).is_valid(value):
+                raise _fail(f"{where}.enum", f"{value!r} is not of type {kind!r}")
 
 
 def check_schema(schema: Any, where: str = "metadata.answer_schema") -> list[FormField]:

@@ -230,7 +230,7 @@ def _picked(entry: dict[str, Any]) -> list[str]:
 def _by_index(values: list[str], choices: list[Any], error: InvalidAnswer) -> list[Any]:
     out = []
     for value in values:
-        if not value.isdigit() or int(value) >= len(choices):
+        if not (value.isascii() and value.isdigit()) or int(value) >= len(choices):
             raise error
         out.append(choices[int(value)])
     return out

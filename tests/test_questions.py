@@ -208,6 +208,14 @@ def schema(**props: Any) -> dict[str, Any]:
             "metadata.answer_schema.properties.a.enum: choices must be unique",
         ),
         (
+            schema(a={"type": "string", "enum": ["x", 2]}),
+            "metadata.answer_schema.properties.a.enum: 2 is not of type 'string'",
+        ),
+        (
+            schema(a={"type": "array", "items": {"type": "integer", "enum": [1, 2.5]}}),
+            "metadata.answer_schema.properties.a.items.enum: 2.5 is not of type 'integer'",
+        ),
+        (
             schema(a={"type": "string", "default": 3}),
             "metadata.answer_schema.properties.a.default: 3 is not of type 'string'",
         ),

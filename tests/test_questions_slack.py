@@ -275,8 +275,9 @@ def test_a_modal_answer_that_does_not_fit_shows_the_error_beside_its_question() 
     }
 
 
-def test_a_tampered_option_value_is_refused() -> None:
-    state = slack_state(("q0", "choice", radio("7")))
+@pytest.mark.parametrize("value", ["7", "-1", "²", "API key", "None"])
+def test_a_tampered_option_value_is_refused(value: str) -> None:
+    state = slack_state(("q0", "choice", radio(value)))
     with pytest.raises(InvalidAnswer) as caught:
         answer_from_view_state(ASKED, state)
     assert errors_for(caught.value)["errors"] == {"q0": "not an option"}
