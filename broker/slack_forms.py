@@ -7,15 +7,17 @@ a refusal with `errors_for(exc)` (`response_action: "errors"`), so the modal sta
 what is wrong. Plain data only, like `broker.slack_ids`: nothing here imports slack_sdk, and
 nothing here decides.
 
-Option and enum values are indices (`"0"`, `"1"`), never labels: a label may be longer than
-the 150 characters Slack allows in a value, and an index can't be confused with another label.
+Block ids are the input names of `broker.answer_forms` (`q0`, `q0_other`, `field:NAME`), and
+option values are indices, never labels (a label may be longer than the 150 characters Slack
+allows in a value); reading a submission is `answer_forms.read_answer` over `state.values`.
 """
 
 from __future__ import annotations
 
-import math
+from collections.abc import Callable
 from typing import Any
 
+from broker.answer_forms import error_inputs, field_input, other_input, question_input, read_answer
 from broker.answer_schema import FormField, check_schema
 from broker.models import Request
 from broker.questions import InvalidAnswer, Question, questions_of
@@ -43,18 +45,6 @@ def _clip(text: str, limit: int) -> str:
 
 def _plain(text: str, limit: int = MAX_TEXT) -> dict[str, str]:
     return {"type": "plain_text", "text": _clip(text, limit) or " "}
-
-
-def question_block(i: int) -> str:
-    return f"q{i}"
-
-
-def other_block(i: int) -> str:
-    return f"q{i}_other"
-
-
-def field_block(name: str) -> str:
-    return f"field:{name}"
 
 
 def _option(text: str, value: str, description: str | None = None) -> Block:
@@ -85,7 +75,7 @@ def _question_blocks(i: int, q: Question) -> list[Block]:
     blocks.append(
         {
             "type": "input",
-            "block_id": question_block(i),
+            "block_id": question_input(i),
             "optional": True,
             "label": _plain(q.question, MAX_LABEL),
             "hint": _plain("Choose any that apply" if q.multi_select else "Choose one", 100),
@@ -95,7 +85,7 @@ def _question_blocks(i: int, q: Question) -> list[Block]:
     blocks.append(
         {
             "type": "input",
-            "block_id": other_block(i),
+            "block_id": other_input(i),
             "optional": True,
             "label": _plain("Other"),
             "hint": _plain(
@@ -173,7 +163,7 @@ def _field_blocks(schema: dict[str, Any]) -> list[Block]:
     for field in check_schema(schema):
         block: Block = {
             "type": "input",
-            "block_id": field_block(field.name),
+            "block_id": field_input(field.name),
             # checkboxes may be left empty (an empty list); Slack can't say "required" for them
             "optional": not field.required or field.kind == "multi_enum",
             "label": _plain(field.label, MAX_LABEL),
@@ -214,115 +204,44 @@ def answer_modal(request: Request) -> dict[str, Any]:
     }
 
 
-def _state(values: dict[str, Any], block_id: str, action_id: str) -> dict[str, Any]:
-    entry = (values.get(block_id) or {}).get(action_id)
-    return entry if isinstance(entry, dict) else {}
+def _slack_values(values: dict[str, Any]) -> Callable[[str], list[str] | None]:
+    """`state.values` as `read_answer` reads forms: block id -> the submitted strings.
 
+    Each input block holds one element: chosen options (`selected_options`, or
+    `selected_option`, null when none) or typed text (`value`, null when empty).
+    """
 
-def _picked(entry: dict[str, Any]) -> list[str]:
-    """Values of the chosen options: `selected_options` (checkboxes) or `selected_option`."""
-    if isinstance(entry.get("selected_options"), list):
-        return [str(o.get("value")) for o in entry["selected_options"] if isinstance(o, dict)]
-    option = entry.get("selected_option")
-    return [str(option.get("value"))] if isinstance(option, dict) else []
+    def get(block_id: str) -> list[str] | None:
+        block = values.get(block_id)
+        if not isinstance(block, dict) or not block:
+            return None
+        entry = next(iter(block.values()))
+        if not isinstance(entry, dict):
+            return None
+        if isinstance(entry.get("selected_options"), list):
+            return [str(o.get("value")) for o in entry["selected_options"] if isinstance(o, dict)]
+        if "selected_option" in entry:
+            option = entry["selected_option"]
+            return [str(option.get("value"))] if isinstance(option, dict) else []
+        value = entry.get("value")
+        return [value] if isinstance(value, str) else []
 
-
-def _by_index(values: list[str], choices: list[Any], error: InvalidAnswer) -> list[Any]:
-    out = []
-    for value in values:
-        if not (value.isascii() and value.isdigit()) or int(value) >= len(choices):
-            raise error
-        out.append(choices[int(value)])
-    return out
-
-
-def _questions_answer(questions: list[Question], values: dict[str, Any]) -> dict[str, Any]:
-    answers = []
-    for i, q in enumerate(questions):
-        picked = _picked(_state(values, question_block(i), CHOICE))
-        bad = InvalidAnswer(f"answer.answers[{i}].selected: not an option", question=i)
-        other = _state(values, other_block(i), OTHER).get("value")
-        answers.append(
-            {
-                "question": q.question,
-                "selected": _by_index(picked, q.labels(), bad),
-                "other": other if isinstance(other, str) and other.strip() else None,
-            }
-        )
-    return {"answers": answers}
-
-
-def _number(field: FormField, text: str) -> int | float:
-    bad = InvalidAnswer(f"answer.{field.name}: {text!r} is not a number", field=field.name)
-    try:
-        number = float(text)
-    except ValueError:
-        raise bad from None
-    if not math.isfinite(number):
-        raise bad
-    if field.kind == "integer":
-        if not number.is_integer():
-            raise InvalidAnswer(f"answer.{field.name}: must be a whole number", field=field.name)
-        return int(number)
-    return int(number) if number.is_integer() and "." not in text else number
-
-
-def _field_value(field: FormField, entry: dict[str, Any]) -> tuple[bool, Any]:
-    """(given?, value) of one schema input; an input left empty is not given."""
-    bad = InvalidAnswer(f"answer.{field.name}: not one of the choices", field=field.name)
-    if field.kind in ("enum", "multi_enum"):
-        chosen = _by_index(_picked(entry), list(field.choices), bad)
-        if field.kind == "multi_enum":  # Slack sends [] for checkboxes left empty
-            return "selected_options" in entry, chosen
-        return bool(chosen), chosen[0] if chosen else None
-    if field.kind == "boolean":
-        picked = _picked(entry)
-        if picked and picked[0] not in ("true", "false"):
-            raise bad
-        return bool(picked), picked[0] == "true" if picked else None
-    text = entry.get("value")
-    if not isinstance(text, str) or not text.strip():
-        return False, None
-    if field.kind in ("number", "integer"):
-        return True, _number(field, text.strip())
-    return True, text
+    return get
 
 
 def answer_from_view_state(request: Request, state_values: dict[str, Any]) -> Any:
-    """The answer a `view_submission`'s `view.state.values` holds, in the contract's shape.
+    """The answer a `view_submission` holds (pass `view.state.values`), in the contract's shape.
 
     Raises InvalidAnswer for values no form of ours could send (an option index out of range,
-    a number that isn't one); everything else is left to `validate_answer`.
+    a number that isn't one); whether the answer fits is left to `validate_answer`.
     """
     values = state_values if isinstance(state_values, dict) else {}
-    questions = questions_of(request.metadata)
-    if questions is not None:
-        return _questions_answer(questions, values)
-    answer: dict[str, Any] = {}
-    for field in check_schema(request.metadata["answer_schema"]):
-        given, value = _field_value(field, _state(values, field_block(field.name), VALUE))
-        if given:
-            answer[field.name] = value
-    return answer
-
-
-def _first_block(request: Request | None) -> str:
-    if request is not None and "answer_schema" in request.metadata:
-        fields = check_schema(request.metadata["answer_schema"])
-        return field_block(fields[0].name)
-    return question_block(0)
+    return read_answer(request.metadata, _slack_values(values))
 
 
 def errors_for(exc: InvalidAnswer, request: Request | None = None) -> dict[str, Any]:
-    """The response to a `view_submission` that doesn't fit: the error beside its input."""
-    path, _, message = exc.detail.partition(": ")
-    if exc.question is not None:
-        at = other_block(exc.question) if path.endswith(".other") else question_block(exc.question)
-        errors = {at: message or exc.detail}
-    elif exc.problems:
-        errors = {field_block(name): problem for name, problem in exc.problems.items()}
-    else:
-        errors = {_first_block(request): exc.detail}
+    """The response to a `view_submission` that doesn't fit: each error beside its input."""
+    errors = error_inputs(exc, request.metadata if request is not None else {})
     return {
         "response_action": "errors",
         "errors": {block: _clip(text, 500) for block, text in errors.items()},
