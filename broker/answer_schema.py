@@ -9,6 +9,7 @@ validated with it too. Nothing here decides a request or knows a channel.
 
 from __future__ import annotations
 
+import copy
 import json
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -126,15 +127,21 @@ def _check_enum(where: str, values: Any, kind: Any) -> None:
                 raise _fail(f"{where}.enum", f"{value!r} is not of type {kind!r}")
 
 
+def _path(error_path: Any) -> str:
+    return "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in error_path)
+
+
 def check_schema(schema: Any, where: str = "metadata.answer_schema") -> list[FormField]:
     """The form fields of a valid, supported schema; InvalidInput naming the field otherwise."""
     if not isinstance(schema, dict):
         raise _fail(where, "must be a JSON Schema object")
+    draft = validator_for(schema, default=Draft202012Validator)
     try:
-        validator_for(schema, default=Draft202012Validator).check_schema(schema)
+        draft.check_schema(schema)
     except SchemaError as exc:
-        path = "".join(f"[{p!r}]" if isinstance(p, int) else f".{p}" for p in exc.path)
-        raise _fail(f"{where}{path}", f"not a valid JSON Schema: {exc.message}") from None
+        raise _fail(
+            f"{where}{_path(exc.path)}", f"not a valid JSON Schema: {exc.message}"
+        ) from None
     unknown = sorted(set(schema) - _ROOT_KEYS)
     if unknown:
         raise _fail(where, f"unsupported keyword {unknown[0]!r}")
@@ -156,7 +163,7 @@ def check_schema(schema: Any, where: str = "metadata.answer_schema") -> list[For
             raise _fail(at, f"a field name must have 1 to {MAX_NAME} characters")
         kind = _field_kind(at, prop)
         if "default" in prop:
-            errors = list(Draft202012Validator(prop).iter_errors(prop["default"]))
+            errors = list(draft(prop).iter_errors(prop["default"]))
             if errors:
                 raise _fail(f"{at}.default", errors[0].message)
         enum = prop.get("enum") or (prop.get("items") or {}).get("enum") or ()
@@ -175,10 +182,6 @@ def check_schema(schema: Any, where: str = "metadata.answer_schema") -> list[For
     return fields
 
 
-def _path(error_path: Any) -> str:
-    return "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in error_path)
-
-
 def validate(schema: dict[str, Any], answer: Any) -> tuple[dict[str, Any], dict[str, str], str]:
     """(answer with defaults filled in, {}, ""), or ({}, {field: problem}, detail) if it doesn't fit.
 
@@ -191,7 +194,7 @@ def validate(schema: dict[str, Any], answer: Any) -> tuple[dict[str, Any], dict[
     filled = dict(answer)
     for name, prop in schema.get("properties", {}).items():
         if name not in filled and isinstance(prop, dict) and "default" in prop:
-            filled[name] = prop["default"]
+            filled[name] = copy.deepcopy(prop["default"])
     validator = validator_for(schema, default=Draft202012Validator)(schema)
     errors = sorted(validator.iter_errors(filled), key=lambda e: list(map(str, e.path)))
     if not errors:
