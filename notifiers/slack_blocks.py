@@ -17,6 +17,8 @@ from typing import Any
 from broker import slack_ids as ids
 from broker.config import Config
 from broker.models import HistoryEntry, Request, Status
+from broker.questions import answer_text, has_form, is_structured, questions_of
+from broker.slack_forms import ANSWER_FORM
 from notifiers import wording
 from notifiers.wording import clip, title
 
@@ -116,13 +118,36 @@ def describe(request: Request, config: Config) -> list[Block]:
     ]
 
 
+def question_summary(request: Request) -> list[Block]:
+    """What a structured question asks, so people see it before opening the form."""
+    questions = questions_of(request.metadata)
+    if questions is None:
+        return []
+    lines = []
+    for q in questions:
+        lines.append(f"*{escape(q.header)}*  {escape(q.question)}")
+        for option in q.options:
+            line = f"•  {escape(option.label)}"
+            if option.description:
+                line += f" _{escape(option.description)}_"
+            lines.append(line)
+    return [_section("\n".join(lines))]
+
+
 def action_blocks(request: Request, config: Config) -> list[Block]:
-    """Buttons (and a text input for open questions) for a request people can still decide."""
+    """Buttons (and a text input for open questions) for a request people can still decide.
+
+    A structured question (`metadata.questions` or `answer_schema`) gets one "Answer…" button
+    instead, which opens the form (`broker.slack_forms.answer_modal`).
+    """
     rid = request.id
     buttons: list[Block] = []
     blocks: list[Block] = []
     if request.kind == "approval":
         buttons.append(_button("Approve", ids.APPROVE, rid, "primary"))
+    elif has_form(request.metadata):
+        blocks += question_summary(request)
+        buttons.append(_button("Answer…", ANSWER_FORM, rid, "primary"))
     else:
         options = options_of(request)
         for option in options:
@@ -160,7 +185,11 @@ def outcome_blocks(request: Request, config: Config) -> list[Block]:
         if decision.args is not None:
             changed = json.dumps(decision.args, ensure_ascii=False)
             line += f"\n*New arguments* `{escape(clip(changed, 1500))}`"
-        if decision.answer is not None:
+        if decision.answer is not None and is_structured(request.metadata):
+            shown = answer_text(request.metadata, decision.answer)
+            quoted = "\n".join(f">{escape(row)}" for row in clip(shown, 1500).splitlines())
+            line += f"\n*Answer*\n{quoted}"
+        elif decision.answer is not None:
             answer = json.dumps(decision.answer, ensure_ascii=False)
             line += f"\n*Answer* `{escape(clip(answer, 1500))}`"
     return [_section(line)]
