@@ -9,8 +9,10 @@ from fastapi.responses import JSONResponse
 
 from api.auth import Caller, Requester
 from api.deciding import decide_as
+from api.idempotency import IdempotencyKey, create_request_once
 from api.schemas import ERRORS, ConflictBody, DecisionBody, NewRequestBody
 from api.state import State
+from api.waits import LongPoll
 from broker.models import Request, Status
 
 router = APIRouter(prefix="/v1/requests", tags=["requests"])
@@ -31,8 +33,11 @@ def create_request(
     body: NewRequestBody,
     principal: Requester,
     state: State,
+    idempotency_key: IdempotencyKey = None,
 ) -> JSONResponse:
     """Create a request (agents that aren't Python). Needs the `requester` role."""
+    if idempotency_key is not None:
+        return create_request_once(state, principal, idempotency_key, body)
     request = state.broker.create_request(body)
     return JSONResponse(request.public(), status_code=201)
 
@@ -63,6 +68,7 @@ def get_request(
     request_id: RequestId,
     principal: Caller,
     state: State,
+    waited: LongPoll,
 ) -> JSONResponse:
     """One request, with its status, decision and history."""
     return JSONResponse(state.broker.get_request(request_id).public())

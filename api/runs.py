@@ -11,6 +11,7 @@ from fastapi import APIRouter, Path
 from fastapi.responses import JSONResponse
 
 from api.auth import Caller, Requester
+from api.idempotency import IdempotencyKey, start_run_once
 from api.requests import ID_PATTERN
 from api.schemas import ERRORS, RunStart, RunStarted
 from api.state import State
@@ -30,8 +31,11 @@ def create_run(
     body: RunStart,
     principal: Requester,
     state: State,
+    idempotency_key: IdempotencyKey = None,
 ) -> JSONResponse:
-    """Start a registered agent. Needs the `requester` role."""
+    """Start a registered agent. Needs the `requester` role; `Idempotency-Key` honoured."""
+    if idempotency_key is not None:
+        return start_run_once(state, principal, idempotency_key, body)
     run = start_run(state.broker, body.agent, body.prompt)
     return JSONResponse({"run_id": run.id}, status_code=202)
 
