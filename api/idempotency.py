@@ -31,7 +31,6 @@ _POLL_S = 0.005
 IdempotencyKey = Annotated[
     str | None,
     Header(
-        alias="Idempotency-Key",
         min_length=1,
         max_length=255,
         description="the same key and body within 24 h answer the original (200)",

@@ -27,6 +27,9 @@ MAX_WAIT_S = 60.0
 META_KEY = "approval_broker_request_id"
 """Where `BrokerApprovals` notes, in a deferred call's metadata, the request it became."""
 
+_NOT_FOUND_422 = frozenset({"unknown_agent"})
+"""422 codes the broker raises as `NotFound` (the body names something that doesn't exist)."""
+
 _T = TypeVar("_T")
 
 
@@ -66,6 +69,8 @@ def error_for(response: httpx.Response) -> BrokerError:
     if status == 401:
         return Unauthorized(detail, status=status, code=code)
     if status == 422:
+        if code in _NOT_FOUND_422:
+            return NotFound(detail, code=code)
         return InvalidInput(detail, code=code)
     return RemoteError(detail, status=status, code=code)
 
