@@ -48,6 +48,7 @@ from broker.agents import LocalAgents
 from broker.client import Broker
 from broker.errors import BrokerError, NotFound
 from broker.models import NewRequest, RunStatus
+from broker.new_prompt import prompt_field
 from broker.pending_calls import BadCallMetadata, new_requests
 from broker.results import RoundNotReady, results_for
 
@@ -263,7 +264,8 @@ class AgentRunner:
             return fields.get("prompt", ""), None, None
         if pause is None or pause.round != round_no or pause.stage != WAITING:
             raise RunFailed(f"the stored history of run {run_id} round {round_no} is missing")
-        return None, pause.history(), results_for(self.broker.round_requests(run_id, round_no))
+        prompt = fields.get(prompt_field(round_no)) or None  # a new prompt instead of answers
+        return prompt, pause.history(), results_for(self.broker.round_requests(run_id, round_no))
 
     def _step(self, run_id: str, round_no: int, fields: dict[str, str], pause: Pause | None) -> str:
         prompt, history, results = self._start(run_id, round_no, fields, pause)
