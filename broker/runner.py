@@ -47,6 +47,7 @@ from broker.agent_loader import AgentLoadError, LoadedAgent, load_agent
 from broker.agents import LocalAgents
 from broker.client import Broker
 from broker.errors import BrokerError, NotFound
+from broker.live_wait import owned_round, wait_and_claim
 from broker.models import NewRequest, RunStatus
 from broker.new_prompt import prompt_field
 from broker.pending_calls import BadCallMetadata, new_requests
@@ -199,9 +200,12 @@ def _may_run_tools(agent_run: AgentRun[Any, Any], node: CallToolsNode[Any, Any])
 class AgentRunner:
     """Runs registered agents for runs stored in the broker (used by RQ jobs and broker.testing)."""
 
-    def __init__(self, broker: Broker, local: LocalAgents | None = None) -> None:
+    def __init__(
+        self, broker: Broker, local: LocalAgents | None = None, *, live_waits: bool = False
+    ) -> None:
         self.broker = broker
         self.local = local
+        self.live_waits = live_waits  # honour agents' live_wait_s (RQ jobs; not broker.testing)
 
     def advance(self, run_id: str, round_no: int, *, final_attempt: bool = True) -> str:
         """Run round 0 (the prompt) or resume after round N; returns the run's new status.
@@ -216,6 +220,7 @@ class AgentRunner:
             return SKIPPED
         status = RunStatus(fields["status"])
         current = int(fields.get("round") or 0)
+        round_no = owned_round(fields, round_no)  # rounds this job went on with live count
         if current != round_no or status in (
             RunStatus.waiting,
             RunStatus.finished,
@@ -354,7 +359,11 @@ class AgentRunner:
             calls=[c.model_dump(mode="json") for c in calls],
         )
         self.broker.save_messages(run_id, pause.dump())
-        return self._register(run_id, pause)
+        status = self._register(run_id, pause)
+        live = loaded.spec.live_wait_s if self.live_waits else 0
+        if live > 0 and wait_and_claim(self.broker, run_id, next_round, live):
+            return self._step(run_id, next_round, self.broker.run_fields(run_id), pause)
+        return status
 
     def _register(self, run_id: str, pause: Pause) -> str:
         self.broker.create_round(run_id, pause.round, pause.requests())

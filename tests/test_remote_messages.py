@@ -54,7 +54,7 @@ def refund(amount: float) -> str:
 
 @pytest.fixture
 def cfg() -> Config:
-    path = "tests.test_remote_messages:chat_agent"
+    path = f"{__name__}:chat_agent"  # this very module, so `executed` is the one the tool fills
     return parse_config(
         {
             "approvers": {
