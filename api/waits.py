@@ -38,6 +38,7 @@ BLOCK_MS = 1000
 """XREAD BLOCK per call: short, well below any socket timeout, so a dead connection shows."""
 BATCH = 500
 _ID = r"^[A-Za-z0-9_.-]+$"
+_CONNECTION_KWARGS = ("host", "port", "db", "username", "password", "path")
 
 Fetch = Callable[[list[str]], Awaitable[list[Request]]]
 
@@ -130,12 +131,23 @@ class Waiter:
                     await asyncio.wait_for(event.wait(), left)
 
 
+def _async_redis(state: ApiState) -> aredis.Redis:
+    """An asyncio client of the broker's Redis for this loop (a client is bound to its loop)."""
+    if state.settings.redis_url:
+        return aredis.Redis.from_url(state.settings.redis_url)
+    kwargs = state.broker.redis.connection_pool.connection_kwargs
+    picked = {k: kwargs[k] for k in _CONNECTION_KWARGS if kwargs.get(k) is not None}
+    if "path" in picked:
+        picked["unix_socket_path"] = picked.pop("path")
+    return aredis.Redis(**picked)
+
+
 def waiter_for(http: HttpRequest, state: ApiState) -> Waiter:
     """This app's waiter on the running event loop (a new loop gets a new one)."""
     waiter: Waiter | None = getattr(http.app.state, "waiter", None)
     if waiter is None or waiter.loop is not asyncio.get_running_loop():
         streams = [state.broker.keys.stream(q) for q in state.config.queues]
-        waiter = Waiter(state.async_redis(), streams)
+        waiter = Waiter(_async_redis(state), streams)
         http.app.state.waiter = waiter
     return waiter
 
