@@ -121,7 +121,7 @@ class Waiter:
                 await self._ensure_reader()
                 event.clear()  # before reading: a wake-up during the read is not lost
                 requests = await fetch(ids)
-                pending = len(ids) - sum(1 for r in requests if not r.is_pending)
+                pending = sum(1 for r in requests if r.is_pending)  # a missing id is done
                 if pending == 0 or (not every and pending < len(ids)):
                     return requests
                 left = deadline - self.loop.time()
