@@ -248,3 +248,7 @@ def test_errors_are_the_brokers_own(
     with pytest.raises(NotFound) as unknown:
         agent_client.start_run("nobody", "hi")
     assert unknown.value.code == "unknown_agent"
+    with pytest.raises(NotFound):
+        agent_client.send_prompt("run_nope", "never mind")
+    other = agent_client.create_request(tool_name="refund", args={"amount": 2})
+    assert bob.escalate(other.id, "finance", reason="over my limit").queue == "finance"

@@ -5,7 +5,8 @@ capability that asks people through it.
 """
 
 from broker.remote.approvals import BrokerApprovals, request_ids
-from broker.remote.client import AsyncRemoteBroker, RemoteBroker, RemoteError, Unauthorized
+from broker.remote.client import AsyncRemoteBroker, RemoteBroker
+from broker.remote.errors import RemoteError, Unauthorized
 
 __all__ = [
     "AsyncRemoteBroker",

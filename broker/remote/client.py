@@ -18,8 +18,8 @@ from typing import Any, Generic, Self, TypeVar
 import httpx
 from pydantic_ai import DeferredToolRequests, DeferredToolResults
 
-from broker.errors import BrokerError, Conflict, Forbidden, InvalidInput, NotFound
 from broker.models import Decision, NewRequest, Outcome, Request, Run
+from broker.remote.errors import RemoteError, Unauthorized, error_for
 from broker.results import RoundNotReady, results_for
 
 MAX_WAIT_S = 60.0
@@ -27,52 +27,7 @@ MAX_WAIT_S = 60.0
 META_KEY = "approval_broker_request_id"
 """Where `BrokerApprovals` notes, in a deferred call's metadata, the request it became."""
 
-_NOT_FOUND_422 = frozenset({"unknown_agent"})
-"""422 codes the broker raises as `NotFound` (the body names something that doesn't exist)."""
-
 _T = TypeVar("_T")
-
-
-class RemoteError(BrokerError):
-    """An error answer with no broker error class of its own (401, 413, 429, 5xx...)."""
-
-    code = "remote"
-
-    def __init__(self, detail: str, *, status: int, code: str | None = None) -> None:
-        super().__init__(detail, code=code)
-        self.status = status
-
-
-class Unauthorized(RemoteError):
-    code = "unauthorized"
-
-
-def error_for(response: httpx.Response) -> BrokerError:
-    """The broker error an error answer stands for (the API's `{"error", "detail"}` body)."""
-    try:
-        body = response.json()
-    except ValueError:
-        body = None
-    if not isinstance(body, dict):
-        body = {}
-    status = response.status_code
-    code = str(body.get("error") or f"http_{status}")
-    detail = str(body.get("detail") or response.reason_phrase or code)
-    if status == 404:
-        return NotFound(detail, code=code)
-    if status == 409:
-        raw = body.get("request")
-        request = Request.model_validate(raw) if isinstance(raw, dict) else None
-        return Conflict(detail, request=request, code=code)
-    if status == 403:
-        return Forbidden(detail, code=code)
-    if status == 401:
-        return Unauthorized(detail, status=status, code=code)
-    if status == 422:
-        if code in _NOT_FOUND_422:
-            return NotFound(detail, code=code)
-        return InvalidInput(detail, code=code)
-    return RemoteError(detail, status=status, code=code)
 
 
 def request_ids(deferred: DeferredToolRequests) -> list[str]:
@@ -99,6 +54,10 @@ def _all_done(requests: Sequence[Request]) -> bool:
     return all(not r.is_pending for r in requests)
 
 
+def all_pending(requests: Sequence[Request]) -> bool:
+    return all(r.is_pending for r in requests)
+
+
 @dataclass(frozen=True)
 class _Call(Generic[_T]):
     """One HTTP call: what to send, and how to read a successful answer."""
@@ -118,6 +77,10 @@ def _request(response: httpx.Response) -> Request:
 
 def _requests(response: httpx.Response) -> list[Request]:
     return [Request.model_validate(r) for r in response.json()]
+
+
+def _run(response: httpx.Response) -> Run:
+    return Run.model_validate(response.json())
 
 
 def _idem(key: str | None) -> dict[str, str]:
@@ -175,7 +138,10 @@ class _Calls:
         )
 
     def get_run(self, run_id: str) -> _Call[Run]:
-        return _Call("GET", f"/v1/runs/{run_id}", lambda r: Run.model_validate(r.json()))
+        return _Call("GET", f"/v1/runs/{run_id}", _run)
+
+    def send_prompt(self, run_id: str, prompt: str) -> _Call[Run]:
+        return _Call("POST", f"/v1/runs/{run_id}/messages", _run, {"prompt": prompt})
 
 
 def _outcome(outcome: Outcome, **fields: Any) -> Decision:
@@ -257,6 +223,11 @@ class RemoteBroker(_Base):
     def answer(self, request_id: str, answer: Any, **fields: Any) -> Request:
         return self.decide(request_id, _outcome(Outcome.answered, answer=answer, **fields))
 
+    def escalate(
+        self, request_id: str, target: str | None = None, reason: str | None = None
+    ) -> Request:
+        return self.decide(request_id, _outcome(Outcome.escalated, target=target, reason=reason))
+
     # waits
     def wait(self, ids: Sequence[str], timeout_s: float, *, all: bool = True) -> list[Request]:
         """One long-poll (at most 60 s): the requests once all (or one) are decided, or then."""
@@ -287,6 +258,10 @@ class RemoteBroker(_Base):
 
     def get_run(self, run_id: str) -> Run:
         return self._send(self._calls.get_run(run_id))
+
+    def send_prompt(self, run_id: str, prompt: str) -> Run:
+        """A new prompt instead of answers: the run's waiting calls are rejected, it goes on."""
+        return self._send(self._calls.send_prompt(run_id, prompt))
 
 
 class AsyncRemoteBroker(_Base):
@@ -341,6 +316,13 @@ class AsyncRemoteBroker(_Base):
     async def answer(self, request_id: str, answer: Any, **fields: Any) -> Request:
         return await self.decide(request_id, _outcome(Outcome.answered, answer=answer, **fields))
 
+    async def escalate(
+        self, request_id: str, target: str | None = None, reason: str | None = None
+    ) -> Request:
+        return await self.decide(
+            request_id, _outcome(Outcome.escalated, target=target, reason=reason)
+        )
+
     async def wait(
         self, ids: Sequence[str], timeout_s: float, *, all: bool = True
     ) -> list[Request]:
@@ -374,9 +356,8 @@ class AsyncRemoteBroker(_Base):
     async def get_run(self, run_id: str) -> Run:
         return await self._send(self._calls.get_run(run_id))
 
-
-def all_pending(requests: Sequence[Request]) -> bool:
-    return all(r.is_pending for r in requests)
+    async def send_prompt(self, run_id: str, prompt: str) -> Run:
+        return await self._send(self._calls.send_prompt(run_id, prompt))
 
 
 __all__ = [
