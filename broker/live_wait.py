@@ -51,28 +51,35 @@ def claimed_by(broker: Broker, run_id: str, round_no: int) -> str | None:
     return owner.decode() if owner is not None else None
 
 
-def wait_round(broker: Broker, run_id: str, timeout_s: float) -> bool:
-    """Block until every call of the run's current round has an outcome; False after timeout_s."""
+def wait_round(broker: Broker, run_id: str, round_no: int, timeout_s: float) -> bool:
+    """Block until every call of the run's round has an outcome; False after `timeout_s`.
+
+    The pending set is checked again only when an event names one of the round's requests.
+    """
     streams = [broker.keys.stream(q) for q in broker.config.queues]
     pipe = broker.redis.pipeline(transaction=False)
     for stream in streams:
         pipe.xrevrange(stream, count=1)
-    positions = {
-        s: rows[0][0] if rows else b"0-0" for s, rows in zip(streams, pipe.execute(), strict=True)
-    }
+    pipe.lrange(broker.keys.run_round(run_id, round_no), 0, -1)
+    *newest, ids = pipe.execute()
+    positions = {s: rows[0][0] if rows else b"0-0" for s, rows in zip(streams, newest, strict=True)}
+    mine = set(ids)
     pending = broker.keys.run_pending(run_id)
     deadline = time.monotonic() + timeout_s
+    check = True
     while True:
-        if broker.redis.scard(pending) == 0:
+        if check and broker.redis.scard(pending) == 0:
             return True
         left = deadline - time.monotonic()
         if left <= 0:
             return False
         block_ms = max(1, int(min(left, BLOCK_S) * 1000))
+        check = False
         for stream, entries in broker.redis.xread(positions, count=500, block=block_ms) or []:  # type: ignore[arg-type]
             positions[stream.decode()] = entries[-1][0]
+            check = check or any(f.get(b"request_id") in mine for _, f in entries)
 
 
 def wait_and_claim(broker: Broker, run_id: str, round_no: int, timeout_s: float) -> bool:
     """True when the round completed within `timeout_s` and this live job owns it now."""
-    return wait_round(broker, run_id, timeout_s) and claim(broker, run_id, round_no, LIVE)
+    return wait_round(broker, run_id, round_no, timeout_s) and claim(broker, run_id, round_no, LIVE)
