@@ -9,7 +9,9 @@ scripted FunctionModel, one approval per run) runs in this process with `BrokerA
 2. live: `live_wait_s=30`; a person (a thread) approves over HTTP; the time from the decision
    being sent to the approved tool running, in the same agent run;
 3. stop-and-resume: `live_wait_s=0`, the run ends with `DeferredToolRequests`; the app waits with
-   `results_for(..., wait_s=30)` (a long-poll) and starts the agent again from the history.
+   `results_for(..., wait_s=30)` (a long-poll) and starts the agent again from the history;
+4. the same agent on the fleet (`approval-broker worker`, resumer inside): with `live_wait_s`
+   (the job that paused goes on) and without (outbox -> resumer -> a new RQ job).
 
 Usage: uv run python bench/bench_remote.py [--runs 50]
 """
@@ -55,6 +57,13 @@ timeout_s = 3600
 [approvers.agent]
 token_sha256 = "{hash_token(AGENT_TOKEN)}"
 roles = ["requester"]
+
+[agents.fleet_live]
+path = "bench_remote:fleet_agent"
+live_wait_s = 30
+
+[agents.fleet_stop]
+path = "bench_remote:fleet_agent"
 
 [approvers.person]
 token_sha256 = "{hash_token(PERSON_TOKEN)}"
@@ -155,6 +164,46 @@ def wake_latencies(base_url: str, broker: Broker, n: int) -> list[float]:
     return out
 
 
+EXECUTED = "bench:executed"
+fleet_agent: Agent[None, Any] = Agent(
+    FunctionModel(script), output_type=[str, DeferredToolRequests]
+)
+
+
+@fleet_agent.tool_plain(requires_approval=True)
+def refund(amount: float) -> str:
+    """On the fleet: note when the approved tool ran (wall clock, shared with the bench)."""
+    Redis.from_url(os.environ["APPROVAL_BROKER_REDIS_URL"]).rpush(EXECUTED, f"{time.time():.6f}")
+    return f"refunded {amount}"
+
+
+def _until(predicate: Any, timeout: float = 60) -> Any:
+    deadline = time.monotonic() + timeout
+    while not (value := predicate()):
+        if time.monotonic() > deadline:
+            raise SystemExit("the fleet did not get there within 60 s")
+        time.sleep(0.002)
+    return value
+
+
+def fleet_latencies(broker: Broker, base_url: str, agent: str, runs: int) -> list[float]:
+    """On the fleet: decision sent -> approved tool running, in ms (wall clock)."""
+    from broker.runs import start_run
+
+    out = []
+    with RemoteBroker(base_url, PERSON_TOKEN) as person:
+        for i in range(runs):
+            run = start_run(broker, agent, f"Refund $120 #{i}")
+            [rid] = _until(lambda run_id=run.id: broker.get_run(run_id).pending)
+            before = broker.redis.llen(EXECUTED)
+            sent = time.time()
+            person.approve(rid)
+            _until(lambda n=before: broker.redis.llen(EXECUTED) > n)
+            out.append((float(broker.redis.lindex(EXECUTED, -1) or 0) - sent) * 1000)
+            _until(lambda run_id=run.id: broker.get_run(run_id).status.value == "finished")
+    return out
+
+
 def line(label: str, values: list[float]) -> str:
     return f"{label}: p50 {pct(values, 0.5):.1f} ms, p99 {pct(values, 0.99):.1f} ms ({len(values)} samples)"
 
@@ -198,7 +247,27 @@ def main() -> None:
                     stopped,
                 )
             )
-            print(f"machine: {os.cpu_count()} CPUs, one uvicorn process, embedded Redis, loopback")
+            worker_env = {**env, "PYTHONPATH": str(Path(__file__).parent)}
+            worker, _ = start_role(["worker"], worker_env, "worker ready")
+            try:
+                fleet_live = fleet_latencies(broker, base_url, "fleet_live", opts.runs)
+                fleet_stop = fleet_latencies(broker, base_url, "fleet_stop", opts.runs)
+            finally:
+                worker.terminate()
+                worker.wait(30)
+            print(
+                line("fleet, live_wait_s=30 (same job): decision sent -> tool executed", fleet_live)
+            )
+            print(
+                line(
+                    "fleet, stop-and-resume (outbox, resumer, new RQ job): decision sent -> tool executed",
+                    fleet_stop,
+                )
+            )
+            print(
+                f"machine: {os.cpu_count()} CPUs, one uvicorn process, one RQ worker (+ resumer), "
+                "embedded Redis, loopback"
+            )
         finally:
             api.terminate()
             try:
