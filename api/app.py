@@ -13,11 +13,13 @@ from api.errors import install_error_handlers
 from api.limits import BodyLimit
 from api.metrics import ApiMetrics
 from api.state import ApiState, lifespan
+from api.waits import router as waits_router
 from broker.client import Broker
 from broker.config import Config, Settings
 
 ROUTERS: tuple[APIRouter, ...] = (
     health.router,
+    waits_router,
     requests.router,
     runs.router,
     slack.router,

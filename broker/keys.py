@@ -73,6 +73,10 @@ class Keys:
         """String with TTL: a one-time marker (replayed webhook ids, used email links)."""
         return f"{self.prefix}seen:{namespace}:{ident}"
 
+    def idempotency(self, scope: str, digest: str) -> str:
+        """String with TTL: an Idempotency-Key's body hash and the id it created (`HASH|ID`)."""
+        return f"{self.prefix}idem:{scope}:{digest}"
+
     @property
     def counts(self) -> str:
         """Hash: request counts kept by the Lua steps, `pending:QUEUE` and `STATUS:QUEUE`."""

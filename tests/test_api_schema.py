@@ -81,6 +81,8 @@ def fuzz(operation: Any, broker: Broker, token: str | None) -> int:
             params["request_id"] = fresh.id
         if real_id and "name" in params:
             params["name"] = "ops"
+        if isinstance((case.query or {}).get("wait"), int | float):  # keep long-polls short
+            case.query["wait"] = min(case.query["wait"], 0.05)
         if token:  # generated cases may carry their own (bad) Authorization: ours wins
             case.headers = {**(case.headers or {}), **headers}
         response = case.call()
