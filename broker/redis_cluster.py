@@ -247,7 +247,8 @@ class LocalCluster:
 
     # ------------------------------------------------------------------ start and stop
 
-    def start(self, timeout: float = 30.0) -> LocalCluster:
+    def start(self, timeout: float = 30.0, *, form: bool = True) -> LocalCluster:
+        """Start every node and form the cluster; `form=False` leaves empty nodes to a tool."""
         tighten(self.data_dir)
         total = self.n_masters * (1 + self.replicas_per_master)
         self.nodes = [
@@ -264,7 +265,8 @@ class LocalCluster:
                 node.start()
             for node in self.nodes:
                 _poll(f"node {node.port} answering", node.answers, timeout)
-            self._form(timeout)
+            if form:
+                self._form(timeout)
         except BaseException:
             self.close()
             raise
