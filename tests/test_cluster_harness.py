@@ -16,7 +16,7 @@ from redis.crc import key_slot
 from redis.exceptions import ClusterCrossSlotError
 
 from broker.cluster import NotReplicated, marker_key, wait_for_replicas
-from broker.redis_cluster import SLOTS, LocalCluster
+from broker.redis_cluster import SLOTS, LocalCluster, LocalClusterError
 
 MOVE = (Path(__file__).parent / "lua" / "cluster_move.lua").read_text()
 
@@ -65,6 +65,10 @@ def test_the_cluster_forms_with_three_masters_each_replicated_and_every_slot_ser
     served = [slots_of(redis_cluster, m) for m in masters]
     assert sum(len(s) for s in served) == SLOTS
     assert set().union(*served) == set(range(SLOTS))
+    replica = redis_cluster.replicas_of(masters[0])[0]
+    with pytest.raises(LocalClusterError, match="not a master"):
+        redis_cluster.kill_master(replica)
+    assert redis_cluster.nodes[replica].alive
     # private: a node refuses a client without the password
     anonymous = Redis(port=redis_cluster.nodes[0].port)
     with pytest.raises(Exception, match="NOAUTH|[Aa]uthenticat"):
