@@ -36,6 +36,8 @@ class Settings(BaseSettings):
     host: str = "127.0.0.1"
     key_prefix: str = "ab:"
     data_dir: Path | None = None
+    redis_cluster: bool = False  # REDIS_URL names a node of a Redis Cluster (broker/cluster.py)
+    rq_redis_url: str | None = None  # RQ's own single Redis; required when clustered
 
 
 def check_admin_token(settings: Settings) -> None:
@@ -165,6 +167,7 @@ class BrokerSection(_Section):
     max_rounds: Annotated[int, Field(ge=1)] = 10
     stream_maxlen: Annotated[int, Field(ge=1000)] = 1_000_000
     retention_s: Annotated[float, Field(ge=60)] = 30 * 86400  # how long a decided request is kept
+    redis_cluster: bool = False  # as APPROVAL_BROKER_REDIS_CLUSTER=1
 
 
 class Config(_Section):
