@@ -10,6 +10,7 @@ from fastapi import APIRouter, FastAPI
 
 from api import email, events, health, inbox, metrics, requests, runs, slack, webhooks
 from api.errors import install_error_handlers
+from api.events import EventsSettings, StreamSlots
 from api.limits import BodyLimit
 from api.metrics import ApiMetrics
 from api.state import ApiState, lifespan
@@ -29,7 +30,13 @@ ROUTERS: tuple[APIRouter, ...] = (
 )
 
 
-def create_app(settings: Settings, config: Config, broker: Broker | None = None) -> FastAPI:
+def create_app(
+    settings: Settings,
+    config: Config,
+    broker: Broker | None = None,
+    *,
+    events_settings: EventsSettings | None = None,
+) -> FastAPI:
     """Build the app on `broker` (default: a Broker on settings.redis_url)."""
     broker = broker or Broker.from_settings(settings, config)
     app = FastAPI(
@@ -39,6 +46,8 @@ def create_app(settings: Settings, config: Config, broker: Broker | None = None)
         lifespan=lifespan,
     )
     app.state.api = ApiState(settings, config, broker, ApiMetrics(broker))
+    app.state.events = events_settings or EventsSettings.from_env()
+    app.state.event_slots = StreamSlots(app.state.events.max_streams_per_principal)
     install_error_handlers(app)
     app.add_middleware(BodyLimit)
     for router in ROUTERS:

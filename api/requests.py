@@ -34,6 +34,8 @@ def create_request(
 ) -> JSONResponse:
     """Create a request (agents that aren't Python). Needs the `requester` role."""
     request = state.broker.create_request(body)
+    state.broker.redis.hset(state.broker.keys.request(request.id), "created_by", principal.name)
+    request = request.model_copy(update={"created_by": principal.name})  # for api.visibility
     return JSONResponse(request.public(), status_code=201)
 
 
