@@ -1,7 +1,8 @@
 """The FastAPI app: HTTP API v1 (DESIGN.md), one router per module.
 
 `create_app` is what the server, the tests and `up` call; other features (the inbox page) add
-their router the same way, listed in ROUTERS.
+their router the same way, listed in ROUTERS. The OpenAPI document is corrected and /docs
+served locally by api.openapi.
 """
 
 from __future__ import annotations
@@ -11,8 +12,10 @@ from fastapi import APIRouter, FastAPI
 from api import email, events, health, inbox, metrics, requests, runs, slack, webhooks
 from api.errors import install_error_handlers
 from api.events import EventsSettings, StreamSlots
+from api.headers import EmailPageHeaders
 from api.limits import BodyLimit
 from api.metrics import ApiMetrics
+from api.openapi import install_openapi
 from api.state import ApiState, lifespan
 from broker.client import Broker
 from broker.config import Config, Settings
@@ -44,12 +47,16 @@ def create_app(
         version="1",
         summary="Replies to AI agents' approval requests: REST, Slack, email links, webhooks.",
         lifespan=lifespan,
+        docs_url=None,  # api.openapi serves /docs from local files; ReDoc needs a CDN
+        redoc_url=None,
     )
     app.state.api = ApiState(settings, config, broker, ApiMetrics(broker))
     app.state.events = events_settings or EventsSettings.from_env()
     app.state.event_slots = StreamSlots(app.state.events.max_streams_per_principal)
     install_error_handlers(app)
     app.add_middleware(BodyLimit)
+    app.add_middleware(EmailPageHeaders)
     for router in ROUTERS:
         app.include_router(router)
+    install_openapi(app)
     return app

@@ -40,6 +40,7 @@ from broker.config import SlackConfig
 from broker.errors import BrokerError, Conflict
 from broker.models import Decision, Outcome
 from broker.models import Request as BrokerRequest
+from broker.slack_urls import response_url_allowed
 
 log = logging.getLogger("approval_broker.api")
 
@@ -288,6 +289,6 @@ async def slack_interactions(
         raise ApiError(409, "replayed", "this Slack request was already received")
     outcome = await run_in_threadpool(handle, state, slack, payload)
     url = payload.get("response_url")
-    if outcome.follow_up and isinstance(url, str) and url.startswith(("https://", "http://")):
+    if outcome.follow_up and isinstance(url, str) and response_url_allowed(url, slack.api_base_url):
         background.add_task(_post_notice, url, outcome.follow_up)
     return JSONResponse(outcome.body)
