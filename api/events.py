@@ -36,8 +36,9 @@ from api.errors import ApiError
 from api.schemas import ERRORS
 from api.state import ApiState, State
 from api.visibility import may_see
-from broker.auth import Principal
-from broker.errors import NotFound
+from broker.auth import REQUESTER, Principal
+from broker.errors import ConfigError, NotFound
+from broker.models import Request as BrokerRequest
 
 log = logging.getLogger("approval_broker.api.events")
 router = APIRouter(tags=["events"])
@@ -47,6 +48,7 @@ EVENT_TYPES = frozenset(
 )
 BATCH = 100
 MAX_STREAMS_ENV = "APPROVAL_BROKER_SSE_MAX_STREAMS"
+CREATOR_TAG_WAIT_S = 0.25
 _ENTRY_ID = re.compile(r"^\d{1,20}-\d{1,20}$")
 
 
@@ -65,7 +67,7 @@ class EventsSettings:
         if not raw:
             return cls()
         if not raw.isdigit() or int(raw) < 1:
-            raise ValueError(f"{MAX_STREAMS_ENV} must be a positive integer, not {raw!r}")
+            raise ConfigError(f"{MAX_STREAMS_ENV} must be a positive integer, not {raw!r}")
         return cls(max_streams_per_principal=int(raw))
 
 
@@ -124,6 +126,43 @@ def _wanted(fields: dict[str, str]) -> bool:
     return True
 
 
+def _may_be_untagged_own(principal: Principal, request: BrokerRequest, event: str) -> bool:
+    """A request just made over the API whose `created_by` may not be written yet."""
+    age = time.time() - request.created_at.timestamp()
+    return (
+        event == "approval.requested"
+        and request.created_by is None
+        and request.run_id is None
+        and principal.has_role(REQUESTER)
+        and age < CREATOR_TAG_WAIT_S + 5
+    )
+
+
+async def _as_seen_by(
+    state: ApiState, principal: Principal, request: BrokerRequest, event: str
+) -> BrokerRequest | None:
+    """`request` if `principal` may see it, else None.
+
+    POST /v1/requests records `created_by` right after the create step, which has already
+    announced the request: a creator's stream may read the request in between. So a fresh,
+    untagged request is re-read until tagged (bounded: CREATOR_TAG_WAIT_S).
+    """
+    if may_see(principal, request):
+        return request
+    if not _may_be_untagged_own(principal, request, event):
+        return None
+    deadline = time.monotonic() + CREATOR_TAG_WAIT_S
+    while time.monotonic() < deadline:
+        await asyncio.sleep(0.005)
+        try:
+            request = await run_in_threadpool(state.broker.get_request, request.id)
+        except NotFound:
+            return None
+        if request.created_by is not None:
+            return request if may_see(principal, request) else None
+    return None
+
+
 def _block_ms(state: ApiState, wanted_ms: int) -> int:
     """Block for less than half the client's socket timeout, whatever the setting says."""
     kwargs = state.async_redis().connection_pool.connection_kwargs
@@ -173,7 +212,8 @@ async def event_stream(
                     )
                 except NotFound:
                     continue
-                if not may_see(principal, request):
+                request = await _as_seen_by(state, principal, request, fields["type"])
+                if request is None:
                     continue
                 yield ServerSentEvent(
                     event=fields["type"], data=request.public(), id=encode_position(positions)

@@ -59,7 +59,7 @@ def _statuses(path: str, method: str, op: dict[str, Any]) -> set[int]:
     if any(p.get("in") == "path" for p in params) or path.startswith(HTML_ERROR_PREFIXES):
         found.add(404)  # an unknown id; email links answer 404 when email is off
     found.update(EXTRA_STATUSES.get((method, path), ()))
-    found.update(int(code) for code in op.get("responses", {}) if str(code)[0] in "45")
+    found.update(int(c) for c in op.get("responses", {}) if str(c).isdigit() and int(c) >= 400)
     return found
 
 

@@ -23,6 +23,7 @@ from api.testing import ServerThread
 from broker.auth import hash_token
 from broker.client import Broker
 from broker.config import Config, Settings, parse_config
+from broker.errors import ConfigError
 from broker.models import Decision, NewRequest, Request
 
 ADMIN = "tok-admin"
@@ -76,11 +77,14 @@ def events_of(lines: Iterator[str]) -> Iterator[Event]:
             current.data = json.loads(line.removeprefix("data: "))
 
 
-def next_event(events: Iterator[Event]) -> Event:
-    """The next real event, skipping comments (heartbeats)."""
+def next_event(events: Iterator[Event], within: float = 10.0) -> Event:
+    """The next real event, skipping comments (heartbeats); fails after `within` seconds."""
+    deadline = time.monotonic() + within
     for item in events:
         if item.event:
             return item
+        if time.monotonic() > deadline:
+            raise AssertionError(f"no event within {within}s")
     raise AssertionError("the stream ended")
 
 
@@ -109,6 +113,15 @@ def test_event_ids_round_trip_and_foreign_ids_are_refused() -> None:
     for bad in ("1733-0", "default=now", "=", "default=1-0&x"):
         with pytest.raises(Exception, match="Last-Event-ID"):
             decode_position(bad)
+
+
+def test_the_stream_cap_comes_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert EventsSettings.from_env().max_streams_per_principal == 5
+    monkeypatch.setenv("APPROVAL_BROKER_SSE_MAX_STREAMS", "12")
+    assert EventsSettings.from_env().max_streams_per_principal == 12
+    monkeypatch.setenv("APPROVAL_BROKER_SSE_MAX_STREAMS", "0")
+    with pytest.raises(ConfigError, match="positive integer"):
+        EventsSettings.from_env()
 
 
 def test_events_reach_only_those_who_may_see_the_request(api: tuple[str, Broker]) -> None:
@@ -157,6 +170,28 @@ def test_events_reach_only_those_who_may_see_the_request(api: tuple[str, Broker]
 
 def _reject() -> Decision:
     return Decision(outcome="rejected", reason="no")
+
+
+def test_a_requester_gets_every_event_of_the_requests_it_creates(api: tuple[str, Broker]) -> None:
+    """Its request is announced a moment before `created_by` is written: none may be lost."""
+    url, broker = api
+    got: list[tuple[str | None, str]] = []
+    created: list[str] = []
+    with httpx.Client(base_url=url, timeout=10) as http:
+        with http.stream("GET", "/v1/events", headers=bearer("tok-svc")) as resp:
+            reader = events_of(resp.iter_lines())
+            assert next(reader).comment == "connected"
+            make(broker)  # someone else's: never shown to svc
+            for _ in range(30):
+                body = {"tool_name": "wire", "allowed_roles": ["finance"]}
+                made = http.post("/v1/requests", json=body, headers=bearer("tok-svc"))
+                created.append(made.json()["id"])
+                broker.decide(created[-1], _reject(), decided_by="fin")
+                for _ in range(2):
+                    item = next_event(reader)
+                    got.append((item.event, item.data["id"]))
+    expected = [(e, rid) for rid in created for e in ("approval.requested", "approval.decided")]
+    assert got == expected
 
 
 def test_a_reconnect_with_last_event_id_gets_what_it_missed_once(api: tuple[str, Broker]) -> None:
