@@ -77,6 +77,7 @@ class StreamSlots:
 
     limit: int
     open: dict[str, int] = field(default_factory=dict)
+    stopping: bool = False  # the server is shutting down: open streams end at their next turn
 
     def acquire(self, name: str) -> bool:
         if self.open.get(name, 0) >= self.limit:
@@ -90,6 +91,14 @@ class StreamSlots:
             self.open[name] = left
         else:
             self.open.pop(name, None)
+
+
+def stop_event_streams(app: object) -> None:
+    """Tell `app`'s open streams to end (api.server calls it when shutdown begins), so they
+    don't hold the graceful shutdown until it gives up and cancels them with a traceback."""
+    slots = getattr(getattr(app, "state", None), "event_slots", None)
+    if isinstance(slots, StreamSlots):
+        slots.stopping = True
 
 
 def encode_position(positions: dict[str, str]) -> str:
@@ -178,6 +187,7 @@ async def event_stream(
     queues: list[str],
     settings: EventsSettings,
     resume_from: dict[str, str] | None = None,
+    slots: StreamSlots | None = None,
 ) -> AsyncIterator[ServerSentEvent]:
     """The events `principal` may see, from `resume_from` (else from now), with heartbeats."""
     redis = state.async_redis()
@@ -188,7 +198,7 @@ async def event_stream(
     last_sent = time.monotonic()
     block = _block_ms(state, settings.block_ms)
     failures = 0
-    while True:
+    while not (slots and slots.stopping):
         wait_ms = int(max(0.0, settings.heartbeat_s - (time.monotonic() - last_sent)) * 1000)
         cursor = {stream: positions[q] for stream, q in stream_of.items()}
         try:
@@ -280,7 +290,9 @@ async def events(
     settings: Annotated[EventsSettings, Depends(events_settings)],
     _slot: Annotated[None, Depends(stream_slot)],
     state: State,
+    request: Request,
 ) -> AsyncIterator[ServerSentEvent]:
     """Server-sent events; `event` is the type, `data` the request as JSON, `id` the position."""
-    async for item in event_stream(state, principal, queues, settings, resume_from):
+    slots: StreamSlots = request.app.state.event_slots
+    async for item in event_stream(state, principal, queues, settings, resume_from, slots):
         yield item

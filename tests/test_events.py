@@ -300,6 +300,11 @@ def test_an_idle_stream_stays_up_30_s_with_no_error_in_the_log(
                     heartbeats += item.comment == "heartbeat"
                 created = make(broker)  # and after 30 s idle, events still arrive
                 assert next_event(reader).data["id"] == created.id
+                stopped = time.monotonic()
+                proc.terminate()  # with the stream open: it ends, the server exits promptly
+                assert all(item.event is None for item in reader)
+                proc.wait(10)  # (uvicorn re-raises SIGTERM once it has shut down)
+                assert time.monotonic() - stopped < 3
         assert heartbeats >= 2
     finally:
         proc.terminate()
