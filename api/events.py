@@ -58,7 +58,7 @@ class EventsSettings:
 
     heartbeat_s: float = 15.0
     block_ms: int = 1000  # one XREAD's wait: far below redis-py's 5 s socket timeout
-    max_streams_per_principal: int = 5
+    max_streams_per_principal: int = 10
     retry_ms: int = 2000  # what EventSource waits before reconnecting
 
     @classmethod
@@ -93,12 +93,13 @@ class StreamSlots:
             self.open.pop(name, None)
 
 
-def stop_event_streams(app: object) -> None:
+def stop_event_streams(app: object, stopping: bool = True) -> None:
     """Tell `app`'s open streams to end (api.server calls it when shutdown begins), so they
-    don't hold the graceful shutdown until it gives up and cancels them with a traceback."""
+    don't hold the graceful shutdown until it gives up and cancels them with a traceback.
+    `stopping=False` (at startup) lets a restarted server stream again."""
     slots = getattr(getattr(app, "state", None), "event_slots", None)
     if isinstance(slots, StreamSlots):
-        slots.stopping = True
+        slots.stopping = stopping
 
 
 def encode_position(positions: dict[str, str]) -> str:

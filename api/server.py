@@ -10,9 +10,11 @@ from broker.config import Config, Settings
 
 
 class Server(uvicorn.Server):
-    """A uvicorn server that says where it listens once it really does (port 0 included)."""
+    """A uvicorn server that says where it listens once it really does (port 0 included), and
+    ends open event streams as soon as it starts shutting down."""
 
     async def startup(self, sockets: list | None = None) -> None:  # type: ignore[type-arg]
+        stop_event_streams(self.config.app, stopping=False)
         await super().startup(sockets)
         if self.started:
             print(f"API listening on {self.url}", flush=True)

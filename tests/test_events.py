@@ -116,7 +116,7 @@ def test_event_ids_round_trip_and_foreign_ids_are_refused() -> None:
 
 
 def test_the_stream_cap_comes_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
-    assert EventsSettings.from_env().max_streams_per_principal == 5
+    assert EventsSettings.from_env().max_streams_per_principal == 10
     monkeypatch.setenv("APPROVAL_BROKER_SSE_MAX_STREAMS", "12")
     assert EventsSettings.from_env().max_streams_per_principal == 12
     monkeypatch.setenv("APPROVAL_BROKER_SSE_MAX_STREAMS", "0")
