@@ -304,7 +304,7 @@ def test_an_idle_stream_stays_up_30_s_with_no_error_in_the_log(
                 proc.terminate()  # with the stream open: it ends, the server exits promptly
                 assert all(item.event is None for item in reader)
                 proc.wait(10)  # (uvicorn re-raises SIGTERM once it has shut down)
-                assert time.monotonic() - stopped < 3
+                assert time.monotonic() - stopped < 4  # not the 5 s graceful limit
         assert heartbeats >= 2
     finally:
         proc.terminate()
