@@ -138,8 +138,12 @@ class Fleet:
             name = f"{kind}-{seen[kind]}"
             url = self.api_urls[seen[kind] - 1] if kind == "api" else None
             self.members.append(Member(name, kind, argv, env, logs / f"{name}.log", url))
-        self._stop = threading.Event()
-        self._threads: list[threading.Thread] = []
+        self._calm = threading.Event()
+        """Set: no more kills."""
+        self._done = threading.Event()
+        """Set: no more supervising either (the fleet is being stopped)."""
+        self._supervisor: threading.Thread | None = None
+        self._chaos: threading.Thread | None = None
 
     def start(self, timeout: float = 60.0) -> None:
         for member in self.members:
@@ -161,16 +165,24 @@ class Fleet:
 
     def supervise(self) -> None:
         """Restart a process that exited without being killed by the harness, and note it."""
-        while not self._stop.wait(0.2):
-            with self.lock:
-                for member in self.members:
-                    code = member.exited()
-                    if code is not None:
-                        self.events.self_deaths.append(
-                            f"{member.name} exited with {code} at {time.strftime('%X')}:"
-                            f"\n      {member.tail()}"
-                        )
+        while not self._done.wait(0.2):
+            self.note_deaths(restart=True)
+
+    def note_deaths(self, *, restart: bool) -> None:
+        """Note each process that exited on its own (the harness kills and restarts under the
+        lock, so a process found exited here was not the harness's doing)."""
+        with self.lock:
+            for member in self.members:
+                code = member.exited()
+                if code is not None:
+                    self.events.self_deaths.append(
+                        f"{member.name} exited with {code} at {time.strftime('%X')}:"
+                        f"\n      {member.tail()}"
+                    )
+                    if restart:
                         member.start()
+                    else:
+                        member.process = None  # noted once
 
     def chaos(self, every_s: float, rng: random.Random) -> None:
         """SIGKILL a role process (and its work horse) every `every_s` s, and restart it.
@@ -181,7 +193,7 @@ class Fleet:
         if every_s <= 0:
             return
         turn = 0
-        while not self._stop.wait(rng.uniform(every_s * 0.5, every_s * 1.5)):
+        while not self._calm.wait(rng.uniform(every_s * 0.5, every_s * 1.5)):
             kind = ROLES[turn % len(ROLES)]
             turn += 1
             with self.lock:
@@ -203,16 +215,16 @@ class Fleet:
             self.events.maintenance_restarts += 1
 
     def run_in_background(self, rng: random.Random, every_s: float) -> None:
-        for target, args in ((self.supervise, ()), (self.chaos, (every_s, rng))):
-            thread = threading.Thread(target=target, args=args, daemon=True)
-            thread.start()
-            self._threads.append(thread)
+        self._supervisor = threading.Thread(target=self.supervise, daemon=True)
+        self._chaos = threading.Thread(target=self.chaos, args=(every_s, rng), daemon=True)
+        self._supervisor.start()
+        self._chaos.start()
 
     def calm(self) -> None:
-        """Stop killing and supervising (the processes keep running)."""
-        self._stop.set()
-        for thread in self._threads:
-            thread.join(30)
+        """Stop killing (the processes keep running, still supervised)."""
+        self._calm.set()
+        if self._chaos is not None:
+            self._chaos.join(30)
 
     def cpu_by_kind(self) -> dict[str, float]:
         """CPU seconds per kind of role, counting only the processes running now."""
@@ -222,6 +234,11 @@ class Fleet:
         return {kind: round(seconds, 1) for kind, seconds in cpu.items()}
 
     def stop(self) -> None:
+        """Stop killing and supervising, note who died on their own meanwhile, stop them all."""
         self.calm()
+        self._done.set()
+        if self._supervisor is not None:
+            self._supervisor.join(30)
+        self.note_deaths(restart=False)
         for member in self.members:
             member.stop()
