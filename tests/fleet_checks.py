@@ -14,12 +14,14 @@ from typing import Any
 
 from redis import Redis
 from redis.exceptions import ResponseError
+from rq.exceptions import NoSuchJobError
 from rq.job import Job
+from rq.serializers import JSONSerializer
 
 from broker.client import Broker
 from broker.keys import RESUMER_GROUP
-from broker.models import Request, RunStatus, Status
-from broker.runs import resume_job_id
+from broker.models import Request, Run, RunStatus, Status
+from broker.runs import resume_job_id, run_job_id, run_queue
 from tests.fakes.deciding_receiver import Answered, DecidingReceiver, Intent
 from tests.fleet_processes import ROLES, Events
 from workers.demo import Ledger
@@ -147,10 +149,11 @@ def check(
     # every run finished, or failed for a reason on the list, no more often than workers died
     status = Counter(r.status.value for r in runs.values())
     found.counts["runs"] = {"started": len(started), **status}
-    found.bad(
-        "runs neither finished nor failed",
-        [f"{r.id} {r.status.value}" for r in runs.values() if r.status not in FINAL],
-    )
+    stuck = [r for r in runs.values() if r.status not in FINAL]
+    found.bad("runs neither finished nor failed", [_stuck(broker, r) for r in stuck])
+    if stuck:
+        lock = run_queue(broker).registry_cleaning_key
+        found.counts["RQ maintenance lock TTL at the end (s)"] = redis.ttl(lock)
     failed = [r for r in runs.values() if r.status is RunStatus.failed]
     why = {r.id: _failure_kind(r.error or "") for r in failed}
     found.bad(
@@ -285,6 +288,17 @@ def check(
         )
     found.bad("processes that died on their own", events.self_deaths)
     return found
+
+
+def _stuck(broker: Broker, run: Run) -> str:
+    """A run that never ended, with where its current round's RQ job stands (for diagnosis)."""
+    job_id = run_job_id(run.id) if run.round == 0 else resume_job_id(run.id, run.round)
+    try:
+        job = Job.fetch(job_id, connection=broker.redis, serializer=JSONSerializer)
+        where = f"{job.get_status()}, retries left {job.retries_left}, worker {job.worker_name}"
+    except NoSuchJobError:
+        where = "no such job"
+    return f"{run.id} {run.status.value} round {run.round}: job {job_id} {where}"
 
 
 def _failure_kind(error: str) -> str | None:

@@ -80,7 +80,7 @@ MIX = {"approve": 5, "reject": 3, "ignore": 2}
 QUEUE_TIMEOUT_S = 4
 PREFIX = "fleet:"
 SECRET = "whsec_" + base64.b64encode(b"fleet-test-secret-0123456789abcd").decode()
-DRAIN_BUDGET_S = 240.0
+DRAIN_BUDGET_S = 360.0  # a loaded machine (other test runs) needed more than 240 s once
 STALL_RESTART_S = 20.0
 
 
