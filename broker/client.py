@@ -132,8 +132,8 @@ class Broker:
         *,
         decided_by: str,
         in_queue: str | None = None,
-        in_escalation: int | None = None,
         once: Once | None = None,
+        in_escalation: int | None = None,
     ) -> Request:
         return self.decisions.decide(
             request_id,
@@ -152,9 +152,9 @@ class Broker:
         reason: str | None = None,
         by: str,
         args_hash: str | None = None,
+        once: Once | None = None,
         in_queue: str | None = None,
         in_escalation: int | None = None,
-        once: Once | None = None,
     ) -> Request:
         return self.decisions.escalate(
             request_id,

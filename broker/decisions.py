@@ -48,8 +48,8 @@ class Decisions:
         *,
         decided_by: str,
         in_queue: str | None = None,
-        in_escalation: int | None = None,
         once: Once | None = None,
+        in_escalation: int | None = None,
     ) -> Request:
         """Record a decision; the first one wins.
 
@@ -99,9 +99,9 @@ class Decisions:
         reason: str | None = None,
         by: str,
         args_hash: str | None = None,
+        once: Once | None = None,
         in_queue: str | None = None,
         in_escalation: int | None = None,
-        once: Once | None = None,
     ) -> Request:
         """Move a pending request to another handler queue (default: its queue's `escalate_to`).
 
