@@ -7,6 +7,7 @@ from collections.abc import Iterator
 
 import pytest
 from fastapi.testclient import TestClient
+from redis import Redis
 
 from api.app import create_app
 from broker.auth import EVERY_ROLE, Principal, hash_token
@@ -16,6 +17,7 @@ from broker.deciding import Deciding
 from broker.errors import Conflict, Forbidden
 from broker.links import new_nonce, read_link, sign_link
 from broker.models import Decision, NewRequest, Outcome, Request
+from tests.test_decide import race
 
 ADMIN = "admin-token-for-the-harden-tests-0123456789"
 ALICE = Principal("alice", frozenset({"finance"}))
@@ -204,4 +206,31 @@ def test_the_sweeper_keeps_first_deadlines_too(api_broker: Broker) -> None:
     [result] = api_broker.sweep(now=managers_deadline.timestamp() + 1)
     assert result.to_queue == "directors"
     top = api_broker.get_request(req.id)
-    assert top.expires_at.timestamp() == pytest.approx(managers_deadline.timestamp() + 5001, 1e-6)
+    assert top.expires_at.timestamp() == pytest.approx(
+        managers_deadline.timestamp() + 5001, abs=0.01
+    )
+
+
+def test_racing_escalations_from_one_read_move_the_request_once(
+    api_broker: Broker, cfg: Config, redis_url: str
+) -> None:
+    """Twenty people escalate what they all saw in `default`, at once, through the decision
+    service (one read, then the atomic step), half to managers and half to directors: one
+    move; the others are refused, none moves it on from where the winner put it."""
+    req = make(api_broker)
+    seen = api_broker.get_request(req.id)
+
+    def go(i: int) -> object:
+        own = Broker(Redis.from_url(redis_url), cfg, prefix="t:")
+        person = Principal(f"p{i}", frozenset({"finance"}))
+        decision = Decision(outcome=Outcome.escalated, target=("managers", "directors")[i % 2])
+        return Deciding(own, cfg).decide(req.id, decision, person, via=["inbox"], current=seen)
+
+    results = race(20, go)
+    moved = [r for r in results if not isinstance(r, Exception)]
+    refused = [r for r in results if isinstance(r, Conflict)]
+    assert len(moved) == 1 and moved[0].recorded, results
+    assert len(refused) == 19 and {c.code for c in refused} == {"escalated"}
+    final = api_broker.get_request(req.id)
+    assert final.queue == moved[0].request.queue and final.escalations == 1
+    assert len([h for h in final.history if h.event == "escalated"]) == 1
