@@ -2,8 +2,8 @@
 
 Mail scanners follow links, so GET changes nothing: it renders the request and a confirm form.
 POST checks everything that can be checked first (signature, age, kind, roles, still pending,
-still in the queue the mail was sent for, and that the recipient is on an email list of that
-queue), then decides through the decision service, which spends the link (single use) in the
+still in the queue the mail was sent for and not escalated since, even away and back, and that
+the recipient is on an email list of that queue), then decides through the decision service, which spends the link (single use) in the
 same atomic step. An address no approver has decides only through a list that says
 `unmapped_may_decide = true`.
 Answers are HTML pages, errors too: 410 for a used or expired link, 403 for a forged one, 404
@@ -21,11 +21,11 @@ from fastapi import APIRouter, Form, Path, Request
 from fastapi.responses import HTMLResponse
 from fastapi.templating import Jinja2Templates
 
-from api.auth import approver_by_email, approver_for_email
 from api.errors import ApiError, broker_error_status
 from api.state import ApiState, State
 from broker.auth import Principal
 from broker.config import EmailConfig
+from broker.email_deciders import email_decider
 from broker.errors import BrokerError, Conflict, Forbidden
 from broker.links import LinkClaims, LinkError, link_once, read_link
 from broker.models import Decision, Outcome
@@ -108,6 +108,14 @@ def _load(state: ApiState, token: str) -> tuple[LinkClaims, BrokerRequest]:
         raise Conflict(f"request {item.id} is already {item.status.value}", request=item)
     if claims.queue is not None and item.queue != claims.queue:
         raise _escalated_elsewhere(item.queue)
+    if claims.escalations is not None and item.escalations != claims.escalations:
+        raise PageError(
+            409,
+            "escalated",
+            "Escalated since",
+            f"This request was escalated after this mail was sent (it waits in {item.queue}"
+            " now); only a mail sent since then carries links that decide it.",
+        )
     return claims, item
 
 
@@ -147,33 +155,20 @@ def _decision(claims: LinkClaims, request: BrokerRequest, form: dict[str, str | 
     )
 
 
-def recipient_channels(email: EmailConfig, recipient: str, mapped: bool) -> list[str]:
-    """The email lists (`email:NAME`) the recipient may decide through: every list that holds
-    the address, and for an address no approver has, only lists with `unmapped_may_decide`."""
-    wanted = recipient.strip().casefold()
-    return [
-        f"email:{name}"
-        for name, found in email.lists.items()
-        if any(to.strip().casefold() == wanted for to in found.to)
-        and (mapped or found.unmapped_may_decide)
-    ]
-
-
 def _decider(state: ApiState, recipient: str, item: BrokerRequest) -> tuple[Principal, list[str]]:
     """Who the recipient decides as, and through which lists; a clear refusal for an address
     no approver has, on a list of the request's queue that doesn't let such addresses decide."""
-    email = _email_config(state)
-    approver = approver_for_email(state.config, recipient)
-    via = recipient_channels(email, recipient, mapped=approver is not None)
+    _email_config(state)
+    decider = email_decider(state.config, recipient)
     queue = state.config.queues.get(item.queue)
     channels = set(queue.channels if queue else ())
-    held = set(recipient_channels(email, recipient, mapped=True)) & channels
-    if approver is None and held and not channels.intersection(via):
+    held = set(decider.held) & channels
+    if not decider.mapped and held and not channels.intersection(decider.via):
         raise Forbidden(
             f"{recipient} is not an approver here, and {', '.join(sorted(held))} does not let"
             " addresses without an approver decide (unmapped_may_decide)"
         )
-    return approver or approver_by_email(state.config, recipient), via
+    return decider.principal, decider.via
 
 
 @router.get("/{token}", response_class=HTMLResponse, responses={410: _HTML, 403: _HTML})

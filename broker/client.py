@@ -133,9 +133,15 @@ class Broker:
         decided_by: str,
         in_queue: str | None = None,
         once: Once | None = None,
+        in_escalation: int | None = None,
     ) -> Request:
         return self.decisions.decide(
-            request_id, decision, decided_by=decided_by, in_queue=in_queue, once=once
+            request_id,
+            decision,
+            decided_by=decided_by,
+            in_queue=in_queue,
+            in_escalation=in_escalation,
+            once=once,
         )
 
     def escalate(
@@ -147,9 +153,18 @@ class Broker:
         by: str,
         args_hash: str | None = None,
         once: Once | None = None,
+        in_queue: str | None = None,
+        in_escalation: int | None = None,
     ) -> Request:
         return self.decisions.escalate(
-            request_id, target, reason=reason, by=by, args_hash=args_hash, once=once
+            request_id,
+            target,
+            reason=reason,
+            by=by,
+            args_hash=args_hash,
+            in_queue=in_queue,
+            in_escalation=in_escalation,
+            once=once,
         )
 
     def sweep(self, *, now: float | None = None, limit: int = 200) -> list[SweepResult]:

@@ -3,9 +3,10 @@
 REST and the inbox, Slack, email links, webhook replies and `approval-broker decide` all end
 here. It says who may decide (the request's and its queue's roles, and whether the reply came
 through a channel of the queue the request waits in now), whether a decision can apply to the
-request (the only place above the Lua step that judges that), and what counts as a harmless
-repeat. The state itself (still pending, still in that queue, marker unspent) is judged by the
-broker's one atomic step. It never speaks HTTP and never records metrics: the API wraps it.
+request (the only place above the Lua step that judges that: `modified` args against the
+tool's schema, an escalation only along its queue's `escalate_to` chain), and what counts as a
+harmless repeat. The state itself (still pending, still in that queue after as many
+escalations, marker unspent) is judged by the broker's one atomic step. It never speaks HTTP and never records metrics: the API wraps it.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from collections.abc import Collection
 from dataclasses import dataclass
 from datetime import timedelta
 
+from broker.args_schema import check_args
 from broker.auth import EVERY_ROLE, REQUESTER, Principal
 from broker.client import Broker, Once
 from broker.config import Config
@@ -108,6 +110,29 @@ class Deciding:
 
     # ---- what can apply --------------------------------------------------------------------
 
+    def chain(self, queue: str) -> list[str]:
+        """The queues a request in `queue` may be escalated to by hand: its `escalate_to`, that
+        queue's, and so on (the config refuses loops)."""
+        out: list[str] = []
+        nxt = self.config.escalation_target(queue)
+        while nxt is not None and nxt not in out:
+            out.append(nxt)
+            nxt = self.config.escalation_target(nxt)
+        return out
+
+    def check_chain(self, principal: Principal, request: Request, target: str) -> None:
+        """A person escalates only along the chain; the admin and the shell (every role) may
+        send a request anywhere, back to an earlier queue too."""
+        if EVERY_ROLE in principal.roles:
+            return
+        chain = self.chain(request.queue)
+        if target not in chain:
+            along = " -> ".join([request.queue, *chain]) if chain else f"{request.queue} (none)"
+            raise Forbidden(
+                f"{principal.name!r} may escalate request {request.id} only along its queue's"
+                f" escalate_to chain ({along}), not to {target!r}"
+            )
+
     def check_applies(self, decision: Decision, request: Request) -> Decision:
         """The decision, checked against what can't change about the request (its kind, args
         and the config); an escalation gets its target filled in.
@@ -134,6 +159,8 @@ class Deciding:
                 " on other args",
                 code="stale_args",
             )
+        if outcome is Outcome.modified and decision.args is not None:
+            check_args(request.args_schema, decision.args)
         if outcome is not Outcome.escalated:
             return decision
         target = decision.target or self.config.escalation_target(request.queue)
@@ -168,9 +195,11 @@ class Deciding:
     ) -> Decided:
         """Decide `request_id` for `principal`, replying through the channels `via`.
 
-        Raises NotFound, Forbidden (roles, or a channel outside the request's queue),
-        InvalidInput, or Conflict when someone else (or another decision) won, the request
-        moved to another queue meanwhile (code `escalated`), or `once` was already spent
+        Raises NotFound, Forbidden (roles, a channel outside the request's queue, or an
+        escalation off its queue's chain), InvalidInput (`invalid_args`: `modified` args that
+        don't meet the tool's schema), or Conflict when someone else (or another decision)
+        won, the request was escalated meanwhile (code `escalated`: checked by queue and by
+        escalation count, so a move away and back still counts), or `once` was already spent
         (code `replayed`). The same principal repeating its decision or its escalation gets
         the request back instead, with nothing recorded. `once` is spent only with a decision.
         """
@@ -183,10 +212,17 @@ class Deciding:
         self.check_may_decide(principal, current, via)
         if current.is_pending:
             decision = self.check_applies(decision, current)
+            if decision.target is not None:
+                self.check_chain(principal, current, decision.target)
         # else the atomic step answers: replayed marker, or who won (maybe this very decision)
         try:
             request = self.broker.decide(
-                current.id, decision, decided_by=decided_by, in_queue=current.queue, once=once
+                current.id,
+                decision,
+                decided_by=decided_by,
+                in_queue=current.queue,
+                in_escalation=current.escalations,
+                once=once,
             )
         except Conflict as exc:
             if exc.code == "conflict" and same_decision(exc.request.decision, decision, decided_by):

@@ -49,13 +49,16 @@ class Decisions:
         decided_by: str,
         in_queue: str | None = None,
         once: Once | None = None,
+        in_escalation: int | None = None,
     ) -> Request:
         """Record a decision; the first one wins.
 
         Raises `Conflict` (carrying the request as it stands) when it was already decided or timed
         out, `InvalidInput` for a decision that can never apply, `NotFound` for an unknown id.
         With `in_queue`, the decision only applies while the request waits in that queue (a
-        link mailed to one queue's people); otherwise `Conflict` with code `escalated`.
+        link mailed to one queue's people); otherwise `Conflict` with code `escalated`. With
+        `in_escalation`, only while it has been escalated that many times (a link minted then:
+        after a round trip back to the same queue it is still refused), the same way.
         With `once` (a marker key and its lifetime: a webhook-id, an email link), the marker is
         checked and spent in the same atomic step; a spent one is `Conflict` code `replayed`.
         """
@@ -66,6 +69,8 @@ class Decisions:
                 reason=decision.reason,
                 by=decided_by,
                 args_hash=decision.args_hash,
+                in_queue=in_queue,
+                in_escalation=in_escalation,
                 once=once,
             )
         if decision.outcome not in OUTCOME_STATUS:
@@ -81,6 +86,7 @@ class Decisions:
             decision=json.dumps(recorded.public(), separators=(",", ":"), ensure_ascii=False),
             args_hash=decision.args_hash or None,
             in_queue=in_queue or None,
+            in_escalation=in_escalation,
             retention=self.store.retention,
         )
         return self._outcome(result, request_id, decision)
@@ -94,10 +100,15 @@ class Decisions:
         by: str,
         args_hash: str | None = None,
         once: Once | None = None,
+        in_queue: str | None = None,
+        in_escalation: int | None = None,
     ) -> Request:
         """Move a pending request to another handler queue (default: its queue's `escalate_to`).
 
-        `once` works as for `decide`.
+        Its deadline there is its first arrival there plus that queue's timeout (see move in
+        lib.lua). `in_queue`, `in_escalation` and `once` work as for `decide`: a repeat or a
+        stale escalation from a queue it has left is refused atomically (`Conflict` code
+        `escalated`). Which targets a person may choose is the decision service's call.
         """
         config = self.store.config
         if target is None:
@@ -123,6 +134,8 @@ class Decisions:
             timeout_s=config.timeout_for(target),
             entry=json.dumps({k: v for k, v in entry.items() if v is not None}),
             args_hash=args_hash or None,
+            in_queue=in_queue or None,
+            in_escalation=in_escalation,
         )
         return self._outcome(result, request_id, None)
 

@@ -126,6 +126,8 @@ class Request(BaseModel):
     status: Status = Status.pending
     decision: Decision | None = None
     history: list[HistoryEntry] = Field(default_factory=list)
+    escalations: int = 0  # times moved to another queue; an email link is bound to the count
+    args_schema: dict[str, JsonValue] | None = None  # JSON Schema `modified` args must meet
 
     @property
     def is_pending(self) -> bool:
@@ -149,6 +151,11 @@ class NewRequest(BaseModel):
     allowed_roles: list[str] = Field(default_factory=list)
     callback: str | None = None
     tool_call_id: str | None = Field(default=None, max_length=200)
+    args_schema: dict[str, JsonValue] | None = Field(
+        default=None,
+        description="JSON Schema of the tool's arguments: a `modified` decision's args must"
+        " meet it (a run's requests carry their tool's parameters schema)",
+    )
 
 
 class Run(BaseModel):

@@ -23,7 +23,16 @@ from broker.models import (
 )
 from broker.text import as_str_dict
 
-JSON_FIELDS = ("args", "data", "metadata", "allowed_roles", "decision", "history")
+JSON_FIELDS = (
+    "args",
+    "data",
+    "metadata",
+    "allowed_roles",
+    "decision",
+    "history",
+    "args_schema",
+)
+INTERNAL_FIELDS = ("deadlines",)  # kept by the Lua steps, not part of `Request`
 
 
 def default_prompt(tool_name: str, args: dict[str, Any]) -> str:
@@ -35,8 +44,9 @@ def default_prompt(tool_name: str, args: dict[str, Any]) -> str:
 def request_fields(
     new: NewRequest, request_id: str, run_id: str | None, round_no: int
 ) -> dict[str, str]:
-    """The hash of a new pending request, all but its id and times."""
-    return {
+    """The hash of a new pending request, all but its id and times (and `args_schema` only
+    when there is one)."""
+    fields = {
         "run_id": run_id or "",
         "round": str(round_no),
         "tool_call_id": new.tool_call_id or request_id,
@@ -53,6 +63,9 @@ def request_fields(
         "status": Status.pending.value,
         "history": "[]",
     }
+    if new.args_schema is not None:
+        fields["args_schema"] = canonical_json(new.args_schema)
+    return fields
 
 
 def parse_request(raw: Mapping[bytes, bytes] | Mapping[str, str]) -> Request:
@@ -63,6 +76,8 @@ def parse_request(raw: Mapping[bytes, bytes] | Mapping[str, str]) -> Request:
             f[name] = json.loads(f[name])
         else:
             f.pop(name, None)
+    for name in INTERNAL_FIELDS:
+        f.pop(name, None)
     f["run_id"] = f.get("run_id") or None
     f["callback"] = f.get("callback") or None
     f["created_at"] = from_timestamp(float(f["created_at"]))

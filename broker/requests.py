@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from broker.args_schema import check_schema
 from broker.errors import InvalidInput, NotFound
 from broker.ids import new_id, round_request_id
 from broker.models import HistoryEntry, NewRequest, Request, Status
@@ -58,6 +59,8 @@ class Requests:
             raise InvalidInput(
                 f"callback webhook {new.callback!r} is not defined", code="unknown_webhook"
             )
+        if new.args_schema is not None:
+            check_schema(new.args_schema)
         return new.timeout_s if new.timeout_s is not None else config.timeout_for(new.queue)
 
     def _create(

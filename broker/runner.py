@@ -50,7 +50,7 @@ from broker.errors import BrokerError, NotFound
 from broker.live_wait import owned_round, wait_and_claim
 from broker.models import NewRequest, RunStatus
 from broker.new_prompt import prompt_field
-from broker.pending_calls import BadCallMetadata, new_requests
+from broker.pending_calls import BadCallMetadata, new_requests, tool_schemas
 from broker.results import RoundNotReady, results_for
 
 log = logging.getLogger("broker.runner")
@@ -346,7 +346,8 @@ class AgentRunner:
                 f"(max_rounds = {limit}); the run was stopped"
             )
         queues = self.broker.config.queues
-        calls = new_requests(output, loaded.spec, messages, queues=queues)
+        schemas = tool_schemas(loaded.agent)
+        calls = new_requests(output, loaded.spec, messages, queues=queues, schemas=schemas)
         for call in calls:
             if call.queue not in queues:
                 raise RunFailed(

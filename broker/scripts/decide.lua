@@ -13,6 +13,7 @@ if not f[1] then return {'not_found', ''} end
 if spent() then return reply(rkey, 'replayed') end
 if f[1] ~= 'pending' then return reply(rkey, 'conflict') end
 if A.in_queue and A.in_queue ~= f[4] then return reply(rkey, 'moved', f[4]) end
+if A.in_escalation and A.in_escalation ~= tonumber(redis.call('HGET', rkey, 'escalations') or 0) then return reply(rkey, 'moved', f[4]) end
 if A.args_hash and A.args_hash ~= f[3] then return reply(rkey, 'stale_args') end
 local kind, outcome = f[2], A.outcome
 if (outcome == 'approved' or outcome == 'modified') and kind ~= 'approval' then

@@ -121,16 +121,27 @@ local function finish(rkey, id, status, decision_json, event_type, now, run)
   end
 end
 
--- Move a pending request to another handler queue: still pending, new expiry, history entry,
--- and an `approval.escalated` event on both the old queue and the new one.
-local function move(rkey, id, from, to, expires_at, entry_json)
-  redis.call('HSET', rkey, 'queue', to, 'expires_at', expires_at)
+-- Move a pending request to another handler queue: still pending, history entry, one more
+-- escalation (`escalations`: links minted before it no longer decide), and an
+-- `approval.escalated` event on both the old queue and the new one. Deadlines are kept: the
+-- queue it leaves keeps the one it had (in the JSON `deadlines`, queue -> epoch seconds), and a
+-- queue it returns to gives back its first deadline, so its timeout runs from the first arrival
+-- there; a queue it reaches for the first time gives `timeout_s` from `now`. Returns expires_at.
+local function move(rkey, id, from, to, now, timeout_s, entry_json)
+  local f = redis.call('HMGET', rkey, 'deadlines', 'expires_at')
+  local deadlines = (f[1] and f[1] ~= '') and cjson.decode(f[1]) or {}
+  deadlines[from] = deadlines[from] or f[2]
+  local expires_at = deadlines[to] or stamp(now + tonumber(timeout_s))
+  deadlines[to] = expires_at
+  redis.call('HSET', rkey, 'queue', to, 'expires_at', expires_at, 'deadlines', cjson.encode(deadlines))
+  redis.call('HINCRBY', rkey, 'escalations', 1)
   append_history(rkey, entry_json)
   redis.call('ZADD', key('expiry'), expires_at, id)
   count('pending:' .. from, -1)
   count('pending:' .. to, 1)
   emit(from, 'type', 'approval.escalated', 'request_id', id, 'queue', from, 'from', from, 'to', to)
   emit(to, 'type', 'approval.escalated', 'request_id', id, 'queue', to, 'from', from, 'to', to)
+  return expires_at
 end
 
 -- A one-time marker (a webhook-id, an email link) checked and spent in the same step as the
