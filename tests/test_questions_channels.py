@@ -485,9 +485,13 @@ def reply(api: TestClient, body: dict[str, Any], msg_id: str) -> Any:
 
 
 def test_a_signed_webhook_reply_that_does_not_fit_is_422_and_a_valid_one_wins_after_it(
-    api: TestClient, api_broker: Broker
+    api: TestClient, api_broker: Broker, receiver: WebhookReceiver
 ) -> None:
-    req = ask(api_broker, {"answer_schema": TICKET})
+    with running(api_broker):
+        req = ask(api_broker, {"answer_schema": TICKET})
+        (delivery,) = wait_for(lambda: receiver.accepted("/ops"))
+    assert delivery.verified and delivery.payload["type"] == "approval.requested"
+    assert delivery.payload["data"]["metadata"] == {"answer_schema": TICKET}  # the questions
     body = {"request_id": req.id, "outcome": "answered", "decided_by": "jane"}
     resp = reply(api, {**body, "answer": {"hours": "three"}}, "msg-bad")
     assert resp.status_code == 422, resp.text
