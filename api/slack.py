@@ -1,4 +1,5 @@
-"""Slack interactivity (`POST /v1/slack/interactions`): button clicks and the reject-reason modal.
+"""Slack interactivity (`POST /v1/slack/interactions`): button clicks, the reject-reason modal
+and the answer form of a structured question (`broker.slack_forms`).
 
 The v0 signature is checked over the raw body (slack_sdk's SignatureVerifier, 5-minute window)
 before anything is parsed, and a signature is accepted once (an exact replay is refused): a
@@ -41,9 +42,17 @@ from broker.auth import Principal
 from broker.client import Once
 from broker.config import SlackConfig
 from broker.deciding import REPLAY_TTL_S
-from broker.errors import BrokerError, Conflict
+from broker.errors import BrokerError, Conflict, InvalidInput
 from broker.models import Decision, Outcome
 from broker.models import Request as BrokerRequest
+from broker.questions import InvalidAnswer, has_form
+from broker.slack_forms import (
+    ANSWER_FORM,
+    ANSWER_FORM_CALLBACK,
+    answer_from_view_state,
+    answer_modal,
+    errors_for,
+)
 from broker.slack_urls import response_url_allowed
 
 log = logging.getLogger("approval_broker.api")
@@ -53,7 +62,7 @@ router = APIRouter(prefix="/v1/slack", tags=["slack"])
 SLACK_API_TIMEOUT_S = 2.0  # views.open must land within the trigger_id's 3 seconds
 RESPONSE_URL_TIMEOUT_S = 5.0
 MAX_REASON = 10_000  # what a Decision's reason may hold
-DECIDING_ACTIONS = frozenset({ids.APPROVE, ids.REJECT, ids.ESCALATE, ids.ANSWER})
+DECIDING_ACTIONS = frozenset({ids.APPROVE, ids.REJECT, ids.ESCALATE, ids.ANSWER, ANSWER_FORM})
 
 
 class SlackUser(BaseModel):
@@ -148,13 +157,27 @@ def explain(exc: BrokerError) -> str:
     return exc.detail
 
 
+def open_view(slack: SlackConfig, trigger_id: str, view: dict[str, Any]) -> None:
+    base_url = slack.api_base_url if slack.api_base_url.endswith("/") else slack.api_base_url + "/"
+    client = WebClient(token=slack.bot_token, base_url=base_url, timeout=SLACK_API_TIMEOUT_S)
+    client.views_open(trigger_id=trigger_id, view=view)
+
+
 def open_reject_modal(
     slack: SlackConfig, trigger_id: str, request: BrokerRequest, channel_id: str | None
 ) -> None:
-    base_url = slack.api_base_url if slack.api_base_url.endswith("/") else slack.api_base_url + "/"
-    client = WebClient(token=slack.bot_token, base_url=base_url, timeout=SLACK_API_TIMEOUT_S)
-    view = ids.reject_modal(request.id, request.tool_name, channel_id)
-    client.views_open(trigger_id=trigger_id, view=view)
+    open_view(slack, trigger_id, ids.reject_modal(request.id, request.tool_name, channel_id))
+
+
+def open_answer_modal(
+    slack: SlackConfig, trigger_id: str, request: BrokerRequest, channel_id: str | None
+) -> None:
+    """The question's form; its private metadata names the request and the click's channel,
+    as the reject modal's does (`slack_ids.parse_modal_metadata` reads both)."""
+    view = answer_modal(request)
+    if channel_id:
+        view["private_metadata"] = f"{request.id} {channel_id}"
+    open_view(slack, trigger_id, view)
 
 
 def channels_of(slack: SlackConfig, channel_id: str | None) -> list[str]:
@@ -206,6 +229,8 @@ def handle_block_actions(
         principal = approver_by_slack_user(state.config, payload.user.id)
         if action.action_id == ids.REJECT:
             return _start_reject(state, slack, payload, action.value, principal, channel_id)
+        if action.action_id == ANSWER_FORM:
+            return _start_answer(state, slack, payload, action.value, principal, channel_id)
         decision = _decision_for(action, payload)
         if decision is None:
             return SlackReply(body={})
@@ -255,10 +280,72 @@ def _start_reject(
     return SlackReply(body={"ok": True, "request_id": request.id, "status": "pending"})
 
 
+def _start_answer(
+    state: ApiState,
+    slack: SlackConfig,
+    payload: BlockActions,
+    request_id: str,
+    who: Principal,
+    channel_id: str | None,
+) -> SlackReply:
+    """The "Answer…" button: the checks of starting a rejection, then the form (views.open)."""
+    request = state.broker.get_request(request_id)
+    state.deciding.check_may_decide(who, request, channels_of(slack, channel_id))
+    if not request.is_pending:
+        raise Conflict(f"request {request.id} is already {request.status.value}", request=request)
+    if not has_form(request.metadata):
+        return _failed(notice("This request has no answer form.", "invalid"))
+    if not payload.trigger_id:
+        return _failed(notice("Slack sent no trigger_id; can't open the answer form.", "invalid"))
+    try:
+        open_answer_modal(slack, payload.trigger_id, request, channel_id)
+    except (SlackClientError, OSError) as exc:
+        log.warning("views.open failed: %s", type(exc).__name__)
+        return _failed(notice("Could not open the answer form; please try again.", "slack"))
+    return SlackReply(body={"ok": True, "request_id": request.id, "status": "pending"})
+
+
+def submit_answer(
+    state: ApiState, slack: SlackConfig, payload: ViewSubmission, once: Once
+) -> SlackReply:
+    """The answer form submitted: read, checked and decided; a refusal keeps the modal open
+    with each error beside its input (`response_action: "errors"`)."""
+    view = payload.view
+    request_id, channel_id = ids.parse_modal_metadata(view.private_metadata)
+    request: BrokerRequest | None = None
+    try:
+        principal = approver_by_slack_user(state.config, payload.user.id)
+        request = state.broker.get_request(request_id)
+        if not has_form(request.metadata):
+            raise InvalidInput(f"request {request.id} has no answer form")
+        answer = answer_from_view_state(request, (view.state or {}).get("values") or {})
+        state.decide(
+            request_id,
+            Decision(outcome=Outcome.answered, answer=answer),
+            principal,
+            channel="slack",
+            via=channels_of(slack, channel_id),
+            current=request,
+            once=once,
+        )
+    except InvalidAnswer as exc:
+        body = {**errors_for(exc, request), "error": exc.code}
+        return SlackReply(body=body, decided=True)
+    except BrokerError as exc:
+        if isinstance(exc, Conflict) and exc.code == "replayed":
+            raise _replayed() from None
+        where = request if request is not None and has_form(request.metadata) else None
+        body = {**errors_for(InvalidAnswer(explain(exc)), where), "error": exc.code}
+        return SlackReply(body=body, decided=True)
+    return SlackReply(body={"response_action": "clear"}, decided=True)
+
+
 def handle_view_submission(
     state: ApiState, slack: SlackConfig, payload: ViewSubmission, once: Once
 ) -> SlackReply:
     view = payload.view
+    if view.callback_id == ANSWER_FORM_CALLBACK:
+        return submit_answer(state, slack, payload, once)
     if view.callback_id != ids.REJECT_CALLBACK:
         return SlackReply(body={})
     reason = (input_value(view.state, ids.REJECT_REASON_ACTION) or "").strip() or None

@@ -22,6 +22,7 @@ from broker.config import Config
 from broker.errors import Conflict, Forbidden, InvalidInput
 from broker.models import Decision, Outcome, Request, utcnow
 from broker.printable import printable
+from broker.questions import validate_answer
 
 # One-time markers of signed replies (Slack signatures, webhook-ids) are accepted from 5
 # minutes in the past to 5 in the future: each must be remembered for longer than that span.
@@ -214,6 +215,10 @@ class Deciding:
             decision = self.check_applies(decision, current)
             if decision.target is not None:
                 self.check_chain(principal, current, decision.target)
+        if decision.outcome is Outcome.answered:  # InvalidAnswer (422) before it can count
+            decision = decision.model_copy(
+                update={"answer": validate_answer(current.metadata, decision.answer)}
+            )
         # else the atomic step answers: replayed marker, or who won (maybe this very decision)
         try:
             request = self.broker.decide(

@@ -13,6 +13,7 @@ from broker.args_schema import check_schema
 from broker.errors import InvalidInput, NotFound
 from broker.ids import new_id, round_request_id
 from broker.models import HistoryEntry, NewRequest, Request, Status
+from broker.questions import validate_question_metadata
 from broker.request_hash import history_json, parse_request, request_fields
 from broker.store import Store
 from broker.text import as_str
@@ -55,6 +56,7 @@ class Requests:
         """Refuse a request nothing can serve; its timeout in seconds."""
         config = self.store.config
         self.store.check_queue(new.queue)
+        validate_question_metadata(new.metadata, kind=new.kind)
         if new.callback is not None and new.callback not in config.webhooks:
             raise InvalidInput(
                 f"callback webhook {new.callback!r} is not defined", code="unknown_webhook"
