@@ -9,6 +9,7 @@ from __future__ import annotations
 from fastapi import APIRouter, FastAPI
 
 from api import email, events, health, inbox, metrics, requests, runs, slack, webhooks
+from api.acks import router as acks_router
 from api.errors import install_error_handlers
 from api.limits import BodyLimit
 from api.metrics import ApiMetrics
@@ -19,6 +20,7 @@ from broker.config import Config, Settings
 ROUTERS: tuple[APIRouter, ...] = (
     health.router,
     requests.router,
+    acks_router,
     runs.router,
     slack.router,
     email.router,

@@ -24,7 +24,13 @@ from broker.errors import NotFound
 router = APIRouter(tags=["events"])
 
 EVENT_TYPES = frozenset(
-    {"approval.requested", "approval.decided", "approval.escalated", "approval.timed_out"}
+    {
+        "approval.requested",
+        "approval.decided",
+        "approval.escalated",
+        "approval.timed_out",
+        "approval.voted",
+    }
 )
 BLOCK_MS = 5000
 BATCH = 100

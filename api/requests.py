@@ -44,7 +44,7 @@ def create_request(
             f"allowed_roles: no approver or webhook endpoint has the role(s) {', '.join(unknown)}",
             code="unknown_role",
         )
-    request = state.broker.create_request(body)
+    request = state.broker.create_request(body.model_copy(update={"created_by": principal.name}))
     return JSONResponse(request.public(), status_code=201)
 
 

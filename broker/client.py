@@ -133,9 +133,19 @@ class Broker:
         decided_by: str,
         in_queue: str | None = None,
         once: Once | None = None,
+        channel: str | None = None,
+        creator_may_vote: bool = False,
+        bypass_quorum: bool = False,
     ) -> Request:
         return self.decisions.decide(
-            request_id, decision, decided_by=decided_by, in_queue=in_queue, once=once
+            request_id,
+            decision,
+            decided_by=decided_by,
+            in_queue=in_queue,
+            once=once,
+            channel=channel,
+            creator_may_vote=creator_may_vote,
+            bypass_quorum=bypass_quorum,
         )
 
     def escalate(
