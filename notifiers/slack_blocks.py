@@ -141,8 +141,6 @@ def action_blocks(request: Request, config: Config) -> list[Block]:
     buttons.append(_button("Reject", ids.REJECT, rid, "danger"))
     if config.escalation_target(request.queue):
         buttons.append(_button("Escalate", ids.ESCALATE, rid))
-
-    buttons.append(_button("I'm on it", ids.ACK, rid))  # holds escalation; see votes_blocks
     blocks.append({"type": "actions", "block_id": ids.actions_block_id(rid), "elements": buttons})
     return blocks
 
@@ -176,6 +174,14 @@ def votes_blocks(request: Request, config: Config) -> list[Block]:
         )
     shown = [line for line in lines if line]
     return [_section("\n".join(shown))] if shown else []
+
+
+def ack_block(request: Request, config: Config) -> Block:
+    """ "I'm on it" (a section's button, apart from the deciding ones): holds escalation."""
+    minutes = max(1, round(config.ack_timeout_for(request.queue) / 60))
+    block = _section(f"_Working on it? Say so, and escalation waits {minutes} min._")
+    block["accessory"] = _button("I'm on it", ids.ACK, request.id)
+    return block
 
 
 def outcome_blocks(request: Request, config: Config) -> list[Block]:
@@ -231,6 +237,7 @@ def render(request: Request, config: Config, channel: str) -> tuple[str, list[Bl
     elif channel_serves(config, channel, request.queue):
         blocks += votes_blocks(request, config)
         blocks += action_blocks(request, config)
+        blocks.append(ack_block(request, config))
         text = f"{title(request)}: {escape(clip(request.prompt, 200))}"
     else:
         blocks += moved_blocks(request, config)
