@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import pytest
 from redis import Redis
 
 from api.app import create_app
