@@ -207,11 +207,8 @@ def test_a_customers_large_refund_names_them_and_is_paid_once_when_approved(
     [request] = broker.get_requests(waiting.pending)
     assert "on order A103 (Two-person tent, total $240.00) of customer c-17?" in request.prompt
     assert request.metadata["customer"] == "c-17"
-    assert request.quorum == 2  # above the two-person limit
+    assert request.quorum == 1  # below the two-person limit
     broker.decide(request.id, Decision(outcome="approved"), decided_by="alice")
-    worker.work()
-    assert broker.get_run(waiting.id).status is RunStatus.waiting  # one of two approvals
-    broker.decide(request.id, Decision(outcome="approved"), decided_by="bob")
     worker.work()
     done = broker.get_run(waiting.id)
     assert done.status is RunStatus.finished and done.output["refunded"] is True
@@ -239,8 +236,8 @@ def test_a_bad_customer_fails_the_run_saying_why(
 def test_a_refund_above_the_two_person_limit_needs_two_different_approvers(
     broker: Broker, worker: SyncWorker, ledger: Ledger
 ) -> None:
-    """$120 asks for two approvers (the tool's metadata sets quorum 2); $75 for one."""
-    large = run(broker, worker, "Refund $120 on order A103 because the floor is torn.")
+    """$200 asks for two approvers (the tool's metadata sets quorum 2); $75 for one."""
+    large = run(broker, worker, "Refund $200 on order A103 because the floor is torn.")
     small = run(broker, worker, "Refund $75 on order A100 because the soles came off.")
     [two] = broker.get_requests(large.pending)
     [one] = broker.get_requests(small.pending)

@@ -58,7 +58,7 @@ from broker.runs import start_run
 AGENT_NAME = "refunds"
 QUEUE = "default"
 AUTO_REFUND_LIMIT = 50.0
-TWO_PERSON_LIMIT = 100.0  # above this a refund needs two approvers (the request's quorum)
+TWO_PERSON_LIMIT = 150.0  # above this a refund needs two approvers (the request's quorum)
 
 
 @dataclass(frozen=True)
