@@ -389,3 +389,24 @@ def test_a_vote_without_the_role_is_403_and_writes_nothing(
     )
     assert resp.status_code == 403 and resp.json()["error"] == "forbidden"
     assert snapshot(api_broker.redis) == before
+
+
+def test_a_partial_approval_is_streamed_as_approval_voted(api_broker: Broker, cfg: Config) -> None:
+    app = create_app(Settings(), cfg, api_broker)
+    with ServerThread(app) as server, httpx.Client(base_url=server.url, timeout=10) as http:
+        with http.stream("GET", "/v1/events", headers=auth("alice")) as resp:
+            lines = resp.iter_lines()
+            assert next(lines) == ": connected"
+            req = new(api_broker)
+            api_broker.decide(req.id, Decision(outcome="approved"), decided_by="alice")
+            seen: list[tuple[str, Any]] = []
+            event = None
+            for line in lines:
+                if line.startswith("event: "):
+                    event = line.removeprefix("event: ")
+                elif line.startswith("data: ") and event:
+                    seen.append((event, json.loads(line.removeprefix("data: "))))
+                    if len(seen) == 2:
+                        break
+    assert [e for e, _ in seen] == ["approval.requested", "approval.voted"]
+    assert [v["by"] for v in seen[1][1]["approvals"]] == ["alice"]
