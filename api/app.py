@@ -10,6 +10,7 @@ from __future__ import annotations
 from fastapi import APIRouter, FastAPI
 
 from api import email, events, health, inbox, metrics, requests, rules, runs, slack, webhooks
+from api.acks import router as acks_router
 from api.errors import install_error_handlers
 from api.events import EventsSettings, StreamSlots
 from api.headers import EmailPageHeaders
@@ -25,6 +26,7 @@ ROUTERS: tuple[APIRouter, ...] = (
     health.router,
     waits_router,
     requests.router,
+    acks_router,
     runs.router,
     slack.router,
     email.router,

@@ -44,7 +44,13 @@ log = logging.getLogger("approval_broker.api.events")
 router = APIRouter(tags=["events"])
 
 EVENT_TYPES = frozenset(
-    {"approval.requested", "approval.decided", "approval.escalated", "approval.timed_out"}
+    {
+        "approval.requested",
+        "approval.decided",
+        "approval.escalated",
+        "approval.timed_out",
+        "approval.voted",
+    }
 )
 BATCH = 100
 MAX_STREAMS_ENV = "APPROVAL_BROKER_SSE_MAX_STREAMS"

@@ -62,7 +62,9 @@ router = APIRouter(prefix="/v1/slack", tags=["slack"])
 SLACK_API_TIMEOUT_S = 2.0  # views.open must land within the trigger_id's 3 seconds
 RESPONSE_URL_TIMEOUT_S = 5.0
 MAX_REASON = 10_000  # what a Decision's reason may hold
-DECIDING_ACTIONS = frozenset({ids.APPROVE, ids.REJECT, ids.ESCALATE, ids.ANSWER, ANSWER_FORM})
+DECIDING_ACTIONS = frozenset(
+    {ids.APPROVE, ids.REJECT, ids.ESCALATE, ids.ANSWER, ids.ACK, ANSWER_FORM}
+)
 
 
 class SlackUser(BaseModel):
@@ -227,6 +229,8 @@ def handle_block_actions(
     channel_id = payload.channel.id if payload.channel else None
     try:
         principal = approver_by_slack_user(state.config, payload.user.id)
+        if action.action_id == ids.ACK:
+            return _ack(state, slack, action.value, principal, channel_id)
         if action.action_id == ids.REJECT:
             return _start_reject(state, slack, payload, action.value, principal, channel_id)
         if action.action_id == ANSWER_FORM:
@@ -252,6 +256,21 @@ def handle_block_actions(
         return _failed(notice(explain(exc), exc.code))
     body = {"ok": True, "request_id": request.id, "status": request.status.value}
     return SlackReply(body=body, decided=True)
+
+
+def _ack(
+    state: ApiState, slack: SlackConfig, request_id: str, who: Principal, channel_id: str | None
+) -> SlackReply:
+    """ "I'm on it": the request stays pending and its escalation waits; the notifier is not
+    told (nothing was decided), so the clicker hears back here, and the message shows it the
+    next time it is updated."""
+    request = state.deciding.ack(request_id, who, via=channels_of(slack, channel_id))
+    until = request.acked_until.strftime("%H:%M UTC") if request.acked_until else "a while"
+    text = f"You're on it: escalation of this request is paused until {until}."
+    return SlackReply(
+        body={"ok": True, "request_id": request.id, "status": "pending", **notice(text)},
+        follow_up=notice(text),
+    )
 
 
 def _failed(body: dict[str, Any]) -> SlackReply:

@@ -134,6 +134,9 @@ class Broker:
         in_queue: str | None = None,
         once: Once | None = None,
         in_escalation: int | None = None,
+        channel: str | None = None,
+        creator_may_vote: bool = False,
+        bypass_quorum: bool = False,
     ) -> Request:
         return self.decisions.decide(
             request_id,
@@ -142,6 +145,9 @@ class Broker:
             in_queue=in_queue,
             in_escalation=in_escalation,
             once=once,
+            channel=channel,
+            creator_may_vote=creator_may_vote,
+            bypass_quorum=bypass_quorum,
         )
 
     def escalate(

@@ -20,6 +20,7 @@ from broker.errors import ConfigError
 
 DEFAULT_QUEUE = "default"
 DEFAULT_TIMEOUT_S = 600.0
+DEFAULT_ACK_TIMEOUT_S = 900.0
 CHANNEL_KINDS = ("inbox", "webhook", "slack", "email")
 MIN_ADMIN_TOKEN_CHARS = 24
 
@@ -72,6 +73,10 @@ class QueueConfig(_Section):
         default_factory=list,
         description="minimum roles: a decider needs one of these as well as one of a request's"
         " allowed_roles",
+    )
+    quorum: Annotated[int, Field(ge=1, le=10)] = 1  # distinct approvers needed
+    ack_timeout_s: Annotated[float, Field(gt=0)] = (
+        DEFAULT_ACK_TIMEOUT_S  # "I'm on it" holds this long
     )
 
 
@@ -252,6 +257,14 @@ class Config(_Section):
     def timeout_for(self, queue: str) -> float:
         q = self.queues.get(queue)
         return q.timeout_s if q else DEFAULT_TIMEOUT_S
+
+    def quorum_for(self, queue: str) -> int:
+        q = self.queues.get(queue)
+        return q.quorum if q else 1
+
+    def ack_timeout_for(self, queue: str) -> float:
+        q = self.queues.get(queue)
+        return q.ack_timeout_s if q else DEFAULT_ACK_TIMEOUT_S
 
 
 def _resolve_secrets(raw: dict[str, Any]) -> None:

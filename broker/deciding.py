@@ -15,6 +15,7 @@ from collections.abc import Collection
 from dataclasses import dataclass
 from datetime import timedelta
 
+from broker.acks import Acks
 from broker.args_schema import check_args
 from broker.auth import EVERY_ROLE, REQUESTER, Principal
 from broker.client import Broker, Once
@@ -23,6 +24,7 @@ from broker.errors import Conflict, Forbidden, InvalidInput
 from broker.models import Decision, Outcome, Request, utcnow
 from broker.printable import printable
 from broker.questions import validate_answer
+from broker.quorum import is_approval, repeated_vote
 
 # One-time markers of signed replies (Slack signatures, webhook-ids) are accepted from 5
 # minutes in the past to 5 in the future: each must be remembered for longer than that span.
@@ -211,6 +213,9 @@ class Deciding:
         ):
             return Decided(current, recorded=False)
         self.check_may_decide(principal, current, via)
+        self.check_not_creator(principal, current, decision, decided_by)
+        if current.is_pending and repeated_vote(current, decision, decided_by):
+            return Decided(current, recorded=False)  # the step would say 'repeat' too
         if current.is_pending:
             decision = self.check_applies(decision, current)
             if decision.target is not None:
@@ -228,9 +233,14 @@ class Deciding:
                 in_queue=current.queue,
                 in_escalation=current.escalations,
                 once=once,
+                channel=self.channel_of(current, via),
+                creator_may_vote=EVERY_ROLE in principal.roles,
             )
         except Conflict as exc:
-            if exc.code == "conflict" and same_decision(exc.request.decision, decision, decided_by):
+            if exc.code == "conflict" and (
+                same_decision(exc.request.decision, decision, decided_by)
+                or repeated_vote(exc.request, decision, decided_by)
+            ):
                 return Decided(exc.request, recorded=False)
             raise
         except InvalidInput as exc:
@@ -244,3 +254,54 @@ class Deciding:
                 code="escalated",
             ) from None
         return Decided(request, recorded=True)
+
+    # ---- the two-person rule and "I'm on it" -----------------------------------------------
+
+    def check_not_creator(
+        self, principal: Principal, request: Request, decision: Decision, decided_by: str
+    ) -> None:
+        """The one who asked for the call never approves it (the step checks again).
+
+        The admin token and the shell are exempt: they could write Redis anyway.
+        """
+        if (
+            is_approval(decision)
+            and request.created_by is not None
+            and request.created_by == decided_by
+            and EVERY_ROLE not in principal.roles
+        ):
+            raise Forbidden(
+                f"{decided_by!r} asked for request {request.id} and may not approve it: the"
+                " one who asks never counts as an approver",
+                code="creator_may_not_approve",
+            )
+
+    def channel_of(self, request: Request, via: Collection[str]) -> str:
+        """The channel a reply came through, as a vote records it (the shell: `shell`)."""
+        queue = self.config.queues.get(request.queue)
+        channels = queue.channels if queue else []
+        matched = [c for c in via if c in channels]
+        return (matched or list(via) or ["shell"])[0]
+
+    def ack(
+        self,
+        request_id: str,
+        principal: Principal,
+        *,
+        via: Collection[str],
+        by: str | None = None,
+    ) -> Request:
+        """ "I'm on it" from someone who may decide the request: it stays pending and its
+        escalation waits for the queue's `ack_timeout_s`. Never a vote, never an outcome.
+
+        Raises NotFound, Forbidden (as for deciding) or Conflict (decided or timed out, with
+        the request; code `escalated` when it moved meanwhile).
+        """
+        current = self.broker.get_request(request_id)
+        self.check_may_decide(principal, current, via)
+        return Acks(self.broker.store).ack(
+            current.id,
+            by=printable(by or principal.name),
+            in_queue=current.queue,
+            channel=self.channel_of(current, via),
+        )

@@ -11,9 +11,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from broker.errors import Conflict, InvalidInput, NotFound
+from broker.errors import Conflict, Forbidden, InvalidInput, NotFound
 from broker.ids import run_of_request
-from broker.models import Decision, Outcome, Request, Status
+from broker.models import Decision, Outcome, Request, Status, args_hash
 from broker.request_hash import parse_flat
 from broker.requests import Requests
 from broker.store import Store
@@ -50,6 +50,9 @@ class Decisions:
         in_queue: str | None = None,
         once: Once | None = None,
         in_escalation: int | None = None,
+        channel: str | None = None,
+        creator_may_vote: bool = False,
+        bypass_quorum: bool = False,
     ) -> Request:
         """Record a decision; the first one wins.
 
@@ -61,6 +64,13 @@ class Decisions:
         after a round trip back to the same queue it is still refused), the same way.
         With `once` (a marker key and its lifetime: a webhook-id, an email link), the marker is
         checked and spent in the same atomic step; a spent one is `Conflict` code `replayed`.
+
+        An approval of a request whose `quorum` is above 1 is `decided_by`'s vote (see
+        `broker.quorum`): the request stays pending until the quorum-th person approves the
+        same args. The request's creator may
+        not approve (`Forbidden`, code `creator_may_not_approve`) unless `creator_may_vote`
+        (the admin, the shell). `bypass_quorum` is only for a policy rule that may (see
+        `broker.quorum.rule_may_decide`). A repeated vote writes nothing and gets the request.
         """
         if decision.outcome is Outcome.escalated:
             return self.escalate(
@@ -88,6 +98,11 @@ class Decisions:
             in_queue=in_queue or None,
             in_escalation=in_escalation,
             retention=self.store.retention,
+            voter=decided_by,
+            vote_hash=args_hash(decision.args) if decision.args is not None else None,
+            channel=channel or None,
+            creator_may_vote=creator_may_vote or None,
+            bypass_quorum=bypass_quorum or None,
         )
         return self._outcome(result, request_id, decision)
 
@@ -182,8 +197,14 @@ class Decisions:
     def _outcome(self, result: list[Any], request_id: str, decision: Decision | None) -> Request:
         """The request a step replied with, or the error its code means."""
         code, detail, fields = result[0], result[1], result[2:]
-        if code == "ok":
+        if code in ("ok", "voted", "repeat"):
             return parse_flat(fields)
+        if code == "creator":
+            raise Forbidden(
+                f"request {request_id} was asked for by {parse_flat(fields).created_by!r}, who"
+                " may not approve it: the one who asks never counts as an approver",
+                code="creator_may_not_approve",
+            )
         if code == "not_found":
             raise NotFound(f"no request with id {request_id!r}")
         if code in _CONFLICTS:

@@ -173,6 +173,10 @@ class Keys:
                 keys.of_request(rid, "pending", self.run_pending(run_id))
         return keys
 
+    def ack_keys(self, request_id: str) -> ScriptKeys:
+        """ack.lua: the request's hash and the expiry index."""
+        return ScriptKeys().name("req", self.request(request_id)).name("expiry", self.expiry)
+
     def note_keys(self, request_id: str) -> ScriptKeys:
         """note.lua: the request's hash."""
         return ScriptKeys().name("req", self.request(request_id))

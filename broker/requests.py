@@ -14,6 +14,7 @@ from broker.errors import InvalidInput, NotFound
 from broker.ids import new_id, round_request_id
 from broker.models import HistoryEntry, NewRequest, Request, Status
 from broker.questions import validate_question_metadata
+from broker.quorum import creation_fields
 from broker.request_hash import history_json, parse_request, request_fields
 from broker.store import Store
 from broker.text import as_str
@@ -71,7 +72,9 @@ class Requests:
         items: list[dict[str, Any]] = []
         for rid, new in built:
             timeout = self._check(new)
-            fields = request_fields(new, rid, run_id, round_no)
+            fields = request_fields(new, rid, run_id, round_no) | creation_fields(
+                new, self.store.config
+            )
             items.append({"id": rid, "timeout_s": timeout, "fields": fields})
         keys = self.store.keys.create_keys(
             run_id, round_no, [rid for rid, _ in built], {new.queue for _, new in built}

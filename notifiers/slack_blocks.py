@@ -170,6 +170,45 @@ def action_blocks(request: Request, config: Config) -> list[Block]:
     return blocks
 
 
+def votes_line(request: Request, config: Config) -> str | None:
+    """ "1 of 2 approvals: alice" for a request that needs several; None when it needs one.
+
+    Votes for other args (a `modified` approval) are counted apart: they don't add up.
+    """
+    if request.quorum <= 1:
+        return None
+    groups: dict[str, list[str]] = {}
+    for vote in request.approvals:
+        groups.setdefault(vote.args_hash, []).append(who(config, vote.by))
+    if not groups:
+        return f":busts_in_silhouette: 0 of {request.quorum} approvals"
+    parts = []
+    for hash_, names in groups.items():
+        other = "" if hash_ == request.args_hash else " (of changed arguments)"
+        parts.append(f"{len(names)} of {request.quorum} approvals{other}: {', '.join(names)}")
+    return ":busts_in_silhouette: " + "\n".join(parts)
+
+
+def votes_blocks(request: Request, config: Config) -> list[Block]:
+    """Votes so far and who is on it, for a request still pending."""
+    lines = [votes_line(request, config)]
+    if request.acked_by and request.acked_until:
+        lines.append(
+            f":eyes: {who(config, request.acked_by)} is on it"
+            f" (escalation paused until {slack_date(request.acked_until)})"
+        )
+    shown = [line for line in lines if line]
+    return [_section("\n".join(shown))] if shown else []
+
+
+def ack_block(request: Request, config: Config) -> Block:
+    """ "I'm on it" (a section's button, apart from the deciding ones): holds escalation."""
+    minutes = max(1, round(config.ack_timeout_for(request.queue) / 60))
+    block = _section(f"_Working on it? Say so, and escalation waits {minutes} min._")
+    block["accessory"] = _button("I'm on it", ids.ACK, request.id)
+    return block
+
+
 def outcome_blocks(request: Request, config: Config) -> list[Block]:
     """Who decided what and when, for a request that is no longer pending."""
     decision = request.decision
@@ -225,7 +264,9 @@ def render(request: Request, config: Config, channel: str) -> tuple[str, list[Bl
         status = request.status.value.replace("_", " ")
         text = f"{tool}: {status}"
     elif channel_serves(config, channel, request.queue):
+        blocks += votes_blocks(request, config)
         blocks += action_blocks(request, config)
+        blocks.append(ack_block(request, config))
         text = f"{title(request)}: {escape(clip(request.prompt, 200))}"
     else:
         blocks += moved_blocks(request, config)
@@ -244,7 +285,8 @@ def render(request: Request, config: Config, channel: str) -> tuple[str, list[Bl
     return text, blocks
 
 
-def fingerprint(request: Request) -> tuple[str, str, str]:
+def fingerprint(request: Request) -> tuple[str, str, str, str]:
     """What a rendered message depends on that can change after it is posted."""
     decided = request.decision.model_dump_json() if request.decision else ""
-    return request.status.value, request.queue, decided
+    votes = ",".join(f"{v.by}={v.args_hash}" for v in request.approvals)
+    return request.status.value, request.queue, decided, f"{votes};{request.acked_until}"

@@ -4,7 +4,8 @@
 * `issue_refund` checks the request first: an unknown order, one not delivered yet, an amount
   over the order total or an order already refunded is refused on the spot, and nobody is asked.
 * Up to `AUTO_REFUND_LIMIT` it refunds by itself; above it, it raises `ApprovalRequired` and the
-  run waits for a decision in the inbox (handler queue `default`).
+  run waits for a decision in the inbox (handler queue `default`). Above `TWO_PERSON_LIMIT`
+  the tool's metadata asks for `quorum = 2`: two different people must approve.
 * The ledger (in Redis, so a forked worker and the test that checks it see the same thing) is
   the truth: the output says whether a refund really happened, and an output validator sends a
   claim that doesn't match the ledger back to the model. It also counts how often the refund
@@ -58,6 +59,7 @@ from broker.runs import start_run
 AGENT_NAME = "refunds"
 QUEUE = "default"
 AUTO_REFUND_LIMIT = 50.0
+TWO_PERSON_LIMIT = 150.0  # above this a refund needs two approvers (the request's quorum)
 
 
 @dataclass(frozen=True)
@@ -373,6 +375,7 @@ def issue_refund(
                 "order": {"id": order.id, "item": order.item, "total": order.total},
                 "customer": customer,
                 "auto_refund_limit": deps.limit,
+                "quorum": 2 if amount > TWO_PERSON_LIMIT else 1,
             }
         )
     try:

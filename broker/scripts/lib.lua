@@ -155,3 +155,34 @@ local function spend()
   local once = key('once')
   if once then redis.call('SET', once, '1', 'EX', A.once_ttl) end
 end
+
+-- The two-person rule: count `by`'s approval of the args `hash` towards the request's quorum.
+-- One person has one vote: approving the same args again is a repeat (returns 'repeat', 0 and
+-- writes nothing); approving other args moves their vote there. Otherwise the vote is stored
+-- in the request's `approvals` (JSON array) and the count those args now have is returned.
+local function add_vote(rkey, by, hash, channel, now)
+  local raw = redis.call('HGET', rkey, 'approvals')
+  local votes = {}
+  if raw and raw ~= '' and raw ~= '[]' then votes = cjson.decode(raw) end
+  local parts, n = {}, 1
+  for _, v in ipairs(votes) do
+    if v.by == by then
+      if v.args_hash == hash then return 'repeat', 0 end
+    else
+      parts[#parts + 1] = cjson.encode(v)
+      if v.args_hash == hash then n = n + 1 end
+    end
+  end
+  parts[#parts + 1] = cjson.encode({by = by, at = iso(now), args_hash = hash, channel = channel})
+  redis.call('HSET', rkey, 'approvals', '[' .. table.concat(parts, ',') .. ']')
+  return 'counted', n
+end
+
+-- "I'm on it": until when an acknowledgement holds the sweeper off a request waiting in
+-- `queue` (0 for none). An ack is bound to the queue it was given in: once the request has
+-- moved on, the new queue's people were not the ones who said they're on it.
+local function held_until(rkey, queue)
+  local h = redis.call('HMGET', rkey, 'acked_until', 'ack_queue')
+  if h[1] and h[1] ~= '' and h[2] == queue then return tonumber(h[1]) or 0 end
+  return 0
+end
