@@ -2,13 +2,16 @@
 
 Mail scanners follow links, so GET changes nothing: it renders the request and a confirm form.
 POST checks everything that can be checked first (signature, age, kind, roles, still pending,
-still in the queue the mail was sent for, and that the recipient is on an email list of that
-queue), then decides through the decision service, which spends the link (single use) in the
+still in the queue the mail was sent for and not escalated since, even away and back, and that
+the recipient is on an email list of that queue), then decides through the decision service, which spends the link (single use) in the
 same atomic step. An address no approver has decides only through a list that says
 `unmapped_may_decide = true`.
 Answers are HTML pages, errors too: 410 for a used or expired link, 403 for a forged one, 404
 when the request is gone, 409 when it was already decided or has been escalated to another
 queue since (that queue's people decide it now), 422 for a form that can't apply.
+A structured question's link shows its form (the questions or the schema's fields); an answer
+that doesn't fit comes back as the same form, filled in as sent, with each error beside its
+input (422), and decides nothing.
 """
 
 from __future__ import annotations
@@ -17,20 +20,24 @@ import json
 from pathlib import Path as FilePath
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Form, Path, Request
+from fastapi import APIRouter, Depends, Form, Path, Request
 from fastapi.responses import HTMLResponse
 from fastapi.templating import Jinja2Templates
+from starlette.datastructures import FormData
 
-from api.auth import approver_by_email, approver_for_email
+from api.answer_page import answer_form
 from api.errors import ApiError, broker_error_status
 from api.rules import remember
 from api.state import ApiState, State
+from broker.answer_forms import answer_from_form, error_inputs
 from broker.auth import Principal
 from broker.config import EmailConfig
+from broker.email_deciders import email_decider
 from broker.errors import BrokerError, Conflict, Forbidden
 from broker.links import LinkClaims, LinkError, link_once, read_link
 from broker.models import Decision, Outcome
 from broker.models import Request as BrokerRequest
+from broker.questions import InvalidAnswer, answer_text, has_form
 from broker.rule_decisions import run_rule_index
 
 router = APIRouter(prefix="/v1/email", tags=["email"])
@@ -111,6 +118,14 @@ def _load(state: ApiState, token: str) -> tuple[LinkClaims, BrokerRequest]:
         raise Conflict(f"request {item.id} is already {item.status.value}", request=item)
     if claims.queue is not None and item.queue != claims.queue:
         raise _escalated_elsewhere(item.queue)
+    if claims.escalations is not None and item.escalations != claims.escalations:
+        raise PageError(
+            409,
+            "escalated",
+            "Escalated since",
+            f"This request was escalated after this mail was sent (it waits in {item.queue}"
+            " now); only a mail sent since then carries links that decide it.",
+        )
     return claims, item
 
 
@@ -124,7 +139,9 @@ def _escalated_elsewhere(queue: str) -> PageError:
     )
 
 
-def _decision(claims: LinkClaims, request: BrokerRequest, form: dict[str, str | None]) -> Decision:
+def _decision(
+    claims: LinkClaims, request: BrokerRequest, form: dict[str, str | None], fields: FormData
+) -> Decision:
     """What the link and the form ask for; whether it applies is the decision service's call."""
     action = claims.action
     args_hash = form.get("args_hash") or None
@@ -135,6 +152,9 @@ def _decision(claims: LinkClaims, request: BrokerRequest, form: dict[str, str | 
         return Decision(outcome=Outcome.rejected, reason=reason, args_hash=args_hash)
     if action == "escalate":
         return Decision(outcome=Outcome.escalated, reason=reason, args_hash=args_hash)
+    if action == "answer" and has_form(request.metadata):
+        answer = answer_from_form(request.metadata, fields)
+        return Decision(outcome=Outcome.answered, answer=answer, args_hash=args_hash)
     if action == "answer":
         answer = (form.get("answer") or "").strip()
         if not answer and request.kind != "approval":
@@ -150,33 +170,54 @@ def _decision(claims: LinkClaims, request: BrokerRequest, form: dict[str, str | 
     )
 
 
-def recipient_channels(email: EmailConfig, recipient: str, mapped: bool) -> list[str]:
-    """The email lists (`email:NAME`) the recipient may decide through: every list that holds
-    the address, and for an address no approver has, only lists with `unmapped_may_decide`."""
-    wanted = recipient.strip().casefold()
-    return [
-        f"email:{name}"
-        for name, found in email.lists.items()
-        if any(to.strip().casefold() == wanted for to in found.to)
-        and (mapped or found.unmapped_may_decide)
-    ]
-
-
 def _decider(state: ApiState, recipient: str, item: BrokerRequest) -> tuple[Principal, list[str]]:
     """Who the recipient decides as, and through which lists; a clear refusal for an address
     no approver has, on a list of the request's queue that doesn't let such addresses decide."""
-    email = _email_config(state)
-    approver = approver_for_email(state.config, recipient)
-    via = recipient_channels(email, recipient, mapped=approver is not None)
+    _email_config(state)
+    decider = email_decider(state.config, recipient)
     queue = state.config.queues.get(item.queue)
     channels = set(queue.channels if queue else ())
-    held = set(recipient_channels(email, recipient, mapped=True)) & channels
-    if approver is None and held and not channels.intersection(via):
+    held = set(decider.held) & channels
+    if not decider.mapped and held and not channels.intersection(decider.via):
         raise Forbidden(
             f"{recipient} is not an approver here, and {', '.join(sorted(held))} does not let"
             " addresses without an approver decide (unmapped_may_decide)"
         )
-    return approver or approver_by_email(state.config, recipient), via
+    return decider.principal, decider.via
+
+
+async def _form_fields(request: Request) -> FormData:
+    """Every field posted (a structured form's inputs have names only the request knows)."""
+    return await request.form()
+
+
+def _confirm(
+    request: Request,
+    state: ApiState,
+    claims: LinkClaims,
+    item: BrokerRequest,
+    refused: tuple[FormData, InvalidAnswer] | None = None,
+) -> HTMLResponse:
+    """The confirmation page; after a refused answer, the form as sent with its errors (422)."""
+    submitted, errors, problem = None, None, None
+    if refused is not None:
+        fields, exc = refused
+        submitted = {name: [str(v) for v in fields.getlist(name)] for name in fields}
+        errors, problem = error_inputs(exc, item.metadata), exc.detail
+    context = {
+        "item": item,
+        "action": claims.action,
+        "verb": _VERBS.get(claims.action, "Request"),
+        "recipient": claims.recipient,
+        "target": state.config.escalation_target(item.queue),
+        "args_json": json.dumps(item.args, indent=2, ensure_ascii=False),
+        "options": [str(o) for o in item.metadata.get("options") or []]
+        if isinstance(item.metadata.get("options"), list)
+        else [],
+        "form": answer_form(item.metadata, submitted, errors),
+        "problem": problem,
+    }
+    return _page(request, "email_confirm.html", context, 200 if refused is None else 422)
 
 
 @router.get("/{token}", response_class=HTMLResponse, responses={410: _HTML, 403: _HTML})
@@ -188,22 +229,13 @@ def confirm_page(token: Token, request: Request, state: State) -> HTMLResponse:
         return _error_page(request, _from_broker_error(exc))
     except PageError as exc:
         return _error_page(request, exc)
-    context = {
-        "item": item,
-        "action": claims.action,
-        "verb": _VERBS.get(claims.action, "Request"),
-        "recipient": claims.recipient,
-        "target": state.config.escalation_target(item.queue),
-        "args_json": json.dumps(item.args, indent=2, ensure_ascii=False),
-        "options": [str(o) for o in item.metadata.get("options") or []]
-        if isinstance(item.metadata.get("options"), list)
-        else [],
-    }
-    return _page(request, "email_confirm.html", context)
+    return _confirm(request, state, claims, item)
 
 
 @router.post(
-    "/{token}", response_class=HTMLResponse, responses={409: _HTML, 410: _HTML, 403: _HTML}
+    "/{token}",
+    response_class=HTMLResponse,
+    responses={409: _HTML, 410: _HTML, 403: _HTML, 422: _HTML},
 )
 def decide_from_link(
     token: Token,
@@ -212,12 +244,16 @@ def decide_from_link(
     reason: Annotated[str | None, Form(max_length=10_000)] = None,
     answer: Annotated[str | None, Form(max_length=10_000)] = None,
     args_hash: Annotated[str | None, Form(max_length=128)] = None,
+    fields: Annotated[FormData | None, Depends(_form_fields)] = None,
 ) -> HTMLResponse:
     """Decide as the link's recipient; the link is spent on success."""
+    claims: LinkClaims | None = None
+    item: BrokerRequest | None = None
+    fields = fields if fields is not None else FormData()
     try:
         claims, item = _load(state, token)
         form = {"reason": reason, "answer": answer, "args_hash": args_hash}
-        decision = _decision(claims, item, form)
+        decision = _decision(claims, item, form, fields)
         principal, via = _decider(state, claims.recipient, item)
         once = link_once(state.broker, claims, _email_config(state).link_ttl_s)
         index = run_rule_index(item) if claims.action == "approve_run" else None
@@ -229,8 +265,20 @@ def decide_from_link(
             decided = state.decide(
                 item.id, decision, principal, channel="email", via=via, current=item, once=once
             )
+    except InvalidAnswer as exc:
+        if claims is None or item is None or not has_form(item.metadata):
+            return _error_page(request, _from_broker_error(exc))
+        return _confirm(request, state, claims, item, refused=(fields, exc))
     except BrokerError as exc:
         return _error_page(request, _from_broker_error(exc))
     except PageError as exc:
         return _error_page(request, exc)
-    return _page(request, "email_done.html", {"item": decided, "action": claims.action})
+    done = {"item": decided, "action": claims.action, "answer": _answer_shown(decided)}
+    return _page(request, "email_done.html", done)
+
+
+def _answer_shown(item: BrokerRequest) -> str | None:
+    """The recorded answer as the agent reads it, for the page that says it was recorded."""
+    if item.decision is None or item.decision.answer is None or not has_form(item.metadata):
+        return None
+    return answer_text(item.metadata, item.decision.answer)

@@ -8,9 +8,11 @@ from fastapi import APIRouter, Body, Path, Query
 from fastapi.responses import JSONResponse
 
 from api.auth import Caller, Requester
+from api.idempotency import IdempotencyKey, create_request_once
 from api.rules import remember
 from api.schemas import ERRORS, ConflictBody, DecisionBody, NewRequestBody
 from api.state import State
+from api.waits import LongPoll
 from broker.deciding import INBOX
 from broker.errors import InvalidInput
 from broker.models import Request, Status
@@ -33,6 +35,7 @@ def create_request(
     body: NewRequestBody,
     principal: Requester,
     state: State,
+    idempotency_key: IdempotencyKey = None,
 ) -> JSONResponse:
     """Create a request (agents that aren't Python). Needs the `requester` role.
 
@@ -45,6 +48,9 @@ def create_request(
             f"allowed_roles: no approver or webhook endpoint has the role(s) {', '.join(unknown)}",
             code="unknown_role",
         )
+    body = body.model_copy(update={"created_by": principal.name})
+    if idempotency_key is not None:
+        return create_request_once(state, principal, idempotency_key, body)
     request = state.broker.create_request(body)
     return JSONResponse(request.public(), status_code=201)
 
@@ -75,6 +81,7 @@ def get_request(
     request_id: RequestId,
     principal: Caller,
     state: State,
+    waited: LongPoll,
 ) -> JSONResponse:
     """One request, with its status, decision and history."""
     return JSONResponse(state.broker.get_request(request_id).public())

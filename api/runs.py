@@ -9,15 +9,29 @@ from typing import Annotated
 
 from fastapi import APIRouter, Path
 from fastapi.responses import JSONResponse
+from pydantic import BaseModel, ConfigDict, Field
 
 from api.auth import Caller, Requester
+from api.errors import ApiError
+from api.idempotency import IdempotencyKey, start_run_once
 from api.requests import ID_PATTERN
-from api.schemas import ERRORS, RunStart, RunStarted
+from api.schemas import ERRORS, ErrorBody, RunStart, RunStarted
 from api.state import State
+from broker.errors import Conflict
 from broker.models import Run
+from broker.new_prompt import continue_with_prompt
 from broker.runs import start_run
 
 router = APIRouter(prefix="/v1/runs", tags=["runs"])
+RunId = Annotated[str, Path(min_length=1, max_length=200, pattern=ID_PATTERN)]
+
+
+class NewPrompt(BaseModel):
+    """POST /v1/runs/{run_id}/messages: what the user said instead of answering."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    prompt: str = Field(min_length=1, max_length=100_000)
 
 
 @router.post(
@@ -30,8 +44,11 @@ def create_run(
     body: RunStart,
     principal: Requester,
     state: State,
+    idempotency_key: IdempotencyKey = None,
 ) -> JSONResponse:
-    """Start a registered agent. Needs the `requester` role."""
+    """Start a registered agent. Needs the `requester` role; `Idempotency-Key` honoured."""
+    if idempotency_key is not None:
+        return start_run_once(state, principal, idempotency_key, body)
     run = start_run(state.broker, body.agent, body.prompt)
     return JSONResponse({"run_id": run.id}, status_code=202)
 
@@ -42,9 +59,34 @@ def create_run(
     responses={200: {"model": Run, "description": "the run"}, **ERRORS},
 )
 def get_run(
-    run_id: Annotated[str, Path(min_length=1, max_length=200, pattern=ID_PATTERN)],
+    run_id: RunId,
     principal: Caller,
     state: State,
 ) -> JSONResponse:
     """A run: status, round, pending request ids, output."""
     return JSONResponse(state.broker.get_run(run_id).public())
+
+
+@router.post(
+    "/{run_id}/messages",
+    status_code=202,
+    response_model=None,
+    responses={
+        202: {"model": Run, "description": "the waiting calls were rejected; the run resumes"},
+        409: {"model": ErrorBody, "description": "not waiting, or the agent must be answered"},
+        **ERRORS,
+    },
+)
+def post_message(
+    run_id: RunId,
+    body: NewPrompt,
+    principal: Requester,
+    state: State,
+) -> JSONResponse:
+    """A new prompt instead of answers: each waiting call is rejected with "The user did not
+    answer" (decided by the caller) and the run goes on with the prompt."""
+    try:
+        run = continue_with_prompt(state.broker, run_id, body.prompt, by=principal.name)
+    except Conflict as exc:
+        raise ApiError(409, exc.code, exc.detail) from None
+    return JSONResponse(run.public(), status_code=202)

@@ -5,17 +5,25 @@ from __future__ import annotations
 import uvicorn
 
 from api.app import create_app
+from api.events import stop_event_streams
 from broker.config import Config, Settings
 from broker.rules import sync_at_start
 
 
 class Server(uvicorn.Server):
-    """A uvicorn server that says where it listens once it really does (port 0 included)."""
+    """A uvicorn server that says where it listens once it really does (port 0 included), and
+    ends open event streams as soon as it starts shutting down."""
 
     async def startup(self, sockets: list | None = None) -> None:  # type: ignore[type-arg]
+        stop_event_streams(self.config.app, stopping=False)
         await super().startup(sockets)
         if self.started:
             print(f"API listening on {self.url}", flush=True)
+
+    async def shutdown(self, sockets: list | None = None) -> None:  # type: ignore[type-arg]
+        """End open event streams first: they would hold the graceful shutdown to its limit."""
+        stop_event_streams(self.config.app)
+        await super().shutdown(sockets)
 
     @property
     def url(self) -> str:

@@ -1,4 +1,5 @@
-"""Slack interactivity (`POST /v1/slack/interactions`): button clicks and the reject-reason modal.
+"""Slack interactivity (`POST /v1/slack/interactions`): button clicks, the reject-reason modal
+and the answer form of a structured question (`broker.slack_forms`).
 
 The v0 signature is checked over the raw body (slack_sdk's SignatureVerifier, 5-minute window)
 before anything is parsed, and a signature is accepted once (an exact replay is refused): a
@@ -42,9 +43,18 @@ from broker.auth import Principal
 from broker.client import Once
 from broker.config import SlackConfig
 from broker.deciding import REPLAY_TTL_S
-from broker.errors import BrokerError, Conflict
+from broker.errors import BrokerError, Conflict, InvalidInput
 from broker.models import Decision, Outcome
 from broker.models import Request as BrokerRequest
+from broker.questions import InvalidAnswer, has_form
+from broker.slack_forms import (
+    ANSWER_FORM,
+    ANSWER_FORM_CALLBACK,
+    answer_from_view_state,
+    answer_modal,
+    errors_for,
+)
+from broker.slack_urls import response_url_allowed
 
 log = logging.getLogger("approval_broker.api")
 
@@ -53,7 +63,9 @@ router = APIRouter(prefix="/v1/slack", tags=["slack"])
 SLACK_API_TIMEOUT_S = 2.0  # views.open must land within the trigger_id's 3 seconds
 RESPONSE_URL_TIMEOUT_S = 5.0
 MAX_REASON = 10_000  # what a Decision's reason may hold
-DECIDING_ACTIONS = frozenset({ids.APPROVE, ids.REJECT, ids.ESCALATE, ids.ANSWER, always.ALWAYS})
+DECIDING_ACTIONS = frozenset(
+    {ids.APPROVE, ids.REJECT, ids.ESCALATE, ids.ANSWER, ids.ACK, ANSWER_FORM, always.ALWAYS}
+)
 
 
 class SlackUser(BaseModel):
@@ -148,13 +160,27 @@ def explain(exc: BrokerError) -> str:
     return exc.detail
 
 
+def open_view(slack: SlackConfig, trigger_id: str, view: dict[str, Any]) -> None:
+    base_url = slack.api_base_url if slack.api_base_url.endswith("/") else slack.api_base_url + "/"
+    client = WebClient(token=slack.bot_token, base_url=base_url, timeout=SLACK_API_TIMEOUT_S)
+    client.views_open(trigger_id=trigger_id, view=view)
+
+
 def open_reject_modal(
     slack: SlackConfig, trigger_id: str, request: BrokerRequest, channel_id: str | None
 ) -> None:
-    base_url = slack.api_base_url if slack.api_base_url.endswith("/") else slack.api_base_url + "/"
-    client = WebClient(token=slack.bot_token, base_url=base_url, timeout=SLACK_API_TIMEOUT_S)
-    view = ids.reject_modal(request.id, request.tool_name, channel_id)
-    client.views_open(trigger_id=trigger_id, view=view)
+    open_view(slack, trigger_id, ids.reject_modal(request.id, request.tool_name, channel_id))
+
+
+def open_answer_modal(
+    slack: SlackConfig, trigger_id: str, request: BrokerRequest, channel_id: str | None
+) -> None:
+    """The question's form; its private metadata names the request and the click's channel,
+    as the reject modal's does (`slack_ids.parse_modal_metadata` reads both)."""
+    view = answer_modal(request)
+    if channel_id:
+        view["private_metadata"] = f"{request.id} {channel_id}"
+    open_view(slack, trigger_id, view)
 
 
 def channels_of(slack: SlackConfig, channel_id: str | None) -> list[str]:
@@ -204,12 +230,16 @@ def handle_block_actions(
     channel_id = payload.channel.id if payload.channel else None
     try:
         principal = approver_by_slack_user(state.config, payload.user.id)
+        if action.action_id == ids.ACK:
+            return _ack(state, slack, action.value, principal, channel_id)
         if action.action_id == ids.REJECT:
             return _start_reject(state, slack, payload, action.value, principal, channel_id)
         if action.action_id == always.ALWAYS:  # the modal of rules (api/slack_always.py)
             from api.slack_always import start_always
 
             return start_always(state, slack, payload, action.value, principal, channel_id)
+        if action.action_id == ANSWER_FORM:
+            return _start_answer(state, slack, payload, action.value, principal, channel_id)
         decision = _decision_for(action, payload)
         if decision is None:
             return SlackReply(body={})
@@ -231,6 +261,21 @@ def handle_block_actions(
         return _failed(notice(explain(exc), exc.code))
     body = {"ok": True, "request_id": request.id, "status": request.status.value}
     return SlackReply(body=body, decided=True)
+
+
+def _ack(
+    state: ApiState, slack: SlackConfig, request_id: str, who: Principal, channel_id: str | None
+) -> SlackReply:
+    """ "I'm on it": the request stays pending and its escalation waits; the notifier is not
+    told (nothing was decided), so the clicker hears back here, and the message shows it the
+    next time it is updated."""
+    request = state.deciding.ack(request_id, who, via=channels_of(slack, channel_id))
+    until = request.acked_until.strftime("%H:%M UTC") if request.acked_until else "a while"
+    text = f"You're on it: escalation of this request is paused until {until}."
+    return SlackReply(
+        body={"ok": True, "request_id": request.id, "status": "pending", **notice(text)},
+        follow_up=notice(text),
+    )
 
 
 def _failed(body: dict[str, Any]) -> SlackReply:
@@ -259,6 +304,66 @@ def _start_reject(
     return SlackReply(body={"ok": True, "request_id": request.id, "status": "pending"})
 
 
+def _start_answer(
+    state: ApiState,
+    slack: SlackConfig,
+    payload: BlockActions,
+    request_id: str,
+    who: Principal,
+    channel_id: str | None,
+) -> SlackReply:
+    """The "Answer…" button: the checks of starting a rejection, then the form (views.open)."""
+    request = state.broker.get_request(request_id)
+    state.deciding.check_may_decide(who, request, channels_of(slack, channel_id))
+    if not request.is_pending:
+        raise Conflict(f"request {request.id} is already {request.status.value}", request=request)
+    if not has_form(request.metadata):
+        return _failed(notice("This request has no answer form.", "invalid"))
+    if not payload.trigger_id:
+        return _failed(notice("Slack sent no trigger_id; can't open the answer form.", "invalid"))
+    try:
+        open_answer_modal(slack, payload.trigger_id, request, channel_id)
+    except (SlackClientError, OSError) as exc:
+        log.warning("views.open failed: %s", type(exc).__name__)
+        return _failed(notice("Could not open the answer form; please try again.", "slack"))
+    return SlackReply(body={"ok": True, "request_id": request.id, "status": "pending"})
+
+
+def submit_answer(
+    state: ApiState, slack: SlackConfig, payload: ViewSubmission, once: Once
+) -> SlackReply:
+    """The answer form submitted: read, checked and decided; a refusal keeps the modal open
+    with each error beside its input (`response_action: "errors"`)."""
+    view = payload.view
+    request_id, channel_id = ids.parse_modal_metadata(view.private_metadata)
+    request: BrokerRequest | None = None
+    try:
+        principal = approver_by_slack_user(state.config, payload.user.id)
+        request = state.broker.get_request(request_id)
+        if not has_form(request.metadata):
+            raise InvalidInput(f"request {request.id} has no answer form")
+        answer = answer_from_view_state(request, (view.state or {}).get("values") or {})
+        state.decide(
+            request_id,
+            Decision(outcome=Outcome.answered, answer=answer),
+            principal,
+            channel="slack",
+            via=channels_of(slack, channel_id),
+            current=request,
+            once=once,
+        )
+    except InvalidAnswer as exc:
+        body = {**errors_for(exc, request), "error": exc.code}
+        return SlackReply(body=body, decided=True)
+    except BrokerError as exc:
+        if isinstance(exc, Conflict) and exc.code == "replayed":
+            raise _replayed() from None
+        where = request if request is not None and has_form(request.metadata) else None
+        body = {**errors_for(InvalidAnswer(explain(exc)), where), "error": exc.code}
+        return SlackReply(body=body, decided=True)
+    return SlackReply(body={"response_action": "clear"}, decided=True)
+
+
 def handle_view_submission(
     state: ApiState, slack: SlackConfig, payload: ViewSubmission, once: Once
 ) -> SlackReply:
@@ -267,6 +372,8 @@ def handle_view_submission(
         from api.slack_always import submit_always
 
         return submit_always(state, slack, payload, once)
+    if view.callback_id == ANSWER_FORM_CALLBACK:
+        return submit_answer(state, slack, payload, once)
     if view.callback_id != ids.REJECT_CALLBACK:
         return SlackReply(body={})
     reason = (input_value(view.state, ids.REJECT_REASON_ACTION) or "").strip() or None
@@ -353,6 +460,6 @@ async def slack_interactions(
     if not outcome.decided:  # opening the reason dialog and the like: spend it here
         await run_in_threadpool(state.broker.redis.set, seen, "1", ex=REPLAY_TTL_S)
     url = payload.get("response_url")
-    if outcome.follow_up and isinstance(url, str) and url.startswith(("https://", "http://")):
+    if outcome.follow_up and isinstance(url, str) and response_url_allowed(url, slack.api_base_url):
         background.add_task(_post_notice, url, outcome.follow_up)
     return JSONResponse(outcome.body)

@@ -133,9 +133,21 @@ class Broker:
         decided_by: str,
         in_queue: str | None = None,
         once: Once | None = None,
+        in_escalation: int | None = None,
+        channel: str | None = None,
+        creator_may_vote: bool = False,
+        bypass_quorum: bool = False,
     ) -> Request:
         return self.decisions.decide(
-            request_id, decision, decided_by=decided_by, in_queue=in_queue, once=once
+            request_id,
+            decision,
+            decided_by=decided_by,
+            in_queue=in_queue,
+            in_escalation=in_escalation,
+            once=once,
+            channel=channel,
+            creator_may_vote=creator_may_vote,
+            bypass_quorum=bypass_quorum,
         )
 
     def escalate(
@@ -147,9 +159,18 @@ class Broker:
         by: str,
         args_hash: str | None = None,
         once: Once | None = None,
+        in_queue: str | None = None,
+        in_escalation: int | None = None,
     ) -> Request:
         return self.decisions.escalate(
-            request_id, target, reason=reason, by=by, args_hash=args_hash, once=once
+            request_id,
+            target,
+            reason=reason,
+            by=by,
+            args_hash=args_hash,
+            in_queue=in_queue,
+            in_escalation=in_escalation,
+            once=once,
         )
 
     def sweep(self, *, now: float | None = None, limit: int = 200) -> list[SweepResult]:

@@ -20,6 +20,7 @@ from broker.errors import ConfigError
 
 DEFAULT_QUEUE = "default"
 DEFAULT_TIMEOUT_S = 600.0
+DEFAULT_ACK_TIMEOUT_S = 900.0
 CHANNEL_KINDS = ("inbox", "webhook", "slack", "email")
 MIN_ADMIN_TOKEN_CHARS = 24
 
@@ -36,6 +37,8 @@ class Settings(BaseSettings):
     host: str = "127.0.0.1"
     key_prefix: str = "ab:"
     data_dir: Path | None = None
+    redis_cluster: bool = False  # REDIS_URL names a node of a Redis Cluster (broker/cluster.py)
+    rq_redis_url: str | None = None  # RQ's own single Redis; required when clustered
 
 
 def check_admin_token(settings: Settings) -> None:
@@ -70,6 +73,10 @@ class QueueConfig(_Section):
         default_factory=list,
         description="minimum roles: a decider needs one of these as well as one of a request's"
         " allowed_roles",
+    )
+    quorum: Annotated[int, Field(ge=1, le=10)] = 1  # distinct approvers needed
+    ack_timeout_s: Annotated[float, Field(gt=0)] = (
+        DEFAULT_ACK_TIMEOUT_S  # "I'm on it" holds this long
     )
 
 
@@ -156,12 +163,16 @@ class AgentConfig(_Section):
     queue: str = DEFAULT_QUEUE
     tool_queues: dict[str, str] = Field(default_factory=dict)
     max_rounds: Annotated[int, Field(ge=1)] = 10
+    # the job that paused a run waits this long for the round's outcomes (under its timeout)
+    live_wait_s: Annotated[float, Field(ge=0, le=600)] = 0.0
+    unanswered: Annotated[str, Field(pattern="^(reject|raise)$")] = "reject"  # on a new prompt
 
 
 class BrokerSection(_Section):
     max_rounds: Annotated[int, Field(ge=1)] = 10
     stream_maxlen: Annotated[int, Field(ge=1000)] = 1_000_000
     retention_s: Annotated[float, Field(ge=60)] = 30 * 86400  # how long a decided request is kept
+    redis_cluster: bool = False  # as APPROVAL_BROKER_REDIS_CLUSTER=1
 
 
 class Config(_Section):
@@ -250,6 +261,14 @@ class Config(_Section):
     def timeout_for(self, queue: str) -> float:
         q = self.queues.get(queue)
         return q.timeout_s if q else DEFAULT_TIMEOUT_S
+
+    def quorum_for(self, queue: str) -> int:
+        q = self.queues.get(queue)
+        return q.quorum if q else 1
+
+    def ack_timeout_for(self, queue: str) -> float:
+        q = self.queues.get(queue)
+        return q.ack_timeout_s if q else DEFAULT_ACK_TIMEOUT_S
 
 
 def _resolve_secrets(raw: dict[str, Any]) -> None:

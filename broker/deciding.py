@@ -3,9 +3,10 @@
 REST and the inbox, Slack, email links, webhook replies and `approval-broker decide` all end
 here. It says who may decide (the request's and its queue's roles, and whether the reply came
 through a channel of the queue the request waits in now), whether a decision can apply to the
-request (the only place above the Lua step that judges that), and what counts as a harmless
-repeat. The state itself (still pending, still in that queue, marker unspent) is judged by the
-broker's one atomic step. It never speaks HTTP and never records metrics: the API wraps it.
+request (the only place above the Lua step that judges that: `modified` args against the
+tool's schema, an escalation only along its queue's `escalate_to` chain), and what counts as a
+harmless repeat. The state itself (still pending, still in that queue after as many
+escalations, marker unspent) is judged by the broker's one atomic step. It never speaks HTTP and never records metrics: the API wraps it.
 """
 
 from __future__ import annotations
@@ -14,12 +15,16 @@ from collections.abc import Collection
 from dataclasses import dataclass
 from datetime import timedelta
 
+from broker.acks import Acks
+from broker.args_schema import check_args
 from broker.auth import EVERY_ROLE, REQUESTER, Principal
 from broker.client import Broker, Once
 from broker.config import Config
 from broker.errors import Conflict, Forbidden, InvalidInput
 from broker.models import Decision, Outcome, Request, utcnow
 from broker.printable import printable
+from broker.questions import validate_answer
+from broker.quorum import is_approval, repeated_vote
 
 # One-time markers of signed replies (Slack signatures, webhook-ids) are accepted from 5
 # minutes in the past to 5 in the future: each must be remembered for longer than that span.
@@ -108,6 +113,29 @@ class Deciding:
 
     # ---- what can apply --------------------------------------------------------------------
 
+    def chain(self, queue: str) -> list[str]:
+        """The queues a request in `queue` may be escalated to by hand: its `escalate_to`, that
+        queue's, and so on (the config refuses loops)."""
+        out: list[str] = []
+        nxt = self.config.escalation_target(queue)
+        while nxt is not None and nxt not in out:
+            out.append(nxt)
+            nxt = self.config.escalation_target(nxt)
+        return out
+
+    def check_chain(self, principal: Principal, request: Request, target: str) -> None:
+        """A person escalates only along the chain; the admin and the shell (every role) may
+        send a request anywhere, back to an earlier queue too."""
+        if EVERY_ROLE in principal.roles:
+            return
+        chain = self.chain(request.queue)
+        if target not in chain:
+            along = " -> ".join([request.queue, *chain]) if chain else f"{request.queue} (none)"
+            raise Forbidden(
+                f"{principal.name!r} may escalate request {request.id} only along its queue's"
+                f" escalate_to chain ({along}), not to {target!r}"
+            )
+
     def check_applies(self, decision: Decision, request: Request) -> Decision:
         """The decision, checked against what can't change about the request (its kind, args
         and the config); an escalation gets its target filled in.
@@ -134,6 +162,8 @@ class Deciding:
                 " on other args",
                 code="stale_args",
             )
+        if outcome is Outcome.modified and decision.args is not None:
+            check_args(request.args_schema, decision.args)
         if outcome is not Outcome.escalated:
             return decision
         target = decision.target or self.config.escalation_target(request.queue)
@@ -168,9 +198,11 @@ class Deciding:
     ) -> Decided:
         """Decide `request_id` for `principal`, replying through the channels `via`.
 
-        Raises NotFound, Forbidden (roles, or a channel outside the request's queue),
-        InvalidInput, or Conflict when someone else (or another decision) won, the request
-        moved to another queue meanwhile (code `escalated`), or `once` was already spent
+        Raises NotFound, Forbidden (roles, a channel outside the request's queue, or an
+        escalation off its queue's chain), InvalidInput (`invalid_args`: `modified` args that
+        don't meet the tool's schema), or Conflict when someone else (or another decision)
+        won, the request was escalated meanwhile (code `escalated`: checked by queue and by
+        escalation count, so a move away and back still counts), or `once` was already spent
         (code `replayed`). The same principal repeating its decision or its escalation gets
         the request back instead, with nothing recorded. `once` is spent only with a decision.
         """
@@ -181,15 +213,34 @@ class Deciding:
         ):
             return Decided(current, recorded=False)
         self.check_may_decide(principal, current, via)
+        self.check_not_creator(principal, current, decision, decided_by)
+        if current.is_pending and repeated_vote(current, decision, decided_by):
+            return Decided(current, recorded=False)  # the step would say 'repeat' too
         if current.is_pending:
             decision = self.check_applies(decision, current)
+            if decision.target is not None:
+                self.check_chain(principal, current, decision.target)
+        if decision.outcome is Outcome.answered:  # InvalidAnswer (422) before it can count
+            decision = decision.model_copy(
+                update={"answer": validate_answer(current.metadata, decision.answer)}
+            )
         # else the atomic step answers: replayed marker, or who won (maybe this very decision)
         try:
             request = self.broker.decide(
-                current.id, decision, decided_by=decided_by, in_queue=current.queue, once=once
+                current.id,
+                decision,
+                decided_by=decided_by,
+                in_queue=current.queue,
+                in_escalation=current.escalations,
+                once=once,
+                channel=self.channel_of(current, via),
+                creator_may_vote=EVERY_ROLE in principal.roles,
             )
         except Conflict as exc:
-            if exc.code == "conflict" and same_decision(exc.request.decision, decision, decided_by):
+            if exc.code == "conflict" and (
+                same_decision(exc.request.decision, decision, decided_by)
+                or repeated_vote(exc.request, decision, decided_by)
+            ):
                 return Decided(exc.request, recorded=False)
             raise
         except InvalidInput as exc:
@@ -203,3 +254,54 @@ class Deciding:
                 code="escalated",
             ) from None
         return Decided(request, recorded=True)
+
+    # ---- the two-person rule and "I'm on it" -----------------------------------------------
+
+    def check_not_creator(
+        self, principal: Principal, request: Request, decision: Decision, decided_by: str
+    ) -> None:
+        """The one who asked for the call never approves it (the step checks again).
+
+        The admin token and the shell are exempt: they could write Redis anyway.
+        """
+        if (
+            is_approval(decision)
+            and request.created_by is not None
+            and request.created_by == decided_by
+            and EVERY_ROLE not in principal.roles
+        ):
+            raise Forbidden(
+                f"{decided_by!r} asked for request {request.id} and may not approve it: the"
+                " one who asks never counts as an approver",
+                code="creator_may_not_approve",
+            )
+
+    def channel_of(self, request: Request, via: Collection[str]) -> str:
+        """The channel a reply came through, as a vote records it (the shell: `shell`)."""
+        queue = self.config.queues.get(request.queue)
+        channels = queue.channels if queue else []
+        matched = [c for c in via if c in channels]
+        return (matched or list(via) or ["shell"])[0]
+
+    def ack(
+        self,
+        request_id: str,
+        principal: Principal,
+        *,
+        via: Collection[str],
+        by: str | None = None,
+    ) -> Request:
+        """ "I'm on it" from someone who may decide the request: it stays pending and its
+        escalation waits for the queue's `ack_timeout_s`. Never a vote, never an outcome.
+
+        Raises NotFound, Forbidden (as for deciding) or Conflict (decided or timed out, with
+        the request; code `escalated` when it moved meanwhile).
+        """
+        current = self.broker.get_request(request_id)
+        self.check_may_decide(principal, current, via)
+        return Acks(self.broker.store).ack(
+            current.id,
+            by=printable(by or principal.name),
+            in_queue=current.queue,
+            channel=self.channel_of(current, via),
+        )

@@ -11,9 +11,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from broker.errors import Conflict, InvalidInput, NotFound
+from broker.errors import Conflict, Forbidden, InvalidInput, NotFound
 from broker.ids import run_of_request
-from broker.models import Decision, Outcome, Request, Status
+from broker.models import Decision, Outcome, Request, Status, args_hash
 from broker.request_hash import parse_flat
 from broker.requests import Requests
 from broker.store import Store
@@ -49,15 +49,28 @@ class Decisions:
         decided_by: str,
         in_queue: str | None = None,
         once: Once | None = None,
+        in_escalation: int | None = None,
+        channel: str | None = None,
+        creator_may_vote: bool = False,
+        bypass_quorum: bool = False,
     ) -> Request:
         """Record a decision; the first one wins.
 
         Raises `Conflict` (carrying the request as it stands) when it was already decided or timed
         out, `InvalidInput` for a decision that can never apply, `NotFound` for an unknown id.
         With `in_queue`, the decision only applies while the request waits in that queue (a
-        link mailed to one queue's people); otherwise `Conflict` with code `escalated`.
+        link mailed to one queue's people); otherwise `Conflict` with code `escalated`. With
+        `in_escalation`, only while it has been escalated that many times (a link minted then:
+        after a round trip back to the same queue it is still refused), the same way.
         With `once` (a marker key and its lifetime: a webhook-id, an email link), the marker is
         checked and spent in the same atomic step; a spent one is `Conflict` code `replayed`.
+
+        An approval of a request whose `quorum` is above 1 is `decided_by`'s vote (see
+        `broker.quorum`): the request stays pending until the quorum-th person approves the
+        same args. The request's creator may
+        not approve (`Forbidden`, code `creator_may_not_approve`) unless `creator_may_vote`
+        (the admin, the shell). `bypass_quorum` is only for a policy rule that may (see
+        `broker.quorum.rule_may_decide`). A repeated vote writes nothing and gets the request.
         """
         if decision.outcome is Outcome.escalated:
             return self.escalate(
@@ -66,6 +79,8 @@ class Decisions:
                 reason=decision.reason,
                 by=decided_by,
                 args_hash=decision.args_hash,
+                in_queue=in_queue,
+                in_escalation=in_escalation,
                 once=once,
             )
         if decision.outcome not in OUTCOME_STATUS:
@@ -81,7 +96,13 @@ class Decisions:
             decision=json.dumps(recorded.public(), separators=(",", ":"), ensure_ascii=False),
             args_hash=decision.args_hash or None,
             in_queue=in_queue or None,
+            in_escalation=in_escalation,
             retention=self.store.retention,
+            voter=decided_by,
+            vote_hash=args_hash(decision.args) if decision.args is not None else None,
+            channel=channel or None,
+            creator_may_vote=creator_may_vote or None,
+            bypass_quorum=bypass_quorum or None,
         )
         return self._outcome(result, request_id, decision)
 
@@ -94,10 +115,15 @@ class Decisions:
         by: str,
         args_hash: str | None = None,
         once: Once | None = None,
+        in_queue: str | None = None,
+        in_escalation: int | None = None,
     ) -> Request:
         """Move a pending request to another handler queue (default: its queue's `escalate_to`).
 
-        `once` works as for `decide`.
+        Its deadline there is its first arrival there plus that queue's timeout (see move in
+        lib.lua). `in_queue`, `in_escalation` and `once` work as for `decide`: a repeat or a
+        stale escalation from a queue it has left is refused atomically (`Conflict` code
+        `escalated`). Which targets a person may choose is the decision service's call.
         """
         config = self.store.config
         if target is None:
@@ -123,6 +149,8 @@ class Decisions:
             timeout_s=config.timeout_for(target),
             entry=json.dumps({k: v for k, v in entry.items() if v is not None}),
             args_hash=args_hash or None,
+            in_queue=in_queue or None,
+            in_escalation=in_escalation,
         )
         return self._outcome(result, request_id, None)
 
@@ -169,8 +197,14 @@ class Decisions:
     def _outcome(self, result: list[Any], request_id: str, decision: Decision | None) -> Request:
         """The request a step replied with, or the error its code means."""
         code, detail, fields = result[0], result[1], result[2:]
-        if code == "ok":
+        if code in ("ok", "voted", "repeat"):
             return parse_flat(fields)
+        if code == "creator":
+            raise Forbidden(
+                f"request {request_id} was asked for by {parse_flat(fields).created_by!r}, who"
+                " may not approve it: the one who asks never counts as an approver",
+                code="creator_may_not_approve",
+            )
         if code == "not_found":
             raise NotFound(f"no request with id {request_id!r}")
         if code in _CONFLICTS:

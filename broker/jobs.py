@@ -24,6 +24,7 @@ from rq.job import Job
 
 from broker.client import Broker
 from broker.config import Settings, load_config
+from broker.live_wait import owned_round
 from broker.models import RunStatus
 from broker.runner import AgentRunner
 from broker.text import as_str_dict
@@ -63,14 +64,14 @@ def _final_attempt() -> bool:
 
 def run_agent(run_id: str) -> str:
     """Run a started run's agent on its prompt, until it finishes or pauses (round 1)."""
-    return AgentRunner(current_broker()).advance(run_id, 0, final_attempt=_final_attempt())
+    runner = AgentRunner(current_broker(), live_waits=True)
+    return runner.advance(run_id, 0, final_attempt=_final_attempt())
 
 
 def resume_agent(run_id: str, round_no: int) -> str:
     """Resume a run whose round `round_no` has every outcome."""
-    return AgentRunner(current_broker()).advance(
-        run_id, int(round_no), final_attempt=_final_attempt()
-    )
+    runner = AgentRunner(current_broker(), live_waits=True)
+    return runner.advance(run_id, int(round_no), final_attempt=_final_attempt())
 
 
 def job_name(func: Callable[..., Any]) -> str:
@@ -119,7 +120,7 @@ def fail_run_of(job: Job, broker: Broker, reason: str) -> bool:
         done = (
             bool(fields)
             and fields.get("status") in (RunStatus.queued.value, RunStatus.running.value)
-            and int(fields.get("round") or 0) == round_no
+            and int(fields.get("round") or 0) == owned_round(fields, round_no)
         )
         pipe.multi()
         if done:

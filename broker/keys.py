@@ -74,6 +74,10 @@ class Keys:
         """String with TTL: a one-time marker (replayed webhook ids, used email links)."""
         return f"{self.prefix}seen:{namespace}:{ident}"
 
+    def idempotency(self, scope: str, digest: str) -> str:
+        """String with TTL: an Idempotency-Key's body hash and the id it created (`HASH|ID`)."""
+        return f"{self.prefix}idem:{scope}:{digest}"
+
     @property
     def counts(self) -> str:
         """Hash: request counts kept by the Lua steps, `pending:QUEUE` and `STATUS:QUEUE`."""
@@ -205,6 +209,10 @@ class Keys:
                 keys.of_request(rid, "run", self.run(run_id))
                 keys.of_request(rid, "pending", self.run_pending(run_id))
         return keys
+
+    def ack_keys(self, request_id: str) -> ScriptKeys:
+        """ack.lua: the request's hash and the expiry index."""
+        return ScriptKeys().name("req", self.request(request_id)).name("expiry", self.expiry)
 
     def note_keys(self, request_id: str) -> ScriptKeys:
         """note.lua: the request's hash."""

@@ -1,7 +1,8 @@
 """Signed, single-use, expiring email links: created by the email notifier, checked by the API.
 
-A link names one request, one recipient, one action and the queue the mail was sent for (so a
-link from before an escalation no longer decides the request). All links of one mail share a
+A link names one request, one recipient, one action, the queue the mail was sent for and how
+many times the request had been escalated then: a link from before an escalation no longer
+decides the request, even after the request comes back to that queue. All links of one mail share a
 nonce, and the nonce is spent on first use.
 
 The signing key must never be kept in Redis: whoever can read Redis could mint links. It comes
@@ -55,6 +56,7 @@ class LinkClaims:
     action: str
     nonce: str
     queue: str | None = None  # None: a link made before links were bound to a queue
+    escalations: int | None = None  # None: made before links were bound to the count
 
 
 def configured_secret(config: Config) -> str | None:
@@ -111,13 +113,17 @@ def sign_link(
     nonce: str,
     *,
     queue: str | None = None,
+    escalations: int | None = None,
 ) -> str:
-    """The token for `/v1/email/{token}`; `queue` binds it to the queue the mail is for."""
+    """The token for `/v1/email/{token}`; `queue` binds it to the queue the mail is for and
+    `escalations` to the request's escalation count when it was made."""
     if action not in ACTIONS:
         raise ValueError(f"unknown link action {action!r}")
-    data = {"r": request_id, "to": recipient, "a": action, "n": nonce}
+    data: dict[str, str | int] = {"r": request_id, "to": recipient, "a": action, "n": nonce}
     if queue is not None:
         data["q"] = queue
+    if escalations is not None:
+        data["e"] = escalations
     return _serializer(broker).dumps(data)
 
 
@@ -131,13 +137,16 @@ def read_link(broker: Broker, token: str, max_age_s: float) -> LinkClaims:
         raise LinkError("this link is not valid", code="link_invalid") from None
     if not isinstance(data, dict) or not {"r", "to", "a", "n"} <= data.keys():
         raise LinkError("this link is not valid", code="link_invalid")
-    queue = data.get("q")
+    queue, count = data.get("q"), data.get("e")
+    if count is not None and (not isinstance(count, int) or isinstance(count, bool)):
+        raise LinkError("this link is not valid", code="link_invalid")
     claims = LinkClaims(
         str(data["r"]),
         str(data["to"]),
         str(data["a"]),
         str(data["n"]),
         str(queue) if queue is not None else None,
+        count,
     )
     if broker.redis.exists(broker.keys.seen("email", claims.nonce)):
         raise LinkError("this link has already been used", code="link_used")

@@ -8,7 +8,7 @@ from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field, JsonValue, model_validator
+from pydantic import BaseModel, Field, JsonValue, computed_field, field_validator, model_validator
 
 Kind = Literal["approval", "question", "external"]
 KINDS: tuple[str, ...] = ("approval", "question", "external")
@@ -41,8 +41,14 @@ class RunStatus(StrEnum):
 
 
 EventType = Literal[
-    "approval.requested", "approval.decided", "approval.escalated", "approval.timed_out"
+    "approval.requested",
+    "approval.decided",
+    "approval.escalated",
+    "approval.timed_out",
+    "approval.voted",  # one approval of a request that needs more (quorum), still pending
 ]
+
+MAX_QUORUM = 10
 
 
 def canonical_json(value: Any) -> str:
@@ -105,6 +111,19 @@ class HistoryEntry(BaseModel):
     rule: str | None = None
 
 
+class Vote(BaseModel):
+    """One person's approval of a request that needs several (its `quorum`).
+
+    `by` is the person (see `broker.quorum`), `args_hash` the args they approved: the request's
+    own for `approved`, the new ones for `modified`; only votes for the same args add up.
+    """
+
+    by: str
+    at: datetime
+    args_hash: str
+    channel: str = ""
+
+
 class Request(BaseModel):
     """A durable request for a person's decision on one tool call (contract: see DESIGN)."""
 
@@ -131,6 +150,48 @@ class Request(BaseModel):
         default_factory=list,
         description="rule bodies a person may remember with their decision (approvals only)",
     )
+    escalations: int = 0  # times moved to another queue; an email link is bound to the count
+    args_schema: dict[str, JsonValue] | None = None  # JSON Schema `modified` args must meet
+    quorum: int = 1
+    approvals: list[Vote] = Field(default_factory=list)
+    created_by: str | None = None
+    acked_by: str | None = None
+    acked_until: datetime | None = None
+
+    @field_validator("approvals", mode="before")
+    @classmethod
+    def _approvals_json(cls, value: Any) -> Any:
+        """The hash keeps the votes as JSON text."""
+        if isinstance(value, str | bytes):
+            return json.loads(value) if value else []
+        return value
+
+    @field_validator("created_by", "acked_by", mode="before")
+    @classmethod
+    def _empty_is_none(cls, value: Any) -> Any:
+        return value or None
+
+    @field_validator("acked_until", mode="before")
+    @classmethod
+    def _epoch(cls, value: Any) -> Any:
+        """The hash keeps epoch seconds, as for `expires_at`."""
+        if value in (None, "", b""):
+            return None
+        if isinstance(value, str | bytes | int | float):
+            try:
+                return from_timestamp(float(value))
+            except ValueError:
+                return value  # ISO text (a request read back from JSON)
+        return value
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def approvals_by_args(self) -> dict[str, int]:
+        """How many approvals each set of args has (by `args_hash`): they don't add up."""
+        counts: dict[str, int] = {}
+        for vote in self.approvals:
+            counts[vote.args_hash] = counts.get(vote.args_hash, 0) + 1
+        return counts
 
     @property
     def is_pending(self) -> bool:
@@ -154,6 +215,22 @@ class NewRequest(BaseModel):
     allowed_roles: list[str] = Field(default_factory=list)
     callback: str | None = None
     tool_call_id: str | None = Field(default=None, max_length=200)
+    args_schema: dict[str, JsonValue] | None = Field(
+        default=None,
+        description="JSON Schema of the tool's arguments: a `modified` decision's args must"
+        " meet it (a run's requests carry their tool's parameters schema)",
+    )
+    quorum: int | None = Field(
+        default=None,
+        ge=1,
+        le=MAX_QUORUM,
+        description="approvals needed (distinct people); never fewer than the queue's quorum",
+    )
+    created_by: str | None = Field(
+        default=None,
+        max_length=200,
+        description="set by the broker: the principal that asked (never counts as an approver)",
+    )
 
 
 class Run(BaseModel):

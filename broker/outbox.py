@@ -29,6 +29,7 @@ from redis.exceptions import ResponseError
 
 from broker.client import Broker
 from broker.keys import RESUMER_GROUP
+from broker.live_wait import RESUMER, claim
 from broker.runs import enqueue_resume
 from broker.text import as_str, as_str_dict
 
@@ -44,7 +45,7 @@ class Handled:
     entry_id: str
     run_id: str | None
     round: int | None
-    action: str  # "enqueued" | "duplicate" | "dead-lettered" | "failed" (left pending)
+    action: str  # "enqueued" | "duplicate" | "live" | "dead-lettered" | "failed" (left pending)
 
 
 class Resumer:
@@ -181,6 +182,9 @@ class Resumer:
             )
             self.ack(entry_id)
             return Handled(entry_id, run_id, round_no, "dead-lettered")
+        if not claim(self.broker, run_id, round_no, RESUMER):  # its job went on with it live
+            self.ack(entry_id)
+            return Handled(entry_id, run_id, round_no, "live")
         fresh = enqueue_resume(self.broker, run_id, round_no)
         self.ack(entry_id)
         action = "enqueued" if fresh else "duplicate"

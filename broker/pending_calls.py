@@ -4,14 +4,16 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
-from pydantic_ai import DeferredToolRequests
+from pydantic_ai import Agent, DeferredToolRequests
 from pydantic_ai.messages import ModelMessage, ModelResponse, ToolCallPart
 from pydantic_core import to_jsonable_python
 
+from broker.args_schema import check_schema
 from broker.config import AgentConfig
+from broker.errors import InvalidInput
 from broker.models import NewRequest
 
 log = logging.getLogger("broker.pending_calls")
@@ -125,12 +127,56 @@ def _queue(
     return value
 
 
+def tool_schemas(agent: Agent[Any, Any]) -> dict[str, dict[str, Any]]:
+    """Each tool's argument schema (pydantic-ai's `parameters_json_schema`), by tool name.
+
+    From the agent's toolsets as built: function tools (`.tools`) and external ones
+    (`.tool_defs`), looking through wrappers (`.wrapped`) and combinations (`.toolsets`). A
+    toolset whose tools are only known during a run (an MCP server) gives none: its requests
+    carry no schema, and their `modified` args are not checked.
+    """
+    found: dict[str, dict[str, Any]] = {}
+    todo: list[Any] = list(agent.toolsets)
+    seen: set[int] = set()
+    while todo:
+        toolset = todo.pop()
+        if id(toolset) in seen:
+            continue
+        seen.add(id(toolset))
+        for tool in (getattr(toolset, "tools", None) or {}).values():
+            tool_def = getattr(tool, "tool_def", None)
+            if tool_def is not None:
+                found.setdefault(tool_def.name, tool_def.parameters_json_schema)
+        for tool_def in getattr(toolset, "tool_defs", None) or ():
+            found.setdefault(tool_def.name, tool_def.parameters_json_schema)
+        wrapped = getattr(toolset, "wrapped", None)
+        if wrapped is not None:
+            todo.append(wrapped)
+        todo.extend(getattr(toolset, "toolsets", None) or ())
+    return found
+
+
+def _schema(call: ToolCallPart, schemas: Mapping[str, dict[str, Any]]) -> dict[str, Any] | None:
+    """The call's tool schema, as JSON; one the broker can't use is left out with a warning."""
+    schema = schemas.get(call.tool_name)
+    if schema is None:
+        return None
+    value = to_jsonable_python(schema, fallback=str)
+    try:
+        check_schema(value)
+    except InvalidInput as exc:
+        log.warning("tool %s: its args schema is not kept: %s", call.tool_name, exc.detail)
+        return None
+    return value
+
+
 def new_requests(
     output: DeferredToolRequests,
     spec: AgentConfig,
     messages: Sequence[ModelMessage] = (),
     *,
     queues: Collection[str] | None = None,
+    schemas: Mapping[str, dict[str, Any]] | None = None,
 ) -> list[NewRequest]:
     """One request per pending call: approvals are `approval`, calls `question` or `external`.
 
@@ -150,6 +196,9 @@ def new_requests(
     * a `queue` that `queues` (the configured handler queues) doesn't define raises
       `BadCallMetadata`: sending the request somewhere else could show it to the wrong people,
       so the run fails with a message naming the queue instead.
+
+    `schemas` (tool name -> args JSON Schema, see `tool_schemas`) gives each request its tool's
+    `args_schema`, which `modified` args must then meet.
     """
     order = _call_order(messages)
     calls = sorted(
@@ -170,6 +219,7 @@ def new_requests(
                 queue=_queue(call, meta.get("queue"), spec, queues),
                 timeout_s=_timeout(call, meta.get("timeout_s")),
                 allowed_roles=_roles(call, meta.get("allowed_roles")),
+                args_schema=_schema(call, schemas or {}),
             )
         )
     return out

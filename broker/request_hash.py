@@ -31,7 +31,9 @@ JSON_FIELDS = (
     "decision",
     "history",
     "suggested_rules",
+    "args_schema",
 )
+INTERNAL_FIELDS = ("deadlines",)  # kept by the Lua steps, not part of `Request`
 
 
 def default_prompt(tool_name: str, args: dict[str, Any]) -> str:
@@ -47,7 +49,8 @@ def request_fields(
     round_no: int,
     suggested_rules: list[dict[str, Any]] | None = None,
 ) -> dict[str, str]:
-    """The hash of a new pending request, all but its id and times."""
+    """The hash of a new pending request, all but its id and times (and `args_schema` only
+    when there is one)."""
     fields = {
         "run_id": run_id or "",
         "round": str(round_no),
@@ -67,6 +70,8 @@ def request_fields(
     }
     if suggested_rules:
         fields["suggested_rules"] = _json(suggested_rules)
+    if new.args_schema is not None:
+        fields["args_schema"] = canonical_json(new.args_schema)
     return fields
 
 
@@ -78,6 +83,8 @@ def parse_request(raw: Mapping[bytes, bytes] | Mapping[str, str]) -> Request:
             f[name] = json.loads(f[name])
         else:
             f.pop(name, None)
+    for name in INTERNAL_FIELDS:
+        f.pop(name, None)
     f["run_id"] = f.get("run_id") or None
     f["callback"] = f.get("callback") or None
     f["created_at"] = from_timestamp(float(f["created_at"]))

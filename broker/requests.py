@@ -12,9 +12,12 @@ from collections.abc import Iterable, Sequence
 from dataclasses import replace
 from typing import Any
 
+from broker.args_schema import check_schema
 from broker.errors import InvalidInput, NotFound
 from broker.ids import new_id, round_request_id
 from broker.models import HistoryEntry, NewRequest, Request, Status
+from broker.questions import validate_question_metadata
+from broker.quorum import creation_fields, quorum_of
 from broker.request_hash import history_json, parse_request, request_fields
 from broker.rule_decided import RuleVerdict, verdict_for
 from broker.rules.matching import Call, suggested_rules
@@ -64,10 +67,13 @@ class Requests:
         """Refuse a request nothing can serve; its timeout in seconds."""
         config = self.store.config
         self.store.check_queue(new.queue)
+        validate_question_metadata(new.metadata, kind=new.kind)
         if new.callback is not None and new.callback not in config.webhooks:
             raise InvalidInput(
                 f"callback webhook {new.callback!r} is not defined", code="unknown_webhook"
             )
+        if new.args_schema is not None:
+            check_schema(new.args_schema)
         return new.timeout_s if new.timeout_s is not None else config.timeout_for(new.queue)
 
     def _create(
@@ -83,7 +89,9 @@ class Requests:
             if new.kind == "approval":
                 calls[rid] = replace(Call.of(new, agent=agent), run_id=run_id)
                 suggested = suggested_rules(new.tool_name, new.args, run_id, agent)
-            fields = request_fields(new, rid, run_id, round_no, suggested)
+            fields = request_fields(new, rid, run_id, round_no, suggested) | creation_fields(
+                new, self.store.config
+            )
             items.append({"id": rid, "timeout_s": timeout, "fields": fields})
         excluded: set[str] = set()
         for attempt in range(_RULE_TRIES):
@@ -124,8 +132,9 @@ class Requests:
             call = calls.get(rid)
             if call is None:
                 continue
-            quorum = int(getattr(new, "quorum", 1) or 1)
-            found = self.rules.match(call, exclude=excluded, quorum=quorum, version=version)
+            found = self.rules.match(
+                call, exclude=excluded, quorum=quorum_of(new, self.store.config), version=version
+            )
             if found is not None:
                 out[rid] = verdict_for(found[1])
         return out

@@ -2,17 +2,22 @@
 
 approved -> ToolApproved(); modified -> ToolApproved(override_args=...); rejected or timed out
 -> ToolDenied(reason) for an approval, a ToolFailed telling the model why for a question or
-external call; answered -> the answer as the call's result. Who answered and the reply's
-metadata are passed along for every call.
+external call; answered -> the answer as the call's result. A structured answer (the request
+has `metadata.questions` or `answer_schema`) becomes a `ToolReturn`: the model reads its text
+(`Which auth method? OAuth 2.0`), and the structured answer is the part's `metadata`, which the
+program sees and the model never does. Who answered and the reply's metadata are passed along
+for every call.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import Any
 
-from pydantic_ai import DeferredToolResults, ToolApproved, ToolDenied, ToolFailed
+from pydantic_ai import DeferredToolResults, ToolApproved, ToolDenied, ToolFailed, ToolReturn
 
 from broker.models import Request, Status
+from broker.questions import answer_text, is_structured
 
 REJECTED = "The request was rejected."
 TIMED_OUT = "No one answered in time."
@@ -20,6 +25,13 @@ TIMED_OUT = "No one answered in time."
 
 class RoundNotReady(Exception):
     """A request of the round has no outcome yet, so the round can't resume."""
+
+
+def answered(request: Request, answer: Any) -> Any:
+    """A call's result for `answer`: the value as is, or text + metadata for a structured one."""
+    if is_structured(request.metadata):
+        return ToolReturn(return_value=answer_text(request.metadata, answer), metadata=answer)
+    return answer
 
 
 def results_for(requests: Iterable[Request]) -> DeferredToolResults:
@@ -44,7 +56,7 @@ def results_for(requests: Iterable[Request]) -> DeferredToolResults:
                 raise ValueError(f"request {request.id}: an approval can't be {status.value}")
         else:
             if status is Status.answered:
-                results.calls[call_id] = decision.answer
+                results.calls[call_id] = answered(request, decision.answer)
             elif status is Status.rejected:
                 results.calls[call_id] = ToolFailed(f"Rejected: {reason or REJECTED}")
             elif status is Status.timed_out:

@@ -47,8 +47,10 @@ from broker.agent_loader import AgentLoadError, LoadedAgent, load_agent
 from broker.agents import LocalAgents
 from broker.client import Broker
 from broker.errors import BrokerError, NotFound
+from broker.live_wait import owned_round, wait_and_claim
 from broker.models import NewRequest, RunStatus
-from broker.pending_calls import BadCallMetadata, new_requests
+from broker.new_prompt import prompt_field
+from broker.pending_calls import BadCallMetadata, new_requests, tool_schemas
 from broker.results import RoundNotReady, results_for
 
 log = logging.getLogger("broker.runner")
@@ -198,9 +200,12 @@ def _may_run_tools(agent_run: AgentRun[Any, Any], node: CallToolsNode[Any, Any])
 class AgentRunner:
     """Runs registered agents for runs stored in the broker (used by RQ jobs and broker.testing)."""
 
-    def __init__(self, broker: Broker, local: LocalAgents | None = None) -> None:
+    def __init__(
+        self, broker: Broker, local: LocalAgents | None = None, *, live_waits: bool = False
+    ) -> None:
         self.broker = broker
         self.local = local
+        self.live_waits = live_waits  # honour agents' live_wait_s (RQ jobs; not broker.testing)
 
     def advance(self, run_id: str, round_no: int, *, final_attempt: bool = True) -> str:
         """Run round 0 (the prompt) or resume after round N; returns the run's new status.
@@ -215,6 +220,7 @@ class AgentRunner:
             return SKIPPED
         status = RunStatus(fields["status"])
         current = int(fields.get("round") or 0)
+        round_no = owned_round(fields, round_no)  # rounds this job went on with live count
         if current != round_no or status in (
             RunStatus.waiting,
             RunStatus.finished,
@@ -263,7 +269,8 @@ class AgentRunner:
             return fields.get("prompt", ""), None, None
         if pause is None or pause.round != round_no or pause.stage != WAITING:
             raise RunFailed(f"the stored history of run {run_id} round {round_no} is missing")
-        return None, pause.history(), results_for(self.broker.round_requests(run_id, round_no))
+        prompt = fields.get(prompt_field(round_no)) or None  # a new prompt instead of answers
+        return prompt, pause.history(), results_for(self.broker.round_requests(run_id, round_no))
 
     def _step(self, run_id: str, round_no: int, fields: dict[str, str], pause: Pause | None) -> str:
         prompt, history, results = self._start(run_id, round_no, fields, pause)
@@ -339,7 +346,8 @@ class AgentRunner:
                 f"(max_rounds = {limit}); the run was stopped"
             )
         queues = self.broker.config.queues
-        calls = new_requests(output, loaded.spec, messages, queues=queues)
+        schemas = tool_schemas(loaded.agent)
+        calls = new_requests(output, loaded.spec, messages, queues=queues, schemas=schemas)
         for call in calls:
             if call.queue not in queues:
                 raise RunFailed(
@@ -352,7 +360,11 @@ class AgentRunner:
             calls=[c.model_dump(mode="json") for c in calls],
         )
         self.broker.save_messages(run_id, pause.dump())
-        return self._register(run_id, pause)
+        status = self._register(run_id, pause)
+        live = loaded.spec.live_wait_s if self.live_waits else 0
+        if live > 0 and wait_and_claim(self.broker, run_id, next_round, live):
+            return self._step(run_id, next_round, self.broker.run_fields(run_id), pause)
+        return status
 
     def _register(self, run_id: str, pause: Pause) -> str:
         self.broker.create_round(run_id, pause.round, pause.requests())

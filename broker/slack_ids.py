@@ -11,6 +11,7 @@ from typing import Any
 APPROVE = "approve"
 REJECT = "reject"
 ESCALATE = "escalate"
+ACK = "ack"  # "I'm on it": holds escalation, decides nothing
 ANSWER = "answer"
 ANSWER_OPTION_PREFIX = "answer:"  # option buttons: action_id "answer:<option>"
 ANSWER_TEXT = "answer_text"  # the text input of a question; its value is read on ANSWER

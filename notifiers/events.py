@@ -13,7 +13,8 @@ REQUESTED = "approval.requested"
 DECIDED = "approval.decided"
 ESCALATED = "approval.escalated"
 TIMED_OUT = "approval.timed_out"
-EVENT_TYPES = (REQUESTED, DECIDED, ESCALATED, TIMED_OUT)
+VOTED = "approval.voted"  # a partial approval (quorum): Slack updates, webhooks hear, mail doesn't
+EVENT_TYPES = (REQUESTED, DECIDED, ESCALATED, TIMED_OUT, VOTED)
 OUTCOME_TYPES = (DECIDED, TIMED_OUT)  # what a request's callback webhook is told
 
 _ENTRY_ID = re.compile(r"^\d{1,20}-\d{1,20}$")

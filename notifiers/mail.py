@@ -1,8 +1,12 @@
 """Email: one HTML + plain-text mail per recipient, with signed, single-use, expiring links.
 
 Each mail gets its own nonce, so its links are bound to that recipient and spent together on
-first use (see broker.links); they are bound to the queue the mail was sent for too. A recipient whose mail went out is marked done in Redis, so a
-retry after a partial failure mails only the ones still missing.
+first use (see broker.links); they are bound to the queue the mail was sent for and to the
+request's escalation count too. Only a recipient who may decide the request (the decision
+service's own rule: roles, queue roles, lists that let unmapped addresses decide) gets
+decision links; anyone else on the list gets the same mail without links, saying why. A
+recipient whose mail went out is marked done in Redis, so a retry after a partial failure
+mails only the ones still missing.
 """
 
 from __future__ import annotations
@@ -17,6 +21,8 @@ from urllib.parse import unquote, urlsplit
 
 from broker.client import Broker
 from broker.config import Config, EmailConfig
+from broker.deciding import Deciding
+from broker.email_deciders import email_decider
 from broker.links import new_nonce, sign_link
 from broker.models import Request, utcnow
 from broker.rule_decisions import run_rule_index
@@ -116,6 +122,7 @@ class EmailChannel(Channel):
         self.state = state
         self.timeout_s = timeout_s
         self.target = smtp_target(email)
+        self.deciding = Deciding(broker, config)
 
     def wants(self, event: Event) -> bool:
         """Mail asks for a decision: on a new request, and when one arrives by escalation."""
@@ -157,23 +164,22 @@ class EmailChannel(Channel):
             raise GiveUp(f"the mail server refused {', '.join(refused)}")
         return f"{event.type}: mailed {len(todo)} recipient(s)"
 
+    def refusal(self, request: Request, recipient: str) -> str | None:
+        """Why `recipient` may not decide `request` (None: they may), by the decision
+        service's rule, the same one a link is checked against when it is used."""
+        decider = email_decider(self.config, recipient)
+        return self.deciding.refusal(decider.principal, request, decider.via)
+
     def build(self, request: Request, recipient: str) -> EmailMessage:
-        """The mail for one recipient. Its links are bound to the queue it is sent for: once the
-        request moves on (escalated), they no longer decide it."""
-        nonce = new_nonce()
-        base = self.email.public_url.rstrip("/")
-        target = self.config.escalation_target(request.queue)
-        links = [
-            Link(
-                action,
-                f"{base}/v1/email/"
-                + sign_link(self.broker, request.id, recipient, action, nonce, queue=request.queue),
-                target if action == "escalate" else None,
-            )
-            for action in link_actions(request, self.config)
-        ]
+        """The mail for one recipient. Its links are bound to the queue it is sent for and to the
+        request's escalation count: once the request moves on (escalated, even away and back),
+        they no longer decide it. A recipient who may not decide gets no links."""
+        refusal = self.refusal(request, recipient)
+        links = [] if refusal else self._links(request, recipient)
         until = min(request.expires_at, utcnow() + timedelta(seconds=self.email.link_ttl_s))
-        subject, text, html = render_mail(request, self.config, recipient, links, until)
+        subject, text, html = render_mail(
+            request, self.config, recipient, links, until, refusal=refusal
+        )
         message = EmailMessage()
         message["Subject"] = subject
         message["From"] = self.email.from_
@@ -186,6 +192,28 @@ class EmailChannel(Channel):
         message.set_content(text)
         message.add_alternative(html, subtype="html")
         return message
+
+    def _links(self, request: Request, recipient: str) -> list[Link]:
+        nonce = new_nonce()
+        base = self.email.public_url.rstrip("/")
+        target = self.config.escalation_target(request.queue)
+        return [
+            Link(
+                action,
+                f"{base}/v1/email/"
+                + sign_link(
+                    self.broker,
+                    request.id,
+                    recipient,
+                    action,
+                    nonce,
+                    queue=request.queue,
+                    escalations=request.escalations,
+                ),
+                target if action == "escalate" else None,
+            )
+            for action in link_actions(request, self.config)
+        ]
 
     def _connect(self) -> smtplib.SMTP:
         target = self.target

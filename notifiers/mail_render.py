@@ -66,9 +66,16 @@ class Link:
 
 
 def render_mail(
-    request: Request, config: Config, recipient: str, links: list[Link], links_until: datetime
+    request: Request,
+    config: Config,
+    recipient: str,
+    links: list[Link],
+    links_until: datetime,
+    *,
+    refusal: str | None = None,
 ) -> tuple[str, str, str]:
-    """(subject, plain text, HTML) of the mail asking `recipient` to decide `request`."""
+    """(subject, plain text, HTML) of the mail asking `recipient` to decide `request`; with
+    `refusal` (why they may not decide it), a mail for their information, without links."""
     args = json.dumps(request.args, indent=2, ensure_ascii=False).translate(_SHOW_BIDI)
     context = {
         "prompt": lines(request.prompt),
@@ -83,6 +90,7 @@ def render_mail(
         "expires": request.expires_at.strftime("%Y-%m-%d %H:%M UTC"),
         "links_until": links_until.strftime("%Y-%m-%d %H:%M UTC"),
         "title": title(request),
+        "refusal": one_line(refusal) if refusal else None,
     }
     # one line, no controls: no header folding or reversed text from what a requester wrote
     subject = f"[{context['title']}] {clip(one_line(request.prompt or request.tool_name), 120)}"

@@ -18,6 +18,8 @@ from broker import slack_always as always
 from broker import slack_ids as ids
 from broker.config import Config
 from broker.models import HistoryEntry, Request, Status
+from broker.questions import answer_text, has_form, is_structured, questions_of
+from broker.slack_forms import ANSWER_FORM
 from notifiers import wording
 from notifiers.wording import clip, title
 
@@ -117,8 +119,28 @@ def describe(request: Request, config: Config) -> list[Block]:
     ]
 
 
+def question_summary(request: Request) -> list[Block]:
+    """What a structured question asks, so people see it before opening the form."""
+    questions = questions_of(request.metadata)
+    if questions is None:
+        return []
+    lines = []
+    for q in questions:
+        lines.append(f"*{escape(q.header)}*  {escape(q.question)}")
+        for option in q.options:
+            line = f"•  {escape(option.label)}"
+            if option.description:
+                line += f" _{escape(option.description)}_"
+            lines.append(line)
+    return [_section("\n".join(lines))]
+
+
 def action_blocks(request: Request, config: Config) -> list[Block]:
-    """Buttons (and a text input for open questions) for a request people can still decide."""
+    """Buttons (and a text input for open questions) for a request people can still decide.
+
+    A structured question (`metadata.questions` or `answer_schema`) gets one "Answer…" button
+    instead, which opens the form (`broker.slack_forms.answer_modal`).
+    """
     rid = request.id
     buttons: list[Block] = []
     blocks: list[Block] = []
@@ -126,6 +148,9 @@ def action_blocks(request: Request, config: Config) -> list[Block]:
         buttons.append(_button("Approve", ids.APPROVE, rid, "primary"))
         if request.run_id and request.suggested_rules:  # a rule for this run or agent
             buttons.append(_button("Always…", always.ALWAYS, rid))
+    elif has_form(request.metadata):
+        blocks += question_summary(request)
+        buttons.append(_button("Answer…", ANSWER_FORM, rid, "primary"))
     else:
         options = options_of(request)
         for option in options:
@@ -148,6 +173,45 @@ def action_blocks(request: Request, config: Config) -> list[Block]:
     return blocks
 
 
+def votes_line(request: Request, config: Config) -> str | None:
+    """ "1 of 2 approvals: alice" for a request that needs several; None when it needs one.
+
+    Votes for other args (a `modified` approval) are counted apart: they don't add up.
+    """
+    if request.quorum <= 1:
+        return None
+    groups: dict[str, list[str]] = {}
+    for vote in request.approvals:
+        groups.setdefault(vote.args_hash, []).append(who(config, vote.by))
+    if not groups:
+        return f":busts_in_silhouette: 0 of {request.quorum} approvals"
+    parts = []
+    for hash_, names in groups.items():
+        other = "" if hash_ == request.args_hash else " (of changed arguments)"
+        parts.append(f"{len(names)} of {request.quorum} approvals{other}: {', '.join(names)}")
+    return ":busts_in_silhouette: " + "\n".join(parts)
+
+
+def votes_blocks(request: Request, config: Config) -> list[Block]:
+    """Votes so far and who is on it, for a request still pending."""
+    lines = [votes_line(request, config)]
+    if request.acked_by and request.acked_until:
+        lines.append(
+            f":eyes: {who(config, request.acked_by)} is on it"
+            f" (escalation paused until {slack_date(request.acked_until)})"
+        )
+    shown = [line for line in lines if line]
+    return [_section("\n".join(shown))] if shown else []
+
+
+def ack_block(request: Request, config: Config) -> Block:
+    """ "I'm on it" (a section's button, apart from the deciding ones): holds escalation."""
+    minutes = max(1, round(config.ack_timeout_for(request.queue) / 60))
+    block = _section(f"_Working on it? Say so, and escalation waits {minutes} min._")
+    block["accessory"] = _button("I'm on it", ids.ACK, request.id)
+    return block
+
+
 def outcome_blocks(request: Request, config: Config) -> list[Block]:
     """Who decided what and when, for a request that is no longer pending."""
     decision = request.decision
@@ -163,7 +227,11 @@ def outcome_blocks(request: Request, config: Config) -> list[Block]:
         if decision.args is not None:
             changed = json.dumps(decision.args, ensure_ascii=False)
             line += f"\n*New arguments* `{escape(clip(changed, 1500))}`"
-        if decision.answer is not None:
+        if decision.answer is not None and is_structured(request.metadata):
+            shown = answer_text(request.metadata, decision.answer)
+            quoted = "\n".join(f">{escape(row)}" for row in clip(shown, 1500).splitlines())
+            line += f"\n*Answer*\n{quoted}"
+        elif decision.answer is not None:
             answer = json.dumps(decision.answer, ensure_ascii=False)
             line += f"\n*Answer* `{escape(clip(answer, 1500))}`"
     return [_section(line)]
@@ -199,7 +267,9 @@ def render(request: Request, config: Config, channel: str) -> tuple[str, list[Bl
         status = request.status.value.replace("_", " ")
         text = f"{tool}: {status}"
     elif channel_serves(config, channel, request.queue):
+        blocks += votes_blocks(request, config)
         blocks += action_blocks(request, config)
+        blocks.append(ack_block(request, config))
         text = f"{title(request)}: {escape(clip(request.prompt, 200))}"
     else:
         blocks += moved_blocks(request, config)
@@ -218,7 +288,8 @@ def render(request: Request, config: Config, channel: str) -> tuple[str, list[Bl
     return text, blocks
 
 
-def fingerprint(request: Request) -> tuple[str, str, str]:
+def fingerprint(request: Request) -> tuple[str, str, str, str]:
     """What a rendered message depends on that can change after it is posted."""
     decided = request.decision.model_dump_json() if request.decision else ""
-    return request.status.value, request.queue, decided
+    votes = ",".join(f"{v.by}={v.args_hash}" for v in request.approvals)
+    return request.status.value, request.queue, decided, f"{votes};{request.acked_until}"

@@ -26,6 +26,7 @@ from broker.config import Config, Settings, parse_config
 from broker.links import SECRET_ENV
 from broker.redis_server import EmbeddedRedis
 from broker.runs import run_queue
+from tests.cluster_harness import cluster_client, redis_cluster  # noqa: F401 - fixtures
 from workers import jobs
 
 _db_numbers = itertools.cycle(range(1, 16))

@@ -207,6 +207,7 @@ def test_a_customers_large_refund_names_them_and_is_paid_once_when_approved(
     [request] = broker.get_requests(waiting.pending)
     assert "on order A103 (Two-person tent, total $240.00) of customer c-17?" in request.prompt
     assert request.metadata["customer"] == "c-17"
+    assert request.quorum == 1  # below the two-person limit
     broker.decide(request.id, Decision(outcome="approved"), decided_by="alice")
     worker.work()
     done = broker.get_run(waiting.id)
@@ -230,3 +231,28 @@ def test_a_bad_customer_fails_the_run_saying_why(
     assert failed.status is RunStatus.failed
     assert why in (failed.error or "")
     assert broker.list_requests() == []
+
+
+def test_a_refund_above_the_two_person_limit_needs_two_different_approvers(
+    broker: Broker, worker: SyncWorker, ledger: Ledger
+) -> None:
+    """$200 asks for two approvers (the tool's metadata sets quorum 2); $75 for one."""
+    large = run(broker, worker, "Refund $200 on order A103 because the floor is torn.")
+    small = run(broker, worker, "Refund $75 on order A100 because the soles came off.")
+    [two] = broker.get_requests(large.pending)
+    [one] = broker.get_requests(small.pending)
+    assert (two.quorum, one.quorum) == (2, 1)
+    assert two.metadata["quorum"] == 2
+    broker.decide(two.id, Decision(outcome="approved"), decided_by="alice")
+    again = broker.decide(two.id, Decision(outcome="approved"), decided_by="alice")
+    worker.work()
+    assert again.is_pending and [v.by for v in again.approvals] == ["alice"]
+    assert broker.get_run(large.id).status is RunStatus.waiting
+    assert ledger.all() == []  # one person (twice) is not two
+    broker.decide(two.id, Decision(outcome="approved"), decided_by="bob")
+    broker.decide(one.id, Decision(outcome="approved"), decided_by="carol")
+    worker.work()
+    assert broker.get_run(large.id).output["refunded"] is True
+    assert broker.get_run(small.id).output["refunded"] is True
+    assert sorted(r.order_id for r in ledger.all()) == ["A100", "A103"]
+    assert sorted(v.by for v in broker.get_request(two.id).approvals) == ["alice", "bob"]

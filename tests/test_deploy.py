@@ -181,8 +181,9 @@ def example_env(monkeypatch: pytest.MonkeyPatch) -> set[str]:
 # schema checks
 
 
-def test_compose_file_matches_the_compose_specification() -> None:
-    result = check_compose(COMPOSE)
+@pytest.mark.parametrize("path", [COMPOSE, DEPLOY / "compose.cluster.yaml"], ids=lambda p: p.name)
+def test_compose_file_matches_the_compose_specification(path: Path) -> None:
+    result = check_compose(path)
     assert result.returncode == 0, result.stdout + result.stderr
 
 

@@ -67,7 +67,10 @@ def email_section(sink: SmtpSink, **extra: Any) -> dict[str, Any]:
         "smtp_url": sink.url,
         "from": "approvals@example.com",
         "public_url": PUBLIC,
-        "lists": {"leads": {"to": ["lead@example.com", "cfo@example.com"]}},
+        # addresses no approver has: links only because the list lets them decide
+        "lists": {
+            "leads": {"to": ["lead@example.com", "cfo@example.com"], "unmapped_may_decide": True}
+        },
         **extra,
     }
 
@@ -457,8 +460,8 @@ def test_mail_has_an_escalate_link_where_the_queue_escalates_and_links_name_thei
             "email": email_section(
                 smtp,
                 lists={
-                    "leads": {"to": ["lead@example.com"]},
-                    "bosses": {"to": ["boss@example.com"]},
+                    "leads": {"to": ["lead@example.com"], "unmapped_may_decide": True},
+                    "bosses": {"to": ["boss@example.com"], "unmapped_may_decide": True},
                 },
             ),
         },

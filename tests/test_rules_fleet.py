@@ -155,8 +155,8 @@ def fleet_config(slack: FakeSlack, smtp: SmtpSink, receiver: WebhookReceiver) ->
                     "id": "no-big-refunds",
                     "effect": "deny",
                     "tool": "issue_refund",
-                    "args": {"amount": {"gt": 200}},
-                    "reason": "Refunds over $200 go to the store manager.",
+                    "args": {"amount": {"gt": 100}},
+                    "reason": "Refunds over $100 go to the store manager.",
                 },
             ],
         }
@@ -191,7 +191,7 @@ def test_config_rules_approve_and_deny_at_create_and_tell_no_person(
         no = start_run(
             broker,
             "refunds",
-            "Refund $220 on order A103 because the tent is torn.",
+            "Refund $140 on order A103 because the tent is torn.",
             deps={"customer": "c-2"},
         )
         fleet.settle()
@@ -200,7 +200,7 @@ def test_config_rules_approve_and_deny_at_create_and_tell_no_person(
     done, refused = broker.get_run(ok.id), broker.get_run(no.id)
     assert done.status is RunStatus.finished and done.output["refunded"] is True
     assert refused.status is RunStatus.finished and refused.output["refunded"] is False
-    assert "Refunds over $200 go to the store manager." in refused.output["message"]
+    assert "Refunds over $100 go to the store manager." in refused.output["message"]
     assert Ledger(broker.redis, "t:").get("A100") is not None
     assert Ledger(broker.redis, "t:", "c-2").all() == []
     [approved] = broker.round_requests(ok.id, 1)
@@ -221,6 +221,11 @@ def test_config_rules_approve_and_deny_at_create_and_tell_no_person(
         "no-big-refunds",
     }
     assert sorted(fleet.enqueued) == sorted([(ok.id, 1), (no.id, 1)])  # resumed at once
+    # above $150 the demo asks two people (quorum 2): no rule without quorum_bypass decides it
+    two = start_run(broker, "refunds", "Refund $200 on order A103.", deps={"customer": "c-3"})
+    fleet.settle()
+    [asked] = broker.round_requests(two.id, 1)
+    assert asked.quorum == 2 and asked.status is Status.pending
 
 
 def test_remembering_in_a_round_of_three_resumes_once_and_covers_the_next_round(

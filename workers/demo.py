@@ -4,7 +4,8 @@
 * `issue_refund` checks the request first: an unknown order, one not delivered yet, an amount
   over the order total or an order already refunded is refused on the spot, and nobody is asked.
 * Up to `AUTO_REFUND_LIMIT` it refunds by itself; above it, it raises `ApprovalRequired` and the
-  run waits for a decision in the inbox (handler queue `default`).
+  run waits for a decision in the inbox (handler queue `default`). Above `TWO_PERSON_LIMIT`
+  the tool's metadata asks for `quorum = 2`: two different people must approve.
 * The ledger (in Redis, so a forked worker and the test that checks it see the same thing) is
   the truth: the output says whether a refund really happened, and an output validator sends a
   claim that doesn't match the ledger back to the model. It also counts how often the refund
@@ -50,6 +51,7 @@ from pydantic_ai.models.function import AgentInfo, FunctionModel
 from redis import Redis
 
 from broker.agents import DepsContext, register_agent
+from broker.ask import ask, question
 from broker.client import Broker
 from broker.keys import Keys
 from broker.rules import RuleExists, parse_body
@@ -58,6 +60,7 @@ from broker.runs import start_run
 AGENT_NAME = "refunds"
 QUEUE = "default"
 AUTO_REFUND_LIMIT = 50.0
+TWO_PERSON_LIMIT = 150.0  # above this a refund needs two approvers (the request's quorum)
 
 
 @dataclass(frozen=True)
@@ -76,8 +79,12 @@ ORDERS: dict[str, Order] = {
         Order("A102", "Rain jacket", 129.00, "shipped"),
         Order("A103", "Two-person tent", 240.00, "delivered"),
         Order("A104", "Camping stove", 65.00, "cancelled"),
+        Order("A105", "Headlamp", 45.00, "delivered"),
     ]
 }
+# Paid partly with a gift card: the money can go back to the card or as store credit, and the
+# agent asks a person which (a structured question) when the customer didn't say.
+SPLIT_PAYMENT = frozenset({"A105"})
 
 
 class AlreadyRefunded(Exception):
@@ -187,7 +194,10 @@ Look the order up first with lookup_order, then call issue_refund once with the 
 amount the customer asks for (the order total if they name none) and their reason in a few words.
 Refunds up to ${AUTO_REFUND_LIMIT:.0f} happen at once; larger ones wait for a person's approval.
 If a refund is refused or denied, say why, using the reason you were given.
-Set refunded to true only if issue_refund reported that money was refunded."""
+Set refunded to true only if issue_refund reported that money was refunded.
+If lookup_order says the order was paid with a gift card and the customer did not say whether
+to refund to the card or as store credit, call ask_refund_to first and add the answer to the
+reason."""
 
 
 # ---- the scripted model --------------------------------------------------------------------
@@ -245,6 +255,15 @@ def _ok(part: ToolReturnPart | RetryPromptPart) -> bool:
     return isinstance(part, ToolReturnPart) and part.outcome == "success"
 
 
+_REFUND_TO = re.compile(r"store credit|\bcard\b", re.I)
+
+
+def _asks_refund_to(lookup: ToolReturnPart | RetryPromptPart, prompt: str) -> bool:
+    """A split payment, and the customer didn't say card or store credit."""
+    paid_with = lookup.content.get("paid_with") if isinstance(lookup.content, dict) else None
+    return bool(paid_with) and not _REFUND_TO.search(prompt)
+
+
 def script(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
     """Follow the prompt: look the order up, ask for the refund, report what happened."""
     ask = Ask.parse(_prompt(messages))
@@ -263,10 +282,18 @@ def script(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
     if not _ok(lookup):
         return final(False, f"I could not find that order: {_text(lookup)}")
     refund = results.get("issue_refund")
+    refund_to = results.get("ask_refund_to")
+    if refund is None and refund_to is None and _asks_refund_to(lookup, _prompt(messages)):
+        return ModelResponse(parts=[ToolCallPart("ask_refund_to", {"order_id": ask.order_id})])
+    if refund is None and refund_to is not None and not _ok(refund_to):
+        return final(False, f"Nothing was refunded: {_text(refund_to)}")
     if refund is None:
         total = lookup.content.get("total") if isinstance(lookup.content, dict) else None
         amount = ask.amount if ask.amount is not None else total
-        args = {"order_id": ask.order_id, "amount": amount, "reason": ask.reason}
+        reason = ask.reason
+        if refund_to is not None:  # "Refund order A105 to the card or as store credit? Card"
+            reason += f"; refund to: {_text(refund_to).rpartition('? ')[2]}"
+        args = {"order_id": ask.order_id, "amount": amount, "reason": reason}
         return ModelResponse(parts=[ToolCallPart("issue_refund", args)])
     if _ok(refund) and isinstance(refund.content, dict):
         return final(True, str(refund.content.get("message")), refund.content.get("amount"))
@@ -307,6 +334,7 @@ def lookup_order(ctx: RunContext[RefundDeps], order_id: str) -> dict[str, Any]:
         "total": order.total,
         "status": order.status,
         "refunded": refund.amount if refund else None,
+        **({"paid_with": "gift card and card"} if order.id in SPLIT_PAYMENT else {}),
     }
 
 
@@ -348,6 +376,7 @@ def issue_refund(
                 "order": {"id": order.id, "item": order.item, "total": order.total},
                 "customer": customer,
                 "auto_refund_limit": deps.limit,
+                "quorum": 2 if amount > TWO_PERSON_LIMIT else 1,
             }
         )
     try:
@@ -362,6 +391,28 @@ def issue_refund(
         "amount": done.amount,
         "message": f"Refunded ${done.amount:.2f} on order {done.order_id}.",
     }
+
+
+@agent.tool
+def ask_refund_to(ctx: RunContext[RefundDeps], order_id: str) -> str:
+    """Ask a person whether a split-payment order is refunded to the card or as store credit."""
+    _deps(ctx)
+    order_id = order_id.strip().upper()
+    ask(
+        [
+            question(
+                f"Refund order {order_id} to the card or as store credit?",
+                "Refund to",
+                [
+                    {"label": "Card", "description": "back to the card it was paid with"},
+                    {"label": "Store credit", "description": "a gift card, usable at once"},
+                ],
+                context="It was paid partly with a gift card, and the customer didn't say.",
+            )
+        ],
+        prompt=f"How should order {order_id} be refunded?",
+        queue=QUEUE,
+    )
 
 
 @agent.output_validator

@@ -17,7 +17,7 @@ from redis.commands.core import Script
 from broker.keys import Keys, ScriptKeys
 from broker.text import as_str
 
-NAMES = ("create", "decide", "escalate", "due", "sweep", "note", "remember")
+NAMES = ("create", "decide", "escalate", "due", "sweep", "note", "ack", "remember")
 
 
 @cache

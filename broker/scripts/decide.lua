@@ -3,16 +3,20 @@
 --   takes the request to belong to, optional), expiry, requests, counts, resumes; streams.
 -- A: id, outcome, status, decision (JSON text, decided_at is added here), args_hash (optional:
 --   else unchecked), in_queue (optional: else the decision applies in any queue), run_id (the
---   run whose keys were given), once_ttl, maxlen, retention.
+--   run whose keys were given), once_ttl, maxlen, retention; for the two-person rule: voter
+--   (the person approving), vote_hash (the args approved, default the request's), channel,
+--   creator_may_vote (the admin and the shell), bypass_quorum (a policy rule allowed to).
 -- Returns reply(): {'ok'} | {'replayed'} | {'conflict'} | {'stale_args'} | {'wrong_kind', kind}
---   | {'moved', queue}, each followed by the request's fields; or {'not_found'}, or
---   {'need_stream', queue} / {'need_run', run_id} (call again with those keys; nothing written).
+--   | {'moved', queue} | {'creator'} | {'repeat'} | {'voted', count}, each followed by the
+--   request's fields; or {'not_found'}, or {'need_stream', queue} / {'need_run', run_id} (call
+--   again with those keys; nothing written).
 local rkey = key('req')
 local f = redis.call('HMGET', rkey, 'status', 'kind', 'args_hash', 'queue', 'run_id')
 if not f[1] then return {'not_found', ''} end
 if spent() then return reply(rkey, 'replayed') end
 if f[1] ~= 'pending' then return reply(rkey, 'conflict') end
 if A.in_queue and A.in_queue ~= f[4] then return reply(rkey, 'moved', f[4]) end
+if A.in_escalation and A.in_escalation ~= tonumber(redis.call('HGET', rkey, 'escalations') or 0) then return reply(rkey, 'moved', f[4]) end
 if A.args_hash and A.args_hash ~= f[3] then return reply(rkey, 'stale_args') end
 local kind, outcome = f[2], A.outcome
 if (outcome == 'approved' or outcome == 'modified') and kind ~= 'approval' then
@@ -22,6 +26,23 @@ if outcome == 'answered' and kind == 'approval' then return reply(rkey, 'wrong_k
 local lack = lacking(f[4], nil, f[5], A.run_id)
 if lack then return lack end
 local now = clock()
+-- The two-person rule, once the request is known to be decidable: the creator never counts;
+-- below the quorum an approval is a vote (the request stays pending); the Nth vote for the
+-- same args decides it, below, exactly as a single approval does.
+if A.voter and (outcome == 'approved' or outcome == 'modified') then
+  local g = redis.call('HMGET', rkey, 'created_by', 'quorum')
+  if A.voter == g[1] and not A.creator_may_vote then return reply(rkey, 'creator') end
+  local quorum = tonumber(g[2]) or 1
+  if quorum > 1 and not A.bypass_quorum then
+    local counted, n = add_vote(rkey, A.voter, A.vote_hash or f[3], A.channel or '', now)
+    if counted == 'repeat' then return reply(rkey, 'repeat') end
+    if n < quorum then
+      emit(f[4], 'type', 'approval.voted', 'request_id', A.id, 'queue', f[4])
+      spend()
+      return reply(rkey, 'voted', tostring(n))
+    end
+  end
+end
 local decision = with_fields(A.decision, {{'decided_at', iso(now)}})
 finish(rkey, A.id, A.status, decision, 'approval.decided', now,
   {hash = key('run'), pending = key('pending')})

@@ -121,16 +121,27 @@ local function finish(rkey, id, status, decision_json, event_type, now, run)
   end
 end
 
--- Move a pending request to another handler queue: still pending, new expiry, history entry,
--- and an `approval.escalated` event on both the old queue and the new one.
-local function move(rkey, id, from, to, expires_at, entry_json)
-  redis.call('HSET', rkey, 'queue', to, 'expires_at', expires_at)
+-- Move a pending request to another handler queue: still pending, history entry, one more
+-- escalation (`escalations`: links minted before it no longer decide), and an
+-- `approval.escalated` event on both the old queue and the new one. Deadlines are kept: the
+-- queue it leaves keeps the one it had (in the JSON `deadlines`, queue -> epoch seconds), and a
+-- queue it returns to gives back its first deadline, so its timeout runs from the first arrival
+-- there; a queue it reaches for the first time gives `timeout_s` from `now`. Returns expires_at.
+local function move(rkey, id, from, to, now, timeout_s, entry_json)
+  local f = redis.call('HMGET', rkey, 'deadlines', 'expires_at')
+  local deadlines = (f[1] and f[1] ~= '') and cjson.decode(f[1]) or {}
+  deadlines[from] = deadlines[from] or f[2]
+  local expires_at = deadlines[to] or stamp(now + tonumber(timeout_s))
+  deadlines[to] = expires_at
+  redis.call('HSET', rkey, 'queue', to, 'expires_at', expires_at, 'deadlines', cjson.encode(deadlines))
+  redis.call('HINCRBY', rkey, 'escalations', 1)
   append_history(rkey, entry_json)
   redis.call('ZADD', key('expiry'), expires_at, id)
   count('pending:' .. from, -1)
   count('pending:' .. to, 1)
   emit(from, 'type', 'approval.escalated', 'request_id', id, 'queue', from, 'from', from, 'to', to)
   emit(to, 'type', 'approval.escalated', 'request_id', id, 'queue', to, 'from', from, 'to', to)
+  return expires_at
 end
 
 -- A one-time marker (a webhook-id, an email link) checked and spent in the same step as the
@@ -143,4 +154,35 @@ end
 local function spend()
   local once = key('once')
   if once then redis.call('SET', once, '1', 'EX', A.once_ttl) end
+end
+
+-- The two-person rule: count `by`'s approval of the args `hash` towards the request's quorum.
+-- One person has one vote: approving the same args again is a repeat (returns 'repeat', 0 and
+-- writes nothing); approving other args moves their vote there. Otherwise the vote is stored
+-- in the request's `approvals` (JSON array) and the count those args now have is returned.
+local function add_vote(rkey, by, hash, channel, now)
+  local raw = redis.call('HGET', rkey, 'approvals')
+  local votes = {}
+  if raw and raw ~= '' and raw ~= '[]' then votes = cjson.decode(raw) end
+  local parts, n = {}, 1
+  for _, v in ipairs(votes) do
+    if v.by == by then
+      if v.args_hash == hash then return 'repeat', 0 end
+    else
+      parts[#parts + 1] = cjson.encode(v)
+      if v.args_hash == hash then n = n + 1 end
+    end
+  end
+  parts[#parts + 1] = cjson.encode({by = by, at = iso(now), args_hash = hash, channel = channel})
+  redis.call('HSET', rkey, 'approvals', '[' .. table.concat(parts, ',') .. ']')
+  return 'counted', n
+end
+
+-- "I'm on it": until when an acknowledgement holds the sweeper off a request waiting in
+-- `queue` (0 for none). An ack is bound to the queue it was given in: once the request has
+-- moved on, the new queue's people were not the ones who said they're on it.
+local function held_until(rkey, queue)
+  local h = redis.call('HMGET', rkey, 'acked_until', 'ack_queue')
+  if h[1] and h[1] ~= '' and h[2] == queue then return tonumber(h[1]) or 0 end
+  return 0
 end

@@ -23,8 +23,11 @@ for _, item in ipairs(A.items) do
   local score = redis.call('ZSCORE', key('expiry'), id)
   if score and tonumber(score) <= now then
     local f = redis.call('HMGET', rkey, 'status', 'queue', 'created_at', 'run_id')
+    local held = f[1] == 'pending' and held_until(rkey, f[2]) or 0
     if f[1] ~= 'pending' then
       redis.call('ZREM', key('expiry'), id)
+    elseif held > now then  -- someone said "I'm on it": not before the ack runs out
+      redis.call('ZADD', key('expiry'), stamp(held), id)
     else
       local queue = f[2]
       local route = routes[queue]
@@ -36,7 +39,7 @@ for _, item in ipairs(A.items) do
       elseif to then
         local entry = cjson.encode({at = now_iso, event = 'escalated', by = 'sweeper',
           from_queue = queue, to_queue = to, reason = 'no decision in queue ' .. queue .. ' in time'})
-        move(rkey, id, queue, to, stamp(now + tonumber(routes[to]['timeout'])), entry)
+        move(rkey, id, queue, to, now, routes[to]['timeout'], entry)
         add(id, 'escalated', queue, to)
       else
         local waited = string.format('%d', math.floor(now - tonumber(f[3] or now) + 0.5))

@@ -9,6 +9,10 @@ integration would: a connection error or 5xx goes to the next API process after 
 back-off, a 409 is the answer (someone else decided, or the sweeper timed it out), and a reply
 is sent under one `webhook-id` for all its tries.
 
+What it meant to do with each request is kept in `intents` (approve, reject or silent, with the
+request's `expires_at`), and how each reply ended in `answered` (with when the try that got the
+answer was sent and answered), so a test can hold every recorded outcome against the intent.
+
 Run alone (for benchmarks): `python -m tests.fakes.deciding_receiver --secret whsec_...
 --api http://127.0.0.1:8001 [--api ...] [--mix approve=1] [--port N]`; it prints
 `listening on URL`, and `GET /stats` gives counts, `GET /times` when each request arrived and
@@ -39,6 +43,27 @@ Policy = Callable[[dict[str, Any]], Reply | None]
 
 REQUESTED = "approval.requested"
 OUTCOME_EVENTS = ("approval.decided", "approval.timed_out")
+INTENT_OF = {"approved": "approve", "rejected": "reject"}
+"""The intent a reply's outcome stands for; no reply at all is the intent "silent"."""
+
+
+@dataclass(frozen=True)
+class Intent:
+    """What the receiver meant to do with one request, fixed when it first arrived."""
+
+    request_id: str
+    action: str  # "approve" | "reject" | "silent"
+    reply: Reply | None
+    expires_at: float  # the request's expires_at (epoch seconds), as the event carried it
+    seen_at: float
+
+
+def _epoch(value: Any) -> float:
+    """An ISO 8601 time from an event as epoch seconds (NaN if missing or malformed)."""
+    try:
+        return datetime.fromisoformat(str(value)).timestamp()
+    except ValueError:
+        return float("nan")
 
 
 @dataclass
@@ -50,7 +75,10 @@ class Answered:
     status: int
     final_status: str  # the request's status as the API reported it
     tries: int
+    sent_at: float = 0.0
+    """When the try that got this answer was sent (wall clock)."""
     at: float = field(default_factory=time.time)
+    """When that answer arrived."""
 
 
 class _Handler(QuietHandler):
@@ -120,6 +148,8 @@ class DecidingReceiver:
         self.requested_times: Counter[str] = Counter()
         self.outcomes: dict[str, set[tuple[str, str]]] = {}
         """Per request: the (event type, webhook-id) pairs of its outcome events."""
+        self.intents: dict[str, Intent] = {}
+        """Per request: what the policy said to do with it when it first arrived."""
         self.answered: dict[str, Answered] = {}
         self.failures: list[str] = []
         self._pool = ThreadPoolExecutor(threads, thread_name_prefix="decide")
@@ -178,10 +208,13 @@ class DecidingReceiver:
                 self.outcomes.setdefault(rid, set()).add((kind, msg_id))
         if first:
             reply = self.policy(request)
-            if reply is None:
-                with self._lock:
+            action = "silent" if reply is None else INTENT_OF.get(str(reply.get("outcome")), "?")
+            intent = Intent(rid, action, reply, _epoch(request.get("expires_at")), time.time())
+            with self._lock:
+                self.intents[rid] = intent
+                if reply is None:
                     self.counts["ignored"] += 1
-            else:
+            if reply is not None:
                 self._pool.submit(self._answer, rid, reply)
         return 204
 
@@ -219,12 +252,14 @@ class DecidingReceiver:
             with self._lock:
                 base = self.api_urls[self._next_api % len(self.api_urls)]
                 self._next_api += 1
+            sent_at = time.time()
             try:
                 status, data = self._post(base, msg_id, body)
             except (httpcore.NetworkError, httpcore.TimeoutException, OSError) as exc:
                 status, data = 0, {"error": type(exc).__name__}
             if status == 200:
-                self._done(Answered(rid, reply["outcome"], 200, str(data.get("status")), tries))
+                final = str(data.get("status"))
+                self._done(Answered(rid, reply["outcome"], 200, final, tries, sent_at))
                 return
             if status == 409:
                 current = data.get("request") or {}
@@ -235,9 +270,8 @@ class DecidingReceiver:
                         self.counts["replayed_but_pending"] += 1
                     msg_id = f"msg_reply_{rid}_{tries}"
                 else:
-                    self._done(
-                        Answered(rid, reply["outcome"], 409, str(current.get("status")), tries)
-                    )
+                    final = str(current.get("status"))
+                    self._done(Answered(rid, reply["outcome"], 409, final, tries, sent_at))
                     return
             elif 400 <= status < 500 and status not in (408, 429):
                 with self._lock:

@@ -5,6 +5,8 @@ Point `SlackConfig.api_base_url` at `fake.url`. Failures are programmable per me
 `after_posting=True` does the call first, as a Slack that posted and then failed), calls can be
 slowed (`delay`) or held until released (`hold()` / `release()`). Every call is recorded when
 it arrives (`arrivals`) and when answered (`calls`), with the messages, for assertions.
+views.open checks what Slack checks before it opens a modal (a trigger_id, a modal view with at
+most 100 blocks and unique block ids) and keeps each view opened in `views`.
 conversations.history finds posted messages by channel and time, with their metadata, unless
 `history_allowed` is off (then it answers missing_scope).
 """
@@ -73,6 +75,7 @@ class FakeSlack:
         self.arrivals: list[tuple[str, dict[str, Any]]] = []
         self.history_allowed = True
         self.messages: dict[tuple[str, str], dict[str, Any]] = {}
+        self.views: list[dict[str, Any]] = []
         self.delay: dict[str, float] = defaultdict(float)
         self._failures: dict[str, deque[Failure]] = defaultdict(deque)
         self._open = threading.Event()
@@ -211,5 +214,21 @@ class FakeSlack:
             body = {"ok": True, "messages": found[:limit], "has_more": len(found) > limit}
             return 200, {**body, "response_metadata": {"next_cursor": ""}}, {}
         if method == "views.open":
-            return 200, {"ok": True, "view": {"id": "V1", **(params.get("view") or {})}}, {}
+            return 200, self._open_view(params), {}
         return 200, {"ok": False, "error": "unknown_method"}, {}
+
+    def _open_view(self, params: dict[str, Any]) -> dict[str, Any]:
+        view = params.get("view")
+        if isinstance(view, str):
+            view = json.loads(view)
+        if not params.get("trigger_id"):
+            return {"ok": False, "error": "invalid_trigger_id"}
+        if not isinstance(view, dict) or view.get("type") != "modal":
+            return {"ok": False, "error": "invalid_arguments"}
+        blocks = view.get("blocks") or []
+        block_ids = [b["block_id"] for b in blocks if "block_id" in b]
+        if len(blocks) > 100 or len(set(block_ids)) != len(block_ids):
+            return {"ok": False, "error": "invalid_arguments"}
+        view = {"id": f"V{len(self.views) + 1}", **view, "trigger_id": params["trigger_id"]}
+        self.views.append(view)
+        return {"ok": True, "view": view}

@@ -1,0 +1,103 @@
+"""What Redis Cluster costs here: WAIT for a replica per write, and cluster vs single-node Redis.
+
+Prints, on a local cluster (3 masters + 3 replicas, `broker.redis_cluster.LocalCluster`) and an
+embedded single Redis started in the same run:
+  - SET/s from one client, plain, and each followed by `wait_for_replicas` (what a decision,
+    a round or a resume that must survive a failover would pay), and one wait per 100 SETs;
+  - pipelined script calls/s (a two-key hash-tagged script) on the single Redis and the cluster.
+Run: `uv run python bench/bench_cluster.py [--n 5000]`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from redis import Redis
+from redis.cluster import RedisCluster
+
+from broker.cluster import connect_cluster, wait_for_replicas
+from broker.redis_cluster import LocalCluster
+from broker.redis_server import EmbeddedRedis
+
+SCRIPT = (Path(__file__).parent / "lua" / "cluster_round.lua").read_text()
+BATCH = 100
+
+
+def per_s(n: int, fn: Callable[[int], object]) -> float:
+    start = time.perf_counter()
+    for i in range(n):
+        fn(i)
+    return n / (time.perf_counter() - start)
+
+
+def set_rates(client: RedisCluster, n: int) -> dict[str, float]:
+    def plain(i: int) -> None:
+        client.set(f"bench:{{s{i}}}:v", i)
+
+    def waited(i: int) -> None:
+        key = f"bench:{{w{i}}}:v"
+        client.set(key, i)
+        wait_for_replicas(client, key)
+
+    def batched(b: int) -> None:  # BATCH SETs of one tag, then one wait for them all
+        for j in range(BATCH):
+            client.set(f"bench:{{b{b}}}:{j}", j)
+        wait_for_replicas(client, f"bench:{{b{b}}}:0")
+
+    return {
+        "SET/s, one client": per_s(n, plain),
+        "SET + wait_for_replicas/s, one client": per_s(n, waited),
+        f"SET/s with one wait per {BATCH}": per_s(n // BATCH, batched) * BATCH,
+    }
+
+
+def script_rate(client: Redis | RedisCluster, n: int) -> float:
+    """Pipelined EVAL calls/s: redis-py's cluster pipeline has no EVALSHA or eval(): both send EVAL."""
+    start = time.perf_counter()
+    for i in range(0, n, BATCH):
+        pipe = client.pipeline(transaction=False)
+        for j in range(i, i + BATCH):
+            keys = (f"bench:{{r{j}}}:req", f"bench:{{r{j}}}:n")
+            pipe.execute_command("EVAL", SCRIPT, 2, *keys, "approved")
+        pipe.execute()
+    return n / (time.perf_counter() - start)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--n", type=int, default=5000, help="operations per measurement")
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        with (
+            LocalCluster(Path(tmp) / "cluster") as cluster,
+            EmbeddedRedis(Path(tmp) / "single") as single,
+        ):
+            client = connect_cluster(cluster.url)
+            print(
+                f"local cluster of {len(cluster.nodes)} nodes, {args.n} operations each", flush=True
+            )
+            rates = set_rates(client, args.n)
+            for name, rate in rates.items():
+                print(f"cluster: {name:<40}: {rate:10,.0f}", flush=True)
+            plain = rates["SET/s, one client"]
+            waited = rates["SET + wait_for_replicas/s, one client"]
+            print(
+                f"cluster: cost of a wait per write: {1e3 / waited - 1e3 / plain:.2f} ms",
+                flush=True,
+            )
+            single_client = Redis.from_url(single.url)
+            on_single = script_rate(single_client, args.n)
+            on_cluster = script_rate(client, args.n)
+            print(f"pipelined script calls/s, single Redis : {on_single:10,.0f}", flush=True)
+            print(f"pipelined script calls/s, cluster      : {on_cluster:10,.0f}", flush=True)
+            print(f"cluster / single                       : {on_cluster / on_single:10.2f} x")
+            single_client.close()
+            client.close()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,150 @@
+"""Redis Cluster connections, the RQ connection beside them, and waiting for a replica.
+
+`APPROVAL_BROKER_REDIS_CLUSTER=1` (or `[broker] redis_cluster = true`) says that
+APPROVAL_BROKER_REDIS_URL names one node of a Redis Cluster; the client finds the others.
+
+RQ stays on a separate single Redis, named by APPROVAL_BROKER_RQ_REDIS_URL, when the broker's
+Redis is a cluster. RQ moves a job between many keys in one MULTI (queue list, job hash,
+registries), runs Lua whose keys it computes inside the script, and names keys itself with no
+hash tag, so on a cluster it fails with CROSSSLOT. Making it cluster-safe would mean patching
+RQ's internals on every upgrade; its data (jobs that are re-enqueued from the broker's own
+state after a loss) does not need the cluster's capacity or failover.
+
+This module never runs the broker's scripts: those do not run on a cluster yet.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+
+from redis import Redis
+from redis.backoff import ExponentialBackoff
+from redis.cluster import RedisCluster
+from redis.crc import key_slot
+from redis.exceptions import (
+    BusyLoadingError,
+    ClusterDownError,
+    MovedError,
+    TryAgainError,
+)
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+from redis.retry import Retry
+
+from broker.config import Config, Settings
+from broker.errors import BrokerError
+
+WAIT_TIMEOUT_MS = 1000
+WAIT_ATTEMPTS = 12  # enough to outlast a failover (cluster-node-timeout plus an election)
+WAIT_MARKER = ":replicated"  # suffix of the key written before WAIT (see `wait_for_replicas`)
+_TRANSIENT = (BusyLoadingError, RedisConnectionError, RedisTimeoutError, ClusterDownError)
+
+
+class ClusterConfigError(BrokerError):
+    code = "config"
+
+
+class NotReplicated(BrokerError):
+    """Fewer replicas than asked acknowledged a write within the timeout."""
+
+    code = "not_replicated"
+
+    def __init__(self, detail: str, *, acked: int) -> None:
+        super().__init__(detail)
+        self.acked = acked
+
+
+def connect_cluster(url: str, *, patient: bool = False) -> RedisCluster:
+    """A cluster client from `url` (any node); `patient` rides out a failover, as `connect` does.
+
+    Replies stay bytes, as the single-node client's do.
+    """
+    if not patient:
+        return RedisCluster.from_url(url)
+    return RedisCluster.from_url(
+        url,
+        retry=Retry(ExponentialBackoff(cap=2.0, base=0.05), 25, supported_errors=_TRANSIENT),
+    )
+
+
+def rq_connection(
+    redis_url: str | None, rq_redis_url: str | None, *, cluster: bool, patient: bool = False
+) -> Redis:
+    """The single Redis RQ runs on: RQ_REDIS_URL if given, else the broker's own Redis.
+
+    A clustered broker must name one: RQ does not run on a cluster (see the module docstring).
+    """
+    url = rq_redis_url or (None if cluster else redis_url)
+    if url is None:
+        raise ClusterConfigError(
+            "APPROVAL_BROKER_REDIS_CLUSTER=1 needs APPROVAL_BROKER_RQ_REDIS_URL: "
+            "RQ runs on a separate single Redis, not on the cluster"
+        )
+    if not patient:
+        return Redis.from_url(url)
+    return Redis.from_url(
+        url,
+        retry=Retry(ExponentialBackoff(cap=2.0, base=0.05), 25),
+        retry_on_error=[BusyLoadingError, RedisConnectionError, RedisTimeoutError],
+    )
+
+
+def marker_key(key: str) -> str:
+    """A key in `key`'s slot, beside it, that `wait_for_replicas` may write.
+
+    A hash-tagged key keeps its tag (`ab:{r1}:req` -> `ab:{r1}:req:replicated`); an untagged
+    one becomes the tag (`x` -> `{x}:replicated`).
+    """
+    for candidate in (key + WAIT_MARKER, "{" + key + "}" + WAIT_MARKER):
+        if key_slot(candidate.encode()) == key_slot(key.encode()):
+            return candidate
+    raise ValueError(f"no marker key shares the slot of {key!r}; give it a hash tag")
+
+
+def wait_for_replicas(
+    client: RedisCluster,
+    key: str,
+    numreplicas: int = 1,
+    timeout_ms: int = WAIT_TIMEOUT_MS,
+    *,
+    strict: bool = True,
+) -> int:
+    """Wait until `numreplicas` replicas of `key`'s master hold every write made to it so far.
+
+    WAIT only covers writes made on its own connection, and a cluster client takes a pooled
+    connection per command, so this writes a short-lived marker in `key`'s slot and WAITs, both
+    on one connection to the master: the marker's replication offset is past every write that
+    master had acknowledged before, the caller's included. Returns how many replicas acked;
+    `strict` raises NotReplicated when fewer than asked did. A failover in between is retried
+    (the marker is idempotent) once the client has learned the new master.
+    """
+    marker = marker_key(key)
+    backoff = ExponentialBackoff(cap=1.0, base=0.05)
+    for attempt in range(WAIT_ATTEMPTS):
+        try:
+            node = client.get_node_from_key(key)
+            assert node is not None and node.redis_connection is not None
+            pipe = node.redis_connection.pipeline(transaction=False)
+            pipe.set(marker, b"1", px=max(timeout_ms * 2, 1000))
+            pipe.execute_command("WAIT", numreplicas, timeout_ms)
+            _, acked = pipe.execute()
+            break
+        except (*_TRANSIENT, MovedError, TryAgainError):
+            if attempt == WAIT_ATTEMPTS - 1:
+                raise
+            time.sleep(backoff.compute(attempt))  # a backoff before retrying, not a sync
+            with contextlib.suppress(*_TRANSIENT):
+                client.nodes_manager.initialize()
+    acked = int(acked)
+    if strict and acked < numreplicas:
+        raise NotReplicated(
+            f"{acked} of {numreplicas} replica(s) acknowledged the write within {timeout_ms} ms",
+            acked=acked,
+        )
+    return acked
+
+
+def clustered(settings: Settings, config: Config) -> bool:
+    """APPROVAL_BROKER_REDIS_CLUSTER=1 or `[broker] redis_cluster = true`: either one says so."""
+    return settings.redis_cluster or config.broker.redis_cluster

@@ -1,0 +1,55 @@
+"""Who an email address decides as, and through which email lists.
+
+The notifier (which mails decision links only to those who may use them) and the API (which
+checks a link when it is used) must answer this the same way, so both ask here; whether that
+principal may then decide a request is `broker.deciding`'s call. Never sends or reads mail.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from broker.auth import Principal
+from broker.config import Config, EmailConfig
+
+
+@dataclass(frozen=True)
+class EmailDecider:
+    """An address as a decider: its principal, the lists it decides through (`email:NAME`),
+    and every list that holds it (whether or not it may decide through them)."""
+
+    principal: Principal
+    via: list[str]
+    held: list[str]
+    mapped: bool  # an approver has this address
+
+
+def email_approver(config: Config, address: str) -> Principal | None:
+    """The approver whose `email` this is (case-insensitive), or None."""
+    wanted = address.strip().casefold()
+    for name, approver in config.approvers.items():
+        if approver.email and approver.email.strip().casefold() == wanted:
+            return Principal(name, frozenset(approver.roles))
+    return None
+
+
+def recipient_channels(email: EmailConfig, recipient: str, mapped: bool) -> list[str]:
+    """The email lists (`email:NAME`) the recipient may decide through: every list that holds
+    the address, and for an address no approver has, only lists with `unmapped_may_decide`."""
+    wanted = recipient.strip().casefold()
+    return [
+        f"email:{name}"
+        for name, found in email.lists.items()
+        if any(to.strip().casefold() == wanted for to in found.to)
+        and (mapped or found.unmapped_may_decide)
+    ]
+
+
+def email_decider(config: Config, recipient: str) -> EmailDecider:
+    """`recipient` as a decider; an address no approver has is `email:ADDRESS` with no roles."""
+    approver = email_approver(config, recipient)
+    email = config.email
+    via = recipient_channels(email, recipient, mapped=approver is not None) if email else []
+    held = recipient_channels(email, recipient, mapped=True) if email else []
+    principal = approver or Principal(f"email:{recipient}", frozenset())
+    return EmailDecider(principal, via, held, mapped=approver is not None)

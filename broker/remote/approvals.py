@@ -1,0 +1,108 @@
+"""`BrokerApprovals`: a pydantic-ai capability that asks people through the broker's HTTP API.
+
+Any `Agent(..., capabilities=[BrokerApprovals(client, queue=..., live_wait_s=...)])`, running in
+any process, sends each round's deferred tool calls (approvals, questions, external calls) as
+broker requests, waits up to `live_wait_s` for their outcomes, and hands back
+`DeferredToolResults` for what was decided (the fleet's mapping, `broker.results`). The calls
+still pending end the run as `DeferredToolRequests`, each noting its request id in its metadata,
+so `client.results_for(output)` resumes it later. Creates are idempotent on the agent run and
+the tool call id (`Idempotency-Key`), so a retried round never asks twice.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import KW_ONLY, dataclass, field
+from typing import Any
+
+from pydantic_ai import DeferredToolRequests, DeferredToolResults, RunContext
+from pydantic_ai.capabilities import AbstractCapability
+
+from broker.config import AgentConfig
+from broker.models import NewRequest, Request
+from broker.pending_calls import new_requests
+from broker.remote.client import META_KEY, AsyncRemoteBroker, RemoteBroker, request_ids
+from broker.results import results_for
+
+__all__ = ["BrokerApprovals", "request_ids"]
+
+REMOTE_META = "approval_broker"
+"""Metadata key on each request: the agent's name and the pydantic-ai run id it came from."""
+
+
+def idempotency_key(run_id: str, tool_call_id: str) -> str:
+    """One key per (agent run, tool call): the same call asked again gets the same request."""
+    return "pydantic-ai:" + hashlib.sha256(f"{run_id}\0{tool_call_id}".encode()).hexdigest()
+
+
+@dataclass
+class BrokerApprovals(AbstractCapability[Any]):
+    """Send deferred tool calls to the broker as requests; continue live with what is decided
+    within `live_wait_s`, and let the rest end the run as `DeferredToolRequests`.
+
+    `client` is a `RemoteBroker` or an `AsyncRemoteBroker`. `queue` is the handler queue (a tool
+    may name its own in the metadata it raises with, as on the fleet; `tool_queues` per tool),
+    `agent` names the agent on the requests. Put it first among deferred-call handlers (or
+    alone), so the calls it leaves pending carry their request ids.
+    """
+
+    client: RemoteBroker | AsyncRemoteBroker
+    _: KW_ONLY
+    queue: str = "default"
+    live_wait_s: float = 0.0
+    agent: str | None = None
+    tool_queues: dict[str, str] = field(default_factory=dict)
+
+    @classmethod
+    def get_serialization_name(cls) -> str | None:
+        return None
+
+    @asynccontextmanager
+    async def _session(self) -> AsyncIterator[AsyncRemoteBroker]:
+        """An async client on this event loop (a sync client's settings, used for this round)."""
+        if isinstance(self.client, AsyncRemoteBroker):
+            yield self.client
+            return
+        async with AsyncRemoteBroker(
+            self.client.base_url, self.client.token, timeout=self.client.timeout
+        ) as client:
+            yield client
+
+    def _news(self, ctx: RunContext[Any], requests: DeferredToolRequests) -> list[NewRequest]:
+        spec = AgentConfig(
+            path="broker.remote:BrokerApprovals", queue=self.queue, tool_queues=self.tool_queues
+        )
+        origin = {"agent": self.agent, "run_id": ctx.run_id}
+        return [
+            new.model_copy(update={"metadata": {**new.metadata, REMOTE_META: origin}})
+            for new in new_requests(requests, spec, ctx.messages)
+        ]
+
+    async def handle_deferred_tool_calls(
+        self, ctx: RunContext[Any], *, requests: DeferredToolRequests
+    ) -> DeferredToolResults | None:
+        news = self._news(ctx, requests)
+        run_id = ctx.run_id or ""
+        async with self._session() as client:
+            created: list[Request] = await asyncio.gather(
+                *(
+                    client.create_request(
+                        new, idempotency_key=idempotency_key(run_id, str(new.tool_call_id))
+                    )
+                    for new in news
+                )
+            )
+            for request in created:
+                call_id = request.tool_call_id
+                requests.metadata[call_id] = {
+                    **requests.metadata.get(call_id, {}),
+                    META_KEY: request.id,
+                }
+            got = created
+            if self.live_wait_s > 0 and any(r.is_pending for r in created):
+                got = await client.wait_for([r.id for r in created], self.live_wait_s)
+        decided = [r for r in got if not r.is_pending]
+        return results_for(decided) if decided else None

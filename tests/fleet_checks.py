@@ -1,0 +1,320 @@
+"""The fleet test's checks: what must hold once the fleet has drained, and the counts it prints.
+
+Every recorded outcome is held against what the webhook receiver meant (`judge`), every refund
+step against the demo ledger's attempt count, every failed run against the short list of
+reasons a SIGKILLed worker may cause, and the faults against the plan (every role killed,
+nothing died on its own).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+from redis import Redis
+from redis.exceptions import ResponseError
+from rq.exceptions import NoSuchJobError
+from rq.job import Job
+from rq.serializers import JSONSerializer
+
+from broker.client import Broker
+from broker.keys import RESUMER_GROUP
+from broker.models import Request, Run, RunStatus, Status
+from broker.runs import resume_job_id, run_job_id, run_queue
+from tests.fakes.deciding_receiver import Answered, DecidingReceiver, Intent
+from tests.fleet_processes import ROLES, Events
+from workers.demo import Ledger
+
+FINAL = (RunStatus.finished, RunStatus.failed)
+REJECT_REASON = "Photos show wear, not damage"
+ENDPOINT = "fleet"
+BOT = "fleet-bot"
+BY_WEBHOOK = f"webhook:{ENDPOINT}/{BOT}"
+"""How the broker records a reply from the receiver (`decided_by`)."""
+FAILED_RUN_REASONS = {
+    # the work horse was SIGKILLed while the run's tools ran; the retry refuses to run them again
+    "worker killed mid tool step": "while its tools were running (the worker died",
+    # the work horse was SIGKILLed on the job's last attempt
+    "worker killed on the last attempt": "the worker process running this round died",
+}
+"""The only reasons a run may fail here (substrings of the runner's and the jobs' errors)."""
+
+
+@dataclass
+class Started:
+    """A run the app started, for the customer whose ledger it refunds from."""
+
+    index: int
+    run_id: str
+    customer: str
+    amount: int
+
+
+def outcome_events(broker: Broker) -> Counter[str]:
+    """Outcome events (decided or timed out) per request id in the handler queue's stream."""
+    counts: Counter[str] = Counter()
+    stream = broker.keys.stream("default")
+    cursor = "-"
+    while True:
+        rows = broker.redis.xrange(stream, cursor, "+", count=5000)
+        for _, fields in rows:
+            kind = fields.get(b"type", b"").decode()
+            if kind in ("approval.decided", "approval.timed_out"):
+                counts[fields[b"request_id"].decode()] += 1
+        if len(rows) < 5000:
+            return counts
+        last = rows[-1][0].decode()
+        ms, seq = last.split("-")
+        cursor = f"{ms}-{int(seq) + 1}"
+
+
+@dataclass
+class Findings:
+    """The counts to print, and each check that failed with a few examples."""
+
+    counts: dict[str, Any] = field(default_factory=dict)
+    problems: list[str] = field(default_factory=list)
+
+    def bad(self, what: str, examples: list[str]) -> None:
+        if examples:
+            self.problems.append(f"{what}: {len(examples)}, e.g. {examples[:3]}")
+
+
+LATE = ("late reply: sent after expires_at", "late reply: in flight at expires_at")
+"""The one race allowed between the receiver's intent and the outcome (see `judge`)."""
+
+
+def judge(request: Request, intent: Intent, answered: Answered | None) -> str | None:
+    """Hold a request's recorded outcome against what the receiver meant; None if they match.
+
+    approve -> approved, reject -> rejected with its reason, both decided by the endpoint;
+    silent -> timed out by the sweeper, and no reply was ever sent. The one allowed mismatch,
+    named LATE: a reply that had not landed when the request expired, so the sweeper was first.
+    It is allowed only when the sweeper's decided_at lies between expires_at and the moment the
+    reply's answering try came back, and that answer was a 409 showing the request timed out.
+    Anything else is returned as the problem.
+    """
+    status, decision = request.status.value, request.decision
+    if decision is None:
+        return f"{intent.action} -> {status} without a decision"
+    by = decision.decided_by
+    if intent.action == "silent":
+        if answered is not None:
+            return f"silent, yet a reply was sent: {answered}"
+        if status != "timed_out" or by != "sweeper":
+            return f"silent -> {status} by {by}"
+        return None
+    expected = {"approve": "approved", "reject": "rejected"}.get(intent.action)
+    if expected is None or answered is None:
+        return f"{intent.action}: {'unknown intent' if expected is None else 'never answered'}"
+    if status == expected:
+        if by != BY_WEBHOOK:
+            return f"{intent.action} -> {status} by {by}, not {BY_WEBHOOK}"
+        if expected == "rejected" and decision.reason != REJECT_REASON:
+            return f"reject -> rejected with reason {decision.reason!r}"
+        if answered.final_status != expected:
+            return f"{intent.action} -> {status}, but the API answered {answered}"
+        return None
+    if status == "timed_out" and by == "sweeper" and decision.decided_at is not None:
+        swept_at = decision.decided_at.timestamp()
+        late = (
+            answered.status == 409
+            and answered.final_status == "timed_out"
+            and intent.expires_at - 1e-3 <= swept_at <= answered.at
+        )
+        if late:
+            return LATE[0] if answered.sent_at >= intent.expires_at else LATE[1]
+    return (
+        f"{intent.action} -> {status} by {by} at {decision.decided_at}; expires_at "
+        f"{intent.expires_at:.3f}, reply {answered}"
+    )
+
+
+def check(
+    broker: Broker,
+    receiver: DecidingReceiver,
+    started: list[Started],
+    events: Events,
+    *,
+    kills_planned: bool,
+) -> Findings:
+    """Everything that must hold once the fleet has drained; `found.problems` lists what didn't."""
+    found = Findings()
+    redis = broker.redis
+    runs = {s.run_id: broker.get_run(s.run_id) for s in started}
+    requests = {r.id: r for r in broker.get_requests(all_request_ids(broker, started))}
+    by_run = {r.run_id: r for r in requests.values()}
+
+    # every run finished, or failed for a reason on the list, no more often than workers died
+    status = Counter(r.status.value for r in runs.values())
+    found.counts["runs"] = {"started": len(started), **status}
+    stuck = [r for r in runs.values() if r.status not in FINAL]
+    found.bad("runs neither finished nor failed", [_stuck(broker, r) for r in stuck])
+    if stuck:
+        lock = run_queue(broker).registry_cleaning_key
+        found.counts["RQ maintenance lock TTL at the end (s)"] = redis.ttl(lock)
+    failed = [r for r in runs.values() if r.status is RunStatus.failed]
+    why = {r.id: _failure_kind(r.error or "") for r in failed}
+    found.bad(
+        "failed runs whose reason is not on the list (FAILED_RUN_REASONS)",
+        [f"{r.id}: {(r.error or '(none)')[:160]}" for r in failed if why[r.id] is None],
+    )
+    if len(failed) > events.kills["worker"]:
+        found.problems.append(
+            f"{len(failed)} failed runs but only {events.kills['worker']} worker SIGKILLs"
+        )
+    if failed:
+        found.counts["failed runs by reason"] = dict(Counter(str(k) for k in why.values()))
+
+    # every request has exactly one outcome
+    found.counts["requests"] = dict(Counter(r.status.value for r in requests.values()))
+    found.counts["requests"]["total"] = len(requests)
+    found.bad(
+        "finished runs that never asked for approval",
+        [rid for rid, r in runs.items() if r.status is RunStatus.finished and rid not in by_run],
+    )
+    found.bad(
+        "requests without an outcome",
+        [f"{r.id} {r.status.value}" for r in requests.values() if r.is_pending or not r.decision],
+    )
+    outcome_counts = outcome_events(broker)
+    found.bad(
+        "requests without exactly one outcome event",
+        [f"{rid} x{outcome_counts[rid]}" for rid in requests if outcome_counts[rid] != 1],
+    )
+    webhook_outcomes = {rid: len(receiver.outcomes.get(rid, ())) for rid in requests}
+    found.bad(
+        "requests whose outcome reached the webhook as other than one event",
+        [f"{rid} x{n}" for rid, n in webhook_outcomes.items() if n != 1],
+    )
+
+    # every request reached its webhook, and what the receiver meant is what was recorded
+    found.bad(
+        "requests that never reached the webhook",
+        [rid for rid in requests if rid not in receiver.intents],
+    )
+    verdicts: Counter[str] = Counter()
+    mismatched = []
+    for rid, request in requests.items():
+        intent = receiver.intents.get(rid)
+        if intent is None or request.is_pending:
+            continue
+        problem = judge(request, intent, receiver.answered.get(rid))
+        if problem is None:
+            verdicts[f"{intent.action} -> {request.status.value}"] += 1
+        elif problem in LATE:
+            verdicts[f"{intent.action} -> timed_out ({problem})"] += 1
+        else:
+            mismatched.append(f"{rid}: {problem}")
+    found.bad("requests whose outcome is not what the receiver meant", mismatched)
+    found.bad("replies the API refused", receiver.failures)
+    found.counts["webhook"] = {
+        **receiver.stats(),
+        "meant -> outcome": dict(sorted(verdicts.items())),
+    }
+
+    # no round resumed twice, no tool step ran twice, each resume did what its outcome said
+    once, unexplained, twice, wrong = 0, [], [], []
+    for s in started:
+        run, request = runs[s.run_id], by_run.get(s.run_id)
+        if request is None or request.is_pending:
+            continue
+        ledger = Ledger(redis, broker.keys.prefix, s.customer)
+        refunds = ledger.all()
+        if not Job.exists(resume_job_id(s.run_id, 1), connection=redis):
+            unexplained.append(f"{s.run_id}: no resume job for its answered round 1")
+            continue
+        if Job.exists(resume_job_id(s.run_id, 2), connection=redis):
+            unexplained.append(f"{s.run_id}: a resume job for a round 2 it never had")
+        attempts = ledger.attempts(request.tool_call_id)
+        approved = request.status is Status.approved
+        finished = run.status is RunStatus.finished
+        if attempts > 1 or (attempts and not approved) or (approved and finished and not attempts):
+            twice.append(f"{s.run_id} {request.status.value} {run.status.value}: {attempts}x")
+        elif attempts == 1:
+            once += 1
+        if not finished:
+            continue
+        output = run.output if isinstance(run.output, dict) else {}
+        if approved:
+            ok = output.get("refunded") is True and [
+                (r.run_id, r.tool_call_id) for r in refunds
+            ] == [(s.run_id, request.tool_call_id)]
+        elif request.status is Status.rejected:
+            ok = (
+                output.get("refunded") is False
+                and REJECT_REASON in str(output.get("message"))
+                and not refunds
+            )
+        else:
+            ok = (
+                output.get("refunded") is False
+                and "No one answered" in str(output.get("message"))
+                and not refunds
+            )
+        if not ok:
+            wrong.append(f"{s.run_id} {request.status.value}: {output} refunds={refunds}")
+    found.bad("runs resumed more than once in a round", unexplained)
+    found.bad(
+        "refund steps that ran other than once per approved call (never when not approved)",
+        twice,
+    )
+    found.bad("runs whose outcome and refund disagree with their decision", wrong)
+    outbox_left = redis.xlen(broker.keys.resumes)
+    outbox_pending = group_pending(redis, broker.keys.resumes, RESUMER_GROUP)
+    if outbox_left or outbox_pending:
+        found.problems.append(
+            f"the outbox is not empty: {outbox_left} entries, {outbox_pending} pending"
+        )
+    found.counts["resumes"] = {
+        "refund steps run (each exactly once)": once,
+        "outbox entries left": outbox_left,
+    }
+
+    # every dead letter has a cause
+    letters = broker.dead_letters(100_000)
+    found.bad(
+        "dead letters without a cause",
+        [eid for eid, f in letters if not f.get("error") or not f.get("source")],
+    )
+    found.counts["dead letters"] = dict(Counter(f.get("source", "?") for _, f in letters))
+
+    # the faults happened as planned, and none on their own
+    if kills_planned:
+        found.bad(
+            "roles never SIGKILLed",
+            [kind for kind in ROLES if events.kills[kind] < 1],
+        )
+    found.bad("processes that died on their own", events.self_deaths)
+    return found
+
+
+def _stuck(broker: Broker, run: Run) -> str:
+    """A run that never ended, with where its current round's RQ job stands (for diagnosis)."""
+    job_id = run_job_id(run.id) if run.round == 0 else resume_job_id(run.id, run.round)
+    try:
+        job = Job.fetch(job_id, connection=broker.redis, serializer=JSONSerializer)
+        where = f"{job.get_status()}, retries left {job.retries_left}, worker {job.worker_name}"
+    except NoSuchJobError:
+        where = "no such job"
+    return f"{run.id} {run.status.value} round {run.round}: job {job_id} {where}"
+
+
+def _failure_kind(error: str) -> str | None:
+    return next((k for k, text in FAILED_RUN_REASONS.items() if text in error), None)
+
+
+def group_pending(redis: Redis, stream: str, group: str) -> int:
+    """Entries of `stream` handed out to `group` and not acknowledged (0 if there is no group)."""
+    try:
+        return int(redis.xpending(stream, group)["pending"])
+    except ResponseError:  # NOGROUP: nothing was ever read from it
+        return 0
+
+
+def all_request_ids(broker: Broker, started: list[Started]) -> list[str]:
+    pipe = broker.redis.pipeline(transaction=False)
+    for s in started:
+        pipe.lrange(broker.keys.run_round(s.run_id, 1), 0, -1)
+    return [rid.decode() for ids in pipe.execute() for rid in ids]

@@ -1,0 +1,96 @@
+"""A partial approval reaches the channels: Slack updates in place, webhooks hear
+`approval.voted`, mail stays quiet (its links stay valid for the others)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+
+import pytest
+from redis import Redis
+
+from broker import slack_ids as ids
+from broker.models import Decision
+from notifiers.events import parse_entry
+from tests.conftest import wait_for
+from tests.fakes.harness import SECRET, running, webhook
+from tests.fakes.slack import FakeSlack
+from tests.fakes.smtp import SmtpSink
+from tests.fakes.webhook_receiver import WebhookReceiver
+from tests.test_notifier_channels import email_section, make_broker, refund, settled, slack_section
+
+
+@pytest.fixture
+def receiver() -> Iterator[WebhookReceiver]:
+    server = WebhookReceiver(SECRET).start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def slack() -> Iterator[FakeSlack]:
+    server = FakeSlack().start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def smtp() -> Iterator[SmtpSink]:
+    server = SmtpSink().start()
+    yield server
+    server.stop()
+
+
+def test_a_vote_updates_slack_in_place_and_is_sent_to_webhooks_not_mailed(
+    redis: Redis, receiver: WebhookReceiver, slack: FakeSlack, smtp: SmtpSink
+) -> None:
+    broker = make_broker(
+        redis,
+        {
+            "queues": {
+                "default": {
+                    "channels": ["webhook:ops", "slack:approvals", "email:leads"],
+                    "quorum": 2,
+                }
+            },
+            "webhooks": {"ops": webhook(receiver.url("/ops"))},
+            "slack": slack_section(slack),
+            "email": email_section(smtp),
+            "approvers": {"alice": {"roles": ["ops"]}, "bob": {"roles": ["ops"]}},
+        },
+    )
+    with running(broker):
+        request = broker.create_request(refund())
+        wait_for(lambda: settled(broker))
+        mailed = len(smtp.mails)
+        broker.decide(request.id, Decision(outcome="approved"), decided_by="alice")
+        wait_for(lambda: settled(broker))
+        message = slack.message_for(request.id)
+        assert message is not None
+        shown = json.dumps(message["blocks"])
+        assert "1 of 2 approvals: `alice`" in shown
+        buttons = [
+            e["action_id"]
+            for b in message["blocks"]
+            if b["type"] == "actions"
+            for e in b["elements"]
+        ]
+        assert ids.APPROVE in buttons  # kept for the others
+        accessories = [b["accessory"]["action_id"] for b in message["blocks"] if "accessory" in b]
+        assert accessories == [ids.ACK]
+        assert len(slack.posts_for(request.id)) == 1  # updated, not posted again
+        types = [h.payload["type"] for h in receiver.accepted("/ops")]
+        assert types == ["approval.requested", "approval.voted"]
+        voted = receiver.accepted("/ops")[-1].payload["data"]
+        assert voted["status"] == "pending" and [v["by"] for v in voted["approvals"]] == ["alice"]
+        assert len(smtp.mails) == mailed  # nothing new mailed
+        broker.decide(request.id, Decision(outcome="approved"), decided_by="bob")
+        wait_for(lambda: settled(broker))
+        wait_for(lambda: "Approved" in json.dumps(slack.message_for(request.id)["blocks"]))
+    assert broker.dead_letters() == []
+
+
+def test_a_voted_entry_is_a_known_event() -> None:
+    fields = {"type": "approval.voted", "request_id": "req_1", "queue": "default"}
+    event = parse_entry("t:stream:default", "default", "1-0", fields)
+    assert event.type == "approval.voted"
