@@ -40,7 +40,7 @@ end
 redis.call('HSET', key('rule'), unpack(flat))
 redis.call('SADD', key('rule_index'), A.rule.id)
 redis.call('ZADD', key('rule_listing'), created, A.rule.id)
-redis.call('INCR', key('rule_version'))
+redis.call('INCRBY', key('rule_version'), 1)
 
 local run = {hash = key('run'), pending = key('pending')}
 local decided_at = {{'decided_at', iso(now)}}
