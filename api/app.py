@@ -1,7 +1,8 @@
 """The FastAPI app: HTTP API v1 (DESIGN.md), one router per module.
 
 `create_app` is what the server, the tests and `up` call; other features (the inbox page) add
-their router the same way, listed in ROUTERS.
+their router the same way, listed in ROUTERS. The OpenAPI document is corrected and /docs
+served locally by api.openapi.
 """
 
 from __future__ import annotations
@@ -10,8 +11,11 @@ from fastapi import APIRouter, FastAPI
 
 from api import email, events, health, inbox, metrics, requests, rules, runs, slack, webhooks
 from api.errors import install_error_handlers
+from api.events import EventsSettings, StreamSlots
+from api.headers import EmailPageHeaders
 from api.limits import BodyLimit
 from api.metrics import ApiMetrics
+from api.openapi import install_openapi
 from api.state import ApiState, lifespan
 from api.waits import router as waits_router
 from broker.client import Broker
@@ -32,7 +36,13 @@ ROUTERS: tuple[APIRouter, ...] = (
 )
 
 
-def create_app(settings: Settings, config: Config, broker: Broker | None = None) -> FastAPI:
+def create_app(
+    settings: Settings,
+    config: Config,
+    broker: Broker | None = None,
+    *,
+    events_settings: EventsSettings | None = None,
+) -> FastAPI:
     """Build the app on `broker` (default: a Broker on settings.redis_url)."""
     broker = broker or Broker.from_settings(settings, config)
     app = FastAPI(
@@ -40,10 +50,16 @@ def create_app(settings: Settings, config: Config, broker: Broker | None = None)
         version="1",
         summary="Replies to AI agents' approval requests: REST, Slack, email links, webhooks.",
         lifespan=lifespan,
+        docs_url=None,  # api.openapi serves /docs from local files; ReDoc needs a CDN
+        redoc_url=None,
     )
     app.state.api = ApiState(settings, config, broker, ApiMetrics(broker))
+    app.state.events = events_settings or EventsSettings.from_env()
+    app.state.event_slots = StreamSlots(app.state.events.max_streams_per_principal)
     install_error_handlers(app)
     app.add_middleware(BodyLimit)
+    app.add_middleware(EmailPageHeaders)
     for router in ROUTERS:
         app.include_router(router)
+    install_openapi(app)
     return app

@@ -50,6 +50,8 @@ def create_request(
     if idempotency_key is not None:
         return create_request_once(state, principal, idempotency_key, body)
     request = state.broker.create_request(body)
+    state.broker.redis.hset(state.broker.keys.request(request.id), "created_by", principal.name)
+    request = request.model_copy(update={"created_by": principal.name})  # for api.visibility
     return JSONResponse(request.public(), status_code=201)
 
 

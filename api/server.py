@@ -5,6 +5,7 @@ from __future__ import annotations
 import uvicorn
 
 from api.app import create_app
+from api.events import stop_event_streams
 from broker.config import Config, Settings
 
 
@@ -15,6 +16,11 @@ class Server(uvicorn.Server):
         await super().startup(sockets)
         if self.started:
             print(f"API listening on {self.url}", flush=True)
+
+    async def shutdown(self, sockets: list | None = None) -> None:  # type: ignore[type-arg]
+        """End open event streams first: they would hold the graceful shutdown to its limit."""
+        stop_event_streams(self.config.app)
+        await super().shutdown(sockets)
 
     @property
     def url(self) -> str:

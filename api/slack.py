@@ -44,6 +44,7 @@ from broker.deciding import REPLAY_TTL_S
 from broker.errors import BrokerError, Conflict
 from broker.models import Decision, Outcome
 from broker.models import Request as BrokerRequest
+from broker.slack_urls import response_url_allowed
 
 log = logging.getLogger("approval_broker.api")
 
@@ -344,6 +345,6 @@ async def slack_interactions(
     if not outcome.decided:  # opening the reason dialog and the like: spend it here
         await run_in_threadpool(state.broker.redis.set, seen, "1", ex=REPLAY_TTL_S)
     url = payload.get("response_url")
-    if outcome.follow_up and isinstance(url, str) and url.startswith(("https://", "http://")):
+    if outcome.follow_up and isinstance(url, str) and response_url_allowed(url, slack.api_base_url):
         background.add_task(_post_notice, url, outcome.follow_up)
     return JSONResponse(outcome.body)

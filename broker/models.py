@@ -120,6 +120,7 @@ class Request(BaseModel):
     queue: str = "default"
     allowed_roles: list[str] = Field(default_factory=list)
     callback: str | None = None
+    created_by: str | None = None  # the principal that made it over the API (sees it: may_see)
     created_at: datetime
     expires_at: datetime
     status: Status = Status.pending

@@ -1,5 +1,6 @@
 """Schemathesis against /openapi.json: generated (valid and invalid) calls never get a 5xx,
-and every JSON error has the `{"error", "detail"}` shape."""
+every JSON error has the `{"error", "detail"}` shape, and every answer is one the document
+describes (status code, content type, body schema)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from redis import Redis
 from schemathesis import GenerationMode
+from schemathesis.checks import (
+    content_type_conformance,
+    not_a_server_error,
+    response_schema_conformance,
+    status_code_conformance,
+)
+from schemathesis.core.failures import FailureGroup
 
 from api.app import create_app
 from broker.auth import hash_token
@@ -23,6 +31,12 @@ ADMIN = "tok-admin"
 MAX_EXAMPLES = 30
 # /v1/events streams until the client leaves: only its refusals are fuzzed.
 STREAMING = {"GET /v1/events"}
+CHECKS = [
+    not_a_server_error,
+    status_code_conformance,
+    content_type_conformance,
+    response_schema_conformance,
+]
 
 
 @pytest.fixture
@@ -59,8 +73,10 @@ def check_response(label: str, response: Any) -> None:
         assert set(body) >= {"error", "detail"}, f"{label}: {body}"
 
 
-def fuzz(operation: Any, broker: Broker, token: str | None) -> int:
-    """Call `operation` with generated cases; returns how many calls were made."""
+def fuzz(operation: Any, broker: Broker, token: str | None, failures: list[str]) -> int:
+    """Call `operation` with generated cases; returns how many calls were made.
+
+    Each answer the document does not describe is added to `failures` (one line each)."""
     modes = [GenerationMode.NEGATIVE] if operation.label in STREAMING else list(GenerationMode)
     strategy = st.one_of([operation.as_strategy(generation_mode=m) for m in modes])
     headers = {"Authorization": f"Bearer {token}"} if token else {}
@@ -88,6 +104,11 @@ def fuzz(operation: Any, broker: Broker, token: str | None) -> int:
         response = case.call()
         calls += 1
         check_response(operation.label, response)
+        try:
+            case.validate_response(response, checks=CHECKS)
+        except FailureGroup as group:
+            for failure in group.exceptions:
+                failures.append(f"{operation.label} -> {response.status_code}: {failure.title}")
 
     run()
     return calls
@@ -101,9 +122,11 @@ def test_no_generated_input_gets_a_5xx(
     schema = schemathesis.openapi.from_asgi("/openapi.json", app)
     operations = [result.ok() for result in schema.get_all_operations()]
     assert len(operations) >= 11
+    failures: list[str] = []
     tried = sum(
-        fuzz(operation, broker, token)
+        fuzz(operation, broker, token, failures)
         for operation in operations
         if not (token and operation.label in STREAMING)
     )
     assert tried > 100
+    assert not failures, "\n".join(sorted(set(failures)))
