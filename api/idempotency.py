@@ -101,7 +101,7 @@ def create_request_once(
     """POST /v1/requests with a key: 201 with the new request, or 200 with the original."""
     rid, created = once(
         state, "requests", principal, idempotency_key, body,
-        lambda: state.broker.create_request(body).id,
+        lambda: state.broker.requests.create_request(body, created_by=principal.name).id,
     )  # fmt: skip
     return JSONResponse(state.broker.get_request(rid).public(), status_code=201 if created else 200)
 
