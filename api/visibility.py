@@ -40,3 +40,8 @@ def may_see(principal: Principal, request: Request, queue_roles: Collection[str]
 def seer(principal: Principal, config: Config) -> Callable[[Request], bool]:
     """`may_see` for one principal, with each request's queue roles from `config`."""
     return lambda request: may_see(principal, request, config.queue_roles(request.queue))
+
+
+def may_see_run(principal: Principal, started_by: str | None) -> bool:
+    """A run is seen by the token that started it (`started_by`), an auditor and the admin."""
+    return sees_all(principal) or (started_by is not None and started_by == principal.name)

@@ -136,3 +136,18 @@ def test_a_bad_cursor_is_a_422(setup: tuple[TestClient, dict[str, str]]) -> None
         "/v1/requests?status=approved&cursor=" + first.headers["x-next-cursor"], headers=h("audit")
     )
     assert other.status_code == 422 and other.json()["error"] == "bad_cursor"
+
+
+def test_a_run_is_seen_by_its_starter_an_auditor_and_the_admin_only(
+    setup: tuple[TestClient, dict[str, str]], redis: Redis
+) -> None:
+    client, _ = setup
+    redis.sadd("t:agents", "refunds")
+    started = client.post("/v1/runs", json={"agent": "refunds", "prompt": "go"}, headers=h("svc"))
+    assert started.status_code == 202, started.text
+    run_id = started.json()["run_id"]
+    for who in ("svc", "audit", "admin"):
+        assert client.get(f"/v1/runs/{run_id}", headers=h(who)).status_code == 200, who
+    for who in ("svc2", "fin", "ops"):
+        hidden = client.get(f"/v1/runs/{run_id}", headers=h(who))
+        assert hidden.status_code == 404 and hidden.json()["error"] == "not_found", who
