@@ -216,6 +216,11 @@ class Keys:
         """note.lua: the request's hash."""
         return ScriptKeys().name("req", self.request(request_id))
 
+    def reindex_keys(self, queues: Iterable[str]) -> ScriptKeys:
+        """reindex.lua: the shared indexes and each queue's; the caller adds each request's
+        `req`, `creator` and `run_requests`."""
+        return self._shared(queues)
+
     def page_keys(self, index: str) -> ScriptKeys:
         """page.lua: the one listing index a page is read from."""
         return ScriptKeys().name("index", index)

@@ -174,3 +174,36 @@ def test_a_filtered_page_reads_a_bounded_number_of_entries(broker: Broker) -> No
                                        keep=lambda r: r.id == seen.id)  # fmt: skip
     assert [r.id for r in second.items] == [seen.id] and second.next_cursor is None
     assert broker.list_requests(status=Status.pending, limit=5)[0].status is Status.pending
+
+
+def test_reindex_puts_requests_stored_before_the_indexes_into_them(broker: Broker) -> None:
+    from broker.reindex import Reindex
+
+    mine = broker.requests.create_requests(news(3), created_by="svc")
+    run = broker.create_round("run_9", 0, news(2, queue="managers"))
+    approve(broker, mine[0].id)
+    before = {
+        name: [r.id for r in all_pages(broker, 2, **f)]
+        for name, f in {
+            "pending": {"status": "pending"},
+            "approved": {"status": "approved", "queue": "default"},
+            "queue": {"queue": "managers"},
+            "creator": {"created_by": "svc"},
+            "run": {"run_id": "run_9"},
+        }.items()
+    }
+    assert before["run"] == [r.id for r in run]
+    for key in broker.redis.scan_iter("t:ix:*"):
+        broker.redis.delete(key)
+    broker.redis.delete(broker.keys.run_requests("run_9"))
+    assert broker.requests.list_page(status="approved", queue="default").items == []
+    assert Reindex(broker).run() == 5
+    assert Reindex(broker).run() == 5  # twice: no harm
+    for name, f in {
+        "pending": {"status": "pending"},
+        "approved": {"status": "approved", "queue": "default"},
+        "queue": {"queue": "managers"},
+        "creator": {"created_by": "svc"},
+        "run": {"run_id": "run_9"},
+    }.items():
+        assert [r.id for r in all_pages(broker, 2, **f)] == before[name], name
