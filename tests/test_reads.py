@@ -207,3 +207,12 @@ def test_reindex_puts_requests_stored_before_the_indexes_into_them(broker: Broke
         "run": {"run_id": "run_9"},
     }.items():
         assert [r.id for r in all_pages(broker, 2, **f)] == before[name], name
+
+
+def test_newest_first_goes_on_past_a_cursor_whose_request_moved(broker: Broker) -> None:
+    batch = sorted((r.id for r in broker.create_requests(news(10))), reverse=True)  # tied
+    first = broker.requests.list_page(queue="default", limit=4)
+    assert [r.id for r in first.items] == batch[:4]
+    approve(broker, batch[3])  # its entry is rescored to now: the cursor's (score, id) is gone
+    rest = all_pages_from(broker, first.next_cursor, queue="default")
+    assert [r.id for r in rest] == batch[4:]
