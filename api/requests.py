@@ -73,6 +73,16 @@ def visible_request(state: ApiState, principal: Principal, request_id: str) -> R
             "model": list[Request],
             "description": "one page, newest first (pending: soonest to expire first); the next"
             ' page is in the `Link: <...>; rel="next"` and `X-Next-Cursor` headers',
+            "headers": {
+                "Link": {
+                    "description": 'the next page: `<URL>; rel="next"` (absent: no more)',
+                    "schema": {"type": "string"},
+                },
+                "X-Next-Cursor": {
+                    "description": "the next page's `cursor` (absent: no more)",
+                    "schema": {"type": "string"},
+                },
+            },
         },
         **ERRORS,
     },
