@@ -6,12 +6,13 @@ the `approval.requested` event are written together or not at all. Deciding is `
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from broker.args_schema import check_schema
 from broker.errors import InvalidInput, NotFound
 from broker.ids import new_id, round_request_id
+from broker.listing import Filter, Listing, Page
 from broker.models import HistoryEntry, NewRequest, Request, Status
 from broker.questions import validate_question_metadata
 from broker.quorum import creation_fields
@@ -23,18 +24,25 @@ from broker.text import as_str
 class Requests:
     def __init__(self, store: Store) -> None:
         self.store = store
+        self.listing = Listing(store, self.get_requests)
 
-    def create_request(self, new: NewRequest) -> Request:
-        """Create a standalone request (no run): stored, indexed for expiry, and announced."""
-        [request] = self.create_requests([new])
+    def create_request(self, new: NewRequest, *, created_by: str | None = None) -> Request:
+        """Create a standalone request (no run): stored, indexed for expiry, and announced.
+
+        `created_by` (the API's caller) is stored and indexed in the same step, so the creator
+        sees its request from the first moment (`api.visibility`).
+        """
+        [request] = self.create_requests([new], created_by=created_by)
         return request
 
-    def create_requests(self, news: Sequence[NewRequest]) -> list[Request]:
+    def create_requests(
+        self, news: Sequence[NewRequest], *, created_by: str | None = None
+    ) -> list[Request]:
         """Create many standalone requests in one atomic step (bulk import, load tests)."""
         built = [(new_id("req"), new) for new in news]
         if not built:
             return []
-        _, requests = self._create(None, 0, built)
+        _, requests = self._create(None, 0, built, created_by)
         return requests
 
     def create_round(
@@ -67,20 +75,35 @@ class Requests:
         return new.timeout_s if new.timeout_s is not None else config.timeout_for(new.queue)
 
     def _create(
-        self, run_id: str | None, round_no: int, built: list[tuple[str, NewRequest]]
+        self,
+        run_id: str | None,
+        round_no: int,
+        built: list[tuple[str, NewRequest]],
+        created_by: str | None = None,
     ) -> tuple[str, list[Request]]:
+        if created_by is None:  # or as the requests say (the API sets NewRequest.created_by)
+            creators = {new.created_by for _, new in built if new.created_by}
+            created_by = creators.pop() if len(creators) == 1 else None
         items: list[dict[str, Any]] = []
         for rid, new in built:
             timeout = self._check(new)
             fields = request_fields(new, rid, run_id, round_no) | creation_fields(
                 new, self.store.config
             )
+            if created_by:
+                fields["created_by"] = created_by
             items.append({"id": rid, "timeout_s": timeout, "fields": fields})
         keys = self.store.keys.create_keys(
             run_id, round_no, [rid for rid, _ in built], {new.queue for _, new in built}
         )
+        self.store.keys.creator_keys(keys, created_by)
         result = self.store.scripts.run(
-            "create", keys, maxlen=self.store.maxlen, round=str(round_no), requests=items
+            "create",
+            keys,
+            maxlen=self.store.maxlen,
+            retention=self.store.retention,
+            round=str(round_no),
+            requests=items,
         )
         if result[0] == "duplicate":
             raise InvalidInput(f"request {result[1]} already exists", code="duplicate")
@@ -111,27 +134,25 @@ class Requests:
     def list_requests(
         self, *, status: Status | str | None = None, queue: str | None = None, limit: int = 100
     ) -> list[Request]:
-        """Pending ones soonest to expire first (from the expiry index); otherwise the most
-        recently created or decided first."""
-        status = Status(status) if status else None
-        keys, redis = self.store.keys, self.store.redis
-        pending_only = status is Status.pending
-        out: list[Request] = []
-        start, page = 0, max(limit, 100)
-        while len(out) < limit:
-            if pending_only:
-                ids = redis.zrange(keys.expiry, start, start + page - 1)
-            else:
-                ids = redis.zrevrange(keys.requests, start, start + page - 1)
-            if not ids:
-                break
-            for request in self.get_requests(as_str(i) for i in ids):
-                if (status is None or request.status is status) and (
-                    queue is None or request.queue == queue
-                ):
-                    out.append(request)
-            start += page
-        return out[:limit]
+        """The first page of `list_page`: pending ones soonest to expire first; otherwise the
+        most recently created or decided first."""
+        return self.list_page(status=status, queue=queue, limit=limit).items
+
+    def list_page(
+        self,
+        *,
+        status: Status | str | None = None,
+        queue: str | None = None,
+        run_id: str | None = None,
+        created_by: str | None = None,
+        limit: int = 100,
+        cursor: str | None = None,
+        keep: Callable[[Request], bool] | None = None,
+    ) -> Page:
+        """One page of requests from the index that answers the filters (`broker.listing`);
+        `keep` filters further (who may see what), reading a bounded number of entries."""
+        f = Filter(Status(status) if status else None, queue, run_id, created_by)
+        return self.listing.page(f, limit=limit, cursor=cursor, keep=keep)
 
     def round_requests(self, run_id: str, round_no: int) -> list[Request]:
         key = self.store.keys.run_round(run_id, round_no)

@@ -25,6 +25,7 @@ for _, r in ipairs(A.requests) do
   redis.call('HSET', key_of(r.id, 'req'), unpack(flat))
   redis.call('ZADD', key('expiry'), expires, r.id)
   redis.call('ZADD', key('requests'), created, r.id)
+  index_created(r.id, queue, expires, created, now)
   count('pending:' .. queue, 1)
   emit(queue, 'type', 'approval.requested', 'request_id', r.id, 'queue', queue)
   if round_key then
