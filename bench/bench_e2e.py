@@ -66,7 +66,7 @@ class Proc:
                 argv, env=env, cwd=ROOT, stdout=sink, stderr=subprocess.STDOUT
             )
 
-    def wait_for(self, text: str, timeout: float = 60.0) -> str:
+    def wait_for(self, text: str, timeout: float = 240.0) -> str:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             for line in self.log.read_text(errors="replace").splitlines():
