@@ -94,10 +94,19 @@ class Proc:
         return sum(int(x) for x in fields[11:13]) / os.sysconf("SC_CLK_TCK")
 
     def round_trips(self, where: Path) -> int:
-        try:
-            return int(json.loads((where / f"{self.process.pid}.json").read_text())["round_trips"])
-        except (OSError, ValueError, KeyError):
-            return 0
+        """The role's Redis round trips so far (it writes them on SIGUSR1); 0 if it can't say."""
+        path = where / f"{self.process.pid}.json"
+        if not path.exists():
+            return 0  # not a Redis client (the receiver)
+        path.unlink()
+        self.process.send_signal(signal.SIGUSR1)
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline:
+            try:
+                return int(json.loads(path.read_text())["round_trips"])
+            except (OSError, ValueError, KeyError):
+                time.sleep(0.01)
+        return 0
 
     def stop(self) -> None:
         if self.process.poll() is None:
@@ -152,7 +161,6 @@ def throughput(
     cpu = {p.name: round(p.cpu_s() - cpu_before[p.name], 2) for p in procs}
     cpu["redis"] = round(_redis_cpu(broker.redis) - redis_before, 2)
     cpu["bench (this process)"] = round(sum(os.times()[:2]) - own_before, 2)
-    time.sleep(0.3)  # the counters are written every 0.1 s
     trips = {p.name: p.round_trips(counts) - trips_before[p.name] for p in procs}
     replies = get_json(f"{receiver_url}/stats").get("reply_200", 0) - base
     return {
