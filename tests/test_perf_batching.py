@@ -113,3 +113,14 @@ def test_a_batch_with_one_failing_delivery_acks_only_the_others(broker: Broker) 
         assert ("delivered" in events) is (entry is not failing), by_id[entry.event.request_id]
     stats = {text(k): int(v) for k, v in broker.redis.hgetall(broker.keys.stats).items()}
     assert stats["delivered:webhook"] == 2 and stats["failed:webhook"] == 1
+
+
+def test_brokers_made_per_job_on_one_client_load_the_scripts_once(
+    redis: Redis, config: Config
+) -> None:
+    Broker(redis, config, prefix="t:").create_requests([NewRequest(tool_name="refund", args={})])
+    hook, loads = redis.connection_pool.make_connection, script_calls(redis, "load")
+    for _ in range(20):  # what `broker.jobs.broker_on` does for each job
+        Broker(redis, config, prefix="t:").create_requests([NewRequest(tool_name="r", args={})])
+    assert redis.connection_pool.make_connection is hook  # no growing chain of hooks
+    assert script_calls(redis, "load") == loads

@@ -51,7 +51,7 @@ class Scripts:
         self._loaded = False
         self._lock = threading.Lock()
         self._fallback: dict[str, Script] | None = None
-        if not _watch_connections(redis, self._on_connect):
+        if not _watch_connections(redis):
             self._fallback = {n: redis.register_script(t) for n, t in self._sources.items()}
 
     def run(self, name: str, keys: ScriptKeys, client: Any = None, **args: Any) -> list[Any]:
@@ -71,7 +71,10 @@ class Scripts:
 
     def _call(self, name: str, keys: list[str], argv: list[str], client: Any) -> Any:
         if not self._loaded:
-            self.load()
+            if getattr(self._redis.connection_pool, _LOADED, False):
+                self._loaded = True  # another Broker on this client loaded them
+            else:
+                self.load()
         target = self._redis if client is None else client
         sha = self._shas[name]
         if isinstance(target, Pipeline):  # queued, sent later
@@ -90,17 +93,7 @@ class Scripts:
                 pipe.script_load(text)
             pipe.execute()
             self._loaded = True
-
-    def _on_connect(self, connection: Any) -> None:
-        """A new or re-made connection: load the scripts on it before any command uses it."""
-        try:
-            for text in self._sources.values():
-                connection.send_command("SCRIPT", "LOAD", text)
-            for _ in self._sources:
-                connection.read_response()
-        except Exception:
-            connection.disconnect()  # not half set up: the next command connects again
-            raise
+            setattr(self._redis.connection_pool, _LOADED, True)
 
     def note(
         self,
@@ -123,27 +116,50 @@ class Scripts:
         return self.run("note", keys.note_keys(request_id), client=client, entry=entry)
 
 
-def _watch_connections(redis: Any, callback: Any) -> bool:
-    """Call `callback` on every connection `redis`'s pool makes or re-makes; False if it can't.
+class _Loader:
+    """Loads every script on a connection as it (re)connects; one for all pools, so a Broker
+    made per job on a shared client adds nothing (redis-py keeps callbacks as weak methods)."""
+
+    def on_connect(self, connection: Any) -> None:
+        try:
+            for name in NAMES:
+                connection.send_command("SCRIPT", "LOAD", source(name))
+            for _ in NAMES:
+                connection.read_response()
+        except Exception:
+            connection.disconnect()  # not half set up: the next command connects again
+            raise
+
+
+_LOADER = _Loader()
+_WATCHED = "_approval_broker_scripts"
+_LOADED = "_approval_broker_scripts_loaded"
+
+
+def _watch_connections(redis: Any) -> bool:
+    """Load the scripts on every connection `redis`'s pool makes or re-makes; False if it can't.
 
     redis-py runs connect callbacks after each (re)connect, before the command that needed it.
     """
     pool = getattr(redis, "connection_pool", None)
     if type(redis) is not Redis or pool is None or not hasattr(pool, "make_connection"):
         return False
+    if getattr(pool, _WATCHED, False):
+        return True
     existing = [
         *getattr(pool, "_available_connections", []),
         *getattr(pool, "_in_use_connections", []),
         *getattr(pool, "_connections", []),
     ]
     for connection in existing:
-        connection.register_connect_callback(callback)
+        connection.register_connect_callback(_LOADER.on_connect)
     make = pool.make_connection
 
     def make_connection() -> Any:
         connection = make()
-        connection.register_connect_callback(callback)
+        connection.register_connect_callback(_LOADER.on_connect)
         return connection
 
     pool.make_connection = make_connection
+    setattr(pool, _WATCHED, True)
     return True
