@@ -1,4 +1,4 @@
-"""The FastAPI app: HTTP API v1 (DESIGN.md), one router per module.
+"""The FastAPI app: HTTP API v1 (docs/architecture.md), one router per module.
 
 `create_app` is what the server, the tests and `up` call; other features (the inbox page) add
 their router the same way, listed in ROUTERS. The OpenAPI document is corrected and /docs

@@ -163,7 +163,8 @@ async def _as_seen_by(
     announced the request: a creator's stream may read the request in between. So a fresh,
     untagged request is re-read until tagged (bounded: CREATOR_TAG_WAIT_S).
     """
-    if may_see(principal, request):
+    roles = state.config.queue_roles(request.queue)
+    if may_see(principal, request, roles):
         return request
     if not _may_be_untagged_own(principal, request, event):
         return None
@@ -175,7 +176,7 @@ async def _as_seen_by(
         except NotFound:
             return None
         if request.created_by is not None:
-            return request if may_see(principal, request) else None
+            return request if may_see(principal, request, roles) else None
     return None
 
 

@@ -101,7 +101,7 @@ def create_request_once(
     """POST /v1/requests with a key: 201 with the new request, or 200 with the original."""
     rid, created = once(
         state, "requests", principal, idempotency_key, body,
-        lambda: state.broker.create_request(body).id,
+        lambda: state.broker.requests.create_request(body, created_by=principal.name).id,
     )  # fmt: skip
     return JSONResponse(state.broker.get_request(rid).public(), status_code=201 if created else 200)
 
@@ -112,6 +112,6 @@ def start_run_once(
     """POST /v1/runs with a key: 202 with the new run's id, or 200 with the original's."""
     run_id, created = once(
         state, "runs", principal, idempotency_key, body,
-        lambda: start_run(state.broker, body.agent, body.prompt).id,
+        lambda: start_run(state.broker, body.agent, body.prompt, started_by=principal.name).id,
     )  # fmt: skip
     return JSONResponse({"run_id": run_id}, status_code=202 if created else 200)

@@ -36,10 +36,22 @@ def me(principal: Caller) -> JSONResponse:
 
 @router.get("/v1/queues", response_model=None)
 def queues(principal: Caller, state: State) -> JSONResponse:
-    """The handler queues with their timeouts and escalation targets."""
+    """The handler queues with their timeouts, escalation targets and `pending` counts.
+
+    A count is the queue's total (kept by the Lua steps in the `counts` hash: one HMGET,
+    whatever is stored), not only the requests the caller may see.
+    """
+    names = sorted(state.config.queues)
+    redis, keys = state.broker.redis, state.broker.keys
+    counts = redis.hmget(keys.counts, [f"pending:{n}" for n in names]) if names else []
     return JSONResponse(
         [
-            {"name": name, "timeout_s": q.timeout_s, "escalate_to": q.escalate_to}
-            for name, q in sorted(state.config.queues.items())
+            {
+                "name": name,
+                "timeout_s": state.config.queues[name].timeout_s,
+                "escalate_to": state.config.queues[name].escalate_to,
+                "pending": max(int(c or 0), 0),
+            }
+            for name, c in zip(names, counts, strict=True)
         ]
     )

@@ -3,18 +3,22 @@
 from __future__ import annotations
 
 from typing import Annotated
+from urllib.parse import urlencode
 
 from fastapi import APIRouter, Body, Path, Query
+from fastapi import Request as HttpRequest
 from fastapi.responses import JSONResponse
 
 from api.auth import Caller, Requester
 from api.idempotency import IdempotencyKey, create_request_once
 from api.rules import remember
 from api.schemas import ERRORS, ConflictBody, DecisionBody, NewRequestBody
-from api.state import State
+from api.state import ApiState, State
+from api.visibility import seer, sees_all, sees_own_only
 from api.waits import LongPoll
+from broker.auth import Principal
 from broker.deciding import INBOX
-from broker.errors import InvalidInput
+from broker.errors import InvalidInput, NotFound
 from broker.models import Request, Status
 
 router = APIRouter(prefix="/v1/requests", tags=["requests"])
@@ -55,21 +59,69 @@ def create_request(
     return JSONResponse(request.public(), status_code=201)
 
 
+def visible_request(state: ApiState, principal: Principal, request_id: str) -> Request:
+    """The request if `principal` may see it; NotFound otherwise, as for an unknown id."""
+    request = state.broker.get_request(request_id)
+    if not seer(principal, state.config)(request):
+        raise NotFound(f"no request with id {request_id!r}")
+    return request
+
+
 @router.get(
     "",
     response_model=None,
-    responses={200: {"model": list[Request], "description": "newest first"}, **ERRORS},
+    responses={
+        200: {
+            "model": list[Request],
+            "description": "one page, newest first (pending: soonest to expire first); the next"
+            ' page is in the `Link: <...>; rel="next"` and `X-Next-Cursor` headers',
+            "headers": {
+                "Link": {
+                    "description": 'the next page: `<URL>; rel="next"` (absent: no more)',
+                    "schema": {"type": "string"},
+                },
+                "X-Next-Cursor": {
+                    "description": "the next page's `cursor` (absent: no more)",
+                    "schema": {"type": "string"},
+                },
+            },
+        },
+        **ERRORS,
+    },
 )
 def list_requests(
     principal: Caller,
     state: State,
+    http: HttpRequest,
     status: Status | None = None,
     queue: Annotated[str | None, Query(min_length=1, max_length=200)] = None,
+    run_id: Annotated[str | None, Query(min_length=1, max_length=200, pattern=ID_PATTERN)] = None,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+    cursor: Annotated[
+        str | None, Query(min_length=1, max_length=1000, description="from a `Link: rel=next`")
+    ] = None,
 ) -> JSONResponse:
-    """Requests, newest first (pending ones: soonest to expire first), filtered."""
-    requests = state.broker.list_requests(status=status, queue=queue, limit=limit)
-    return JSONResponse([r.public() for r in requests])
+    """Requests the caller may see, one page at a time, filtered.
+
+    A requester-only token lists what it created; an auditor and the admin everything; an
+    approver what it may decide (and what it created).
+    """
+    page = state.broker.requests.list_page(
+        status=status,
+        queue=queue,
+        run_id=run_id,
+        created_by=principal.name if sees_own_only(principal) else None,
+        limit=limit,
+        cursor=cursor,
+        keep=None if sees_all(principal) else seer(principal, state.config),
+    )
+    response = JSONResponse([r.public() for r in page.items])
+    if page.next_cursor:
+        params = [(k, v) for k, v in http.query_params.multi_items() if k != "cursor"]
+        url = f"{http.url.path}?{urlencode([*params, ('cursor', page.next_cursor)])}"
+        response.headers["Link"] = f'<{url}>; rel="next"'
+        response.headers["X-Next-Cursor"] = page.next_cursor
+    return response
 
 
 @router.get(
@@ -83,8 +135,9 @@ def get_request(
     state: State,
     waited: LongPoll,
 ) -> JSONResponse:
-    """One request, with its status, decision and history."""
-    return JSONResponse(state.broker.get_request(request_id).public())
+    """One request, with its status, decision and history (404 for one the caller may not
+    see, as for an unknown id)."""
+    return JSONResponse(visible_request(state, principal, request_id).public())
 
 
 @router.post(

@@ -17,7 +17,8 @@ from api.idempotency import IdempotencyKey, start_run_once
 from api.requests import ID_PATTERN
 from api.schemas import ERRORS, ErrorBody, RunStart, RunStarted
 from api.state import State
-from broker.errors import Conflict
+from api.visibility import may_see_run
+from broker.errors import Conflict, NotFound
 from broker.models import Run
 from broker.new_prompt import continue_with_prompt
 from broker.runs import start_run
@@ -49,7 +50,7 @@ def create_run(
     """Start a registered agent. Needs the `requester` role; `Idempotency-Key` honoured."""
     if idempotency_key is not None:
         return start_run_once(state, principal, idempotency_key, body)
-    run = start_run(state.broker, body.agent, body.prompt)
+    run = start_run(state.broker, body.agent, body.prompt, started_by=principal.name)
     return JSONResponse({"run_id": run.id}, status_code=202)
 
 
@@ -63,7 +64,10 @@ def get_run(
     principal: Caller,
     state: State,
 ) -> JSONResponse:
-    """A run: status, round, pending request ids, output."""
+    """A run: status, round, pending request ids, output. Only its starter, an auditor and
+    the admin see it (`api.visibility.may_see_run`); others get 404."""
+    if not may_see_run(principal, state.broker.run_fields(run_id).get("started_by")):
+        raise NotFound(f"no run with id {run_id!r}")
     return JSONResponse(state.broker.get_run(run_id).public())
 
 

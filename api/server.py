@@ -45,6 +45,8 @@ def build_server(settings: Settings, config: Config) -> Server:
         access_log=False,
         log_level="warning",
         timeout_graceful_shutdown=5,
+        loop="uvloop",
+        http="httptools",
     )
     return Server(uv_config)
 

@@ -1,21 +1,47 @@
-"""Who may see a request (SSE today; GET, list and the inbox may reuse it).
+"""Who may see a request, on every read path: list, GET, waits, the inbox and SSE.
 
 One rule, so every read path answers the same: a principal sees a request if it may decide
-it, created it, has the role `auditor` (read-only, sees everything), or is the admin.
+it (its roles, the request's `allowed_roles` and its queue's roles, as `broker.deciding`
+judges), created it, has the role `auditor` (read-only, sees everything), or is the admin.
+Others are told the request does not exist (404), and lists never show it.
 """
 
 from __future__ import annotations
 
-from broker.auth import EVERY_ROLE, Principal
+from collections.abc import Callable, Collection
+
+from broker.auth import EVERY_ROLE, REQUESTER, Principal
+from broker.config import Config
 from broker.models import Request
 
 AUDITOR = "auditor"
 
 
-def may_see(principal: Principal, request: Request) -> bool:
-    """True when `principal` may read `request` (and receive its events)."""
-    if EVERY_ROLE in principal.roles or AUDITOR in principal.roles:
+def sees_all(principal: Principal) -> bool:
+    return EVERY_ROLE in principal.roles or AUDITOR in principal.roles
+
+
+def sees_own_only(principal: Principal) -> bool:
+    """A requester-only token (an agent's) sees just what it created: its lists read the
+    per-creator index."""
+    return principal.roles == {REQUESTER}
+
+
+def may_see(principal: Principal, request: Request, queue_roles: Collection[str] = ()) -> bool:
+    """True when `principal` may read `request` (and receive its events); `queue_roles` are
+    the minimum roles of the request's queue (`Config.queue_roles`)."""
+    if sees_all(principal):
         return True
     if request.created_by is not None and request.created_by == principal.name:
         return True
-    return principal.may_decide(request)
+    return principal.may_decide(request, queue_roles)
+
+
+def seer(principal: Principal, config: Config) -> Callable[[Request], bool]:
+    """`may_see` for one principal, with each request's queue roles from `config`."""
+    return lambda request: may_see(principal, request, config.queue_roles(request.queue))
+
+
+def may_see_run(principal: Principal, started_by: str | None) -> bool:
+    """A run is seen by the token that started it (`started_by`), an auditor and the admin."""
+    return sees_all(principal) or (started_by is not None and started_by == principal.name)

@@ -26,6 +26,7 @@ from starlette.concurrency import run_in_threadpool
 from api.auth import Caller
 from api.schemas import ERRORS
 from api.state import ApiState, State
+from api.visibility import seer
 from broker.errors import NotFound
 from broker.models import Request
 
@@ -162,6 +163,7 @@ def _fetcher(state: ApiState) -> Fetch:
 async def long_poll(
     request_id: Annotated[str, Path()],
     http: HttpRequest,
+    principal: Caller,
     state: State,
     wait: Annotated[
         float | None,
@@ -174,8 +176,12 @@ async def long_poll(
     ] = None,
 ) -> None:
     """Dependency of `GET /v1/requests/{id}`: with `?wait=S`, return once the request is no
-    longer pending (or S passed); the route then reads and answers it as usual."""
+    longer pending (or S passed); the route then reads and answers it as usual. A request the
+    caller may not see is not waited on (its 404 comes at once, as for an unknown id)."""
     if wait is not None:
+        found = await _fetcher(state)([request_id])
+        if not found or not seer(principal, state.config)(found[0]):
+            raise NotFound(f"no request with id {request_id!r}")
         await waiter_for(http, state).until([request_id], wait, every=True, fetch=_fetcher(state))
 
 
@@ -206,12 +212,15 @@ async def wait_requests(
     body: WaitBody, principal: Caller, http: HttpRequest, state: State
 ) -> JSONResponse:
     """Answer when all (or, with `"all": false`, the first) of the requests are no longer
-    pending, or after `timeout_s` with them as they stand."""
+    pending, or after `timeout_s` with them as they stand. An id the caller may not see is
+    a 404, as an unknown one."""
     fetch = _fetcher(state)
-    found = {r.id for r in await fetch(body.ids)}
+    visible = seer(principal, state.config)
+    found = {r.id for r in await fetch(body.ids) if visible(r)}
     missing = [rid for rid in body.ids if rid not in found]
     if missing:
         raise NotFound(f"no request with id {', '.join(repr(m) for m in missing[:10])}")
     got = await waiter_for(http, state).until(body.ids, body.timeout_s, every=body.all, fetch=fetch)
     by_id = {r.id: r for r in got}
-    return JSONResponse([by_id[rid].public() for rid in dict.fromkeys(body.ids) if rid in by_id])
+    wanted = [by_id[rid] for rid in dict.fromkeys(body.ids) if rid in by_id]
+    return JSONResponse([r.public() for r in wanted if visible(r)])

@@ -238,19 +238,24 @@ def pending(
     as_json: Annotated[bool, typer.Option("--json", help="One JSON object per line.")] = False,
     data_dir: DataDir = None,
 ) -> None:
-    """List the requests that wait for a decision, oldest expiry first."""
+    """List the requests that wait for a decision, soonest expiry first (every one: it pages
+    through the queue's pending index 500 at a time)."""
     broker = connect(data_dir)
-    with clear_errors():
-        requests = broker.list_requests(status=Status.pending, queue=queue, limit=1000)
-    if as_json:
-        for r in requests:
-            typer.echo(json.dumps(r.public()))
-        return
-    if not requests:
+    cursor: str | None = None
+    shown = 0
+    while True:
+        with clear_errors():
+            page = broker.requests.list_page(
+                status=Status.pending, queue=queue, limit=500, cursor=cursor
+            )
+        for r in page.items:
+            typer.echo(json.dumps(r.public()) if as_json else pending_line(r))
+        shown += len(page.items)
+        cursor = page.next_cursor
+        if cursor is None:
+            break
+    if not shown and not as_json:
         typer.echo("nothing pending")
-        return
-    for r in requests:
-        typer.echo(pending_line(r))
 
 
 def pending_line(r: Request) -> str:

@@ -5,7 +5,8 @@
 Everything runs on this machine as separate processes: an embedded Redis (AOF on), `approval-
 broker api` (x2), `approval-broker notifier` (x2), `approval-broker resumer`, and a webhook
 receiver that verifies each delivery and approves it through the signed
-`/v1/webhooks/{name}/replies` of the API (tests/fakes/deciding_receiver.py). A cycle is one
+`/v1/webhooks/{name}/replies` of the API (tests/fakes/deciding_receiver.py, behind uvicorn in
+bench/lean_receiver.py unless `--receiver threaded`). A cycle is one
 round of one run with one request; it ends when the resumer has put the run's resume job on the
 RQ queue (no agent worker runs here: executing agents is the worker fleet's cost, not the
 broker's).
@@ -17,7 +18,9 @@ broker's).
    each, created -> webhook delivered (the receiver's clock, same machine) and created -> resume
    job enqueued (RQ's `enqueued_at`). p50/p99.
 
-CPU seconds per process during the throughput phase are printed too: where the time goes.
+CPU seconds per process during the throughput phase are printed too (and CPU ms per cycle),
+with each role's Redis round trips per cycle (counted by `broker.connection` when
+`APPROVAL_BROKER_COUNT_ROUND_TRIPS` is set, as here; the API's redis.asyncio client is not).
 """
 
 from __future__ import annotations
@@ -44,6 +47,7 @@ from benchlib import enqueued_at, make_rounds, pct, raw_xadd_per_s  # noqa: E402
 
 from broker.client import Broker  # noqa: E402
 from broker.config import load_config  # noqa: E402
+from broker.connection import COUNT_ENV  # noqa: E402
 from broker.keys import NOTIFIER_GROUP  # noqa: E402
 from broker.models import NewRequest  # noqa: E402
 from broker.redis_server import EmbeddedRedis, free_port  # noqa: E402
@@ -53,6 +57,10 @@ SECRET = "whsec_" + base64.b64encode(b"bench-e2e-webhook-secret-0123456").decode
 CLI = [sys.executable, "-m", "approval_broker"]
 TARGET_CYCLES = 1000.0
 TARGET_P99_MS = 50.0
+RECEIVERS = {  # both verify every delivery with standardwebhooks and reply the same way
+    "lean": [str(ROOT / "bench" / "lean_receiver.py")],
+    "threaded": ["-m", "tests.fakes.deciding_receiver"],
+}
 
 
 class Proc:
@@ -66,7 +74,7 @@ class Proc:
                 argv, env=env, cwd=ROOT, stdout=sink, stderr=subprocess.STDOUT
             )
 
-    def wait_for(self, text: str, timeout: float = 60.0) -> str:
+    def wait_for(self, text: str, timeout: float = 240.0) -> str:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             for line in self.log.read_text(errors="replace").splitlines():
@@ -84,6 +92,21 @@ class Proc:
             return 0.0
         fields = stat[stat.rindex(")") + 2 :].split()
         return sum(int(x) for x in fields[11:13]) / os.sysconf("SC_CLK_TCK")
+
+    def round_trips(self, where: Path) -> int:
+        """The role's Redis round trips so far (it writes them on SIGUSR1); 0 if it can't say."""
+        path = where / f"{self.process.pid}.json"
+        if not path.exists():
+            return 0  # not a Redis client (the receiver)
+        path.unlink()
+        self.process.send_signal(signal.SIGUSR1)
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline:
+            try:
+                return int(json.loads(path.read_text())["round_trips"])
+            except (OSError, ValueError, KeyError):
+                time.sleep(0.01)
+        return 0
 
     def stop(self) -> None:
         if self.process.poll() is None:
@@ -121,12 +144,13 @@ def make_backlog(broker: Broker, n: int) -> float:
 
 
 def throughput(
-    broker: Broker, procs: list[Proc], receiver_url: str, n: int, timeout: float
+    broker: Broker, procs: list[Proc], receiver_url: str, n: int, timeout: float, counts: Path
 ) -> dict[str, Any]:
     """Rewind the notifiers' group onto the backlog and time it until every resume is enqueued."""
     stream = broker.keys.stream("default")
     queue_key = run_queue(broker).key
     cpu_before = {p.name: p.cpu_s() for p in procs}
+    trips_before = {p.name: p.round_trips(counts) for p in procs}
     own_before = sum(os.times()[:2])
     redis_before = _redis_cpu(broker.redis)
     base = get_json(f"{receiver_url}/stats").get("reply_200", 0)
@@ -137,6 +161,7 @@ def throughput(
     cpu = {p.name: round(p.cpu_s() - cpu_before[p.name], 2) for p in procs}
     cpu["redis"] = round(_redis_cpu(broker.redis) - redis_before, 2)
     cpu["bench (this process)"] = round(sum(os.times()[:2]) - own_before, 2)
+    trips = {p.name: p.round_trips(counts) - trips_before[p.name] for p in procs}
     replies = get_json(f"{receiver_url}/stats").get("reply_200", 0) - base
     return {
         "cycles": n,
@@ -144,6 +169,8 @@ def throughput(
         "cycles_per_s": round(n / seconds, 1),
         "replies_200": replies,
         "cpu_s": cpu,
+        "cpu_ms_per_cycle": {k: round(v * 1000 / n, 3) for k, v in cpu.items()},
+        "round_trips_per_cycle": {k: round(v / n, 2) for k, v in trips.items() if v},
     }
 
 
@@ -197,6 +224,12 @@ def main() -> None:
     parser.add_argument("--notifiers", type=int, default=2)
     parser.add_argument("--resumers", type=int, default=1)
     parser.add_argument("--receiver-threads", type=int, default=16)
+    parser.add_argument(
+        "--receiver",
+        choices=sorted(RECEIVERS),
+        default="lean",
+        help="lean: bench/lean_receiver.py on uvicorn; threaded: the tests' http.server one",
+    )
     parser.add_argument("--timeout", type=float, default=300.0)
     parser.add_argument("--json", action="store_true", help="print one JSON object at the end")
     opts = parser.parse_args()
@@ -211,7 +244,7 @@ def main() -> None:
             receiver = Proc(
                 "receiver",
                 [
-                    sys.executable, "-m", "tests.fakes.deciding_receiver", "--secret", SECRET,
+                    sys.executable, *RECEIVERS[opts.receiver], "--secret", SECRET,
                     "--endpoint", "bench", "--mix", "approve=1",
                     "--threads", str(opts.receiver_threads),
                     *(arg for p in api_ports for arg in ("--api", f"http://127.0.0.1:{p}")),
@@ -242,6 +275,7 @@ max_backoff_s = 1.0
                 "APPROVAL_BROKER_CONFIG": str(config_path),
                 "APPROVAL_BROKER_DATA_DIR": str(work / "data"),
                 "APPROVAL_BROKER_NOTIFIER_BLOCK_MS": "100",
+                COUNT_ENV: str(work / "round-trips"),
             }
             roles: list[tuple[str, list[str], str]] = [
                 *(
@@ -261,7 +295,9 @@ max_backoff_s = 1.0
             for proc, (_, _, ready) in zip(procs[1:], roles, strict=True):
                 proc.wait_for(ready)
 
-            fast = throughput(broker, procs, receiver_url, opts.cycles, opts.timeout)
+            fast = throughput(
+                broker, procs, receiver_url, opts.cycles, opts.timeout, work / "round-trips"
+            )
             steady = latency(broker, receiver_url, opts.rate, opts.seconds, opts.timeout)
             ceiling = raw_xadd_per_s(broker.redis, 50_000)
         finally:
@@ -290,6 +326,10 @@ max_backoff_s = 1.0
         f"(target >= {TARGET_CYCLES:,.0f}: {'met' if fast['cycles_per_s'] >= TARGET_CYCLES else 'NOT met'})"
     )
     print(f"  CPU seconds in that phase: {cpu}")
+    per = ", ".join(f"{k} {v:.2f}" for k, v in fast["cpu_ms_per_cycle"].items())
+    print(f"  CPU ms per cycle: {per}")
+    trips = ", ".join(f"{k} {v:.2f}" for k, v in fast["round_trips_per_cycle"].items())
+    print(f"  Redis round trips per cycle: {trips}")
     print(
         f"steady {steady['rate']:.0f} requests/s for {opts.seconds:.0f} s: created -> webhook "
         f"delivered p50 {steady['delivered_p50_ms']} ms, p99 {steady['delivered_p99_ms']} ms "

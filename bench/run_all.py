@@ -161,6 +161,38 @@ def sweep_rows(text: str) -> list[Row]:
     return rows
 
 
+def reads_rows(text: str) -> list[Row]:
+    rows = [
+        row(
+            f"reads: slowest 50-item listing at {int(p.replace(',', '')):,} stored",
+            max(float(a), float(b), float(c)),
+            "ms",
+        )
+        for p, a, b, c in re.findall(
+            r"^\s*([\d,]+) \|\s*([\d.]+) \|\s*([\d.]+) \|\s*([\d.]+)$", text, re.M
+        )
+    ]
+    if rows:
+        rows[-1] = row(rows[-1].figure, rows[-1].value, "ms", below(20, "ms"))
+    rows.append(
+        row(
+            "reads: largest / smallest size, worst listing",
+            number(r"worst listing: {N} x", text),
+            "x",
+            ("flat: <= 2 x", lambda v: v <= 2),
+        )
+    )
+    rows.append(
+        row(
+            "reads: Redis memory per pending request, all indexes",
+            number(r"memory per pending request: {N} bytes", text),
+            "bytes",
+            below(2048, "bytes"),
+        )
+    )
+    return rows
+
+
 def notify_rows(text: str) -> list[Row]:
     one = number(r"1 notifier process\(es\): \d+ delivered in [\d.]+ s = {N} requests/s", text)
     three = number(r"3 notifier process\(es\): \d+ delivered in [\d.]+ s = {N} requests/s", text)
@@ -267,6 +299,7 @@ def main() -> None:
         "bench_core.py": ["--n", "2000" if quick else "20000"],
         "bench_sweep.py": ["--sizes", "5000,20000" if quick else "10000,100000,1000000"],
         "bench_notify.py": ["--requests", "1000" if quick else "10000"],
+        "bench_reads.py": ["--sizes", "5000,20000" if quick else "10000,100000,1000000"],
         "bench_api.py": [
             "--seconds",
             "3" if quick else "10",
@@ -291,6 +324,7 @@ def main() -> None:
         *core_rows(out["bench_core.py"], ceiling),
         *sweep_rows(out["bench_sweep.py"]),
         *notify_rows(out["bench_notify.py"]),
+        *reads_rows(out["bench_reads.py"]),
         *api_rows(out["bench_api.py"]),
         *rules_rows(out["bench_rules.py"]),
         *e2e_rows(out["bench_e2e.py"], ceiling),

@@ -26,7 +26,7 @@ MIN_ADMIN_TOKEN_CHARS = 24
 
 
 class Settings(BaseSettings):
-    """The APPROVAL_BROKER_* environment (contract: see DESIGN)."""
+    """The APPROVAL_BROKER_* environment (contract: docs/architecture.md)."""
 
     model_config = SettingsConfigDict(env_prefix="APPROVAL_BROKER_", extra="ignore")
 

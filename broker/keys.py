@@ -13,9 +13,13 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from broker.models import Status
+
 NOTIFIER_GROUP = "notifiers"
 GLOB_CHARS = frozenset("*?[")
 RESUMER_GROUP = "resumers"
+DONE_STATUSES = tuple(s.value for s in Status if s is not Status.pending)
+"""The final statuses, each with its listing indexes (`done`, `done_in`)."""
 
 
 @dataclass(frozen=True)
@@ -35,6 +39,32 @@ class Keys:
     def requests(self) -> str:
         """ZSET: request ids scored by their last change (creation or outcome), for listings."""
         return f"{self.prefix}requests"
+
+    # ---- listing indexes (kept by the Lua steps; see docs/architecture.md "Listing") ------
+
+    def pending_in(self, queue: str) -> str:
+        """ZSET: ids of the requests pending in one queue, scored by when they expire."""
+        return f"{self.prefix}ix:pending:{queue}"
+
+    def done(self, status: str) -> str:
+        """ZSET: ids of the requests with one final status, scored by when they got it."""
+        return f"{self.prefix}ix:done:{status}"
+
+    def done_in(self, status: str, queue: str) -> str:
+        """ZSET: like `done`, for the requests that got that status in one queue."""
+        return f"{self.prefix}ix:done:{status}:{queue}"
+
+    def in_queue(self, queue: str) -> str:
+        """ZSET: ids of a queue's requests, pending or not, scored like `requests`."""
+        return f"{self.prefix}ix:queue:{queue}"
+
+    def run_requests(self, run_id: str) -> str:
+        """ZSET: ids of every request of a run, scored by creation."""
+        return f"{self.prefix}run:{run_id}:requests"
+
+    def by_creator(self, name: str) -> str:
+        """ZSET: ids of the requests a principal created over the API, scored by creation."""
+        return f"{self.prefix}ix:creator:{name}"
 
     def stream(self, queue: str) -> str:
         """Stream: events of one handler queue, read by the notifier consumer group."""
@@ -149,6 +179,7 @@ class Keys:
             keys.name("run", self.run(run_id))
             keys.name("round", self.run_round(run_id, round_no))
             keys.name("pending", self.run_pending(run_id))
+            keys.name("run_requests", self.run_requests(run_id))
         for rid in request_ids:
             keys.of_request(rid, "req", self.request(rid))
         for rid, rule_id in (rules or {}).items():
@@ -178,6 +209,12 @@ class Keys:
             keys.of_request(sid, "req", self.request(sid))
         return keys
 
+    def creator_keys(self, keys: ScriptKeys, created_by: str | None) -> ScriptKeys:
+        """create.lua: the creator's index (role `creator`), when the API knows who asks."""
+        if created_by:
+            keys.name("creator", self.by_creator(created_by))
+        return keys
+
     def decide_keys(
         self, request_id: str, run_id: str | None, queues: Iterable[str], once_key: str | None
     ) -> ScriptKeys:
@@ -190,6 +227,7 @@ class Keys:
         if run_id:
             keys.name("run", self.run(run_id))
             keys.name("pending", self.run_pending(run_id))
+            keys.name("run_requests", self.run_requests(run_id))
         return keys
 
     def due_keys(self) -> ScriptKeys:
@@ -208,6 +246,7 @@ class Keys:
             if run_id:
                 keys.of_request(rid, "run", self.run(run_id))
                 keys.of_request(rid, "pending", self.run_pending(run_id))
+                keys.of_request(rid, "run_requests", self.run_requests(run_id))
         return keys
 
     def ack_keys(self, request_id: str) -> ScriptKeys:
@@ -218,12 +257,27 @@ class Keys:
         """note.lua: the request's hash."""
         return ScriptKeys().name("req", self.request(request_id))
 
+    def reindex_keys(self, queues: Iterable[str]) -> ScriptKeys:
+        """reindex.lua: the shared indexes and each queue's; the caller adds each request's
+        `req`, `creator` and `run_requests`."""
+        return self._shared(queues)
+
+    def page_keys(self, index: str) -> ScriptKeys:
+        """page.lua: the one listing index a page is read from."""
+        return ScriptKeys().name("index", index)
+
     def _shared(self, queues: Iterable[str]) -> ScriptKeys:
         keys = ScriptKeys()
         keys.name("expiry", self.expiry).name("requests", self.requests)
         keys.name("counts", self.counts).name("resumes", self.resumes)
+        for status in DONE_STATUSES:
+            keys.name(f"done:{status}", self.done(status))
         for queue in queues:
             keys.stream(queue, self.stream(queue))
+            keys.name(f"pending:{queue}", self.pending_in(queue))
+            keys.name(f"queue:{queue}", self.in_queue(queue))
+            for status in DONE_STATUSES:
+                keys.name(f"done:{status}:{queue}", self.done_in(status, queue))
         return keys
 
 

@@ -125,7 +125,7 @@ class Vote(BaseModel):
 
 
 class Request(BaseModel):
-    """A durable request for a person's decision on one tool call (contract: see DESIGN)."""
+    """A durable request for a person's decision on one tool call (contract: docs/architecture.md)."""
 
     id: str
     run_id: str | None = None

@@ -12,6 +12,15 @@ has been delivered `max_deliveries` times and still fails goes to the dead-lette
 its last error. New entries are read in the same pass as reclaimed ones, so a poison entry
 never keeps them waiting.
 
+New entries are handled as one batch, in a fixed number of round trips whatever its size:
+the jobs' keys are WATCHed, one pipeline reads whether each run and job exists, one claims the
+rounds (`HSETNX run:{id} claimed:N`, see `broker.live_wait`), and one MULTI/EXEC enqueues the
+jobs that don't exist yet (RQ's `enqueue_many`) and acknowledges every entry of the batch. A
+job created by anyone in between aborts the EXEC and the batch is checked again, so a round is
+never enqueued twice; the acknowledgement is in the same EXEC, so there is no moment with the
+job enqueued and the entry still pending. An entry the batch can't take (reclaimed, malformed,
+its run gone) or a batch that fails is handled entry by entry, as before.
+
 The `approval-broker resumer` role (workers/resumer.py) runs this in a loop; `broker.testing`
 runs it in-process.
 """
@@ -22,18 +31,24 @@ import logging
 import os
 import socket
 import threading
+import time
 from dataclasses import dataclass
 from typing import Any
 
-from redis.exceptions import ResponseError
+from redis.exceptions import ResponseError, WatchError
+from rq import Queue
 
 from broker.client import Broker
+from broker.jobs import resume_agent
 from broker.keys import RESUMER_GROUP
-from broker.live_wait import RESUMER, claim
-from broker.runs import enqueue_resume
+from broker.live_wait import RESUMER, claim_field
+from broker.runs import _job_options, resume_job_id, run_queue
 from broker.text import as_str, as_str_dict
 
 log = logging.getLogger("broker.outbox")
+
+WATCH_TRIES = 20
+Round = tuple[str, int]  # (run id, round number)
 
 
 def default_consumer() -> str:
@@ -70,6 +85,15 @@ class Resumer:
         self.stream = broker.keys.resumes
         self._group_ready = False
         self._claimed: set[str] = set()
+        self._queue: Queue | None = None
+        self._next_claim = 0.0
+
+    @property
+    def queue(self) -> Queue:
+        """The RQ queue, made once (RQ asks Redis for its version once per Queue object)."""
+        if self._queue is None:
+            self._queue = run_queue(self.broker)
+        return self._queue
 
     def _ensure_group(self) -> None:
         if not self._group_ready:
@@ -80,11 +104,15 @@ class Resumer:
         """Entries a dead resumer left behind, then new ones (waits up to `block_ms` if none)."""
         redis = self.broker.redis
         self._ensure_group()
+        entries: list[Any] = []
         try:
-            claimed = redis.xautoclaim(
-                self.stream, RESUMER_GROUP, self.consumer, self.min_idle_ms, "0-0", count=self.count
-            )
-            entries: list[Any] = list(claimed[1])  # Redis 6.2 returns 2 items, 7.x returns 3
+            if time.monotonic() >= self._next_claim:  # nothing goes idle faster than min_idle
+                claimed = redis.xautoclaim(
+                    self.stream, RESUMER_GROUP, self.consumer, self.min_idle_ms, "0-0",
+                    count=self.count,
+                )  # fmt: skip
+                entries = list(claimed[1])  # Redis 6.2 returns 2 items, 7.x returns 3
+                self._next_claim = time.monotonic() + min(self.min_idle_ms / 2000, 5.0)
             got = redis.xreadgroup(
                 RESUMER_GROUP,
                 self.consumer,
@@ -163,7 +191,7 @@ class Resumer:
             return Handled(entry_id, run_id, None, "failed")
 
     def handle(self, entry_id: str, fields: dict[str, str]) -> Handled:
-        """Enqueue the resume of one entry, then acknowledge it."""
+        """Enqueue the resume of one entry and acknowledge it (a batch of one)."""
         run_id = fields.get("run_id")
         raw_round = fields.get("round", "")
         if not run_id or not raw_round.isdigit():
@@ -176,30 +204,86 @@ class Resumer:
             self.ack(entry_id)
             return Handled(entry_id, run_id, None, "dead-lettered")
         round_no = int(raw_round)
-        if not self.broker.redis.exists(self.broker.keys.run(run_id)):
+        done = self.handle_batch([(entry_id, fields)])
+        if not done:  # its run is gone
             self.broker.dead_letter(
                 "resumer", f"run {run_id} does not exist", stream=self.stream, entry=fields
             )
             self.ack(entry_id)
             return Handled(entry_id, run_id, round_no, "dead-lettered")
-        if not claim(self.broker, run_id, round_no, RESUMER):  # its job went on with it live
-            self.ack(entry_id)
-            return Handled(entry_id, run_id, round_no, "live")
-        fresh = enqueue_resume(self.broker, run_id, round_no)
-        self.ack(entry_id)
-        action = "enqueued" if fresh else "duplicate"
-        log.info("run %s round %s: resume %s", run_id, round_no, action)
-        return Handled(entry_id, run_id, round_no, action)
+        return done[0]
 
     def ack(self, entry_id: str) -> None:
         self.broker.ack_resume(entry_id)
 
     def run_once(self) -> list[Handled]:
-        """Read one batch and handle each entry on its own."""
+        """Read one batch; handle its new entries together, the rest each on its own."""
+        entries = self.read()
+        done: dict[str, Handled] = {}
+        fresh = [(eid, f) for eid, f in entries if eid not in self._claimed and _well_formed(f)]
+        if fresh:
+            try:
+                done = {h.entry_id: h for h in self.handle_batch(fresh)}
+            except Exception:  # noqa: BLE001 - each entry is tried alone below
+                log.warning(
+                    "outbox batch of %d failed; handling each alone", len(fresh), exc_info=True
+                )
         return [
-            self.handle_safely(entry_id, fields, claimed=entry_id in self._claimed)
-            for entry_id, fields in self.read()
+            done.get(eid) or self.handle_safely(eid, fields, claimed=eid in self._claimed)
+            for eid, fields in entries
         ]
+
+    def handle_batch(self, entries: list[tuple[str, dict[str, str]]]) -> list[Handled]:
+        """Claim and enqueue the rounds of well-formed new entries whose run exists, and ack them.
+
+        Entries left out of the answer (their run is gone) are for `handle_safely`.
+        """
+        rounds = [(f["run_id"], int(f["round"])) for _, f in entries]
+        for _ in range(WATCH_TRIES):
+            try:
+                return self._try_batch(entries, rounds)
+            except WatchError:  # someone created one of these jobs meanwhile: look again
+                continue
+        raise RuntimeError(f"the resume jobs kept changing under {WATCH_TRIES} tries")
+
+    def _try_batch(
+        self, entries: list[tuple[str, dict[str, str]]], rounds: list[Round]
+    ) -> list[Handled]:
+        redis, keys = self.broker.redis, self.broker.keys
+        job_keys = [self.queue.job_class.key_for(resume_job_id(r, n)) for r, n in rounds]
+        with redis.pipeline() as tx:
+            tx.watch(*job_keys)
+            look = redis.pipeline(transaction=False)
+            for (run_id, _), job_key in zip(rounds, job_keys, strict=True):
+                look.exists(keys.run(run_id))
+                look.exists(job_key)
+            seen = look.execute()
+            run_exists, job_exists = seen[0::2], seen[1::2]
+            live = [i for i, ok in enumerate(run_exists) if ok]
+            owners = claim_rounds(self.broker, [rounds[i] for i in live], RESUMER)
+            out: list[Handled] = []
+            todo: list[Round] = []
+            for i, owner in zip(live, owners, strict=True):
+                (entry_id, _), (run_id, round_no) = entries[i], rounds[i]
+                if owner != RESUMER:
+                    action = "live"
+                elif job_exists[i] or (run_id, round_no) in todo:
+                    action = "duplicate"
+                else:
+                    action = "enqueued"
+                    todo.append((run_id, round_no))
+                out.append(Handled(entry_id, run_id, round_no, action))
+            if not out:
+                return []
+            tx.multi()
+            enqueue_resumes(self.queue, todo, tx)
+            ids = [h.entry_id for h in out]
+            tx.xack(self.stream, RESUMER_GROUP, *ids)
+            tx.xdel(self.stream, *ids)
+            tx.execute()
+        for h in out:
+            log.info("run %s round %s: resume %s", h.run_id, h.round, h.action)
+        return out
 
     def _give_up(self, entry_id: str, fields: dict[str, str], why: str) -> Handled:
         delivered = self.deliveries(entry_id)
@@ -220,3 +304,43 @@ class Resumer:
             except Exception:  # noqa: BLE001 - a Redis hiccup must not end the loop
                 log.exception("resumer: reading the outbox failed; retrying")
                 stop.wait(1.0)
+
+
+def _well_formed(fields: dict[str, str]) -> bool:
+    return bool(fields.get("run_id")) and fields.get("round", "").isdigit()
+
+
+def claim_rounds(broker: Broker, rounds: list[Round], who: str) -> list[str | None]:
+    """`broker.live_wait.claim` for many rounds in one round trip: each round's owner."""
+    if not rounds:
+        return []
+    pipe = broker.redis.pipeline(transaction=False)
+    for run_id, round_no in rounds:
+        pipe.hsetnx(broker.keys.run(run_id), claim_field(round_no), who)
+        pipe.hget(broker.keys.run(run_id), claim_field(round_no))
+    owners = pipe.execute()[1::2]
+    return [None if o is None else as_str(o) for o in owners]
+
+
+def enqueue_resumes(queue: Queue, rounds: list[Round], pipeline: Any) -> None:
+    """Queue the resume jobs of `rounds` on `pipeline` (RQ's enqueue_many; it checks nothing).
+
+    The caller makes sure none of them exists yet (see `Resumer._try_batch`).
+    """
+    if rounds:
+        datas = [
+            Queue.prepare_data(
+                resume_agent,
+                args=(run_id, round_no),
+                **_rq_options(resume_job_id(run_id, round_no)),
+            )
+            for run_id, round_no in rounds
+        ]
+        queue.enqueue_many(datas, pipeline=pipeline)
+
+
+def _rq_options(job_id: str) -> dict[str, Any]:
+    """`broker.runs`'s job options, spelled as `Queue.prepare_data` takes them."""
+    options = _job_options(job_id)
+    options["timeout"] = options.pop("job_timeout")
+    return options

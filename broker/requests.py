@@ -8,13 +8,14 @@ covers is matched here and created already decided in that same step, which re-c
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import replace
 from typing import Any
 
 from broker.args_schema import check_schema
 from broker.errors import InvalidInput, NotFound
 from broker.ids import new_id, round_request_id
+from broker.listing import Filter, Listing, Page
 from broker.models import HistoryEntry, NewRequest, Request, Status
 from broker.questions import validate_question_metadata
 from broker.quorum import creation_fields, quorum_of
@@ -33,18 +34,25 @@ class Requests:
     def __init__(self, store: Store) -> None:
         self.store = store
         self.rules = RuleStore(store.redis, store.config, prefix=store.keys.prefix)
+        self.listing = Listing(store, self.get_requests)
 
-    def create_request(self, new: NewRequest) -> Request:
-        """Create a standalone request (no run): stored, indexed for expiry, and announced."""
-        [request] = self.create_requests([new])
+    def create_request(self, new: NewRequest, *, created_by: str | None = None) -> Request:
+        """Create a standalone request (no run): stored, indexed for expiry, and announced.
+
+        `created_by` (the API's caller) is stored and indexed in the same step, so the creator
+        sees its request from the first moment (`api.visibility`).
+        """
+        [request] = self.create_requests([new], created_by=created_by)
         return request
 
-    def create_requests(self, news: Sequence[NewRequest]) -> list[Request]:
+    def create_requests(
+        self, news: Sequence[NewRequest], *, created_by: str | None = None
+    ) -> list[Request]:
         """Create many standalone requests in one atomic step (bulk import, load tests)."""
         built = [(new_id("req"), new) for new in news]
         if not built:
             return []
-        _, requests = self._create(None, 0, built)
+        _, requests = self._create(None, 0, built, created_by)
         return requests
 
     def create_round(
@@ -77,8 +85,15 @@ class Requests:
         return new.timeout_s if new.timeout_s is not None else config.timeout_for(new.queue)
 
     def _create(
-        self, run_id: str | None, round_no: int, built: list[tuple[str, NewRequest]]
+        self,
+        run_id: str | None,
+        round_no: int,
+        built: list[tuple[str, NewRequest]],
+        created_by: str | None = None,
     ) -> tuple[str, list[Request]]:
+        if created_by is None:  # or as the requests say (the API sets NewRequest.created_by)
+            creators = {new.created_by for _, new in built if new.created_by}
+            created_by = creators.pop() if len(creators) == 1 else None
         approvals = any(n.kind == "approval" for _, n in built)
         agent, version = self._agent_and_version(run_id) if approvals else (None, None)
         items: list[dict[str, Any]] = []
@@ -92,13 +107,15 @@ class Requests:
             fields = request_fields(new, rid, run_id, round_no, suggested) | creation_fields(
                 new, self.store.config
             )
+            if created_by:
+                fields["created_by"] = created_by
             items.append({"id": rid, "timeout_s": timeout, "fields": fields})
         excluded: set[str] = set()
         for attempt in range(_RULE_TRIES):
             if attempt:  # a rule changed under us: read the version afresh
                 version = self.store.redis.get(self.store.keys.rules.version)
             verdicts = self._verdicts(built, calls, excluded, version)
-            result = self._run_create(run_id, round_no, built, items, verdicts)
+            result = self._run_create(run_id, round_no, built, items, verdicts, created_by)
             if result[0] != "rule_changed":
                 break
             excluded.add(str(result[1]))  # revoked or expired meanwhile: match again without it
@@ -146,6 +163,7 @@ class Requests:
         built: list[tuple[str, NewRequest]],
         items: list[dict[str, Any]],
         verdicts: dict[str, RuleVerdict],
+        created_by: str | None,
     ) -> list[Any]:
         keys = self.store.keys.create_keys(
             run_id,
@@ -154,6 +172,7 @@ class Requests:
             {new.queue for _, new in built},
             {rid: v.rule_id for rid, v in verdicts.items()},
         )
+        self.store.keys.creator_keys(keys, created_by)
         requests = [
             {**item, "rule": verdicts[item["id"]].lua()} if item["id"] in verdicts else item
             for item in items
@@ -196,27 +215,25 @@ class Requests:
     def list_requests(
         self, *, status: Status | str | None = None, queue: str | None = None, limit: int = 100
     ) -> list[Request]:
-        """Pending ones soonest to expire first (from the expiry index); otherwise the most
-        recently created or decided first."""
-        status = Status(status) if status else None
-        keys, redis = self.store.keys, self.store.redis
-        pending_only = status is Status.pending
-        out: list[Request] = []
-        start, page = 0, max(limit, 100)
-        while len(out) < limit:
-            if pending_only:
-                ids = redis.zrange(keys.expiry, start, start + page - 1)
-            else:
-                ids = redis.zrevrange(keys.requests, start, start + page - 1)
-            if not ids:
-                break
-            for request in self.get_requests(as_str(i) for i in ids):
-                if (status is None or request.status is status) and (
-                    queue is None or request.queue == queue
-                ):
-                    out.append(request)
-            start += page
-        return out[:limit]
+        """The first page of `list_page`: pending ones soonest to expire first; otherwise the
+        most recently created or decided first."""
+        return self.list_page(status=status, queue=queue, limit=limit).items
+
+    def list_page(
+        self,
+        *,
+        status: Status | str | None = None,
+        queue: str | None = None,
+        run_id: str | None = None,
+        created_by: str | None = None,
+        limit: int = 100,
+        cursor: str | None = None,
+        keep: Callable[[Request], bool] | None = None,
+    ) -> Page:
+        """One page of requests from the index that answers the filters (`broker.listing`);
+        `keep` filters further (who may see what), reading a bounded number of entries."""
+        f = Filter(Status(status) if status else None, queue, run_id, created_by)
+        return self.listing.page(f, limit=limit, cursor=cursor, keep=keep)
 
     def round_requests(self, run_id: str, round_no: int) -> list[Request]:
         key = self.store.keys.run_round(run_id, round_no)

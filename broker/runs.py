@@ -80,7 +80,9 @@ def known_agents(broker: Broker) -> set[str]:
     return set(broker.config.agents) | registered
 
 
-def start_run(broker: Broker, agent: str, prompt: str, *, deps: Any = None) -> Run:
+def start_run(
+    broker: Broker, agent: str, prompt: str, *, deps: Any = None, started_by: str | None = None
+) -> Run:
     """Create a run and enqueue its first round on the fleet; returns the run as `queued`.
 
     `deps` is JSON: the agent's deps factory gets it (without a factory, it is the deps).
@@ -94,7 +96,8 @@ def start_run(broker: Broker, agent: str, prompt: str, *, deps: Any = None) -> R
     except (TypeError, ValueError) as exc:
         raise InvalidInput(f"deps must be JSON-serializable: {exc}") from None
     # the run and its first job in one MULTI/EXEC: a crash or outage leaves both or neither
-    fields = broker.new_run_fields(agent, prompt, extra={"deps": deps_json})
+    extra = {"deps": deps_json, **({"started_by": started_by} if started_by else {})}
+    fields = broker.new_run_fields(agent, prompt, extra=extra)
     run_id = fields["id"]
     with broker.redis.pipeline() as pipe:
         run_queue(broker).enqueue(

@@ -376,7 +376,8 @@ def test_runs_start_read_and_errors(client: TestClient, api_broker: Broker) -> N
     run_id = resp.json()["run_id"]
     queue = Queue(RUN_QUEUE, connection=api_broker.redis, serializer=JSONSerializer)
     assert f"run-{run_id}-0" in queue.job_ids
-    run = client.get(f"/v1/runs/{run_id}", headers=CAROL)
+    assert_error(client.get(f"/v1/runs/{run_id}", headers=CAROL), 404, "not_found")  # not hers
+    run = client.get(f"/v1/runs/{run_id}", headers=ALICE)
     assert run.status_code == 200
     assert run.json()["status"] == "queued" and run.json()["round"] == 0
     assert_error(client.get("/v1/runs/run_nope", headers=CAROL), 404, "not_found")

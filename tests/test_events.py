@@ -26,7 +26,7 @@ from broker.config import Config, Settings, parse_config
 from broker.errors import ConfigError
 from broker.models import Decision, NewRequest, Request
 
-ADMIN = "tok-admin"
+ADMIN = "tok-admin-of-the-event-stream-tests"
 APPROVERS = {
     "fin": ["finance"],  # may decide finance requests
     "ops": ["ops"],  # an approver without the role finance requests need

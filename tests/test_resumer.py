@@ -10,15 +10,17 @@ import threading
 import pytest
 from redis import Redis
 from redis.exceptions import ResponseError
+from rq import Queue
 
 from broker import outbox
 from broker.agents import register_agent
 from broker.client import Broker
 from broker.config import Config, Settings
 from broker.keys import RESUMER_GROUP
+from broker.live_wait import LIVE, claim
 from broker.models import Decision, NewRequest, RunStatus
 from broker.outbox import Resumer
-from broker.runs import RESUME_JOB, resume_job_id, run_queue, start_run
+from broker.runs import RESUME_JOB, enqueue_resume, resume_job_id, run_queue, start_run
 from tests.conftest import wait_for, work
 from workers import resumer as resumer_module
 from workers.demo import Ledger
@@ -51,18 +53,19 @@ def _crashing_resumer(
         os._exit(3)  # never reached: the parent kills us first
 
     if where == "before-enqueue":
-        outbox.enqueue_resume = stall  # type: ignore[assignment]
-        Resumer(broker, consumer="doomed", block_ms=None).run_once()
-    else:
+        outbox.enqueue_resumes = stall  # type: ignore[assignment]
+    else:  # the jobs are queued in the MULTI, the EXEC (with the acks) never sent
 
-        class Doomed(Resumer):
-            def ack(self, entry_id: str) -> None:
-                stall()
+        def queued_then_stall(queue: object, rounds: object, pipeline: object) -> None:
+            real_enqueue(queue, rounds, pipeline)  # type: ignore[arg-type]
+            stall()
 
-        Doomed(broker, consumer="doomed", block_ms=None).run_once()
+        real_enqueue = outbox.enqueue_resumes
+        outbox.enqueue_resumes = queued_then_stall  # type: ignore[assignment]
+    Resumer(broker, consumer="doomed", block_ms=None).run_once()
 
 
-@pytest.mark.parametrize("where", ["before-enqueue", "before-ack"])
+@pytest.mark.parametrize("where", ["before-enqueue", "before-commit"])
 def test_resumer_killed_between_reading_and_acking_resumes_exactly_once(
     bound: Broker, redis_url: str, config: Config, where: str
 ) -> None:
@@ -79,12 +82,11 @@ def test_resumer_killed_between_reading_and_acking_resumes_exactly_once(
         child.join(10)
     assert child.exitcode == -signal.SIGKILL
     assert pending_entries(broker) == 1  # read but never acknowledged
-    expected_jobs = [resume_job_id(run_id, 1)] if where == "before-ack" else []
-    assert run_queue(broker).job_ids == expected_jobs
+    assert run_queue(broker).job_ids == []  # enqueueing and acknowledging are one EXEC
 
     # the restarted resumer (a new consumer name) claims the dead one's entry
     handled = Resumer(broker, consumer="restarted", min_idle_ms=0, block_ms=None).run_once()
-    assert [h.action for h in handled] == ["duplicate" if where == "before-ack" else "enqueued"]
+    assert [h.action for h in handled] == ["enqueued"]
     assert run_queue(broker).job_ids == [resume_job_id(run_id, 1)]
     assert pending_entries(broker) == 0
     assert Resumer(broker, consumer="again", min_idle_ms=0, block_ms=None).run_once() == []
@@ -184,14 +186,14 @@ def test_a_poison_entry_does_not_stall_the_others_and_is_dead_lettered_after_fiv
 ) -> None:
     poison, good, other = (broker.create_run("refunds", "p").id for _ in range(3))
     _outbox(broker, poison, good, other)
-    real_enqueue = outbox.enqueue_resume
+    real_enqueue = outbox.enqueue_resumes
 
-    def enqueue(b: Broker, run_id: str, round_no: int) -> bool:
-        if run_id == poison:
+    def enqueue(queue: Queue, rounds: list[tuple[str, int]], pipeline: object) -> None:
+        if any(run_id == poison for run_id, _ in rounds):  # the batch fails, then it alone
             raise RuntimeError("job payload too large")
-        return real_enqueue(b, run_id, round_no)
+        real_enqueue(queue, rounds, pipeline)
 
-    monkeypatch.setattr(outbox, "enqueue_resume", enqueue)
+    monkeypatch.setattr(outbox, "enqueue_resumes", enqueue)
     resumer = Resumer(broker, consumer="r", min_idle_ms=0, block_ms=None)
     assert [h.action for h in resumer.run_once()] == ["failed", "enqueued", "enqueued"]
     assert sorted(run_queue(broker).job_ids) == sorted([resume_job_id(good, 1), resume_job_id(other, 1)])  # fmt: skip
@@ -222,7 +224,7 @@ def test_an_entry_that_keeps_killing_resumers_is_dead_lettered_unhandled(
     def must_not_run(*args: object) -> bool:
         raise AssertionError("the entry was handled again")
 
-    monkeypatch.setattr(outbox, "enqueue_resume", must_not_run)
+    monkeypatch.setattr(outbox, "enqueue_resumes", must_not_run)
     [handled] = Resumer(broker, consumer="r", min_idle_ms=0, block_ms=None).run_once()
     assert (handled.entry_id, handled.action) == (entry, "dead-lettered")
     [(_, letter)] = broker.dead_letters()
@@ -266,3 +268,27 @@ def test_entries_deleted_while_pending_are_acknowledged_and_skipped(broker: Brok
     assert [(h.run_id, h.action) for h in handled] == [(kept, "enqueued")]
     assert pending_entries(broker) == 0
     assert run_queue(broker).job_ids == [resume_job_id(kept, 1)]
+
+
+def test_an_entry_whose_job_already_exists_is_acknowledged_without_a_second_job(
+    broker: Broker,
+) -> None:
+    runs = [broker.create_run("refunds", "p").id for _ in range(3)]
+    assert enqueue_resume(broker, runs[1], 1)  # enqueued before (an older resumer, a redrive)
+    _outbox(broker, *runs)
+    _outbox(broker, runs[2])  # the same round announced twice in one batch
+    handled = Resumer(broker, consumer="r", block_ms=None).run_once()
+    assert [h.action for h in handled] == ["enqueued", "duplicate", "enqueued", "duplicate"]
+    assert sorted(run_queue(broker).job_ids) == sorted(resume_job_id(r, 1) for r in runs)
+    assert pending_entries(broker) == 0
+    assert broker.redis.xlen(broker.keys.resumes) == 0
+
+
+def test_a_round_a_live_job_claimed_is_acknowledged_without_a_job(broker: Broker) -> None:
+    run_id = broker.create_run("refunds", "p").id
+    assert claim(broker, run_id, 1, LIVE)
+    _outbox(broker, run_id)
+    [handled] = Resumer(broker, consumer="r", block_ms=None).run_once()
+    assert handled.action == "live"
+    assert run_queue(broker).job_ids == []
+    assert pending_entries(broker) == 0

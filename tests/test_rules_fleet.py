@@ -278,8 +278,8 @@ def test_remembering_in_a_round_of_three_resumes_once_and_covers_the_next_round(
     assert not any(later.id in m.part("plain") for m in smtp.mails)
     channels = [h.channel for h in broker.get_request(later.id).history if h.event == "delivered"]
     assert channels == ["webhook:ops"]
-    tools = recorder_for(broker.redis, "t:").all()
-    assert tools == [
+    tools = sorted(recorder_for(broker.redis, "t:").all(), key=lambda t: t["order"])
+    assert tools == [  # the tools of one step may run in any order
         {"tool": "refund", "order": "A1"},
         {"tool": "refund", "order": "A2"},
         {"tool": "refund", "order": "A4"},

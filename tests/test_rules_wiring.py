@@ -92,6 +92,8 @@ def test_a_config_deny_decides_at_create_and_no_person_is_asked(rb: Broker) -> N
     ]
     assert rb.counts() == {"rejected:default": 1, "pending:default": 1}
     assert rb.redis.zscore(rb.keys.expiry, wire.id) is None
+    assert [r.id for r in rb.list_requests(status="rejected")] == [wire.id]  # listed as decided
+    assert [r.id for r in rb.list_requests(status="pending")] == [small.id]
     rule = rb.requests.rules.get("no-big-wires")
     assert rule.hits == 1 and rule.last_hit_at is not None
     assert rb.redis.hgetall(rb.keys.rules.hits) == {b"deny:no-big-wires": b"1"}

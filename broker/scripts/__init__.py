@@ -3,16 +3,27 @@
 Each script is prefixed with `lib.lua`, so the rules for finishing and moving a request are
 written once. A call passes its keys in KEYS (built by `broker.keys`) and everything else as one
 JSON argument; `Scripts.run` does that and hands back the reply as text.
+
+Scripts are called by SHA (EVALSHA) and loaded once: before the first call, and again on every
+new connection (a reconnect may reach a restarted or failed-over Redis with an empty script
+cache). A call on its own that still meets `NOSCRIPT` loads and repeats it (nothing ran). A call
+queued in a pipeline is sent as is: redis-py's own `Script` objects would send `SCRIPT EXISTS`
+before every pipeline, one round trip more on the hot path. Clients without a plain connection
+pool (Redis Cluster, test doubles) keep redis-py's `Script` objects.
 """
 
 from __future__ import annotations
 
+import hashlib
+import threading
 from functools import cache
 from importlib.resources import files
 from typing import Any
 
 from redis import Redis
+from redis.client import Pipeline
 from redis.commands.core import Script
+from redis.exceptions import NoScriptError
 
 from broker.keys import Keys, ScriptKeys
 from broker.text import as_str
@@ -26,13 +37,22 @@ def source(name: str) -> str:
     return (here / "lib.lua").read_text() + "\n" + (here / f"{name}.lua").read_text()
 
 
+def sha_of(text: str) -> str:
+    return hashlib.sha1(text.encode()).hexdigest()  # noqa: S324 - Redis names scripts by SHA1
+
+
 class Scripts:
-    """The registered scripts of one Redis client (EVALSHA, falling back to EVAL on a restart)."""
+    """The scripts of one Redis client, called by SHA and (re)loaded on each new connection."""
 
     def __init__(self, redis: Redis) -> None:
-        self._scripts: dict[str, Script] = {
-            name: redis.register_script(source(name)) for name in NAMES
-        }
+        self._redis = redis
+        self._sources = {name: source(name) for name in NAMES}
+        self._shas = {name: sha_of(text) for name, text in self._sources.items()}
+        self._loaded = False
+        self._lock = threading.Lock()
+        self._fallback: dict[str, Script] | None = None
+        if not _watch_connections(redis):
+            self._fallback = {n: redis.register_script(t) for n, t in self._sources.items()}
 
     def run(self, name: str, keys: ScriptKeys, client: Any = None, **args: Any) -> list[Any]:
         """Run script `name` with `keys` and `args` (one JSON object); a list reply as text.
@@ -40,10 +60,40 @@ class Scripts:
         With a pipeline as `client` the call is queued there and its reply comes from
         `execute()`, undecoded.
         """
-        reply = self._scripts[name](keys=keys.keys, args=[keys.args(**args)], client=client)
+        argv = [keys.args(**args)]
+        if self._fallback is not None:
+            reply = self._fallback[name](keys=keys.keys, args=argv, client=client)
+        else:
+            reply = self._call(name, keys.keys, argv, client)
         if not isinstance(reply, list):
             return reply
         return [as_str(x) if isinstance(x, bytes) else x for x in reply]
+
+    def _call(self, name: str, keys: list[str], argv: list[str], client: Any) -> Any:
+        if not self._loaded:
+            if getattr(self._redis.connection_pool, _LOADED, False):
+                self._loaded = True  # another Broker on this client loaded them
+            else:
+                self.load()
+        target = self._redis if client is None else client
+        sha = self._shas[name]
+        if isinstance(target, Pipeline):  # queued, sent later
+            return target.evalsha(sha, len(keys), *keys, *argv)
+        try:
+            return target.evalsha(sha, len(keys), *keys, *argv)
+        except NoScriptError:  # the cache was flushed under a live connection: nothing ran
+            self.load()
+            return target.evalsha(sha, len(keys), *keys, *argv)
+
+    def load(self) -> None:
+        """SCRIPT LOAD every script in one round trip (idempotent: the SHA is the content's)."""
+        with self._lock:
+            pipe = self._redis.pipeline(transaction=False)
+            for text in self._sources.values():
+                pipe.script_load(text)
+            pipe.execute()
+            self._loaded = True
+            setattr(self._redis.connection_pool, _LOADED, True)
 
     def note(
         self,
@@ -64,3 +114,52 @@ class Scripts:
         if keys is None or request_id is None or entry is None:
             raise TypeError("note needs keys, a request id and an entry")
         return self.run("note", keys.note_keys(request_id), client=client, entry=entry)
+
+
+class _Loader:
+    """Loads every script on a connection as it (re)connects; one for all pools, so a Broker
+    made per job on a shared client adds nothing (redis-py keeps callbacks as weak methods)."""
+
+    def on_connect(self, connection: Any) -> None:
+        try:
+            for name in NAMES:
+                connection.send_command("SCRIPT", "LOAD", source(name))
+            for _ in NAMES:
+                connection.read_response()
+        except Exception:
+            connection.disconnect()  # not half set up: the next command connects again
+            raise
+
+
+_LOADER = _Loader()
+_WATCHED = "_approval_broker_scripts"
+_LOADED = "_approval_broker_scripts_loaded"
+
+
+def _watch_connections(redis: Any) -> bool:
+    """Load the scripts on every connection `redis`'s pool makes or re-makes; False if it can't.
+
+    redis-py runs connect callbacks after each (re)connect, before the command that needed it.
+    """
+    pool = getattr(redis, "connection_pool", None)
+    if type(redis) is not Redis or pool is None or not hasattr(pool, "make_connection"):
+        return False
+    if getattr(pool, _WATCHED, False):
+        return True
+    existing = [
+        *getattr(pool, "_available_connections", []),
+        *getattr(pool, "_in_use_connections", []),
+        *getattr(pool, "_connections", []),
+    ]
+    for connection in existing:
+        connection.register_connect_callback(_LOADER.on_connect)
+    make = pool.make_connection
+
+    def make_connection() -> Any:
+        connection = make()
+        connection.register_connect_callback(_LOADER.on_connect)
+        return connection
+
+    pool.make_connection = make_connection
+    setattr(pool, _WATCHED, True)
+    return True

@@ -40,6 +40,7 @@ for _, r in ipairs(A.requests) do
   redis.call('HSET', rkey, unpack(flat))
   redis.call('ZADD', key('requests'), created, r.id)
   if round_key then redis.call('RPUSH', round_key, r.id) end
+  index_created(r.id, queue, expires, created, now)
   if r.rule then
     local at = {{'decided_at', iso(now)}}
     redis.call('HSET', rkey, 'status', r.rule.status, 'decision', with_fields(r.rule.decision, at))
@@ -49,6 +50,7 @@ for _, r in ipairs(A.requests) do
     redis.call('HINCRBY', rule_key, 'hits', 1)
     redis.call('HSET', rule_key, 'last_hit_at', created)
     redis.call('HINCRBY', key('rule_hits'), r.rule.effect .. ':' .. r.rule.id, 1)
+    index_finished(r.id, queue, r.rule.status, now, round_key and {pending = key('pending')} or nil)
     count(r.rule.status .. ':' .. queue, 1)
     emit(queue, 'type', 'approval.decided', 'request_id', r.id, 'queue', queue,
       'ruled_at_create', '1')

@@ -101,6 +101,60 @@ local function lacking(queue, to, run_id, given_run)
   return nil
 end
 
+-- The listing indexes (broker/keys.py, `ix:*`), kept in the same steps as what they index.
+-- Entries older than the retention leave on writes, at most 20 per write (their hashes have
+-- expired; readers skip an id whose hash is gone); a still pending one is rescored to now,
+-- as due.lua does for `requests`.
+local function forget_old(zkey, now)
+  if not (zkey and A.retention) then return end
+  local stale = redis.call('ZRANGEBYSCORE', zkey, '-inf', stamp(now - A.retention), 'LIMIT', 0, 20)
+  for _, id in ipairs(stale) do
+    if redis.call('ZSCORE', key('expiry'), id) then
+      redis.call('ZADD', zkey, stamp(now), id)
+    else
+      redis.call('ZREM', zkey, id)
+    end
+  end
+end
+
+local function index_created(id, queue, expires, created, now)
+  redis.call('ZADD', key('pending:' .. queue), expires, id)
+  redis.call('ZADD', key('queue:' .. queue), created, id)
+  forget_old(key('queue:' .. queue), now)
+  local creator, of_run = key('creator'), key('run_requests')
+  if creator then
+    redis.call('ZADD', creator, created, id)
+    forget_old(creator, now)
+  end
+  if of_run then
+    redis.call('ZADD', of_run, created, id)
+    redis.call('PERSIST', of_run)
+  end
+end
+
+local function index_finished(id, queue, status, now, run)
+  redis.call('ZREM', key('pending:' .. queue), id)
+  for _, role in ipairs({'done:' .. status, 'done:' .. status .. ':' .. queue, 'queue:' .. queue}) do
+    local z = key(role)
+    if z then
+      redis.call('ZADD', z, stamp(now), id)
+      forget_old(z, now)
+    end
+  end
+  -- a run's index is forgotten with its last decided request, unless a new round comes
+  local of_run = run and (run.requests or key('run_requests'))
+  if of_run and run.pending and redis.call('SCARD', run.pending) == 0 then
+    redis.call('EXPIRE', of_run, A.retention)
+  end
+end
+
+local function index_moved(id, from, to, expires_at)
+  redis.call('ZREM', key('pending:' .. from), id)
+  redis.call('ZADD', key('pending:' .. to), expires_at, id)
+  redis.call('ZREM', key('queue:' .. from), id)
+  redis.call('ZADD', key('queue:' .. to), redis.call('ZSCORE', key('requests'), id) or expires_at, id)
+end
+
 -- Give a pending request its final status, tell its queue, and when it was the last pending
 -- call of its run's round, write the resume to the outbox in this same step. `run` holds the
 -- run's hash and pending set. A decided request is kept `retention` seconds, then Redis forgets it.
@@ -119,6 +173,7 @@ local function finish(rkey, id, status, decision_json, event_type, now, run)
       redis.call('HSET', run.hash, 'status', 'queued', 'updated_at', stamp(now))
     end
   end
+  index_finished(id, f[1], status, now, f[2] and f[2] ~= '' and run or nil)
 end
 
 -- Move a pending request to another handler queue: still pending, history entry, one more
@@ -137,6 +192,7 @@ local function move(rkey, id, from, to, now, timeout_s, entry_json)
   redis.call('HINCRBY', rkey, 'escalations', 1)
   append_history(rkey, entry_json)
   redis.call('ZADD', key('expiry'), expires_at, id)
+  index_moved(id, from, to, expires_at)
   count('pending:' .. from, -1)
   count('pending:' .. to, 1)
   emit(from, 'type', 'approval.escalated', 'request_id', id, 'queue', from, 'from', from, 'to', to)

@@ -45,7 +45,8 @@ for _, item in ipairs(A.items) do
         local waited = string.format('%d', math.floor(now - tonumber(f[3] or now) + 0.5))
         local decision = cjson.encode({outcome = 'timed_out', decided_by = 'sweeper',
           decided_at = now_iso, reason = string.gsub(A.reason, '%%s', waited)})
-        local run = item.run and {hash = key_of(id, 'run'), pending = key_of(id, 'pending')}
+        local run = item.run and {hash = key_of(id, 'run'), pending = key_of(id, 'pending'),
+          requests = key_of(id, 'run_requests')}
         finish(rkey, id, 'timed_out', decision, 'approval.timed_out', now, run)
         add(id, 'timed_out', queue, '')
       end

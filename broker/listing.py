@@ -1,0 +1,148 @@
+"""Listing requests a page at a time, from the one index that answers the filter.
+
+The Lua steps that change a request keep its listing indexes (`broker/keys.py`, `ix:*`), so a
+page costs one index read (page.lua: O(log N + page)) and a pipeline of hashes, whatever else
+is stored. A cursor is the (score, id) of the last item read, exclusive: paging while requests
+arrive gives no item twice and skips none that was there when paging began (an item that
+changes while one pages, decided or escalated, may move past the cursor). This module only
+reads; it never decides who may see what (the caller's `keep` does).
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import cached_property
+
+from redis.commands.core import Script
+
+from broker.errors import InvalidInput
+from broker.models import Request, Status
+from broker.scripts import source
+from broker.store import Store
+from broker.text import as_str
+
+MAX_SCAN = 2000
+"""At most this many index entries are read for one filtered page: a page may come back short,
+with a cursor to go on from."""
+
+
+@dataclass(frozen=True)
+class Filter:
+    status: Status | None = None
+    queue: str | None = None
+    run_id: str | None = None
+    created_by: str | None = None
+
+    def matches(self, r: Request) -> bool:
+        return (
+            (self.status is None or r.status is self.status)
+            and (self.queue is None or r.queue == self.queue)
+            and (self.run_id is None or r.run_id == self.run_id)
+            and (self.created_by is None or r.created_by == self.created_by)
+        )
+
+
+@dataclass(frozen=True)
+class Page:
+    """One page of a listing; `next_cursor` is None when the index has nothing after it."""
+
+    items: list[Request]
+    next_cursor: str | None
+
+
+def encode_cursor(index: str, score: str, rid: str) -> str:
+    raw = json.dumps([index, score, rid], separators=(",", ":")).encode()
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+def decode_cursor(cursor: str, index: str) -> tuple[str, str]:
+    """(score, id) of a cursor made for `index`; InvalidInput for any other text."""
+    try:
+        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
+        got_index, score, rid = json.loads(raw)
+        float(score)
+    except (binascii.Error, ValueError, TypeError, UnicodeDecodeError):
+        raise InvalidInput("cursor: not a cursor this listing gave", code="bad_cursor") from None
+    if got_index != index or not isinstance(rid, str) or not isinstance(score, str):
+        raise InvalidInput(
+            "cursor: it was made for other filters; start again without it", code="bad_cursor"
+        )
+    return score, rid
+
+
+class Listing:
+    def __init__(self, store: Store, fetch: Callable[[list[str]], list[Request]]) -> None:
+        self.store = store
+        self.fetch = fetch
+
+    @cached_property
+    def _page_script(self) -> Script:
+        return self.store.redis.register_script(source("page"))
+
+    def index_for(self, f: Filter) -> tuple[str, bool]:
+        """The index key that answers `f` with the least reading, and whether it reads highest
+        score first (newest first; pending lists and a run's requests read soonest first)."""
+        keys = self.store.keys
+        if f.run_id:
+            return keys.run_requests(f.run_id), False
+        if f.created_by:
+            return keys.by_creator(f.created_by), True
+        if f.status is Status.pending:
+            return (keys.pending_in(f.queue) if f.queue else keys.expiry), False
+        if f.status is not None:
+            s = f.status.value
+            return (keys.done_in(s, f.queue) if f.queue else keys.done(s)), True
+        return (keys.in_queue(f.queue) if f.queue else keys.requests), True
+
+    def _read(
+        self, index: str, rev: bool, after: tuple[str, str] | None, n: int
+    ) -> list[tuple[str, str]]:
+        keys = self.store.keys.page_keys(index)
+        args = {"limit": n, "rev": rev}
+        if after:
+            args.update(s=after[0], i=after[1])
+        flat = self._page_script(keys=keys.keys, args=[keys.args(**args)])
+        text = [as_str(x) for x in flat]
+        return list(zip(text[0::2], text[1::2], strict=True))
+
+    def page(
+        self,
+        f: Filter,
+        *,
+        limit: int = 100,
+        cursor: str | None = None,
+        keep: Callable[[Request], bool] | None = None,
+        max_scan: int = MAX_SCAN,
+    ) -> Page:
+        """Up to `limit` requests matching `f` (and `keep`), after `cursor`.
+
+        Reads index pages until the page is full, the index ends, or `max_scan` entries were
+        read (then the page is short and its cursor goes on from the last entry read). Ids
+        whose hash has expired are skipped.
+        """
+        index, rev = self.index_for(f)
+        prefix = self.store.keys.prefix
+        tag = index.removeprefix(prefix)
+        after = decode_cursor(cursor, tag) if cursor else None
+        out: list[Request] = []
+        scanned = 0
+        batch = limit + 1 if keep is None else max(limit, 100)
+        while True:
+            entries = self._read(index, rev, after, batch)
+            by_id = {r.id: r for r in self.fetch([rid for rid, _ in entries])}
+            for rid, score in entries:
+                scanned += 1
+                request = by_id.get(rid)
+                if request is not None and f.matches(request) and (keep is None or keep(request)):
+                    if len(out) == limit:  # one more exists: the page ends before it
+                        return Page(out, encode_cursor(tag, *after) if after else None)
+                    out.append(request)
+                after = (score, rid)
+            if len(entries) < batch:
+                return Page(out, None)
+            if len(out) == limit or scanned >= max_scan:
+                return Page(out, encode_cursor(tag, *after))

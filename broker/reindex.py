@@ -1,0 +1,61 @@
+"""Fill the listing indexes from requests stored before they existed (an upgrade step).
+
+Reads the `requests` index a batch at a time and hands each batch to one Lua step
+(reindex.lua), which reads every request again inside the step, so live traffic can't be
+indexed wrongly. Running it twice does no harm. Run: `uv run python -m broker.reindex`.
+"""
+
+from __future__ import annotations
+
+from functools import cached_property
+
+from redis.commands.core import Script
+
+from broker.client import Broker
+from broker.scripts import source
+from broker.text import as_str
+
+BATCH = 500
+
+
+class Reindex:
+    def __init__(self, broker: Broker) -> None:
+        self.broker = broker
+
+    @cached_property
+    def _script(self) -> Script:
+        return self.broker.redis.register_script(source("reindex"))
+
+    def run(self) -> int:
+        """Index every stored request; the number indexed."""
+        redis, keys = self.broker.redis, self.broker.keys
+        total, start = 0, 0
+        while True:
+            ids = [as_str(i) for i in redis.zrange(keys.requests, start, start + BATCH - 1)]
+            if not ids:
+                return total
+            total += self._batch(ids)
+            start += BATCH
+
+    def _batch(self, ids: list[str]) -> int:
+        redis, keys = self.broker.redis, self.broker.keys
+        pipe = redis.pipeline(transaction=False)
+        for rid in ids:
+            pipe.hmget(keys.request(rid), "created_by", "run_id")
+        script_keys = keys.reindex_keys(self.broker.config.queues)
+        for rid, (creator, run_id) in zip(ids, pipe.execute(), strict=True):
+            script_keys.of_request(rid, "req", keys.request(rid))
+            if creator:
+                script_keys.of_request(rid, "creator", keys.by_creator(as_str(creator)))
+            if run_id:
+                script_keys.of_request(rid, "run_requests", keys.run_requests(as_str(run_id)))
+        return int(self._script(keys=script_keys.keys, args=[script_keys.args(ids=ids)]))
+
+
+def main() -> None:
+    count = Reindex(Broker.from_settings()).run()
+    print(f"indexed {count} requests")
+
+
+if __name__ == "__main__":
+    main()
