@@ -112,6 +112,6 @@ def start_run_once(
     """POST /v1/runs with a key: 202 with the new run's id, or 200 with the original's."""
     run_id, created = once(
         state, "runs", principal, idempotency_key, body,
-        lambda: start_run(state.broker, body.agent, body.prompt).id,
+        lambda: start_run(state.broker, body.agent, body.prompt, created_by=principal.name).id,
     )  # fmt: skip
     return JSONResponse({"run_id": run_id}, status_code=202 if created else 200)

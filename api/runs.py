@@ -49,7 +49,7 @@ def create_run(
     """Start a registered agent. Needs the `requester` role; `Idempotency-Key` honoured."""
     if idempotency_key is not None:
         return start_run_once(state, principal, idempotency_key, body)
-    run = start_run(state.broker, body.agent, body.prompt)
+    run = start_run(state.broker, body.agent, body.prompt, created_by=principal.name)
     return JSONResponse({"run_id": run.id}, status_code=202)
 
 

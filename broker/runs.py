@@ -80,10 +80,14 @@ def known_agents(broker: Broker) -> set[str]:
     return set(broker.config.agents) | registered
 
 
-def start_run(broker: Broker, agent: str, prompt: str, *, deps: Any = None) -> Run:
+def start_run(
+    broker: Broker, agent: str, prompt: str, *, deps: Any = None, created_by: str | None = None
+) -> Run:
     """Create a run and enqueue its first round on the fleet; returns the run as `queued`.
 
     `deps` is JSON: the agent's deps factory gets it (without a factory, it is the deps).
+    `created_by` (the API caller who started it) is kept: each request of the run records it,
+    and the starter never counts as an approver of them.
     """
     if agent not in known_agents(broker):
         raise NotFound(f"no agent named {agent!r} is registered", code="unknown_agent")
@@ -94,7 +98,8 @@ def start_run(broker: Broker, agent: str, prompt: str, *, deps: Any = None) -> R
     except (TypeError, ValueError) as exc:
         raise InvalidInput(f"deps must be JSON-serializable: {exc}") from None
     # the run and its first job in one MULTI/EXEC: a crash or outage leaves both or neither
-    fields = broker.new_run_fields(agent, prompt, extra={"deps": deps_json})
+    starter = {"created_by": created_by} if created_by else {}
+    fields = broker.new_run_fields(agent, prompt, extra={"deps": deps_json, **starter})
     run_id = fields["id"]
     with broker.redis.pipeline() as pipe:
         run_queue(broker).enqueue(
