@@ -51,7 +51,7 @@ def start_and_pause(client: TestClient, broker: Broker, headers: dict[str, str])
     resp = client.post("/v1/runs", json=body, headers=headers)
     assert resp.status_code == 202, resp.text
     run_id = resp.json()["run_id"]
-    assert broker.run_fields(run_id)["created_by"] == "svc"
+    assert broker.run_fields(run_id)["started_by"] == "svc"
     work(broker)
     run = wait_run(broker, run_id, until=(RunStatus.waiting, RunStatus.failed))
     assert run.status is RunStatus.waiting, run.error
@@ -88,4 +88,4 @@ def test_a_run_started_without_the_api_has_no_creator(api_broker: Broker) -> Non
 
     register_agent(api_broker, "refunds", DEMO, deps="workers.demo:make_deps")
     run = start_run(api_broker, "refunds", "hi")
-    assert "created_by" not in api_broker.run_fields(run.id)
+    assert "started_by" not in api_broker.run_fields(run.id)
