@@ -58,17 +58,3 @@ def approver_by_slack_user(config: Config, user_id: str) -> Principal:
         if approver.slack_user_id and approver.slack_user_id == user_id:
             return Principal(name, frozenset(approver.roles))
     raise Forbidden(f"Slack user {user_id} is not an approver here (no slack_user_id matches)")
-
-
-def approver_for_email(config: Config, address: str) -> Principal | None:
-    """The approver whose `email` this is (case-insensitive), or None."""
-    wanted = address.strip().casefold()
-    for name, approver in config.approvers.items():
-        if approver.email and approver.email.strip().casefold() == wanted:
-            return Principal(name, frozenset(approver.roles))
-    return None
-
-
-def approver_by_email(config: Config, address: str) -> Principal:
-    """The approver whose `email` this is, else `email:<addr>` with no roles."""
-    return approver_for_email(config, address) or Principal(f"email:{address}", frozenset())

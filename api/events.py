@@ -50,6 +50,7 @@ EVENT_TYPES = frozenset(
         "approval.escalated",
         "approval.timed_out",
         "approval.voted",
+        "approval.acked",
     }
 )
 BATCH = 100

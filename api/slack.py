@@ -266,9 +266,8 @@ def handle_block_actions(
 def _ack(
     state: ApiState, slack: SlackConfig, request_id: str, who: Principal, channel_id: str | None
 ) -> SlackReply:
-    """ "I'm on it": the request stays pending and its escalation waits; the notifier is not
-    told (nothing was decided), so the clicker hears back here, and the message shows it the
-    next time it is updated."""
+    """ "I'm on it": the request stays pending and its escalation waits; the clicker hears back
+    here, and the notifier updates the message on the `approval.acked` event."""
     request = state.deciding.ack(request_id, who, via=channels_of(slack, channel_id))
     until = request.acked_until.strftime("%H:%M UTC") if request.acked_until else "a while"
     text = f"You're on it: escalation of this request is paused until {until}."

@@ -2,8 +2,9 @@
 
 One Lua step (ack.lua) checks the request is still pending (and still in the queue the caller
 saw), records who and when in its history, and pushes its expiry entry to at least now + the
-queue's `ack_timeout_s`; the sweep honours the hold as well. An ack never changes the outcome
-and never counts as a vote. Who may acknowledge is the decision service's call (`deciding`).
+queue's `ack_timeout_s`; the sweep honours the hold as well. It announces `approval.acked` on
+the queue's stream (Slack updates the message, SSE listeners hear). An ack never changes the
+outcome and never counts as a vote. Who may acknowledge is the decision service's call (`deciding`).
 """
 
 from __future__ import annotations
@@ -25,9 +26,11 @@ class Acks:
         (code `conflict`) or has moved to another queue meanwhile (code `escalated`).
         """
         store = self.store
+        keys = store.keys.ack_keys(request_id).stream(in_queue, store.keys.stream(in_queue))
         result = store.scripts.run(
             "ack",
-            store.keys.ack_keys(request_id),
+            keys,
+            maxlen=store.maxlen,
             id=request_id,
             by=by,
             channel=channel,

@@ -367,5 +367,8 @@ class AgentRunner:
         return status
 
     def _register(self, run_id: str, pause: Pause) -> str:
-        self.broker.create_round(run_id, pause.round, pause.requests())
+        # the run's starter asked for these calls: none of them counts their approval
+        starter = self.broker.run_fields(run_id).get("started_by") or None
+        calls = [c.model_copy(update={"created_by": starter}) for c in pause.requests()]
+        self.broker.create_round(run_id, pause.round, calls)
         return RunStatus.waiting.value

@@ -86,6 +86,8 @@ def start_run(
     """Create a run and enqueue its first round on the fleet; returns the run as `queued`.
 
     `deps` is JSON: the agent's deps factory gets it (without a factory, it is the deps).
+    `started_by` (the API caller who started it) is kept: each request of the run records it,
+    and the starter never counts as an approver of them.
     """
     if agent not in known_agents(broker):
         raise NotFound(f"no agent named {agent!r} is registered", code="unknown_agent")

@@ -14,7 +14,8 @@ DECIDED = "approval.decided"
 ESCALATED = "approval.escalated"
 TIMED_OUT = "approval.timed_out"
 VOTED = "approval.voted"  # a partial approval (quorum): Slack updates, webhooks hear, mail doesn't
-EVENT_TYPES = (REQUESTED, DECIDED, ESCALATED, TIMED_OUT, VOTED)
+ACKED = "approval.acked"  # "I'm on it": Slack updates; not mailed, not sent to webhooks
+EVENT_TYPES = (REQUESTED, DECIDED, ESCALATED, TIMED_OUT, VOTED, ACKED)
 OUTCOME_TYPES = (DECIDED, TIMED_OUT)  # what a request's callback webhook is told
 
 _ENTRY_ID = re.compile(r"^\d{1,20}-\d{1,20}$")

@@ -16,7 +16,15 @@ from broker.models import Request
 from notifiers.base import Channel
 from notifiers.dead_letters import DeadLetters
 from notifiers.dispatch import Dispatcher
-from notifiers.events import OUTCOME_TYPES, Event, MalformedEntry, decode_fields, parse_entry, text
+from notifiers.events import (
+    ACKED,
+    OUTCOME_TYPES,
+    Event,
+    MalformedEntry,
+    decode_fields,
+    parse_entry,
+    text,
+)
 from notifiers.inflight import Inflight
 from notifiers.results import DeliveryResult, ResultKind
 from notifiers.tasks import InflightEntry, Task
@@ -82,7 +90,8 @@ class Router:
 
     def route(self, event: Event, request: Request) -> list[str]:
         """The channels of the event's queue that want it, plus the request's callback webhook
-        for its outcome."""
+        for its outcome. An ack only updates Slack messages: it is no webhook event type, and
+        mail asks for decisions only."""
         queue = self.broker.config.queues.get(event.queue)
         names = list(queue.channels) if queue else []
         if request.callback and event.type in OUTCOME_TYPES:
@@ -92,6 +101,8 @@ class Router:
         out: list[str] = []
         for name in dict.fromkeys(names):
             channel = self.channels.get(name)
+            if event.type == ACKED and (channel is None or channel.kind != "slack"):
+                continue
             if channel is not None and channel.wants(event):
                 out.append(name)
         return out

@@ -127,7 +127,7 @@ def test_the_stream_cap_comes_from_the_environment(monkeypatch: pytest.MonkeyPat
 def test_events_reach_only_those_who_may_see_the_request(api: tuple[str, Broker]) -> None:
     url, broker = api
     names = ["fin", "ops", "svc", "audit", "admin"]
-    tokens = {n: ("tok-admin" if n == "admin" else f"tok-{n}") for n in names}
+    tokens = {n: (ADMIN if n == "admin" else f"tok-{n}") for n in names}
     got: dict[str, list[str]] = {}
     with httpx.Client(base_url=url, timeout=10) as http:
         svc = http.post(

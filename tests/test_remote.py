@@ -40,7 +40,11 @@ AGENT_TOKEN, BOB_TOKEN = "tok-agent", "tok-bob"
 def cfg() -> Config:
     return parse_config(
         {
-            "queues": {"default": {"timeout_s": 600}, "finance": {"timeout_s": 600}},
+            "queues": {
+                # bob escalates default -> finance: a person may only follow escalate_to
+                "default": {"timeout_s": 600, "escalate_to": "finance"},
+                "finance": {"timeout_s": 600},
+            },
             "approvers": {
                 "agent": {"token_sha256": hash_token(AGENT_TOKEN), "roles": ["requester"]},
                 "bob": {"token_sha256": hash_token(BOB_TOKEN), "roles": ["finance"]},

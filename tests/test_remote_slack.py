@@ -62,6 +62,9 @@ def approve_click(request_id: str) -> tuple[bytes, dict[str, str]]:
     payload = {
         "type": "block_actions",
         "user": {"id": "U0ALICE", "username": "alice"},
+        # the message's channel, as Slack sends it: a click counts only from a channel of the
+        # queue the request waits in now (here slack:approvals, Slack channel C1)
+        "channel": {"id": "C1", "name": "approvals"},
         "trigger_id": "trig-1",
         "actions": [
             {
@@ -97,7 +100,7 @@ def test_a_remote_agent_is_approved_from_slack_and_goes_on_live(
     slack_broker: Broker, slack: FakeSlack
 ) -> None:
     app = create_app(Settings(), slack_broker.config, slack_broker)
-    clicked: list[int] = []
+    clicked: list[tuple[int, Any]] = []
 
     def alice(url: str) -> None:
         [post] = wait_for(lambda: slack.calls_to("chat.postMessage", ok_only=True))
@@ -107,7 +110,7 @@ def test_a_remote_agent_is_approved_from_slack_and_goes_on_live(
         assert ids.APPROVE in buttons(message)
         body, headers = approve_click(request_id)
         resp = httpx.post(f"{url}/v1/slack/interactions", content=body, headers=headers)
-        clicked.append(resp.status_code)
+        clicked.append((resp.status_code, resp.json()))
 
     executed: list[Any] = []
     with (
@@ -122,7 +125,7 @@ def test_a_remote_agent_is_approved_from_slack_and_goes_on_live(
         person.join(10)
         [request] = slack_broker.list_requests()
         wait_for(lambda: slack.calls_to("chat.update", ok_only=True))  # the message says so
-    assert clicked == [200]
+    assert clicked == [(200, {"ok": True, "request_id": request.id, "status": "approved"})]
     assert result.output == "refund: refunded 120.0 on A103"
     assert executed == [("A103", 120.0)]
     assert request.status == "approved" and request.decision

@@ -107,7 +107,8 @@ def test_rejected_refund_does_not_run_and_the_model_sees_the_reason(
 def test_modified_refund_runs_with_the_new_args(
     broker: Broker, fleet: Fleet, refunds: Ledger
 ) -> None:
-    run = start_run(broker, "refunds", "Refund $200 on order A103 because it rained inside.")
+    # $140: above what the demo refunds alone, below its two-person limit (one approver)
+    run = start_run(broker, "refunds", "Refund $140 on order A103 because it rained inside.")
     request = only_request(broker, fleet.run(run.id))
     new_args = {"order_id": "A103", "amount": 80.0, "reason": "partial refund: one pole bent"}
     broker.decide(request.id, Decision(outcome="modified", args=new_args), decided_by="carol")
