@@ -33,7 +33,11 @@ RequestId = Annotated[
     "",
     status_code=201,
     response_model=None,
-    responses={201: {"model": Request, "description": "the request, pending"}, **ERRORS},
+    responses={
+        201: {"model": Request, "description": "the request, pending (or decided by a rule)"},
+        200: {"model": Request, "description": "an Idempotency-Key repeat: the original"},
+        **ERRORS,
+    },
 )
 def create_request(
     body: NewRequestBody,
