@@ -236,6 +236,27 @@ def rules_rows(text: str) -> list[Row]:
     ]
 
 
+def remote_rows(text: str) -> list[Row]:
+    """Decision -> tool executed, and the long-poll wake-up (bench_remote.py)."""
+    paths = [
+        ("remote: long-poll wake-up", r"long-poll wake-up"),
+        ("remote: outside the fleet, live: decision -> tool", r"live \(live_wait_s=30\)"),
+        (
+            "remote: outside the fleet, stop-and-resume: decision -> tool",
+            r"stop-and-resume \(results_for",
+        ),
+        ("remote: fleet, live_wait_s: decision -> tool", r"fleet, live_wait_s=30"),
+        ("remote: fleet, stop-and-resume: decision -> tool", r"fleet, stop-and-resume"),
+    ]
+    rows: list[Row] = []
+    for figure, label in paths:
+        for q in ("p50", "p99"):
+            rows.append(
+                row(f"{figure} {q}", number(label + r"[^\n]*? " + q + r" {N} ms", text), "ms")
+            )
+    return rows
+
+
 def e2e_rows(text: str, ceiling: float) -> list[Row]:
     data = None
     for line in reversed(text.strip().splitlines()):
@@ -307,6 +328,7 @@ def main() -> None:
             "300" if quick else "2000",
         ],
         "bench_rules.py": ["--n", "500" if quick else "3000"],
+        "bench_remote.py": ["--runs", "10" if quick else "50"],
         "bench_e2e.py": [
             "--json",
             "--cycles",
@@ -327,6 +349,7 @@ def main() -> None:
         *reads_rows(out["bench_reads.py"]),
         *api_rows(out["bench_api.py"]),
         *rules_rows(out["bench_rules.py"]),
+        *remote_rows(out["bench_remote.py"]),
         *e2e_rows(out["bench_e2e.py"], ceiling),
     ]
 
