@@ -148,7 +148,7 @@ def get_request(
         **ERRORS,
     },
 )
-def decide(
+async def decide(
     request_id: RequestId,
     body: Annotated[DecisionBody, Body()],
     principal: Caller,
