@@ -2,11 +2,10 @@
 
 A decision over REST (`POST /v1/requests/{id}/decision`) and a signed webhook reply
 (`POST /v1/webhooks/{name}/replies`) are what agents wait on. Routed through FastAPI, each pays
-for matching every route, solving a dependency graph, validating the body twice over and, for a
-sync endpoint, a hop to the thread pool: most of the API's CPU per decision. Here one ASGI layer
-answers the ordinary case of those two routes with the same functions the routes call (the
-decision service, `api.auth`'s token check, `api.webhooks.answer`) and the same error mapping
-(`api.errors`). Anything out of the ordinary (an id or body that doesn't validate, no or a bad
+for matching every route, solving a dependency graph and validating the body twice over: much
+of the API's CPU per decision. Here one ASGI layer answers the ordinary case of those two routes
+with the same functions the routes call (the decision service, `broker.auth`'s token check,
+`api.webhooks.answer`) and the same error mapping (`api.errors`). Anything out of the ordinary (an id or body that doesn't validate, no or a bad
 token, another content type) is handed on untouched, body included, to the FastAPI route, so
 its 401s and 422s stay the route's own and /openapi.json still describes what answers.
 
@@ -19,6 +18,7 @@ from __future__ import annotations
 import re
 
 from pydantic import ValidationError
+from starlette.concurrency import run_in_threadpool
 from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -52,11 +52,13 @@ class FastPaths:
         body, messages = await _read_body(receive)
         state: ApiState = scope["app"].state.api
         try:
+            # the decision service is sync (a Redis read and one atomic step): in the thread
+            # pool, so one slow round trip never stalls the loop (README, "Benchmarks")
             if decision is not None:
-                response = _decide(state, scope, decision.group(1), body)
+                response = await run_in_threadpool(_decide, state, scope, decision.group(1), body)
             else:
                 assert reply is not None
-                response = _reply(state, scope, reply.group(1), body)
+                response = await run_in_threadpool(_reply, state, scope, reply.group(1), body)
         except Exception as exc:  # noqa: BLE001 - mapped exactly as the router's handlers do
             answer = known_error_response(exc)
             if answer is None:
@@ -79,7 +81,6 @@ def _decide(state: ApiState, scope: Scope, request_id: str, body: bytes) -> JSON
         given = DecisionBody.model_validate_json(body)
     except (ValidationError, ValueError):
         return None
-    # one Redis read and one atomic step on loopback, on the loop: cheaper than a thread hop
     request = state.decide(request_id, given.to_decision(), principal, channel="rest", via=(INBOX,))
     return JSONResponse(request.public())
 
