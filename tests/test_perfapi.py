@@ -8,13 +8,16 @@ handed on to the route with their body intact.
 
 from __future__ import annotations
 
+import base64
 import json
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
+from standardwebhooks.webhooks import Webhook
 
 import api.fastpaths as fastpaths
 from api.app import create_app
@@ -26,13 +29,15 @@ from broker.config import Config, Settings, parse_config
 from broker.models import NewRequest, Request
 
 TOKENS = {"alice": "tok-alice-perfapi", "bob": "tok-bob-perfapi"}
+SECRET = "whsec_" + base64.b64encode(b"perfapi-webhook-secret-0123456789").decode()
 
 
 @pytest.fixture
 def cfg() -> Config:
     return parse_config(
         {
-            "queues": {"default": {"channels": ["inbox"], "timeout_s": 600}},
+            "queues": {"default": {"channels": ["inbox", "webhook:ops"], "timeout_s": 600}},
+            "webhooks": {"ops": {"url": "http://127.0.0.1:9/ops", "secret": SECRET}},
             "approvers": {
                 "alice": {"token_sha256": hash_token(TOKENS["alice"]), "roles": ["finance"]},
                 "bob": {"token_sha256": hash_token(TOKENS["bob"]), "roles": ["ops"]},
@@ -192,3 +197,65 @@ def test_body_limit_is_checked_before_the_fast_path(
     )
     assert resp.status_code == 413 and resp.json()["error"] == "too_large"
     assert api_broker.get_request(req.id).is_pending
+
+
+def signed(body: bytes, msg_id: str, secret: str = SECRET) -> dict[str, str]:
+    now = datetime.now(UTC)
+    return {
+        "webhook-id": msg_id,
+        "webhook-timestamp": str(int(now.timestamp())),
+        "webhook-signature": Webhook(secret).sign(msg_id, now, body.decode()),
+        "content-type": "application/json",
+    }
+
+
+OTHER = "whsec_" + base64.b64encode(b"not-the-endpoint-secret-01234567").decode()
+REPLY_CASES: dict[str, tuple[str, str, str]] = {  # name, body template, secret
+    "approved": ("ops", '{"request_id": "ID", "outcome": "approved"}', SECRET),
+    "by a person": (
+        "ops",
+        '{"request_id": "ID", "outcome": "rejected", "decided_by": "d"}',
+        SECRET,
+    ),
+    "forged 401": ("ops", '{"request_id": "ID", "outcome": "approved"}', OTHER),
+    "unknown endpoint 404": ("nope", '{"request_id": "ID", "outcome": "approved"}', SECRET),
+    "bad body 422": ("ops", '{"request_id": "ID", "outcome": "maybe"}', SECRET),
+    "not json 422": ("ops", "{nope", SECRET),
+    "unknown request 404": ("ops", '{"request_id": "req_none", "outcome": "approved"}', SECRET),
+}
+
+
+@pytest.mark.parametrize("case", list(REPLY_CASES))
+def test_webhook_fast_path_answers_as_the_route_does(
+    case: str, clients: tuple[TestClient, TestClient], api_broker: Broker
+) -> None:
+    name, template, secret = REPLY_CASES[case]
+    answers = []
+    for i, client in enumerate(clients):
+        req = make(api_broker)
+        body = template.replace("ID", req.id).encode()
+        headers = signed(body, f"msg_{case}_{i}", secret)
+        first = client.post(f"/v1/webhooks/{name}/replies", content=body, headers=headers)
+        replay = client.post(f"/v1/webhooks/{name}/replies", content=body, headers=headers)
+        answers.append(
+            [
+                {k: v.replace(req.id, "ID") if isinstance(v, str) else v for k, v in a.items()}
+                for a in (comparable(first), comparable(replay))
+            ]
+        )
+        answers[-1].append(api_broker.get_request(req.id).status.value)
+    assert answers[0] == answers[1]
+    assert all(a["status"] != 500 for a in answers[0][:2])
+
+
+def test_replayed_webhook_id_is_409_through_the_fast_path(
+    clients: tuple[TestClient, TestClient], api_broker: Broker
+) -> None:
+    fast, _ = clients
+    req = make(api_broker)
+    body = json.dumps({"request_id": req.id, "outcome": "approved"}).encode()
+    headers = signed(body, "msg_once")
+    assert fast.post("/v1/webhooks/ops/replies", content=body, headers=headers).status_code == 200
+    again = fast.post("/v1/webhooks/ops/replies", content=body, headers=headers)
+    assert again.status_code == 409 and again.json()["error"] == "replayed"
+    assert again.json()["request"]["decision"]["decided_by"] == "webhook:ops"
