@@ -33,7 +33,14 @@ RequestId = Annotated[
     "",
     status_code=201,
     response_model=None,
-    responses={201: {"model": Request, "description": "the request, pending"}, **ERRORS},
+    responses={
+        201: {"model": Request, "description": "the request, pending"},
+        200: {
+            "model": Request,
+            "description": "the original request: the same Idempotency-Key and body again",
+        },
+        **ERRORS,
+    },
 )
 async def create_request(
     body: NewRequestBody,
