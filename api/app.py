@@ -13,6 +13,7 @@ from api import email, events, health, inbox, metrics, requests, rules, runs, sl
 from api.acks import router as acks_router
 from api.errors import install_error_handlers
 from api.events import EventsSettings, StreamSlots
+from api.fastpaths import FastPaths
 from api.headers import EmailPageHeaders
 from api.limits import BodyLimit
 from api.metrics import ApiMetrics
@@ -59,6 +60,7 @@ def create_app(
     app.state.events = events_settings or EventsSettings.from_env()
     app.state.event_slots = StreamSlots(app.state.events.max_streams_per_principal)
     install_error_handlers(app)
+    app.add_middleware(FastPaths)  # innermost: after the body limit
     app.add_middleware(BodyLimit)
     app.add_middleware(EmailPageHeaders)
     for router in ROUTERS:

@@ -91,18 +91,46 @@ def _validation_detail(exc: RequestValidationError) -> str:
     return "; ".join(parts) or "invalid request"
 
 
-async def _api_error(_: Request, exc: Exception) -> JSONResponse:
-    assert isinstance(exc, ApiError)
+def api_error_response(exc: ApiError) -> JSONResponse:
     return error_response(exc.status, exc.code, exc.detail, exc.headers, **exc.extra)
 
 
-async def _broker_error(_: Request, exc: Exception) -> JSONResponse:
-    assert isinstance(exc, BrokerError)
+def broker_error_response(exc: BrokerError) -> JSONResponse:
+    """The answer to a broker error: its status, and for a 409 the request as recorded."""
     status = broker_error_status(exc)
     if isinstance(exc, Conflict):
         request = exc.request.public() if hasattr(exc.request, "public") else exc.request
         return error_response(409, exc.code, exc.detail, request=request)
     return error_response(status, exc.code, exc.detail)
+
+
+def redis_error_response(exc: Exception) -> JSONResponse:
+    log.error("Redis error: %s", type(exc).__name__)
+    return error_response(503, "unavailable", "the broker's Redis is not reachable; try again")
+
+
+def known_error_response(exc: Exception) -> JSONResponse | None:
+    """The answer to an error a route may raise on purpose (None: not one of those).
+
+    For callers outside the router (api.fastpaths), which the handlers below don't reach.
+    """
+    if isinstance(exc, ApiError):
+        return api_error_response(exc)
+    if isinstance(exc, BrokerError):
+        return broker_error_response(exc)
+    if isinstance(exc, (RedisConnectionError, RedisTimeoutError)):
+        return redis_error_response(exc)
+    return None
+
+
+async def _api_error(_: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, ApiError)
+    return api_error_response(exc)
+
+
+async def _broker_error(_: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, BrokerError)
+    return broker_error_response(exc)
 
 
 async def _validation_error(_: Request, exc: Exception) -> JSONResponse:
@@ -122,8 +150,7 @@ async def _unicode_error(_: Request, exc: Exception) -> JSONResponse:
 
 
 async def _redis_error(_: Request, exc: Exception) -> JSONResponse:
-    log.error("Redis error: %s", type(exc).__name__)
-    return error_response(503, "unavailable", "the broker's Redis is not reachable; try again")
+    return redis_error_response(exc)
 
 
 async def _internal_error(_: Request, exc: Exception) -> JSONResponse:

@@ -8,6 +8,7 @@ from urllib.parse import urlencode
 from fastapi import APIRouter, Body, Path, Query
 from fastapi import Request as HttpRequest
 from fastapi.responses import JSONResponse
+from starlette.concurrency import run_in_threadpool
 
 from api.auth import Caller, Requester
 from api.idempotency import IdempotencyKey, create_request_once
@@ -39,7 +40,7 @@ RequestId = Annotated[
         **ERRORS,
     },
 )
-def create_request(
+async def create_request(
     body: NewRequestBody,
     principal: Requester,
     state: State,
@@ -49,6 +50,9 @@ def create_request(
 
     `allowed_roles` may name only roles that some approver or webhook endpoint holds: a role
     nobody has would leave the request for the admin alone.
+
+    On the event loop (one Redis round trip); with an Idempotency-Key in the thread pool, as a
+    concurrent create with the same key polls for the winner's id.
     """
     unknown = sorted(set(body.allowed_roles) - state.config.known_roles())
     if unknown:
@@ -58,7 +62,7 @@ def create_request(
         )
     body = body.model_copy(update={"created_by": principal.name})
     if idempotency_key is not None:
-        return create_request_once(state, principal, idempotency_key, body)
+        return await run_in_threadpool(create_request_once, state, principal, idempotency_key, body)
     request = state.broker.create_request(body)
     return JSONResponse(request.public(), status_code=201)
 
@@ -153,7 +157,7 @@ def get_request(
         **ERRORS,
     },
 )
-def decide(
+async def decide(
     request_id: RequestId,
     body: Annotated[DecisionBody, Body()],
     principal: Caller,

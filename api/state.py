@@ -82,8 +82,8 @@ class ApiState:
             self._async_redis = None
 
 
-def get_state(request: Request) -> ApiState:
-    """FastAPI dependency: the app's shared state."""
+async def get_state(request: Request) -> ApiState:
+    """FastAPI dependency: the app's shared state (async: a sync one would cost a thread hop)."""
     state: ApiState = request.app.state.api
     return state
 

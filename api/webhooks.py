@@ -13,6 +13,7 @@ from __future__ import annotations
 import binascii
 import json
 import logging
+from collections.abc import Iterable
 from typing import Annotated
 
 from fastapi import APIRouter, Path, Request
@@ -118,12 +119,19 @@ async def webhook_reply(
     state: State,
 ) -> JSONResponse:
     """A decision signed (Standard Webhooks) with endpoint `name`'s secret."""
+    body = await request.body()
+    headers = request.headers.items()
+    return JSONResponse((await run_in_threadpool(answer, state, name, body, headers)).public())
+
+
+def answer(
+    state: ApiState, name: str, body: bytes, headers: Iterable[tuple[str, str]]
+) -> BrokerRequest:
+    """Verify, parse and record one reply to endpoint `name` (shared with api.fastpaths)."""
     endpoint = state.config.webhooks.get(name)
     if endpoint is None:
         raise ApiError(404, "not_found", f"no webhook endpoint named {name!r}")
-    body = await request.body()
-    headers = {k.lower(): v for k, v in request.headers.items()}
-    verify(endpoint, body, headers)
+    lowered = {k.lower(): v for k, v in headers}
+    verify(endpoint, body, lowered)
     reply = parse_reply(body)
-    decided = await run_in_threadpool(_record, state, name, endpoint, headers["webhook-id"], reply)
-    return JSONResponse(decided.public())
+    return _record(state, name, endpoint, lowered["webhook-id"], reply)

@@ -66,6 +66,19 @@ def start_role(
     raise SystemExit(f"{args[0]} was not ready within 30 s")
 
 
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of process `pid` so far (Linux /proc; 0.0 elsewhere).
+
+    CPU per decision in the API process is the figure that holds on a shared, loaded machine,
+    where decisions/s mostly measures the neighbours.
+    """
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def decide_all(
     base_url: str, ids: list[str], clients: int, when: Callable[[int], float] | None
 ) -> tuple[dict[str, float], list[float], float]:
@@ -157,13 +170,20 @@ def main() -> None:
             print(f"  target p99 < 20 ms at 100/s: {'met' if pct(lat, 0.99) < 20 else 'NOT met'}")
 
             ids = make_rounds(broker, opts.burst, "burst")
+            cpu0 = cpu_seconds(api.pid)
             _, rtts, elapsed = decide_all(base_url, ids, opts.clients, None)
+            cpu_us = (cpu_seconds(api.pid) - cpu0) / opts.burst * 1e6
             rtt_ms = [r * 1000 for r in rtts]
             print(
                 f"fast phase: {opts.burst} decisions with {opts.clients} clients in {elapsed:.2f} s: "
                 f"{opts.burst / elapsed:.0f} decisions/s "
                 f"(HTTP p50 {pct(rtt_ms, 0.5):.1f} ms, p99 {pct(rtt_ms, 0.99):.1f} ms)"
             )
+            if cpu_us:
+                print(
+                    f"  API process CPU per decision: {cpu_us:.0f} us"
+                    f" (one core's worth: {1e6 / cpu_us:.0f} decisions/s)"
+                )
             print(f"machine: {os.cpu_count()} CPUs, one uvicorn process, embedded Redis, loopback")
         finally:
             for proc in (api, resumer):
