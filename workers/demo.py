@@ -42,6 +42,8 @@ from broker.ask import ask, question
 from workers.demo_model import Ask, demo_model, script
 from workers.demo_runs import (
     DEMO_PROMPTS,
+    QUESTION_DEMO_CUSTOMER,
+    QUESTION_DEMO_PROMPT,
     RULE_DEMO,
     RULE_DEMO_CUSTOMER,
     RULE_DEMO_PROMPT,
@@ -49,6 +51,7 @@ from workers.demo_runs import (
     register_demo,
     start_demo,
     start_demo_runs,
+    start_question_demo_run,
     start_rule_demo_run,
 )
 from workers.demo_shop import (
@@ -71,6 +74,8 @@ __all__ = [  # what other code imports from `workers.demo` (the modules behind i
     "AUTO_REFUND_LIMIT",
     "DEMO_PROMPTS",
     "ORDERS",
+    "QUESTION_DEMO_CUSTOMER",
+    "QUESTION_DEMO_PROMPT",
     "QUEUE",
     "RULE_DEMO",
     "RULE_DEMO_CUSTOMER",
@@ -93,6 +98,7 @@ __all__ = [  # what other code imports from `workers.demo` (the modules behind i
     "script",
     "start_demo",
     "start_demo_runs",
+    "start_question_demo_run",
     "start_rule_demo_run",
 ]
 

@@ -60,6 +60,19 @@ def start_rule_demo_run(broker: Broker) -> str:
     return start_run(broker, AGENT_NAME, RULE_DEMO_PROMPT, deps=deps).id
 
 
+# A split-payment order and a prompt that doesn't say card or store credit: the agent asks a
+# person (a structured question), so the inbox shows the answer form (README, "Structured
+# questions"). Its own customer, so a run started by hand for A105 still finds it unrefunded.
+QUESTION_DEMO_PROMPT = "Refund order A105 because the headlamp flickers."
+QUESTION_DEMO_CUSTOMER = "c-giftcard"
+
+
+def start_question_demo_run(broker: Broker) -> str:
+    """Start a run that asks "card or store credit?" for order A105 and waits for the answer."""
+    deps = {"customer": QUESTION_DEMO_CUSTOMER}
+    return start_run(broker, AGENT_NAME, QUESTION_DEMO_PROMPT, deps=deps).id
+
+
 def start_demo(broker: Broker) -> list[str]:
     """Register the demo agent and start its two runs; returns their ids."""
     register_demo(broker)
