@@ -76,6 +76,7 @@ def banner(
     generated: bool,
     demo_runs: list[str],
     ruled_run: str | None = None,
+    asked_run: str | None = None,
 ) -> str:
     """Where to click; the admin token only if `up` made it (a given one is already known)."""
     url = f"http://{settings.host}:{settings.port}"
@@ -97,6 +98,10 @@ def banner(
     if ruled_run:
         lines.append(
             f"  rule demo    {ruled_run} (its refund is approved by rule demo-routine-refunds)"
+        )
+    if asked_run:
+        lines.append(
+            f"  question     {asked_run} (order A105: card or store credit? the inbox shows its form)"
         )
     lines += ["Press Ctrl-C to stop.", ""]
     return "\n".join(lines)
@@ -159,6 +164,7 @@ def run_up(settings: Settings, config: Config, *, demo: bool = False) -> None:
             env["APPROVAL_BROKER_DATA_DIR"] = str(settings.data_dir)
         demo_runs: list[str] = []
         ruled_run: str | None = None
+        asked_run: str | None = None
         broker = Broker(Redis.from_url(settings.redis_url), config, prefix=settings.key_prefix)
         sync_at_start(broker.requests.rules)  # the config's [[rules]], before any run starts
         if demo:
@@ -177,11 +183,16 @@ def run_up(settings: Settings, config: Config, *, demo: bool = False) -> None:
                 f"[up] the API did not answer on {url}/healthz; see its output above", err=True
             )
         elif demo:
-            from workers.demo import start_demo_runs, start_rule_demo_run
+            from workers.demo import (
+                start_demo_runs,
+                start_question_demo_run,
+                start_rule_demo_run,
+            )
 
             demo_runs = start_demo_runs(broker)
             ruled_run = start_rule_demo_run(broker)
-        typer.echo(banner(settings, admin_token, generated, demo_runs, ruled_run))
+            asked_run = start_question_demo_run(broker)
+        typer.echo(banner(settings, admin_token, generated, demo_runs, ruled_run, asked_run))
         while not stop.wait(0.5):
             for child in children:
                 if child.process and child.process.poll() is not None and not stop.is_set():

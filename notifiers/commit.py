@@ -154,7 +154,7 @@ class Committer:
         for request_id, done_field in plan.done:
             pipe.hset(keys.delivery(request_id), done_field, "1")
         for request_id, entry in plan.notes:
-            self.broker.scripts.note(args=[keys.prefix, request_id, entry], client=pipe)
+            self.broker.add_history(request_id, entry, pipe=pipe)
         for name, count in plan.stats.items():
             pipe.hincrby(keys.stats, name, count)
         for channel, task_id in plan.unpark:

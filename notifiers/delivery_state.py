@@ -16,6 +16,7 @@ from redis.exceptions import WatchError
 
 from broker.client import Broker
 from broker.models import utcnow
+from broker.text import as_str
 
 
 @dataclass(frozen=True)
@@ -136,7 +137,7 @@ class DeliveryState:
             data = json.loads(raw)
             return f"{data['reason']} (since {data['at']})"
         except (ValueError, KeyError, TypeError):
-            return raw.decode("utf-8", "replace") if isinstance(raw, bytes) else str(raw)
+            return as_str(raw)
 
     def disable(self, channel: str, reason: str) -> None:
         record = json.dumps({"reason": reason, "at": utcnow().isoformat()})

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from broker.models import from_timestamp
+from broker.text import as_str, as_str_dict
 
 REQUESTED = "approval.requested"
 DECIDED = "approval.decided"
@@ -64,13 +65,10 @@ class Event:
         return {**self.fields, "event_id": self.event_id}
 
 
-def text(value: bytes | str) -> str:
-    """A Redis reply as str (the broker's client does not decode)."""
-    return value.decode("utf-8", "replace") if isinstance(value, bytes) else value
-
-
-def decode_fields(raw: dict[bytes, bytes] | dict[str, str] | None) -> dict[str, str]:
-    return {text(k): text(v) for k, v in (raw or {}).items()}
+# The old names of `broker.text`'s helpers, kept only while notifiers/reader.py and
+# notifiers/reclaim.py still import them: new code uses `broker.text` directly.
+text = as_str
+decode_fields = as_str_dict
 
 
 def parse_entry(stream: str, queue: str, entry_id: str, fields: dict[str, str]) -> Event:

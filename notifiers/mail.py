@@ -26,6 +26,7 @@ from broker.email_deciders import email_decider
 from broker.links import new_nonce, sign_link
 from broker.models import Request, utcnow
 from broker.rule_decisions import run_rule_index
+from broker.text import as_str
 from notifiers.base import Channel
 from notifiers.delivery_state import DeliveryState
 from notifiers.events import ESCALATED, REQUESTED, Event
@@ -256,10 +257,6 @@ def _quit(smtp: smtplib.SMTP) -> None:
 
 def _classify(exc: smtplib.SMTPResponseException) -> Exception:
     """SMTP 4xx is temporary by definition; 5xx is final."""
-    message = (
-        exc.smtp_error.decode("utf-8", "replace")
-        if isinstance(exc.smtp_error, bytes)
-        else str(exc.smtp_error)
-    )
+    message = as_str(exc.smtp_error)
     text = f"SMTP {exc.smtp_code}: {message[:200]}"
     return GiveUp(text) if 500 <= exc.smtp_code < 600 else Retry(text)

@@ -23,7 +23,8 @@ from typing import Any
 from redis.client import Pipeline
 
 from broker.client import Broker
-from notifiers.events import Event, MalformedEntry, parse_entry, text
+from broker.text import as_str
+from notifiers.events import Event, MalformedEntry, parse_entry
 from notifiers.scripts import source
 
 
@@ -116,7 +117,7 @@ class ParkedStore:
             keys=[self.keys.parked(channel), self.keys.parked_tasks(channel)],
             args=[f"{now:.6f}", f"{now + self.lease_s:.6f}", count],
         )
-        return [(text(flat[i]), text(flat[i + 1])) for i in range(0, len(flat), 2)]
+        return [(as_str(flat[i]), as_str(flat[i + 1])) for i in range(0, len(flat), 2)]
 
     def renew(self, held: dict[str, list[str]]) -> None:
         """Push the leases of deliveries we work on ahead; finished ones are not brought back."""

@@ -13,6 +13,7 @@ from redis.exceptions import RedisError
 
 from broker.client import Broker
 from broker.models import Request
+from broker.text import as_str, as_str_dict
 from notifiers.base import Channel
 from notifiers.dead_letters import DeadLetters
 from notifiers.dispatch import Dispatcher
@@ -21,9 +22,7 @@ from notifiers.events import (
     OUTCOME_TYPES,
     Event,
     MalformedEntry,
-    decode_fields,
     parse_entry,
-    text,
 )
 from notifiers.inflight import Inflight
 from notifiers.results import DeliveryResult, ResultKind
@@ -57,7 +56,7 @@ class Router:
         queue = self.streams[stream]
         events: list[Event] = []
         for eid, raw in entries:
-            entry_id, fields = text(eid), decode_fields(raw)
+            entry_id, fields = as_str(eid), as_str_dict(raw)
             try:
                 events.append(parse_entry(stream, queue, entry_id, fields))
             except MalformedEntry as exc:
@@ -134,5 +133,5 @@ class Router:
         for rid in order:
             pipe.hkeys(self.broker.keys.delivery(rid))
         return {
-            rid: {text(k) for k in keys} for rid, keys in zip(order, pipe.execute(), strict=True)
+            rid: {as_str(k) for k in keys} for rid, keys in zip(order, pipe.execute(), strict=True)
         }

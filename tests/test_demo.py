@@ -110,6 +110,29 @@ def test_start_demo_leaves_two_runs_waiting_in_the_inbox(broker: Broker) -> None
     assert all(r.args["amount"] > demo.AUTO_REFUND_LIMIT for r in pending)
 
 
+def test_the_question_demo_run_asks_card_or_store_credit_and_refunds_as_answered(
+    broker: Broker, worker: SyncWorker
+) -> None:
+    run_id = demo.start_question_demo_run(broker)  # what `up --demo` starts for the form
+    worker.work()
+    waiting = broker.get_run(run_id)
+    assert waiting.status is RunStatus.waiting, waiting.error
+    [request] = broker.get_requests(waiting.pending)
+    assert (request.kind, request.queue) == ("question", demo.QUEUE)
+    [q] = request.metadata["questions"]
+    assert q["question"] == "Refund order A105 to the card or as store credit?"
+    assert [o["label"] for o in q["options"]] == ["Card", "Store credit"]
+    answer = {"answers": [{"question": q["question"], "selected": ["Card"]}]}
+    broker.decide(request.id, Decision(outcome="answered", answer=answer), decided_by="alice")
+    worker.work()
+    done = broker.get_run(run_id)
+    assert done.status is RunStatus.finished and done.output["refunded"] is True, done.error
+    [refund] = Ledger(broker.redis, broker.keys.prefix, demo.QUESTION_DEMO_CUSTOMER).all()
+    assert (refund.order_id, refund.amount, refund.run_id) == ("A105", 45.0, run_id)
+    assert refund.reason.endswith("; refund to: Card")
+    assert Ledger(broker.redis, broker.keys.prefix).all() == []  # the shop's own A105 still open
+
+
 def test_a_claim_that_does_not_match_the_ledger_is_sent_back(
     broker: Broker, ledger: Ledger
 ) -> None:

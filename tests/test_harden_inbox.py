@@ -8,8 +8,12 @@ from pathlib import Path
 
 import httpx
 
-from tests.conftest import wait_for
-from tests.test_inbox_browser import CHROMIUM_ARGS, chromium, demo  # noqa: F401 - fixtures
+from tests.test_inbox_browser import (  # noqa: F401 - fixtures
+    CHROMIUM_ARGS,
+    chromium,
+    demo,
+    demo_pending,
+)
 from tests.test_up import ADMIN, stop_up
 
 
@@ -22,11 +26,7 @@ def test_the_modify_form_shows_the_schema_and_checks_args_before_sending(
 
     proc, url = demo
     http = httpx.Client(base_url=url, headers={"Authorization": f"Bearer {ADMIN}"}, timeout=10)
-    pending = wait_for(
-        lambda: len(r := http.get("/v1/requests", params={"status": "pending"}).json()) == 2 and r,
-        timeout=60,
-    )
-    request = next(r for r in pending if r["args"]["order_id"] == "A100")
+    request = demo_pending(http)[0]["A100"]
     assert request["args_schema"]["properties"]["amount"]["type"] == "number"
 
     with sync_playwright() as pw:

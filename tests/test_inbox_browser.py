@@ -1,4 +1,4 @@
-"""The inbox in headless Chromium against `up --demo`: sign in, decide both demo requests, live updates.
+"""The inbox in headless Chromium against `up --demo`: sign in, decide the demo requests, live updates.
 
 Chromium is Debian's package; the fixture installs it when it is missing (CI runs as root).
 """
@@ -57,17 +57,25 @@ def demo(tmp_path: Path) -> Iterator[tuple[object, str]]:
             proc.wait()
 
 
+def demo_pending(http: httpx.Client) -> tuple[dict[str, dict], dict]:
+    """What `up --demo` leaves waiting: its two refund approvals (by order) and the A105 question."""
+    pending = wait_for(
+        lambda: len(r := http.get("/v1/requests", params={"status": "pending"}).json()) == 3 and r,
+        timeout=60,
+    )
+    approvals = {r["args"]["order_id"]: r for r in pending if r["kind"] == "approval"}
+    [asked] = [r for r in pending if r["kind"] == "question"]
+    assert set(approvals) == {"A103", "A100"}
+    assert asked["metadata"]["questions"][0]["question"].startswith("Refund order A105")
+    return approvals, asked
+
+
 def test_inbox_decides_both_demo_requests_live(chromium: str, demo, tmp_path: Path):
     from playwright.sync_api import expect, sync_playwright
 
     proc, url = demo
     http = httpx.Client(base_url=url, headers={"Authorization": f"Bearer {ADMIN}"}, timeout=10)
-    pending = wait_for(
-        lambda: len(r := http.get("/v1/requests", params={"status": "pending"}).json()) == 2 and r,
-        timeout=60,
-    )
-    by_order = {r["args"]["order_id"]: r for r in pending}
-    assert set(by_order) == {"A103", "A100"}
+    by_order, asked = demo_pending(http)
 
     with sync_playwright() as pw:
         browser = pw.chromium.launch(executable_path=chromium, args=CHROMIUM_ARGS)
@@ -76,7 +84,7 @@ def test_inbox_decides_both_demo_requests_live(chromium: str, demo, tmp_path: Pa
         page.fill("#token", ADMIN)
         page.click("#signin-form button[type=submit]")
         cards = page.locator("article[data-request-id]")
-        expect(cards).to_have_count(2)
+        expect(cards).to_have_count(3)
         expect(page.locator("#whoami")).to_contain_text("admin")
         expect(page.locator("#live")).to_contain_text("live")
 
@@ -85,13 +93,13 @@ def test_inbox_decides_both_demo_requests_live(chromium: str, demo, tmp_path: Pa
             "/v1/requests", json={"tool_name": "email_customer", "args": {"to": "c-17"}}
         )
         assert extra.status_code == 201
-        expect(cards).to_have_count(3, timeout=10_000)
+        expect(cards).to_have_count(4, timeout=10_000)
         page.screenshot(path=str(tmp_path / "inbox.png"), full_page=True)
         http.post(
             f"/v1/requests/{extra.json()['id']}/decision",
             json={"outcome": "rejected", "reason": "n/a"},
         )
-        expect(cards).to_have_count(2, timeout=10_000)
+        expect(cards).to_have_count(3, timeout=10_000)
 
         torn = page.locator(f"article[data-request-id='{by_order['A103']['id']}']")
         torn.locator("[data-action=reject-open]").click()
@@ -99,11 +107,18 @@ def test_inbox_decides_both_demo_requests_live(chromium: str, demo, tmp_path: Pa
         expect(torn.locator(":scope > .error")).to_contain_text("Say why")
         torn.locator(".reason").fill("The photos show wear, not a torn floor.")
         torn.locator(".confirm-reject").click()
-        expect(cards).to_have_count(1)
+        expect(cards).to_have_count(2)
 
         page.locator(
             f"article[data-request-id='{by_order['A100']['id']}'] [data-action=approve]"
         ).click()
+        expect(cards).to_have_count(1)
+
+        # the demo's question shows its form: card or store credit
+        refund = page.locator(f"article[data-request-id='{asked['id']}']")
+        refund.locator("[data-action=answer-open]").click()
+        refund.get_by_label("Card", exact=True).check()
+        refund.locator(".confirm-questions").click()
         expect(cards).to_have_count(0)
         expect(page.locator(".empty")).to_contain_text("Nothing waits for you")
 
@@ -113,7 +128,7 @@ def test_inbox_decides_both_demo_requests_live(chromium: str, demo, tmp_path: Pa
         expect(page.locator("article[data-status=approved]")).to_have_count(2)
         browser.close()
 
-    runs = {order: by_order[order]["run_id"] for order in by_order}
+    runs = {order: by_order[order]["run_id"] for order in by_order} | {"A105": asked["run_id"]}
     finished = {
         order: wait_for(
             lambda rid=rid: (r := http.get(f"/v1/runs/{rid}").json())["status"] == "finished" and r
@@ -123,6 +138,7 @@ def test_inbox_decides_both_demo_requests_live(chromium: str, demo, tmp_path: Pa
     assert finished["A100"]["output"]["refunded"] is True
     assert finished["A100"]["output"]["amount"] == 75
     assert finished["A103"]["output"]["refunded"] is False
+    assert finished["A105"]["output"]["refunded"] is True  # $45: under the limit once answered
     assert "wear" in finished["A103"]["output"]["message"]
     assert (
         http.get(f"/v1/requests/{by_order['A103']['id']}")

@@ -2,7 +2,8 @@
 
 Pick options, type an "Other", fill a schema form: what the page posts is the contract's JSON,
 an answer that doesn't fit is refused on the page (and by the API) and the request stays
-pending, and the demo's own question (order A105: card or store credit?) resumes its run.
+pending, and the demo's own question (order A105: card or store credit?, which `up --demo`
+starts) resumes its run.
 Chromium and its set-up come from tests/test_inbox_browser.py.
 """
 
@@ -14,7 +15,12 @@ from typing import Any
 import httpx
 
 from tests.conftest import wait_for
-from tests.test_inbox_browser import CHROMIUM_ARGS, chromium, demo  # noqa: F401 - fixtures
+from tests.test_inbox_browser import (  # noqa: F401 - fixtures
+    CHROMIUM_ARGS,
+    chromium,
+    demo,
+    demo_pending,
+)
 from tests.test_up import ADMIN, stop_up
 
 QUESTIONS = [
@@ -61,13 +67,8 @@ def test_inbox_form_answers_questions_refuses_a_bad_answer_and_resumes_the_demo(
 
     proc, url = demo
     http = httpx.Client(base_url=url, headers={"Authorization": f"Bearer {ADMIN}"}, timeout=10)
-    wait_for(lambda: len(http.get("/v1/requests", params={"status": "pending"}).json()) == 2, 60)
-    run = http.post(
-        "/v1/runs", json={"agent": "refunds", "prompt": "Refund order A105 because it broke."}
-    )
-    assert run.status_code == 202, run.text
-    run_id = run.json()["run_id"]
-    asked = wait_for(lambda: http.get(f"/v1/runs/{run_id}").json()["pending"], timeout=60)
+    _, asked = demo_pending(http)  # up --demo started the A105 run: its question waits
+    run_id = asked["run_id"]
     auth_id = create(http, {"questions": QUESTIONS}, "Set up the API")
     ticket_id = create(http, {"answer_schema": TICKET}, "File a ticket")
 
@@ -141,7 +142,7 @@ def test_inbox_form_answers_questions_refuses_a_bad_answer_and_resumes_the_demo(
         answer = http.get(f"/v1/requests/{ticket_id}").json()["decision"]["answer"]
         assert answer == {"title": "Login fails", "hours": 2.5, "urgent": True, "priority": "low"}
 
-        refund = page.locator(f"article[data-request-id='{asked[0]}']")
+        refund = page.locator(f"article[data-request-id='{asked['id']}']")
         refund.locator("[data-action=answer-open]").click()
         expect(refund.locator("legend")).to_contain_text("card or as store credit?")
         refund.get_by_label("Store credit", exact=True).check()

@@ -1,8 +1,8 @@
 """The README's Redis ACL user is enough for the whole fleet, and Redis refuses it anything else.
 
 `up --demo` runs every role (api, worker + resumer, notifier, sweeper) as that user: two demo
-runs are approved (over the API and by an email link) and finish, a request times out, mail
-goes out. Redis's ACL LOG must then hold no refusal of the broker's.
+runs are approved (over the API and by an email link) and the demo's question is answered, and
+all three finish; a request times out, mail goes out. Redis's ACL LOG must then hold no refusal of the broker's.
 """
 
 from __future__ import annotations
@@ -121,7 +121,15 @@ email = "alice@example.com"
                 return []
             return found.json() if found.status_code == 200 else []
 
-        by_api, by_mail = wait_for(lambda: len(pending()) == 2 and pending(), timeout=90)
+        waiting = wait_for(lambda: len(pending()) == 3 and pending(), timeout=90)
+        by_api, by_mail = [r for r in waiting if r["kind"] == "approval"]
+        [asked] = [r for r in waiting if r["kind"] == "question"]  # A105: card or store credit?
+        question = asked["metadata"]["questions"][0]["question"]
+        answer = {"answers": [{"question": question, "selected": ["Store credit"]}]}
+        answered = http.post(
+            f"/v1/requests/{asked['id']}/decision", json={"outcome": "answered", "answer": answer}
+        )
+        assert answered.status_code == 200, answered.text
         decided = http.post(f"/v1/requests/{by_api['id']}/decision", json={"outcome": "approved"})
         assert decided.status_code == 200, decided.text
 
@@ -144,7 +152,7 @@ email = "alice@example.com"
         def run_status(run_id: str) -> str:
             return http.get(f"/v1/runs/{run_id}").json()["status"]
 
-        for request in (by_api, by_mail):
+        for request in (by_api, by_mail, asked):
             wait_for(lambda r=request: run_status(r["run_id"]) == "finished", timeout=60)
         wait_for(
             lambda: http.get(f"/v1/requests/{quick.json()['id']}").json()["status"] == "timed_out",

@@ -9,7 +9,12 @@ from pathlib import Path
 import httpx
 
 from tests.conftest import wait_for
-from tests.test_inbox_browser import CHROMIUM_ARGS, chromium, demo  # noqa: F401 (fixtures)
+from tests.test_inbox_browser import (  # noqa: F401 (fixtures)
+    CHROMIUM_ARGS,
+    chromium,
+    demo,
+    demo_pending,
+)
 from tests.test_up import ADMIN, stop_up
 
 
@@ -18,10 +23,7 @@ def test_inbox_offers_approve_always_and_keeps_the_rule(chromium: str, demo, tmp
 
     proc, url = demo
     http = httpx.Client(base_url=url, headers={"Authorization": f"Bearer {ADMIN}"}, timeout=10)
-    pending = wait_for(
-        lambda: len(r := http.get("/v1/requests", params={"status": "pending"}).json()) == 2 and r,
-        timeout=60,
-    )
+    shoes = demo_pending(http)[0]["A100"]
     ruled = wait_for(
         lambda: [
             r
@@ -31,7 +33,6 @@ def test_inbox_offers_approve_always_and_keeps_the_rule(chromium: str, demo, tmp
         timeout=60,
     )
     assert ruled[0]["decision"]["decided_by"] == "rule:demo-routine-refunds"
-    shoes = next(r for r in pending if r["args"]["order_id"] == "A100")
 
     with sync_playwright() as pw:
         browser = pw.chromium.launch(executable_path=chromium, args=CHROMIUM_ARGS)
@@ -40,7 +41,7 @@ def test_inbox_offers_approve_always_and_keeps_the_rule(chromium: str, demo, tmp
         page.fill("#token", ADMIN)
         page.click("#signin-form button[type=submit]")
         cards = page.locator("article[data-request-id]")
-        expect(cards).to_have_count(2)
+        expect(cards).to_have_count(3)  # A103, A100 and the A105 question
         card = page.locator(f"article[data-request-id='{shoes['id']}']")
         card.locator("[data-action=always-approve-open]").click()
         options = card.locator(".rule option")
@@ -48,7 +49,7 @@ def test_inbox_offers_approve_always_and_keeps_the_rule(chromium: str, demo, tmp
         expect(options.nth(1)).to_contain_text("issue_refund for agent refunds")
         card.locator(".rule").select_option("1")
         card.locator(".confirm-always").click()
-        expect(cards).to_have_count(1)
+        expect(cards).to_have_count(2)
         browser.close()
 
     [rule] = [r for r in http.get("/v1/rules").json() if r["from_request"] == shoes["id"]]

@@ -122,3 +122,11 @@ def test_banner_shows_the_admin_token_only_when_up_made_it_and_never_the_redis_p
     assert "ab_made-here   (generated;" in made
     assert "ab_given-by-env" not in given and "from APPROVAL_BROKER_ADMIN_TOKEN" in given
     assert "hunter2" not in made + given and "redis://:***@127.0.0.1:6390/0" in given
+    assert "question" not in made  # no demo: no demo lines
+
+
+def test_banner_names_each_demo_run_and_what_it_shows():
+    text = banner(Settings(redis_url="redis://x"), "t", False, ["run_a", "run_b"], "run_r", "run_q")
+    assert "demo runs    run_a, run_b (their approvals wait in the inbox)" in text
+    assert "rule demo    run_r (its refund is approved by rule demo-routine-refunds)" in text
+    assert "question     run_q (order A105: card or store credit? the inbox shows its form)" in text

@@ -1,0 +1,79 @@
+"""What `approval-broker up --demo` starts: the demo agent registered for the fleet, its runs
+and the demo's policy rule. The agent is named by import path (`workers.demo:agent`), so any
+worker can run it; this module never imports the agent itself.
+"""
+
+from __future__ import annotations
+
+from broker.agents import register_agent
+from broker.client import Broker
+from broker.rules import RuleExists, parse_body
+from broker.runs import start_run
+from workers.demo_shop import AGENT_NAME, QUEUE
+
+AGENT_PATH = "workers.demo:agent"
+DEPS_PATH = "workers.demo:make_deps"
+
+DEMO_PROMPTS = (
+    "Please refund $120 on order A103 because the tent arrived with a torn floor.",
+    "Refund $75 on order A100 because the soles came off after a week.",
+)
+
+
+def register_demo(broker: Broker) -> None:
+    """Register the demo agent for the fleet (by import path, so any worker can run it)."""
+    if AGENT_NAME in broker.config.agents:
+        return  # the config's [agents.refunds] wins
+    register_agent(broker, AGENT_NAME, AGENT_PATH, deps=DEPS_PATH, queue=QUEUE)
+
+
+def start_demo_runs(broker: Broker) -> list[str]:
+    """Start two runs whose refunds are above the limit, so their approvals wait in the inbox."""
+    return [start_run(broker, AGENT_NAME, prompt).id for prompt in DEMO_PROMPTS]
+
+
+# A policy rule decides this run's refund: no person is asked (README, "Policy rules").
+RULE_DEMO = {
+    "id": "demo-routine-refunds",
+    "effect": "allow",
+    "tool": "issue_refund",
+    "agent": AGENT_NAME,
+    "args": {"amount": {"le": 60}},
+    "reason": "Refunds up to $60 are routine at the demo desk.",
+}
+RULE_DEMO_PROMPT = "Refund $60 on order A100 because the laces snapped."
+RULE_DEMO_CUSTOMER = "c-regular"
+
+
+def add_demo_rule(broker: Broker) -> None:
+    """Keep the demo's policy rule (made once, by `demo`; a restart finds it in place)."""
+    try:
+        broker.requests.rules.create(parse_body(RULE_DEMO), created_by="demo")
+    except RuleExists:
+        pass
+
+
+def start_rule_demo_run(broker: Broker) -> str:
+    """Start a run whose refund the demo rule approves at once: it never waits in the inbox."""
+    add_demo_rule(broker)
+    deps = {"customer": RULE_DEMO_CUSTOMER}
+    return start_run(broker, AGENT_NAME, RULE_DEMO_PROMPT, deps=deps).id
+
+
+# A split-payment order and a prompt that doesn't say card or store credit: the agent asks a
+# person (a structured question), so the inbox shows the answer form (README, "Structured
+# questions"). Its own customer, so a run started by hand for A105 still finds it unrefunded.
+QUESTION_DEMO_PROMPT = "Refund order A105 because the headlamp flickers."
+QUESTION_DEMO_CUSTOMER = "c-giftcard"
+
+
+def start_question_demo_run(broker: Broker) -> str:
+    """Start a run that asks "card or store credit?" for order A105 and waits for the answer."""
+    deps = {"customer": QUESTION_DEMO_CUSTOMER}
+    return start_run(broker, AGENT_NAME, QUESTION_DEMO_PROMPT, deps=deps).id
+
+
+def start_demo(broker: Broker) -> list[str]:
+    """Register the demo agent and start its two runs; returns their ids."""
+    register_demo(broker)
+    return start_demo_runs(broker)
