@@ -17,7 +17,7 @@ from datetime import timedelta
 
 from broker.acks import Acks
 from broker.args_schema import check_args
-from broker.auth import EVERY_ROLE, REQUESTER, Principal
+from broker.auth import EVERY_ROLE, Principal
 from broker.client import Broker, Once
 from broker.config import Config
 from broker.errors import Conflict, Forbidden, InvalidInput
@@ -87,8 +87,8 @@ class Deciding:
             return None
         queue_roles = self.config.queue_roles(request.queue)
         if not principal.may_decide(request, queue_roles):
-            if principal.roles == {REQUESTER}:
-                needs = "an approver's role ('requester' alone only asks)"
+            if not principal.decides_anything():
+                needs = "an approver's role ('requester' alone only asks, 'auditor' only reads)"
             elif queue_roles and not principal.roles.intersection(queue_roles):
                 needs = f"one of the roles of queue {request.queue} ({', '.join(queue_roles)})"
             else:

@@ -13,7 +13,7 @@ from datetime import datetime
 from fnmatch import fnmatchcase
 from typing import Any
 
-from broker.auth import EVERY_ROLE, Principal
+from broker.auth import Principal
 from broker.errors import Forbidden
 from broker.rules.models import COMPARISONS, Effect, Rule, RuleBody, is_number
 
@@ -183,9 +183,7 @@ def suggested_rules(
 
 def can_approve(principal: Principal) -> bool:
     """Whether the principal decides anything at all (requesters and auditors do not)."""
-    if EVERY_ROLE in principal.roles:
-        return True
-    return not (principal.roles and principal.roles <= {REQUESTER, AUDITOR})
+    return principal.decides_anything()
 
 
 def may_remember(principal: Principal, body: RuleBody, request: Any | None = None) -> None:
