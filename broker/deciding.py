@@ -57,6 +57,14 @@ def same_decision(stored: Decision | None, given: Decision, decided_by: str) -> 
     )
 
 
+def person_of(decided_by: str) -> str:
+    """The person behind a webhook reply (`webhook:NAME/PERSON` -> PERSON), else `decided_by`:
+    a person who asked for a call may not approve it through a webhook either."""
+    if decided_by.startswith("webhook:") and "/" in decided_by:
+        return decided_by.split("/", 1)[1]
+    return decided_by
+
+
 def repeated_escalation(request: Request, decision: Decision, decided_by: str) -> bool:
     """Was the request's latest escalation this person's, just now, to this target?
 
@@ -267,7 +275,7 @@ class Deciding:
         if (
             is_approval(decision)
             and request.created_by is not None
-            and request.created_by == decided_by
+            and request.created_by in (decided_by, person_of(decided_by))
             and EVERY_ROLE not in principal.roles
         ):
             raise Forbidden(

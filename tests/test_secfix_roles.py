@@ -50,9 +50,12 @@ def test_an_auditor_neither_decides_nor_acks(
     # the mail path asks the same question: an auditor's mail carries no links
     refusal = Deciding(api_broker).refusal(Principal(who, frozenset(ROLES[who])), req, (INBOX,))
     assert refusal is not None and "auditor" in refusal
-    assert client.post(
-        f"/v1/requests/{req.id}/decision", json={"outcome": "approved"}, headers=h("alice")
-    ).status_code == 200
+    assert (
+        client.post(
+            f"/v1/requests/{req.id}/decision", json={"outcome": "approved"}, headers=h("alice")
+        ).status_code
+        == 200
+    )
 
 
 def test_only_the_starter_posts_a_new_prompt_to_a_run(
