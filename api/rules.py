@@ -96,7 +96,7 @@ def create_rule(
     except ValueError as exc:
         raise InvalidInput(str(exc).removeprefix("body."), code="invalid_rule") from None
     rule_body: RuleBody = parse_body(body)
-    may_remember(principal, rule_body)
+    may_remember(principal, rule_body, None, rules.config.queue_roles(rule_body.queue or ""))
     try:
         rule = rules.create(
             rule_body, created_by=principal.name, creator_roles=creator_roles_for(principal)

@@ -140,7 +140,7 @@ class RuleDecisions:
                 " remember a rule from it, and only one with quorum_bypass",
                 code="invalid_rule",
             )
-        may_remember(principal, body, current)
+        may_remember(principal, body, current, self.broker.config.queue_roles(body.queue or ""))
         self.rules.check_names(body, "remember")
         if body.expires_at is not None and body.expires_at <= self.rules.now():
             raise InvalidInput("remember.expires_at: is already past", code="invalid_rule")
@@ -174,7 +174,11 @@ class RuleDecisions:
         now = self.rules.now()
         found = []
         for sibling in self.broker.get_requests(sorted(i for i in ids if i != request.id)):
-            call = replace(Call.of(sibling, agent=agent_name), run_id=sibling.run_id)
+            call = replace(
+                Call.of(sibling, agent=agent_name),
+                run_id=sibling.run_id,
+                queue_roles=tuple(self.broker.config.queue_roles(sibling.queue)),
+            )
             quorum = int(getattr(sibling, "quorum", 1) or 1)
             if sibling.is_pending and may_bypass(rule, quorum) and matches(rule, call, now):
                 found.append(sibling)
