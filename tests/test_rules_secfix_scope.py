@@ -57,3 +57,14 @@ def test_a_rule_naming_a_queue_needs_its_roles(client: TestClient, api_broker: B
     assert res.status_code == 403, res.text
     assert client.post("/v1/rules", json=rule, headers=PAT).status_code == 201
     assert wire(api_broker, queue="finance", created_by="pat") == "approved"  # policy's rule
+
+
+def test_rules_are_read_by_policy_or_their_creator(client: TestClient) -> None:
+    mine = client.post(
+        "/v1/rules", json={"effect": "allow", "tool": "wire", "agent": "payments"}, headers=BOB
+    ).json()
+    fin = bearer("tok-fin")
+    assert client.get("/v1/rules", headers=fin).json() == []
+    assert client.get(f"/v1/rules/{mine['id']}", headers=fin).status_code == 404
+    assert [r["id"] for r in client.get("/v1/rules", headers=BOB).json()] == [mine["id"]]
+    assert client.get(f"/v1/rules/{mine['id']}", headers=PAT).status_code == 200
