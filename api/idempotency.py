@@ -27,6 +27,9 @@ TTL_S = 24 * 3600
 LOSER_WAIT_S = 10.0
 """How long a concurrent create with the same key waits for the winner's id."""
 _POLL_S = 0.005
+CLAIM_TTL_S = int(3 * LOSER_WAIT_S)
+"""A claim (no id yet) lives this long: a create that crashed frees its key after it, not 24 h;
+the id, once written, is kept for TTL_S. A loser finding the claim gone claims the key itself."""
 
 IdempotencyKey = Annotated[
     str | None,
@@ -71,7 +74,7 @@ def once(
     digest = body_hash(body)
     deadline = time.monotonic() + LOSER_WAIT_S
     while True:
-        if redis.set(key, f"{digest}|", nx=True, ex=TTL_S):
+        if redis.set(key, f"{digest}|", nx=True, ex=CLAIM_TTL_S):
             try:
                 made = create()
             except BaseException:

@@ -17,10 +17,11 @@ from api.auth import Caller
 from api.errors import ApiError
 from api.schemas import ERRORS, check_json_safe
 from api.state import ApiState, State
+from api.visibility import sees_all
 from broker.auth import Principal
 from broker.deciding import INBOX
 from broker.decisions import Once
-from broker.errors import Forbidden, InvalidInput
+from broker.errors import Forbidden, InvalidInput, NotFound
 from broker.models import Decision
 from broker.models import Request as BrokerRequest
 from broker.rule_decisions import Remember, RuleDecisions
@@ -96,7 +97,7 @@ def create_rule(
     except ValueError as exc:
         raise InvalidInput(str(exc).removeprefix("body."), code="invalid_rule") from None
     rule_body: RuleBody = parse_body(body)
-    may_remember(principal, rule_body)
+    may_remember(principal, rule_body, None, rules.config.queue_roles(rule_body.queue or ""))
     try:
         rule = rules.create(
             rule_body, created_by=principal.name, creator_roles=creator_roles_for(principal)
@@ -124,7 +125,12 @@ def list_rules(
 ) -> JSONResponse:
     """Rules, newest first, revoked ones included (with `revoked_at`) unless `active=true`."""
     found = rules.list(agent=agent, run_id=run_id, tool=tool, active=active, limit=limit)
-    return JSONResponse([r.public() for r in found])
+    return JSONResponse([r.public() for r in found if sees_rule(principal, r)])
+
+
+def sees_rule(principal: Principal, rule: Rule) -> bool:
+    """Rules are read by role `policy`, an auditor and the admin; anyone else sees their own."""
+    return principal.has_role(POLICY) or sees_all(principal) or rule.created_by == principal.name
 
 
 @router.get(
@@ -133,8 +139,11 @@ def list_rules(
     responses={200: {"model": Rule, "description": "the rule"}, **ERRORS},
 )
 def get_rule(rule_id: RuleId, principal: Caller, rules: Rules) -> JSONResponse:
-    """One rule, with its hits and `revoked_at`."""
-    return JSONResponse(rules.get(rule_id).public())
+    """One rule, with its hits and `revoked_at` (404 to one who may not read it)."""
+    rule = rules.get(rule_id)
+    if not sees_rule(principal, rule):
+        raise NotFound(f"no rule with id {rule_id!r}")
+    return JSONResponse(rule.public())
 
 
 @router.delete(

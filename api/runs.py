@@ -18,7 +18,8 @@ from api.requests import ID_PATTERN
 from api.schemas import ERRORS, ErrorBody, RunStart, RunStarted
 from api.state import State
 from api.visibility import may_see_run
-from broker.errors import Conflict, NotFound
+from broker.auth import EVERY_ROLE
+from broker.errors import Conflict, Forbidden, NotFound
 from broker.models import Run
 from broker.new_prompt import continue_with_prompt
 from broker.runs import start_run
@@ -88,7 +89,13 @@ def post_message(
     state: State,
 ) -> JSONResponse:
     """A new prompt instead of answers: each waiting call is rejected with "The user did not
-    answer" (decided by the caller) and the run goes on with the prompt."""
+    answer" (decided by the caller) and the run goes on with the prompt. Only the run's starter
+    (and the admin) may: others get 404, an auditor (who sees it) 403."""
+    started_by = state.broker.run_fields(run_id).get("started_by")
+    if not may_see_run(principal, started_by):
+        raise NotFound(f"no run with id {run_id!r}")
+    if started_by != principal.name and EVERY_ROLE not in principal.roles:
+        raise Forbidden(f"{principal.name!r} did not start run {run_id}, so may not answer it")
     try:
         run = continue_with_prompt(state.broker, run_id, body.prompt, by=principal.name)
     except Conflict as exc:

@@ -17,6 +17,8 @@ from broker.models import Request
 ADMIN = "admin"
 EVERY_ROLE = "*"
 REQUESTER = "requester"
+AUDITOR = "auditor"
+NON_DECIDING = frozenset({REQUESTER, AUDITOR})  # a principal with only these roles decides nothing
 
 
 def hash_token(token: str) -> str:
@@ -38,6 +40,13 @@ class Principal:
     def has_role(self, role: str) -> bool:
         return EVERY_ROLE in self.roles or role in self.roles
 
+    def decides_anything(self) -> bool:
+        """False for a service that asks (`requester`) or a reader (`auditor`, which "sees
+        everything, decides nothing"), or both: such a principal never decides or acks."""
+        if EVERY_ROLE in self.roles:
+            return True
+        return not (self.roles and self.roles <= NON_DECIDING)
+
     def may_decide(self, request: Request, queue_roles: Collection[str] = ()) -> bool:
         """Roles only (the decision service also checks the channel a reply came through).
 
@@ -45,11 +54,11 @@ class Principal:
         are any, AND one of the request's `allowed_roles` when there are any; empty
         `allowed_roles` means any approver. A principal whose only role is `requester` is a
         service that asks, not an approver: it can never decide, so an agent's token can't
-        approve its own tool calls.
+        approve its own tool calls; nor can one whose roles are only `requester`/`auditor`.
         """
         if EVERY_ROLE in self.roles:
             return True
-        if self.roles == {REQUESTER}:
+        if not self.decides_anything():
             return False
         if queue_roles and not self.roles.intersection(queue_roles):
             return False

@@ -17,7 +17,7 @@ from datetime import timedelta
 
 from broker.acks import Acks
 from broker.args_schema import check_args
-from broker.auth import EVERY_ROLE, REQUESTER, Principal
+from broker.auth import EVERY_ROLE, Principal
 from broker.client import Broker, Once
 from broker.config import Config
 from broker.errors import Conflict, Forbidden, InvalidInput
@@ -57,6 +57,14 @@ def same_decision(stored: Decision | None, given: Decision, decided_by: str) -> 
     )
 
 
+def person_of(decided_by: str) -> str:
+    """The person behind a webhook reply (`webhook:NAME/PERSON` -> PERSON), else `decided_by`:
+    a person who asked for a call may not approve it through a webhook either."""
+    if decided_by.startswith("webhook:") and "/" in decided_by:
+        return decided_by.split("/", 1)[1]
+    return decided_by
+
+
 def repeated_escalation(request: Request, decision: Decision, decided_by: str) -> bool:
     """Was the request's latest escalation this person's, just now, to this target?
 
@@ -87,8 +95,8 @@ class Deciding:
             return None
         queue_roles = self.config.queue_roles(request.queue)
         if not principal.may_decide(request, queue_roles):
-            if principal.roles == {REQUESTER}:
-                needs = "an approver's role ('requester' alone only asks)"
+            if not principal.decides_anything():
+                needs = "an approver's role ('requester' alone only asks, 'auditor' only reads)"
             elif queue_roles and not principal.roles.intersection(queue_roles):
                 needs = f"one of the roles of queue {request.queue} ({', '.join(queue_roles)})"
             else:
@@ -267,7 +275,7 @@ class Deciding:
         if (
             is_approval(decision)
             and request.created_by is not None
-            and request.created_by == decided_by
+            and request.created_by in (decided_by, person_of(decided_by))
             and EVERY_ROLE not in principal.roles
         ):
             raise Forbidden(

@@ -147,6 +147,7 @@ class Decisions:
             once,
             target=target,
             timeout_s=config.timeout_for(target),
+            quorum=config.quorum_for(target),
             entry=json.dumps({k: v for k, v in entry.items() if v is not None}),
             args_hash=args_hash or None,
             in_queue=in_queue or None,

@@ -102,7 +102,9 @@ class Requests:
             timeout = self._check(new)
             suggested = None
             if new.kind == "approval":
-                calls[rid] = replace(Call.of(new, agent=agent), run_id=run_id)
+                calls[rid] = replace(
+                    Call.of(new, agent=agent), run_id=run_id, created_by=created_by
+                )
                 suggested = suggested_rules(new.tool_name, new.args, run_id, agent)
             fields = request_fields(new, rid, run_id, round_no, suggested) | creation_fields(
                 new, self.store.config

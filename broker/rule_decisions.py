@@ -16,7 +16,7 @@ from collections.abc import Collection
 from dataclasses import dataclass, replace
 from typing import Any
 
-from broker.auth import Principal
+from broker.auth import EVERY_ROLE, Principal
 from broker.deciding import Decided, Deciding, same_decision
 from broker.decisions import OUTCOME_STATUS, Once
 from broker.errors import Conflict, InvalidInput
@@ -113,6 +113,7 @@ class RuleDecisions:
         decided_by = printable(decided_by or principal.name)
         current = self.broker.get_request(request_id)
         self.deciding.check_may_decide(principal, current, via)
+        self.deciding.check_not_creator(principal, current, decision, decided_by)
         if not current.is_pending:  # a repeat, or who won: as any decision
             done = self.deciding.decide(
                 request_id,
@@ -129,15 +130,17 @@ class RuleDecisions:
                 f"rules decide only approval requests; {current.id} is a {current.kind}",
                 code="invalid_rule",
             )
-        if int(getattr(current, "quorum", 1) or 1) > 1 and not principal.has_role(POLICY):
-            raise InvalidInput(
-                f"request {current.id} needs more than one vote; only role 'policy' may"
-                " remember a rule from it",
-                code="invalid_rule",
-            )
         decision = self.deciding.check_applies(decision, current)
         body = rule_body(remember, current, decision)
-        may_remember(principal, body, current)
+        if int(getattr(current, "quorum", 1) or 1) > 1 and not (
+            principal.has_role(POLICY) and body.quorum_bypass
+        ):
+            raise InvalidInput(
+                f"request {current.id} needs more than one vote; only role 'policy' may"
+                " remember a rule from it, and only one with quorum_bypass",
+                code="invalid_rule",
+            )
+        may_remember(principal, body, current, self.broker.config.queue_roles(body.queue or ""))
         self.rules.check_names(body, "remember")
         if body.expires_at is not None and body.expires_at <= self.rules.now():
             raise InvalidInput("remember.expires_at: is already past", code="invalid_rule")
@@ -153,7 +156,7 @@ class RuleDecisions:
         )
         siblings = self._covered_siblings(current, rule)
         try:
-            result = self._step(current, decision, decided_by, rule, siblings, once)
+            result = self._step(current, decision, principal, decided_by, rule, siblings, once)
         except Conflict as exc:
             if exc.code == "conflict" and same_decision(exc.request.decision, decision, decided_by):
                 return Remembered(exc.request, recorded=False)
@@ -171,7 +174,11 @@ class RuleDecisions:
         now = self.rules.now()
         found = []
         for sibling in self.broker.get_requests(sorted(i for i in ids if i != request.id)):
-            call = replace(Call.of(sibling, agent=agent_name), run_id=sibling.run_id)
+            call = replace(
+                Call.of(sibling, agent=agent_name),
+                run_id=sibling.run_id,
+                queue_roles=tuple(self.broker.config.queue_roles(sibling.queue)),
+            )
             quorum = int(getattr(sibling, "quorum", 1) or 1)
             if sibling.is_pending and may_bypass(rule, quorum) and matches(rule, call, now):
                 found.append(sibling)
@@ -181,6 +188,7 @@ class RuleDecisions:
         self,
         current: Request,
         decision: Decision,
+        principal: Principal,
         decided_by: str,
         rule: Rule,
         siblings: list[Request],
@@ -202,6 +210,8 @@ class RuleDecisions:
             "status": OUTCOME_STATUS[decision.outcome].value,
             "decision": json.dumps(recorded.public(), separators=(",", ":"), ensure_ascii=False),
             "in_queue": current.queue,
+            "in_escalation": current.escalations,
+            "voter": decided_by,
             "entry": json.dumps(entry_data, separators=(",", ":")),
             "rule": {"id": rule.id, "effect": rule.effect, "fields": fields},
             "siblings": [
@@ -214,6 +224,8 @@ class RuleDecisions:
         }
         if decision.args_hash:
             values["args_hash"] = decision.args_hash
+        if EVERY_ROLE in principal.roles:  # the admin and the shell, as for a decision
+            values["creator_may_vote"] = True
         if once_key:
             values["once_ttl"] = once_ttl
         for _ in range(_TRIES):

@@ -68,7 +68,7 @@ class Sweeping:
     def _handle(self, due: list[str], clock: dict[str, Any]) -> list[SweepResult]:
         store = self.store
         routes = {
-            name: {"to": q.escalate_to or False, "timeout": q.timeout_s}
+            name: {"to": q.escalate_to or False, "timeout": q.timeout_s, "quorum": q.quorum}
             for name, q in store.config.queues.items()
         }
         # The run keys of each request come from its id; the streams are every configured

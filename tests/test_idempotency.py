@@ -152,3 +152,23 @@ def test_runs_honour_the_key(client: TestClient, api_broker: Broker) -> None:
     assert other.status_code == 422 and other.json()["error"] == "idempotency_mismatch"
     # the scope is the route: a request may use the same key as a run
     assert client.post("/v1/requests", json=BODY, headers=key("run-1")).status_code == 201
+
+
+def test_a_crashed_create_frees_its_key_soon(
+    client: TestClient, api_broker: Broker, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from api.idempotency import CLAIM_TTL_S, TTL_S
+
+    real = api_broker.requests.create_request
+    claim_ttls: list[int] = []
+
+    def create(*a: Any, **kw: Any) -> Any:  # the claim, as a crash right now would leave it
+        claim_ttls.extend(api_broker.redis.ttl(k) for k in api_broker.redis.keys("*idem:*"))
+        return real(*a, **kw)
+
+    monkeypatch.setattr(api_broker.requests, "create_request", create)
+    resp = client.post("/v1/requests", json=BODY, headers=key("crashy"))
+    assert resp.status_code == 201
+    assert claim_ttls and all(0 < t <= CLAIM_TTL_S for t in claim_ttls)
+    [k] = api_broker.redis.keys("*idem:*")
+    assert api_broker.redis.ttl(k) > TTL_S - 60  # the id, once written, is kept 24 h

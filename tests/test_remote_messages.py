@@ -72,7 +72,7 @@ def api_settings() -> Settings:
 
 
 def waiting_run(broker: Broker, agent: str) -> str:
-    run = start_run(broker, agent, "Refund $120")
+    run = start_run(broker, agent, "Refund $120", started_by="app")
     SyncWorker(broker).work()
     assert broker.get_run(run.id).status is RunStatus.waiting
     return run.id

@@ -66,7 +66,7 @@ def test_policy_creates_any_scope_and_reads_lists_and_revokes(client) -> None:
     assert res.status_code == 201, res.text
     rule = res.json()
     assert rule["created_by"] == "pat" and rule["creator_roles"] is None and rule["hits"] == 0
-    assert client.get(f"/v1/rules/{rule['id']}", headers=ALICE).json() == rule
+    assert client.get(f"/v1/rules/{rule['id']}", headers=PAT).json() == rule
     admin = client.post("/v1/rules", json={"effect": "allow", "tool": "t"}, headers=bearer(ADMIN))
     assert admin.status_code == 201 and admin.json()["created_by"] == "admin"
     listed = client.get("/v1/rules", params={"tool": "wire_eu"}, headers=PAT).json()

@@ -7,13 +7,13 @@ same answer comes from the API, the create step and the tests.
 from __future__ import annotations
 
 import posixpath
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
 from fnmatch import fnmatchcase
 from typing import Any
 
-from broker.auth import EVERY_ROLE, Principal
+from broker.auth import Principal
 from broker.errors import Forbidden
 from broker.rules.models import COMPARISONS, Effect, Rule, RuleBody, is_number
 
@@ -34,6 +34,8 @@ class Call:
     queue: str = "default"
     kind: str = "approval"
     allowed_roles: tuple[str, ...] = ()
+    queue_roles: tuple[str, ...] = ()  # the queue's minimum roles (`Config.queue_roles`)
+    created_by: str | None = None  # who asked for the call (a run's starter, an API caller)
 
     @classmethod
     def of(cls, request: Any, agent: str | None = None) -> Call:
@@ -46,6 +48,7 @@ class Call:
             queue=request.queue,
             kind=request.kind,
             allowed_roles=tuple(request.allowed_roles or ()),
+            created_by=getattr(request, "created_by", None),
         )
 
 
@@ -101,10 +104,20 @@ def matcher_holds(matcher: Any, value: Any) -> bool:
 
 
 def covers_roles(rule: Rule, call: Call) -> bool:
-    """A rule made without role `policy` covers only requests its creator could decide."""
-    if rule.creator_roles is None or not call.allowed_roles:
+    """A rule made without role `policy` covers only requests its creator could decide: one of
+    the queue's roles when it has any, and one of the request's `allowed_roles` when it has any."""
+    if rule.creator_roles is None:
         return True
-    return bool(set(rule.creator_roles).intersection(call.allowed_roles))
+    creator = set(rule.creator_roles)
+    if call.queue_roles and not creator.intersection(call.queue_roles):
+        return False
+    return not call.allowed_roles or bool(creator.intersection(call.allowed_roles))
+
+
+def own_call(rule: Rule, call: Call) -> bool:
+    """A person's rule never decides a call that same person asked for (the two-person rule);
+    a rule of role `policy` or of the config may."""
+    return rule.creator_roles is not None and call.created_by == rule.created_by
 
 
 def matches(rule: Rule, call: Call, now: datetime) -> bool:
@@ -119,7 +132,7 @@ def matches(rule: Rule, call: Call, now: datetime) -> bool:
         return False
     if rule.queue is not None and rule.queue != call.queue:
         return False
-    if not covers_roles(rule, call):
+    if not covers_roles(rule, call) or own_call(rule, call):
         return False
     for path, matcher in (rule.args or {}).items():
         value = arg_at(call.args, path)
@@ -183,18 +196,22 @@ def suggested_rules(
 
 def can_approve(principal: Principal) -> bool:
     """Whether the principal decides anything at all (requesters and auditors do not)."""
-    if EVERY_ROLE in principal.roles:
-        return True
-    return not (principal.roles and principal.roles <= {REQUESTER, AUDITOR})
+    return principal.decides_anything()
 
 
-def may_remember(principal: Principal, body: RuleBody, request: Any | None = None) -> None:
+def may_remember(
+    principal: Principal,
+    body: RuleBody,
+    request: Any | None = None,
+    queue_roles: Collection[str] = (),
+) -> None:
     """Refuse (Forbidden) a rule that would grant more than its creator could decide.
 
     Role `policy` (or the admin) may create any rule. Anyone else needs a rule scoped to a
     `run_id` or an `agent`, may not set `quorum_bypass`, and must be able to decide `request`
-    (when the rule is remembered from one); the rule then covers only requests whose
-    `allowed_roles` the creator satisfies (see `creator_roles_for`).
+    (when the rule is remembered from one) and, for a rule naming a `queue`, hold one of that
+    queue's roles (`queue_roles`); the rule then covers only requests whose `allowed_roles` and
+    queue roles the creator satisfies (see `covers_roles`).
     """
     if principal.has_role(POLICY):
         return
@@ -204,6 +221,11 @@ def may_remember(principal: Principal, body: RuleBody, request: Any | None = Non
         raise Forbidden("a rule without role 'policy' must be scoped to a run_id or an agent")
     if body.quorum_bypass:
         raise Forbidden("quorum_bypass needs role 'policy'")
+    if body.queue is not None and queue_roles and not principal.roles.intersection(queue_roles):
+        raise Forbidden(
+            f"{principal.name!r} may not decide in queue {body.queue}"
+            f" ({', '.join(queue_roles)}), so may not make a rule for it"
+        )
     if request is not None and not principal.may_decide(request):
         raise Forbidden(f"{principal.name!r} may not decide this request, so may not remember it")
 

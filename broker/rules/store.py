@@ -11,7 +11,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Collection, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from fnmatch import fnmatchcase
 from typing import Any
@@ -316,6 +316,8 @@ class RuleStore:
         """
         if call.kind != "approval":
             return None
+        if not call.queue_roles:
+            call = replace(call, queue_roles=tuple(self.config.queue_roles(call.queue)))
         bucket, globs = self._buckets(call.tool_name, version)
         found = [
             r

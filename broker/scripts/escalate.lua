@@ -1,7 +1,7 @@
 -- Escalate a pending request to another handler queue by hand (a person's decision).
 -- KEYS by role: req, once (optional), expiry, counts; streams (of its queue and the target).
 -- A: id, target, timeout_s (of the target queue: applies from the request's first arrival
---   there, see move), entry (history JSON text: at and from_queue are added here), args_hash
+--   there, see move), quorum (optional: the target queue's, raises the request's), entry (history JSON text: at and from_queue are added here), args_hash
 --   (optional), in_queue and in_escalation (optional: else unchecked; the escalation only
 --   applies while the request waits in that queue, after that many escalations), once_ttl, maxlen.
 -- Returns reply(): {'ok', from} | {'replayed'} | {'conflict'} | {'stale_args'} | {'same_queue'}
@@ -21,6 +21,6 @@ local lack = lacking(from, target, nil, nil)
 if lack then return lack end
 local now = clock()
 local entry = with_fields(A.entry, {{'at', iso(now)}, {'from_queue', from}})
-move(rkey, A.id, from, target, now, A.timeout_s, entry)
+move(rkey, A.id, from, target, now, A.timeout_s, entry, A.quorum)
 spend()
 return reply(rkey, 'ok', from)

@@ -181,9 +181,13 @@ end
 -- `approval.escalated` event on both the old queue and the new one. Deadlines are kept: the
 -- queue it leaves keeps the one it had (in the JSON `deadlines`, queue -> epoch seconds), and a
 -- queue it returns to gives back its first deadline, so its timeout runs from the first arrival
--- there; a queue it reaches for the first time gives `timeout_s` from `now`. Returns expires_at.
-local function move(rkey, id, from, to, now, timeout_s, entry_json)
-  local f = redis.call('HMGET', rkey, 'deadlines', 'expires_at')
+-- there; a queue it reaches for the first time gives `timeout_s` from `now`. The quorum is
+-- raised to `quorum` (the target queue's) when that is more: never lowered. Returns expires_at.
+local function move(rkey, id, from, to, now, timeout_s, entry_json, quorum)
+  local f = redis.call('HMGET', rkey, 'deadlines', 'expires_at', 'quorum')
+  if quorum and tonumber(quorum) > tonumber(f[3] or 1) then
+    redis.call('HSET', rkey, 'quorum', tostring(tonumber(quorum)))
+  end
   local deadlines = (f[1] and f[1] ~= '') and cjson.decode(f[1]) or {}
   deadlines[from] = deadlines[from] or f[2]
   local expires_at = deadlines[to] or stamp(now + tonumber(timeout_s))

@@ -4,8 +4,8 @@
 -- KEYS by role: what decide.lua gets (req, once, run, pending, expiry, requests, counts,
 --   resumes; streams), plus rule (the new rule's hash), rule_index (its tool's index set),
 --   rule_listing, rule_version, rule_hits, and key_of(id, 'req') of each sibling.
--- A: what decide.lua gets (id, outcome, status, decision, args_hash, in_queue, run_id,
---   once_ttl, maxlen, retention), plus entry (the history entry of the decided request, JSON
+-- A: what decide.lua gets (id, outcome, status, decision, args_hash, in_queue, in_escalation,
+--   run_id, once_ttl, maxlen, retention, voter, creator_may_vote), plus entry (the history entry of the decided request, JSON
 --   text without `at`), rule = {id, effect, fields = {name = value}} (created_at is set here),
 --   siblings = [{id, decision, entry}] (JSON text; decided_at / at are set here) and
 --   sibling_status.
@@ -17,8 +17,14 @@ if not f[1] then return {'not_found', ''} end
 if spent() then return reply(rkey, 'replayed') end
 if f[1] ~= 'pending' then return reply(rkey, 'conflict') end
 if A.in_queue and A.in_queue ~= f[4] then return reply(rkey, 'moved', f[4]) end
+if A.in_escalation and A.in_escalation ~= tonumber(redis.call('HGET', rkey, 'escalations') or 0) then return reply(rkey, 'moved', f[4]) end
 if A.args_hash and A.args_hash ~= f[3] then return reply(rkey, 'stale_args') end
 if f[2] ~= 'approval' then return reply(rkey, 'wrong_kind', f[2]) end
+-- the two-person rule, as decide.lua: the one who asked never approves (nor remembers an allow)
+if A.voter and A.outcome == 'approved' and not A.creator_may_vote
+  and A.voter == redis.call('HGET', rkey, 'created_by') then
+  return reply(rkey, 'creator')
+end
 local lack = lacking(f[4], nil, f[5], A.run_id)
 if lack then return lack end
 for _, s in ipairs(A.siblings) do

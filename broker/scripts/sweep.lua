@@ -39,7 +39,7 @@ for _, item in ipairs(A.items) do
       elseif to then
         local entry = cjson.encode({at = now_iso, event = 'escalated', by = 'sweeper',
           from_queue = queue, to_queue = to, reason = 'no decision in queue ' .. queue .. ' in time'})
-        move(rkey, id, queue, to, now, routes[to]['timeout'], entry)
+        move(rkey, id, queue, to, now, routes[to]['timeout'], entry, routes[to]['quorum'])
         add(id, 'escalated', queue, to)
       else
         local waited = string.format('%d', math.floor(now - tonumber(f[3] or now) + 0.5))
