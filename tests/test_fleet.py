@@ -130,7 +130,9 @@ class Tracker:
 
 
 def prompt_for(i: int) -> tuple[str, int]:
-    amount = 60 + (i * 7) % 170  # above the $50 auto-refund limit, within A103's $240
+    # above the $50 auto-refund limit (and the demo rule's $60), at most the $150 above which the
+    # demo asks two approvers: one signed reply decides each request
+    amount = 61 + (i * 7) % 89
     return f"Refund ${amount} on order A103 because the tent floor tore (case {i}).", amount
 
 
