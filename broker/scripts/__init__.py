@@ -9,19 +9,22 @@ new connection (a reconnect may reach a restarted or failed-over Redis with an e
 cache). A call on its own that still meets `NOSCRIPT` loads and repeats it (nothing ran). A call
 queued in a pipeline is sent as is: redis-py's own `Script` objects would send `SCRIPT EXISTS`
 before every pipeline, one round trip more on the hot path. Clients without a plain connection
-pool (Redis Cluster, test doubles) keep redis-py's `Script` objects.
+pool (Redis Cluster, test doubles) keep redis-py's `Script` objects. A cluster pipeline refuses
+EVALSHA, so a call given one runs at once on the cluster (routed by its keys, all of one slot).
 """
 
 from __future__ import annotations
 
 import hashlib
 import threading
+from dataclasses import replace
 from functools import cache
 from importlib.resources import files
 from typing import Any
 
 from redis import Redis
 from redis.client import Pipeline
+from redis.cluster import ClusterPipeline
 from redis.commands.core import Script
 from redis.exceptions import NoScriptError
 
@@ -51,6 +54,7 @@ class Scripts:
         self._loaded = False
         self._lock = threading.Lock()
         self._fallback: dict[str, Script] | None = None
+        self.keys: Keys | None = None  # the Store's, so `note(args=...)` names keys alike
         if not _watch_connections(redis):
             self._fallback = {n: redis.register_script(t) for n, t in self._sources.items()}
 
@@ -61,6 +65,8 @@ class Scripts:
         `execute()`, undecoded.
         """
         argv = [keys.args(**args)]
+        if isinstance(client, ClusterPipeline):
+            client = None  # refused in a cluster pipeline: run now (callers read no reply)
         if self._fallback is not None:
             reply = self._fallback[name](keys=keys.keys, args=argv, client=client)
         else:
@@ -110,7 +116,7 @@ class Scripts:
         """
         if args is not None:
             prefix, request_id, entry = args
-            keys = Keys(prefix)
+            keys = Keys(prefix) if self.keys is None else replace(self.keys, prefix=prefix)
         if keys is None or request_id is None or entry is None:
             raise TypeError("note needs keys, a request id and an entry")
         return self.run("note", keys.note_keys(request_id), client=client, entry=entry)
