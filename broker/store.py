@@ -23,6 +23,12 @@ class Store:
     config: Config
     keys: Keys
     scripts: Scripts
+    rq: Redis | None = None
+    """The single Redis RQ runs on, when it is not `redis` (a cluster: `broker.cluster`)."""
+
+    @property
+    def rq_redis(self) -> Redis:
+        return self.rq if self.rq is not None else self.redis
 
     def __post_init__(self) -> None:
         """On a Redis Cluster the keys are split into partitions (`broker.keys`): as many as

@@ -16,6 +16,7 @@ EVALSHA, so a call given one runs at once on the cluster (routed by its keys, al
 from __future__ import annotations
 
 import hashlib
+import logging
 import threading
 from dataclasses import replace
 from functools import cache
@@ -24,14 +25,19 @@ from typing import Any
 
 from redis import Redis
 from redis.client import Pipeline
-from redis.cluster import ClusterPipeline
+from redis.cluster import ClusterPipeline, RedisCluster
 from redis.commands.core import Script
 from redis.exceptions import NoScriptError
 
+from broker.cluster import wait_for_replicas
 from broker.keys import Keys, ScriptKeys
 from broker.text import as_str
 
 NAMES = ("create", "decide", "escalate", "due", "sweep", "note", "ack")
+REPLICATED = ("create", "decide", "escalate", "sweep")
+"""On a cluster these steps wait for a replica (WAIT) before returning: a decision, a new round
+and the outbox entry of a resume must survive a failover (`broker.cluster.wait_for_replicas`)."""
+log = logging.getLogger("broker.scripts")
 
 
 @cache
@@ -71,9 +77,18 @@ class Scripts:
             reply = self._fallback[name](keys=keys.keys, args=argv, client=client)
         else:
             reply = self._call(name, keys.keys, argv, client)
+        if name in REPLICATED and isinstance(self._redis, RedisCluster) and keys.keys:
+            self._replicate(keys.keys[0])
         if not isinstance(reply, list):
             return reply
         return [as_str(x) if isinstance(x, bytes) else x for x in reply]
+
+    def _replicate(self, key: str) -> None:
+        """Wait for one replica of `key`'s master; none in time is logged, not raised: the
+        step has happened, and refusing it now would only make its caller retry a done step."""
+        acked = wait_for_replicas(self._redis, key, strict=False)  # type: ignore[arg-type]
+        if acked < 1:
+            log.warning("no replica acknowledged a write beside %s in time", key)
 
     def _call(self, name: str, keys: list[str], argv: list[str], client: Any) -> Any:
         if not self._loaded:
