@@ -204,11 +204,17 @@ class Keys:
 
         A notifier working on one keeps pushing its score ahead (a lease); a dead one's lapses.
         """
-        return f"{self.prefix}parked:{channel}"
+        return f"{self._channel(channel)}parked:{channel}"
 
     def parked_tasks(self, channel: str) -> str:
         """Hash: a channel's parked deliveries, task id -> JSON (the event, attempts so far)."""
-        return f"{self.prefix}parked-tasks:{channel}"
+        return f"{self._channel(channel)}parked-tasks:{channel}"
+
+    def _channel(self, channel: str) -> str:
+        """A channel's parked keys share one tag of their own (one slot per channel)."""
+        return (
+            self.prefix if self.partitions <= 1 else "{" + f"{self.prefix}parked:{channel}" + "}:"
+        )
 
     def demo_ledger(self, customer: str | None = None) -> str:
         """Hash: the demo refunds agent's ledger, order id -> refund JSON (one per customer)."""
