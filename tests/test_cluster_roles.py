@@ -3,6 +3,7 @@ cluster for the broker's keys, RQ on its own single Redis."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 
 import pytest
@@ -11,8 +12,10 @@ from redis import Redis
 from redis.cluster import RedisCluster
 from rq import Queue
 from rq.serializers import JSONSerializer
+from typer.testing import CliRunner
 
 from api.app import create_app
+from approval_broker.cli import app
 from broker.auth import hash_token
 from broker.client import Broker
 from broker.config import Settings, parse_config
@@ -110,3 +113,27 @@ def test_a_decision_over_http_on_the_cluster(cluster_client: RedisCluster):
         assert decided.status_code == 200, decided.text
         assert decided.json()["status"] == "approved"
     assert broker.get_request(rid).status is Status.approved
+
+
+def test_the_cli_on_a_cluster_lists_what_the_cluster_holds(
+    cluster_client: RedisCluster,
+    redis_cluster,
+    redis_url: str,
+    tmp_config,
+    monkeypatch: pytest.MonkeyPatch,
+):
+    path = tmp_config("[queues.default]\n")
+    monkeypatch.setenv("APPROVAL_BROKER_REDIS_CLUSTER", "1")
+    monkeypatch.setenv("APPROVAL_BROKER_REDIS_URL", redis_cluster.url)
+    monkeypatch.setenv("APPROVAL_BROKER_CONFIG", str(path))
+    monkeypatch.setenv("APPROVAL_BROKER_KEY_PREFIX", "t:")
+    monkeypatch.delenv("APPROVAL_BROKER_RQ_REDIS_URL", raising=False)
+    refused = CliRunner().invoke(app, ["pending", "--json"])
+    assert refused.exit_code != 0 and "APPROVAL_BROKER_RQ_REDIS_URL" in refused.output
+    monkeypatch.setenv("APPROVAL_BROKER_RQ_REDIS_URL", redis_url)
+    broker = Broker.from_settings(Settings(), parse_config({"queues": {"default": {}}}))
+    assert isinstance(broker.redis, RedisCluster) and broker.keys.partitions == 16
+    made = broker.create_requests([NewRequest(tool_name="refund") for _ in range(20)])
+    out = CliRunner().invoke(app, ["pending", "--json"])
+    assert out.exit_code == 0, out.output
+    assert {json.loads(line)["id"] for line in out.stdout.splitlines()} == {r.id for r in made}
