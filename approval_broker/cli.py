@@ -21,6 +21,7 @@ from approval_broker.rules_cli import remember_with, rules_app
 from broker import connection
 from broker.auth import hash_token, new_token, operator
 from broker.client import Broker
+from broker.cluster import clustered
 from broker.config import Config, Settings, check_admin_token, load_config
 from broker.deciding import Deciding
 from broker.errors import BrokerError, Conflict
@@ -100,6 +101,11 @@ def connect(data_dir: Path | None = None) -> Broker:
     url = settings.redis_url or running_url(settings.data_dir and settings.data_dir / "redis")
     if not url:
         fail("no Redis: set APPROVAL_BROKER_REDIS_URL, or start `approval-broker up` first")
+    if clustered(settings, config):  # the cluster for the broker's keys, RQ's own Redis
+        with clear_errors():
+            broker = Broker.from_settings(settings, config)
+            broker.redis.ping()
+        return broker
     redis = connection.connect(url)  # type: ignore[arg-type]
     with clear_errors():
         redis.ping()

@@ -4,7 +4,9 @@ Prints, on a local cluster (3 masters + 3 replicas, `broker.redis_cluster.LocalC
 embedded single Redis started in the same run:
   - SET/s from one client, plain, and each followed by `wait_for_replicas` (what a decision,
     a round or a resume that must survive a failover would pay), and one wait per 100 SETs;
-  - pipelined script calls/s (a two-key hash-tagged script) on the single Redis and the cluster.
+  - pipelined script calls/s (a two-key hash-tagged script) on the single Redis and the cluster;
+  - the broker's own create + decide cycles/s: single Redis, cluster (each create and decide
+    step waits for a replica), and cluster with those waits switched off (their cost).
 Run: `uv run python bench/bench_cluster.py [--n 5000]`.
 """
 
@@ -19,7 +21,11 @@ from pathlib import Path
 from redis import Redis
 from redis.cluster import RedisCluster
 
+from broker import scripts
+from broker.client import Broker
 from broker.cluster import connect_cluster, wait_for_replicas
+from broker.config import parse_config
+from broker.models import Decision, NewRequest
 from broker.redis_cluster import LocalCluster
 from broker.redis_server import EmbeddedRedis
 
@@ -67,6 +73,17 @@ def script_rate(client: Redis | RedisCluster, n: int) -> float:
     return n / (time.perf_counter() - start)
 
 
+def broker_cycles(client: Redis | RedisCluster, n: int) -> float:
+    """create_request + decide per second, one client (the broker's steps, WAITs included)."""
+    broker = Broker(client, parse_config({"queues": {"default": {"channels": ["inbox"]}}}))
+
+    def cycle(i: int) -> None:
+        made = broker.create_request(NewRequest(tool_name="bench", args={"i": i}))
+        broker.decide(made.id, Decision(outcome="approved"), decided_by="bench")
+
+    return per_s(n, cycle)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--n", type=int, default=5000, help="operations per measurement")
@@ -95,6 +112,18 @@ def main() -> None:
             print(f"pipelined script calls/s, single Redis : {on_single:10,.0f}", flush=True)
             print(f"pipelined script calls/s, cluster      : {on_cluster:10,.0f}", flush=True)
             print(f"cluster / single                       : {on_cluster / on_single:10.2f} x")
+            cycles = max(args.n // 10, 50)
+            on_single = broker_cycles(single_client, cycles)
+            waited = broker_cycles(client, cycles)
+            kept, scripts.REPLICATED = scripts.REPLICATED, ()
+            unwaited = broker_cycles(client, cycles)
+            scripts.REPLICATED = kept
+            print(f"broker create+decide/s, single Redis   : {on_single:10,.0f}", flush=True)
+            print(f"broker create+decide/s, cluster, WAIT  : {waited:10,.0f}", flush=True)
+            print(f"broker create+decide/s, cluster, no WAIT: {unwaited:9,.0f}", flush=True)
+            print(
+                f"cost of the two waits per cycle        : {1e3 / waited - 1e3 / unwaited:.2f} ms"
+            )
             single_client.close()
             client.close()
 

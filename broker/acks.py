@@ -26,7 +26,9 @@ class Acks:
         (code `conflict`) or has moved to another queue meanwhile (code `escalated`).
         """
         store = self.store
-        keys = store.keys.ack_keys(request_id).stream(in_queue, store.keys.stream(in_queue))
+        keys = store.keys.ack_keys(request_id).stream(
+            in_queue, store.keys.of_request(request_id).stream(in_queue)
+        )
         result = store.scripts.run(
             "ack",
             keys,

@@ -16,6 +16,7 @@ from typing import Any
 from redis import Redis
 
 from broker import streams
+from broker.cluster import clustered, connect_cluster, rq_connection
 from broker.config import Config, Settings, load_config
 from broker.connection import connect
 from broker.dead_letters import DeadLetters
@@ -64,6 +65,12 @@ class Broker:
         if not settings.redis_url:
             raise InvalidInput("APPROVAL_BROKER_REDIS_URL is not set", code="no_redis")
         config = config or load_config(settings.config)
+        if clustered(settings, config):  # the broker's keys on the cluster, RQ on its own Redis
+            rq = rq_connection(None, settings.rq_redis_url, cluster=True, patient=patient)
+            client = connect_cluster(settings.redis_url, patient=patient)
+            broker = cls(client, config, prefix=settings.key_prefix)  # type: ignore[arg-type]
+            broker.store.rq = rq
+            return broker
         return cls(connect(settings.redis_url, patient=patient), config, prefix=settings.key_prefix)
 
     @property

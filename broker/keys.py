@@ -8,11 +8,13 @@ each group one hash tag for Redis Cluster.
 
 from __future__ import annotations
 
+import binascii
 import json
-from collections.abc import Iterable
-from dataclasses import dataclass
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, replace
 from typing import Any
 
+from broker.ids import run_of_request
 from broker.models import Status
 
 NOTIFIER_GROUP = "notifiers"
@@ -20,60 +22,121 @@ GLOB_CHARS = frozenset("*?[")
 RESUMER_GROUP = "resumers"
 DONE_STATUSES = tuple(s.value for s in Status if s is not Status.pending)
 """The final statuses, each with its listing indexes (`done`, `done_in`)."""
+CLUSTER_PARTITIONS = 16
+"""Partitions on a Redis Cluster (a single Redis has one, so its key names carry no tag)."""
+
+
+def partition_of(owner: str, partitions: int) -> int:
+    """The partition of a run (by its id) or of a standalone request (by its id)."""
+    if partitions <= 1:
+        return 0
+    return binascii.crc_hqx(owner.encode(), 0) % partitions
 
 
 @dataclass(frozen=True)
 class Keys:
+    """Key names. With `partitions` > 1 (Redis Cluster) every key carries a hash tag
+    `{PREFIXpN}`: a request's and its run's keys are in the partition of the run (or of the
+    request, without a run), beside that partition's indexes, streams, outbox and counts, so
+    each Lua step touches one slot. `at` is the partition the shared keys below are named in
+    (`part(n)` gives the view of another); with one partition the tag is empty and every name
+    is as it always was."""
+
     prefix: str = "ab:"
+    partitions: int = 1
+    at: int = 0
+
+    # ---- partitions (hash tags) --------------------------------------------------------
+
+    def base(self, partition: int | None = None) -> str:
+        """What every key name of `partition` (default: `at`) starts with."""
+        if self.partitions <= 1:
+            return self.prefix
+        return "{" + f"{self.prefix}p{self.at if partition is None else partition}" + "}:"
+
+    def part(self, partition: int) -> Keys:
+        """These keys as named in `partition` (its indexes, streams, outbox, counts)."""
+        return self if partition == self.at else replace(self, at=partition)
+
+    def parts(self) -> Iterator[Keys]:
+        """One view per partition, for readers that go through all of them."""
+        for n in range(max(self.partitions, 1)):
+            yield self.part(n)
+
+    def partition_of_run(self, run_id: str) -> int:
+        return partition_of(run_id, self.partitions)
+
+    def partition_of_request(self, request_id: str) -> int:
+        """A round's request lives with its run (`broker.ids`), a standalone one by its id."""
+        return partition_of(run_of_request(request_id) or request_id, self.partitions)
+
+    def of_request(self, request_id: str) -> Keys:
+        return self.part(self.partition_of_request(request_id))
+
+    def of_run(self, run_id: str) -> Keys:
+        return self.part(self.partition_of_run(run_id))
+
+    def _req(self, request_id: str) -> str:
+        return self.base(self.partition_of_request(request_id))
+
+    def _run(self, run_id: str) -> str:
+        return self.base(self.partition_of_run(run_id))
+
+    def in_partition(self, key: str, partition: int) -> str:
+        """`key` (named by these Keys with no tag, e.g. a one-time marker) moved into
+        `partition`; unchanged with one partition."""
+        if self.partitions <= 1 or not key.startswith(self.prefix):
+            return key
+        return self.base(partition) + key.removeprefix(self.prefix)
 
     def request(self, request_id: str) -> str:
         """Hash: one request's fields (JSON for structured ones)."""
-        return f"{self.prefix}req:{request_id}"
+        return f"{self._req(request_id)}req:{request_id}"
 
     @property
     def expiry(self) -> str:
         """ZSET: pending request ids scored by when they expire; also the index of pending ones."""
-        return f"{self.prefix}expiry"
+        return f"{self.base()}expiry"
 
     @property
     def requests(self) -> str:
         """ZSET: request ids scored by their last change (creation or outcome), for listings."""
-        return f"{self.prefix}requests"
+        return f"{self.base()}requests"
 
     # ---- listing indexes (kept by the Lua steps; see docs/architecture.md "Listing") ------
 
     def pending_in(self, queue: str) -> str:
         """ZSET: ids of the requests pending in one queue, scored by when they expire."""
-        return f"{self.prefix}ix:pending:{queue}"
+        return f"{self.base()}ix:pending:{queue}"
 
     def done(self, status: str) -> str:
         """ZSET: ids of the requests with one final status, scored by when they got it."""
-        return f"{self.prefix}ix:done:{status}"
+        return f"{self.base()}ix:done:{status}"
 
     def done_in(self, status: str, queue: str) -> str:
         """ZSET: like `done`, for the requests that got that status in one queue."""
-        return f"{self.prefix}ix:done:{status}:{queue}"
+        return f"{self.base()}ix:done:{status}:{queue}"
 
     def in_queue(self, queue: str) -> str:
         """ZSET: ids of a queue's requests, pending or not, scored like `requests`."""
-        return f"{self.prefix}ix:queue:{queue}"
+        return f"{self.base()}ix:queue:{queue}"
 
     def run_requests(self, run_id: str) -> str:
         """ZSET: ids of every request of a run, scored by creation."""
-        return f"{self.prefix}run:{run_id}:requests"
+        return f"{self._run(run_id)}run:{run_id}:requests"
 
     def by_creator(self, name: str) -> str:
         """ZSET: ids of the requests a principal created over the API, scored by creation."""
-        return f"{self.prefix}ix:creator:{name}"
+        return f"{self.base()}ix:creator:{name}"
 
     def stream(self, queue: str) -> str:
         """Stream: events of one handler queue, read by the notifier consumer group."""
-        return f"{self.prefix}stream:{queue}"
+        return f"{self.base()}stream:{queue}"
 
     @property
     def resumes(self) -> str:
         """Stream: the outbox of runs whose round is fully answered, read by resumers."""
-        return f"{self.prefix}resumes"
+        return f"{self.base()}resumes"
 
     @property
     def dead_letters(self) -> str:
@@ -82,23 +145,23 @@ class Keys:
 
     def run(self, run_id: str) -> str:
         """Hash: a run's status, round, agent, output or error."""
-        return f"{self.prefix}run:{run_id}"
+        return f"{self._run(run_id)}run:{run_id}"
 
     def run_pending(self, run_id: str) -> str:
         """Set: request ids of the run's current round that still wait for an outcome."""
-        return f"{self.prefix}run:{run_id}:pending"
+        return f"{self._run(run_id)}run:{run_id}:pending"
 
     def run_round(self, run_id: str, round_no: int) -> str:
         """List: request ids created in one round of a run, in call order."""
-        return f"{self.prefix}run:{run_id}:round:{round_no}"
+        return f"{self._run(run_id)}run:{run_id}:round:{round_no}"
 
     def run_messages(self, run_id: str) -> str:
         """String: the run's message history (pydantic-ai JSON), kept to resume it."""
-        return f"{self.prefix}run:{run_id}:messages"
+        return f"{self._run(run_id)}run:{run_id}:messages"
 
     def delivery(self, request_id: str) -> str:
         """Hash: per-channel delivery state of a request (posted Slack message, etc.)."""
-        return f"{self.prefix}delivery:{request_id}"
+        return f"{self._req(request_id)}delivery:{request_id}"
 
     def seen(self, namespace: str, ident: str) -> str:
         """String with TTL: a one-time marker (replayed webhook ids, used email links)."""
@@ -111,7 +174,7 @@ class Keys:
     @property
     def counts(self) -> str:
         """Hash: request counts kept by the Lua steps, `pending:QUEUE` and `STATUS:QUEUE`."""
-        return f"{self.prefix}counts"
+        return f"{self.base()}counts"
 
     @property
     def stats(self) -> str:
@@ -142,11 +205,17 @@ class Keys:
 
         A notifier working on one keeps pushing its score ahead (a lease); a dead one's lapses.
         """
-        return f"{self.prefix}parked:{channel}"
+        return f"{self._channel(channel)}parked:{channel}"
 
     def parked_tasks(self, channel: str) -> str:
         """Hash: a channel's parked deliveries, task id -> JSON (the event, attempts so far)."""
-        return f"{self.prefix}parked-tasks:{channel}"
+        return f"{self._channel(channel)}parked-tasks:{channel}"
+
+    def _channel(self, channel: str) -> str:
+        """A channel's parked keys share one tag of their own (one slot per channel)."""
+        return (
+            self.prefix if self.partitions <= 1 else "{" + f"{self.prefix}parked:{channel}" + "}:"
+        )
 
     def demo_ledger(self, customer: str | None = None) -> str:
         """Hash: the demo refunds agent's ledger, order id -> refund JSON (one per customer)."""
@@ -173,8 +242,17 @@ class Keys:
     ) -> ScriptKeys:
         """create.lua: the shared indexes, the run's round (if any), each new request's hash
         (role `req` of that request), the hash of the rule chosen to decide it (role `rule`),
-        and the streams of the queues they go to."""
-        keys = self._shared(queues)
+        and the streams of the queues they go to.
+
+        The requests must share one partition (a run's do; `Requests` groups standalone ones),
+        and the shared keys are that partition's."""
+        request_ids = list(request_ids)
+        owners = {self.partition_of_run(run_id)} if run_id else set()
+        owners |= {self.partition_of_request(rid) for rid in request_ids}
+        if len(owners) > 1:
+            raise ValueError("create_keys: the requests of one step span partitions")
+        partition = owners.pop() if owners else self.at
+        keys = self.part(partition)._shared(queues)
         if run_id:
             keys.name("run", self.run(run_id))
             keys.name("round", self.run_round(run_id, round_no))
@@ -212,7 +290,7 @@ class Keys:
     def creator_keys(self, keys: ScriptKeys, created_by: str | None) -> ScriptKeys:
         """create.lua: the creator's index (role `creator`), when the API knows who asks."""
         if created_by:
-            keys.name("creator", self.by_creator(created_by))
+            keys.name("creator", self.part(keys.partition).by_creator(created_by))
         return keys
 
     def decide_keys(
@@ -220,10 +298,11 @@ class Keys:
     ) -> ScriptKeys:
         """decide.lua and escalate.lua: the request's hash, its one-time marker, its run's hash
         and pending set (when it belongs to a run), the shared indexes and queue streams."""
-        keys = self._shared(queues)
+        part = self.partition_of_request(request_id)
+        keys = self.part(part)._shared(queues)
         keys.name("req", self.request(request_id))
         if once_key:
-            keys.name("once", once_key)
+            keys.name("once", self.in_partition(once_key, part))
         if run_id:
             keys.name("run", self.run(run_id))
             keys.name("pending", self.run_pending(run_id))
@@ -239,7 +318,8 @@ class Keys:
     ) -> ScriptKeys:
         """sweep.lua: the shared indexes and queue streams, then for each due (request id, run id)
         the request's hash and its run's hash and pending set (roles `req`, `run`, `pending` of
-        that request)."""
+        that request). The items must share one partition, `at` (`Sweeping` reads each
+        partition's due index on its own)."""
         keys = self._shared(queues)
         for rid, run_id in items:
             keys.of_request(rid, "req", self.request(rid))
@@ -251,7 +331,8 @@ class Keys:
 
     def ack_keys(self, request_id: str) -> ScriptKeys:
         """ack.lua: the request's hash and the expiry index."""
-        return ScriptKeys().name("req", self.request(request_id)).name("expiry", self.expiry)
+        mine = self.of_request(request_id)
+        return ScriptKeys().name("req", self.request(request_id)).name("expiry", mine.expiry)
 
     def note_keys(self, request_id: str) -> ScriptKeys:
         """note.lua: the request's hash."""
@@ -267,7 +348,7 @@ class Keys:
         return ScriptKeys().name("index", index)
 
     def _shared(self, queues: Iterable[str]) -> ScriptKeys:
-        keys = ScriptKeys()
+        keys = ScriptKeys(self.at)
         keys.name("expiry", self.expiry).name("requests", self.requests)
         keys.name("counts", self.counts).name("resumes", self.resumes)
         for status in DONE_STATUSES:
@@ -332,7 +413,8 @@ class ScriptKeys:
     role -> position), so the script never spells a key.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, partition: int = 0) -> None:
+        self.partition = partition  # of the shared keys named here (`Keys.at`)
         self.keys: list[str] = []
         self.roles: dict[str, int] = {}
         self.streams: dict[str, int] = {}

@@ -20,6 +20,7 @@ from functools import cached_property
 from redis.commands.core import Script
 
 from broker.errors import InvalidInput
+from broker.keys import Keys
 from broker.models import Request, Status
 from broker.scripts import source
 from broker.store import Store
@@ -83,10 +84,11 @@ class Listing:
     def _page_script(self) -> Script:
         return self.store.redis.register_script(source("page"))
 
-    def index_for(self, f: Filter) -> tuple[str, bool]:
-        """The index key that answers `f` with the least reading, and whether it reads highest
-        score first (newest first; pending lists and a run's requests read soonest first)."""
-        keys = self.store.keys
+    def index_for(self, f: Filter, keys: Keys | None = None) -> tuple[str, bool]:
+        """The index key that answers `f` with the least reading (in `keys`' partition), and
+        whether it reads highest score first (newest first; pending lists and a run's requests
+        read soonest first)."""
+        keys = keys or self.store.keys
         if f.run_id:
             return keys.run_requests(f.run_id), False
         if f.created_by:
@@ -97,6 +99,26 @@ class Listing:
             s = f.status.value
             return (keys.done_in(s, f.queue) if f.queue else keys.done(s)), True
         return (keys.in_queue(f.queue) if f.queue else keys.requests), True
+
+    def indexes_for(self, f: Filter) -> tuple[list[str], bool]:
+        """`index_for` in every partition (a run's requests are all in its own)."""
+        if f.run_id or self.store.keys.partitions <= 1:
+            index, rev = self.index_for(f)
+            return [index], rev
+        pairs = [self.index_for(f, keys) for keys in self.store.keys.parts()]
+        return [index for index, _ in pairs], pairs[0][1]
+
+    def _merged(
+        self, indexes: list[str], rev: bool, after: tuple[str, str] | None, n: int
+    ) -> list[tuple[str, str]]:
+        """The first `n` entries after `after` of all `indexes` together, in index order
+        (score, then id, as a sorted set orders them): a k-way merge whose cursor is the one
+        (score, id) of the last entry, the same for every partition."""
+        if len(indexes) == 1:
+            return self._read(indexes[0], rev, after, n)
+        entries = [e for index in indexes for e in self._read(index, rev, after, n)]
+        entries.sort(key=lambda e: (float(e[1]), e[0]), reverse=rev)
+        return entries[:n]
 
     def _read(
         self, index: str, rev: bool, after: tuple[str, str] | None, n: int
@@ -124,15 +146,14 @@ class Listing:
         read (then the page is short and its cursor goes on from the last entry read). Ids
         whose hash has expired are skipped.
         """
-        index, rev = self.index_for(f)
-        prefix = self.store.keys.prefix
-        tag = index.removeprefix(prefix)
+        indexes, rev = self.indexes_for(f)
+        tag = indexes[0].removeprefix(self.store.keys.base(0))
         after = decode_cursor(cursor, tag) if cursor else None
         out: list[Request] = []
         scanned = 0
         batch = limit + 1 if keep is None else max(limit, 100)
         while True:
-            entries = self._read(index, rev, after, batch)
+            entries = self._merged(indexes, rev, after, batch)
             by_id = {r.id: r for r in self.fetch([rid for rid, _ in entries])}
             for rid, score in entries:
                 scanned += 1

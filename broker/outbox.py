@@ -38,6 +38,7 @@ from typing import Any
 from redis.exceptions import ResponseError, WatchError
 from rq import Queue
 
+from broker import streams
 from broker.client import Broker
 from broker.jobs import resume_agent
 from broker.keys import RESUMER_GROUP
@@ -48,6 +49,7 @@ from broker.text import as_str, as_str_dict
 log = logging.getLogger("broker.outbox")
 
 WATCH_TRIES = 20
+POLL_S = 0.05  # on a cluster, the pause after a round of outbox reads that found nothing
 Round = tuple[str, int]  # (run id, round number)
 
 
@@ -75,14 +77,17 @@ class Resumer:
         block_ms: int | None = 1000,
         count: int = 100,
         max_deliveries: int = 5,
+        partition: int = 0,
     ) -> None:
+        """Reads one partition's outbox (`broker.keys`); `run_forever` reads every one."""
         self.broker = broker
+        self.partition = partition
         self.consumer = consumer or default_consumer()
         self.min_idle_ms = min_idle_ms
         self.block_ms = block_ms
         self.count = count
         self.max_deliveries = max_deliveries
-        self.stream = broker.keys.resumes
+        self.stream = broker.keys.part(partition).resumes
         self._group_ready = False
         self._claimed: set[str] = set()
         self._queue: Queue | None = None
@@ -214,7 +219,24 @@ class Resumer:
         return done[0]
 
     def ack(self, entry_id: str) -> None:
-        self.broker.ack_resume(entry_id)
+        streams.ack_and_delete(self.broker.redis, self.stream, RESUMER_GROUP, entry_id)
+
+    def per_partition(self) -> list[Resumer]:
+        """This resumer, or on a cluster one per partition, none blocking in its read."""
+        if self.broker.keys.partitions <= 1:
+            return [self]
+        return [
+            Resumer(
+                self.broker,
+                consumer=self.consumer,
+                min_idle_ms=self.min_idle_ms,
+                block_ms=None,
+                count=self.count,
+                max_deliveries=self.max_deliveries,
+                partition=p,
+            )
+            for p in range(self.broker.keys.partitions)
+        ]
 
     def run_once(self) -> list[Handled]:
         """Read one batch; handle its new entries together, the rest each on its own."""
@@ -250,15 +272,21 @@ class Resumer:
         self, entries: list[tuple[str, dict[str, str]]], rounds: list[Round]
     ) -> list[Handled]:
         redis, keys = self.broker.redis, self.broker.keys
+        rq = self.broker.store.rq_redis
+        apart = rq is not redis  # a cluster: RQ's jobs on their own Redis, acked after
         job_keys = [self.queue.job_class.key_for(resume_job_id(r, n)) for r, n in rounds]
-        with redis.pipeline() as tx:
+        with rq.pipeline() as tx:
             tx.watch(*job_keys)
             look = redis.pipeline(transaction=False)
+            jobs = rq.pipeline(transaction=False) if apart else look
             for (run_id, _), job_key in zip(rounds, job_keys, strict=True):
                 look.exists(keys.run(run_id))
-                look.exists(job_key)
+                jobs.exists(job_key)
             seen = look.execute()
-            run_exists, job_exists = seen[0::2], seen[1::2]
+            if apart:
+                run_exists, job_exists = seen, jobs.execute()
+            else:
+                run_exists, job_exists = seen[0::2], seen[1::2]
             live = [i for i, ok in enumerate(run_exists) if ok]
             owners = claim_rounds(self.broker, [rounds[i] for i in live], RESUMER)
             out: list[Handled] = []
@@ -278,9 +306,12 @@ class Resumer:
             tx.multi()
             enqueue_resumes(self.queue, todo, tx)
             ids = [h.entry_id for h in out]
-            tx.xack(self.stream, RESUMER_GROUP, *ids)
-            tx.xdel(self.stream, *ids)
+            acks = redis.pipeline(transaction=False) if apart else tx
+            acks.xack(self.stream, RESUMER_GROUP, *ids)
+            acks.xdel(self.stream, *ids)
             tx.execute()
+            if apart:  # after the jobs: a crash between re-reads the entries, found duplicate
+                acks.execute()
         for h in out:
             log.info("run %s round %s: resume %s", h.run_id, h.round, h.action)
         return out
@@ -298,9 +329,13 @@ class Resumer:
         return Handled(entry_id, fields.get("run_id"), None, "dead-lettered")
 
     def run_forever(self, stop: threading.Event) -> None:
+        """Read every partition's outbox until `stop`; on a cluster, pause when all are empty."""
+        each = self.per_partition()
         while not stop.is_set():
             try:
-                self.run_once()
+                busy = [bool(r.run_once()) for r in each]
+                if len(each) > 1 and not any(busy):
+                    stop.wait(POLL_S)
             except Exception:  # noqa: BLE001 - a Redis hiccup must not end the loop
                 log.exception("resumer: reading the outbox failed; retrying")
                 stop.wait(1.0)

@@ -48,12 +48,21 @@ class Requests:
     def create_requests(
         self, news: Sequence[NewRequest], *, created_by: str | None = None
     ) -> list[Request]:
-        """Create many standalone requests in one atomic step (bulk import, load tests)."""
+        """Create many standalone requests in one atomic step (bulk import, load tests).
+
+        On a Redis Cluster, one step per partition (`broker.keys`): each partition's requests
+        are created all or none, in the order given.
+        """
         built = [(new_id("req"), new) for new in news]
         if not built:
             return []
-        _, requests = self._create(None, 0, built, created_by)
-        return requests
+        groups: dict[int, list[tuple[str, NewRequest]]] = {}
+        for item in built:
+            groups.setdefault(self.store.keys.partition_of_request(item[0]), []).append(item)
+        made: dict[str, Request] = {}
+        for group in groups.values():
+            made |= {r.id: r for r in self._create(None, 0, group, created_by)[1]}
+        return [made[rid] for rid, _ in built]
 
     def create_round(
         self, run_id: str, round_no: int, calls: Sequence[NewRequest]
@@ -252,5 +261,8 @@ class Requests:
     def counts(self) -> dict[str, int]:
         """Fleet-wide request counts kept by the Lua steps: `pending:QUEUE` (now waiting) and
         `STATUS:QUEUE` (outcomes so far)."""
-        raw = self.store.redis.hgetall(self.store.keys.counts)
-        return {as_str(k): int(v) for k, v in raw.items()}
+        total: dict[str, int] = {}
+        for keys in self.store.keys.parts():  # one hash per partition, summed
+            for k, v in self.store.redis.hgetall(keys.counts).items():
+                total[as_str(k)] = total.get(as_str(k), 0) + int(v)
+        return total

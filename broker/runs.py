@@ -22,6 +22,7 @@ from rq.exceptions import DuplicateJobError
 from rq.serializers import JSONSerializer
 
 from broker.client import Broker
+from broker.cluster import wait_for_replicas
 from broker.errors import InvalidInput, NotFound
 from broker.jobs import RESUME_JOB, RUN_JOB, mark_failed, resume_agent, run_agent
 from broker.models import Run, RunStatus
@@ -52,7 +53,8 @@ JOB_RESULT_TTL_S = 7 * 86400
 
 
 def run_queue(broker: Broker) -> Queue:
-    return Queue(RUN_QUEUE, connection=broker.redis, serializer=JSONSerializer)
+    """RQ's queue, on RQ's own Redis when the broker's is a cluster (`broker.cluster`)."""
+    return Queue(RUN_QUEUE, connection=broker.store.rq_redis, serializer=JSONSerializer)
 
 
 def run_job_id(run_id: str) -> str:
@@ -101,6 +103,11 @@ def start_run(
     extra = {"deps": deps_json, **({"started_by": started_by} if started_by else {})}
     fields = broker.new_run_fields(agent, prompt, extra=extra)
     run_id = fields["id"]
+    if broker.store.clustered:  # two Redis: the run first (and replicated), then its job
+        broker.redis.hset(broker.keys.run(run_id), mapping=fields)
+        wait_for_replicas(broker.redis, broker.keys.run(run_id), strict=False)  # type: ignore[arg-type]
+        run_queue(broker).enqueue(run_agent, run_id, **_job_options(run_job_id(run_id)))
+        return broker.get_run(run_id)
     with broker.redis.pipeline() as pipe:
         run_queue(broker).enqueue(
             run_agent, run_id, pipeline=pipe, **_job_options(run_job_id(run_id))

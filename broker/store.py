@@ -6,13 +6,14 @@ The services (`requests`, `decisions`, `sweeping`, `run_store`, `dead_letters`) 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from redis import Redis
+from redis.cluster import RedisCluster
 
 from broker.config import Config
 from broker.errors import InvalidInput
-from broker.keys import Keys
+from broker.keys import CLUSTER_PARTITIONS, Keys
 from broker.scripts import Scripts
 
 
@@ -22,6 +23,24 @@ class Store:
     config: Config
     keys: Keys
     scripts: Scripts
+    rq: Redis | None = None
+    """The single Redis RQ runs on, when it is not `redis` (a cluster: `broker.cluster`)."""
+
+    @property
+    def rq_redis(self) -> Redis:
+        return self.rq if self.rq is not None else self.redis
+
+    def __post_init__(self) -> None:
+        """On a Redis Cluster the keys are split into partitions (`broker.keys`): as many as
+        `[broker] partitions` says, else CLUSTER_PARTITIONS; a single Redis keeps one."""
+        if isinstance(self.redis, RedisCluster) and self.keys.partitions <= 1:
+            wanted = getattr(self.config.broker, "partitions", None) or CLUSTER_PARTITIONS
+            self.keys = replace(self.keys, partitions=int(wanted))
+        self.scripts.keys = self.keys
+
+    @property
+    def clustered(self) -> bool:
+        return self.keys.partitions > 1
 
     @property
     def maxlen(self) -> int:

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from broker.ids import run_of_request
+from broker.keys import Keys
 from broker.store import Store
 
 log = logging.getLogger("broker.sweeping")
@@ -60,12 +61,18 @@ class Sweeping:
         """`sweep`, also saying how many were listed (a full listing: sweep again)."""
         store = self.store
         clock: dict[str, Any] = {} if now is None else {"now": now}
-        due = store.scripts.run(
-            "due", store.keys.due_keys(), limit=limit, retention=store.retention, **clock
-        )
-        return SweepBatch(self._handle(due, clock) if due else [], len(due))
+        results: list[SweepResult] = []
+        listed = 0
+        for keys in store.keys.parts():  # one partition, one slot, per pair of steps
+            due = store.scripts.run(
+                "due", keys.due_keys(), limit=limit, retention=store.retention, **clock
+            )
+            listed += len(due)
+            results += self._handle(keys, due, clock) if due else []
+        # a partition that listed `limit` makes `listed` >= limit: the sweeper sweeps again
+        return SweepBatch(results, listed)
 
-    def _handle(self, due: list[str], clock: dict[str, Any]) -> list[SweepResult]:
+    def _handle(self, keys: Keys, due: list[str], clock: dict[str, Any]) -> list[SweepResult]:
         store = self.store
         routes = {
             name: {"to": q.escalate_to or False, "timeout": q.timeout_s, "quorum": q.quorum}
@@ -78,10 +85,10 @@ class Sweeping:
         extra: list[str] = []
         done: list[SweepResult] = []
         for _ in range(_TRIES):
-            keys = store.keys.sweep_keys(runs.items(), [*store.config.queues, *extra])
+            step_keys = keys.sweep_keys(runs.items(), [*store.config.queues, *extra])
             flat = store.scripts.run(
                 "sweep",
-                keys,
+                step_keys,
                 items=[{"id": rid, **({"run": run} if run else {})} for rid, run in runs.items()],
                 routes=routes,
                 reason=TIMED_OUT_REASON,
@@ -95,8 +102,10 @@ class Sweeping:
                 if action == "need_stream":
                     extra.append(name)
                     again[rid] = runs[rid]
-                elif action == "need_run":
+                elif action == "need_run" and keys.partition_of_run(name) == keys.at:
                     again[rid] = name
+                elif action == "need_run":  # a run in another slot: not one step here
+                    log.warning("sweep: %s names run %s of another partition", rid, name)
                 else:
                     done.append(SweepResult(rid, action, name, to or None))
             if not again:
@@ -108,8 +117,17 @@ class Sweeping:
     def next_due_in(self) -> float | None:
         """Seconds until the earliest pending request expires (negative if overdue), or None;
         on Redis's clock, like the sweep itself."""
-        pipe = self.store.redis.pipeline(transaction=False)
-        pipe.zrange(self.store.keys.expiry, 0, 0, withscores=True)
-        pipe.time()
-        first, (seconds, micros) = pipe.execute()
-        return float(first[0][1]) - (seconds + micros / 1e6) if first else None
+        redis = self.store.redis
+        firsts = [redis.zrange(k.expiry, 0, 0, withscores=True) for k in self.store.keys.parts()]
+        scores = [float(first[0][1]) for first in firsts if first]
+        if not scores:
+            return None
+        seconds, micros = redis.time() if not self.store.clustered else _clock(self.store)
+        return min(scores) - (seconds + micros / 1e6)
+
+
+def _clock(store: Store) -> tuple[int, int]:
+    """Redis's clock on a cluster: the TIME of the node holding the first partition."""
+    node = store.redis.get_node_from_key(store.keys.part(0).expiry)  # type: ignore[attr-defined]
+    seconds, micros = node.redis_connection.time()
+    return int(seconds), int(micros)

@@ -64,7 +64,7 @@ class Notifier:
         self._stopping = threading.Event()
         self._threads: list[threading.Thread] = []
         opts = self.options
-        streams = {broker.keys.stream(q): q for q in broker.config.queues}
+        streams = {k.stream(q): q for k in broker.keys.parts() for q in broker.config.queues}
         self.inflight = Inflight(opts.max_inflight)
         self.store = ParkedStore(broker, lease_s=opts.claim_idle_s)
         self.dead_letters = DeadLetters(broker, self.name)

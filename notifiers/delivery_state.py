@@ -82,7 +82,7 @@ class DeliveryState:
         (`found.claimed_at` set) means a post may already be out.
         """
         key = self.keys.delivery(request_id)
-        with self.redis.pipeline() as pipe:
+        with self.redis.pipeline(transaction=True) as pipe:  # a cluster MULTI too
             while True:
                 try:
                     pipe.watch(key)
@@ -114,7 +114,7 @@ class DeliveryState:
     def release_claim(self, request_id: str, field: str, claimant: str) -> None:
         """Drop our claim after a failed post so another attempt may post (ours or anyone's)."""
         key = self.keys.delivery(request_id)
-        with self.redis.pipeline() as pipe:
+        with self.redis.pipeline(transaction=True) as pipe:  # a cluster MULTI too
             try:
                 pipe.watch(key)
                 found = PostState.parse(pipe.hget(key, field))

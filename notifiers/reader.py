@@ -12,6 +12,7 @@ import threading
 import time
 from collections.abc import Callable
 
+from redis.crc import key_slot
 from redis.exceptions import RedisError, ResponseError
 
 from broker.client import Broker
@@ -24,6 +25,8 @@ from notifiers.reclaim import Reclaimer
 from notifiers.router import Router
 
 log = logging.getLogger("notifiers")
+POLL_MS = 50
+"""On a cluster, the pause after a round of reads that found nothing (no read blocks there)."""
 
 
 class StreamReader:
@@ -46,6 +49,8 @@ class StreamReader:
         self.reclaimer = reclaimer
         self.parker = parker
         self.ensure_groups = ensure_groups
+        self._by_slot: list[dict[str, str]] | None = None
+        self._idle = threading.Event()  # never set: a pause between polls of a cluster
 
     def loop(self, stopping: threading.Event) -> None:
         claim_every = max(0.05, min(self.options.claim_idle_s / 2, 5.0))
@@ -79,16 +84,30 @@ class StreamReader:
         room = self.inflight.room()
         if room <= 0:
             return False
-        got = self.redis.xreadgroup(
-            NOTIFIER_GROUP,
-            self.consumer,
-            dict.fromkeys(self.router.streams, ">"),
-            count=min(self.options.batch, room),
-            block=self.options.block_ms,
-        )
+        slots = self._slots()
+        count = min(self.options.batch, room)
+        if len(slots) == 1:  # one Redis (or one partition): one blocking read of every stream
+            got = self.redis.xreadgroup(
+                NOTIFIER_GROUP, self.consumer, slots[0], count=count, block=self.options.block_ms
+            )
+        else:  # a cluster: one read per partition (a read spans one slot), none blocking
+            got = []
+            for streams in slots:
+                got += self.redis.xreadgroup(NOTIFIER_GROUP, self.consumer, streams, count=count)
+            if not got:
+                self._idle.wait(min(self.options.block_ms or 0, POLL_MS) / 1000)
         for stream, entries in got or []:
             self.router.handle(text(stream), entries, claimed=False)
         return True
+
+    def _slots(self) -> list[dict[str, str]]:
+        """The streams grouped by hash slot (partition), each as XREADGROUP's `{stream: ">"}`."""
+        if self._by_slot is None:
+            groups: dict[int, dict[str, str]] = {}
+            for stream in self.router.streams:
+                groups.setdefault(key_slot(stream.encode()), {})[stream] = ">"
+            self._by_slot = list(groups.values())
+        return self._by_slot
 
     def _make_groups(self) -> None:
         try:

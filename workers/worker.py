@@ -30,7 +30,7 @@ MAINTENANCE_INTERVAL_S = 60
 def make_worker(broker: Broker, worker_class: type[Worker] = Worker) -> Worker:
     return worker_class(
         [RUN_QUEUE],
-        connection=broker.redis,
+        connection=broker.store.rq_redis,  # RQ's own Redis when the broker's is a cluster
         serializer=JSONSerializer,
         work_horse_killed_handler=jobs.horse_killed,
         maintenance_interval=MAINTENANCE_INTERVAL_S,

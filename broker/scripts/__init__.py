@@ -9,26 +9,35 @@ new connection (a reconnect may reach a restarted or failed-over Redis with an e
 cache). A call on its own that still meets `NOSCRIPT` loads and repeats it (nothing ran). A call
 queued in a pipeline is sent as is: redis-py's own `Script` objects would send `SCRIPT EXISTS`
 before every pipeline, one round trip more on the hot path. Clients without a plain connection
-pool (Redis Cluster, test doubles) keep redis-py's `Script` objects.
+pool (Redis Cluster, test doubles) keep redis-py's `Script` objects. A cluster pipeline refuses
+EVALSHA, so a call given one runs at once on the cluster (routed by its keys, all of one slot).
 """
 
 from __future__ import annotations
 
 import hashlib
+import logging
 import threading
+from dataclasses import replace
 from functools import cache
 from importlib.resources import files
 from typing import Any
 
 from redis import Redis
 from redis.client import Pipeline
+from redis.cluster import ClusterPipeline, RedisCluster
 from redis.commands.core import Script
 from redis.exceptions import NoScriptError
 
+from broker.cluster import wait_for_replicas
 from broker.keys import Keys, ScriptKeys
 from broker.text import as_str
 
 NAMES = ("create", "decide", "escalate", "due", "sweep", "note", "ack", "remember")
+REPLICATED = ("create", "decide", "escalate", "sweep", "remember")
+"""On a cluster these steps wait for a replica (WAIT) before returning: a decision, a new round
+and the outbox entry of a resume must survive a failover (`broker.cluster.wait_for_replicas`)."""
+log = logging.getLogger("broker.scripts")
 
 
 @cache
@@ -51,6 +60,7 @@ class Scripts:
         self._loaded = False
         self._lock = threading.Lock()
         self._fallback: dict[str, Script] | None = None
+        self.keys: Keys | None = None  # the Store's, so `note(args=...)` names keys alike
         if not _watch_connections(redis):
             self._fallback = {n: redis.register_script(t) for n, t in self._sources.items()}
 
@@ -61,13 +71,24 @@ class Scripts:
         `execute()`, undecoded.
         """
         argv = [keys.args(**args)]
+        if isinstance(client, ClusterPipeline):
+            client = None  # refused in a cluster pipeline: run now (callers read no reply)
         if self._fallback is not None:
             reply = self._fallback[name](keys=keys.keys, args=argv, client=client)
         else:
             reply = self._call(name, keys.keys, argv, client)
+        if name in REPLICATED and isinstance(self._redis, RedisCluster) and keys.keys:
+            self._replicate(keys.keys[0])
         if not isinstance(reply, list):
             return reply
         return [as_str(x) if isinstance(x, bytes) else x for x in reply]
+
+    def _replicate(self, key: str) -> None:
+        """Wait for one replica of `key`'s master; none in time is logged, not raised: the
+        step has happened, and refusing it now would only make its caller retry a done step."""
+        acked = wait_for_replicas(self._redis, key, strict=False)  # type: ignore[arg-type]
+        if acked < 1:
+            log.warning("no replica acknowledged a write beside %s in time", key)
 
     def _call(self, name: str, keys: list[str], argv: list[str], client: Any) -> Any:
         if not self._loaded:
@@ -110,7 +131,7 @@ class Scripts:
         """
         if args is not None:
             prefix, request_id, entry = args
-            keys = Keys(prefix)
+            keys = Keys(prefix) if self.keys is None else replace(self.keys, prefix=prefix)
         if keys is None or request_id is None or entry is None:
             raise TypeError("note needs keys, a request id and an entry")
         return self.run("note", keys.note_keys(request_id), client=client, entry=entry)
