@@ -81,6 +81,8 @@ def _decide(state: ApiState, scope: Scope, request_id: str, body: bytes) -> JSON
         given = DecisionBody.model_validate_json(body)
     except (ValidationError, ValueError):
         return None
+    if given.remember is not None:  # a decision that keeps a rule: the route's (api/rules.py)
+        return None
     request = state.decide(request_id, given.to_decision(), principal, channel="rest", via=(INBOX,))
     return JSONResponse(request.public())
 
