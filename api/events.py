@@ -36,7 +36,7 @@ from api.errors import ApiError
 from api.schemas import ERRORS
 from api.state import ApiState, State
 from api.visibility import may_see
-from broker.auth import REQUESTER, Principal
+from broker.auth import Principal
 from broker.errors import ConfigError, NotFound
 from broker.models import Request as BrokerRequest
 
@@ -55,7 +55,6 @@ EVENT_TYPES = frozenset(
 )
 BATCH = 100
 MAX_STREAMS_ENV = "APPROVAL_BROKER_SSE_MAX_STREAMS"
-CREATOR_TAG_WAIT_S = 0.25
 _ENTRY_ID = re.compile(r"^\d{1,20}-\d{1,20}$")
 
 
@@ -143,42 +142,12 @@ def _wanted(fields: dict[str, str]) -> bool:
     return True
 
 
-def _may_be_untagged_own(principal: Principal, request: BrokerRequest, event: str) -> bool:
-    """A request just made over the API whose `created_by` may not be written yet."""
-    age = time.time() - request.created_at.timestamp()
-    return (
-        event == "approval.requested"
-        and request.created_by is None
-        and request.run_id is None
-        and principal.has_role(REQUESTER)
-        and age < CREATOR_TAG_WAIT_S + 5
-    )
-
-
 async def _as_seen_by(
     state: ApiState, principal: Principal, request: BrokerRequest, event: str
 ) -> BrokerRequest | None:
-    """`request` if `principal` may see it, else None.
-
-    POST /v1/requests records `created_by` right after the create step, which has already
-    announced the request: a creator's stream may read the request in between. So a fresh,
-    untagged request is re-read until tagged (bounded: CREATOR_TAG_WAIT_S).
-    """
-    roles = state.config.queue_roles(request.queue)
-    if may_see(principal, request, roles):
-        return request
-    if not _may_be_untagged_own(principal, request, event):
-        return None
-    deadline = time.monotonic() + CREATOR_TAG_WAIT_S
-    while time.monotonic() < deadline:
-        await asyncio.sleep(0.005)
-        try:
-            request = await run_in_threadpool(state.broker.get_request, request.id)
-        except NotFound:
-            return None
-        if request.created_by is not None:
-            return request if may_see(principal, request, roles) else None
-    return None
+    """`request` if `principal` may see it, else None (`created_by` is written by the create
+    step itself, so the request as announced already names its creator)."""
+    return request if may_see(principal, request, state.config.queue_roles(request.queue)) else None
 
 
 def _block_ms(state: ApiState, wanted_ms: int) -> int:
