@@ -27,7 +27,7 @@ def test_single_redis_names_carry_no_tag() -> None:
 def test_cluster_names_put_a_run_and_its_requests_in_one_partition() -> None:
     keys = Keys("t:", CLUSTER_PARTITIONS)
     part = partition_of("run_7", CLUSTER_PARTITIONS)
-    tag = "{t:p%d}:" % part
+    tag = "{t:p" + str(part) + "}:"
     assert keys.run("run_7") == f"{tag}run:run_7"
     assert keys.of_run("run_7").expiry == f"{tag}expiry"
     assert isinstance(keys.of_run("run_7"), Keys)  # a view keeps every name
