@@ -13,7 +13,8 @@ from redis.cluster import RedisCluster
 
 from broker.config import Config
 from broker.errors import InvalidInput
-from broker.keys import CLUSTER_PARTITIONS, Keys
+from broker.keys import Keys
+from broker.partitions import CLUSTER_PARTITIONS
 from broker.scripts import Scripts
 
 

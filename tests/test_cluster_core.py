@@ -19,8 +19,8 @@ from broker.client import Broker
 from broker.cluster import marker_key
 from broker.config import Config
 from broker.errors import Conflict
-from broker.keys import CLUSTER_PARTITIONS
 from broker.models import Decision, NewRequest, Status
+from broker.partitions import CLUSTER_PARTITIONS
 
 
 @pytest.fixture(params=["single", "cluster"])

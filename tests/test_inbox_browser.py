@@ -9,7 +9,9 @@ import os
 import shutil
 import subprocess
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -44,6 +46,23 @@ def chromium() -> str:
     return path
 
 
+@contextmanager
+def signed_in(chromium: str, url: str, token: str, **page_options: Any) -> Iterator[Any]:
+    """A Chromium page on the inbox at `url`, signed in with `token`; closed on exit."""
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=chromium, args=CHROMIUM_ARGS)
+        try:
+            page = browser.new_page(**page_options)
+            page.goto(url + "/")
+            page.fill("#token", token)
+            page.click("#signin-form button[type=submit]")
+            yield page
+        finally:
+            browser.close()
+
+
 @pytest.fixture
 def demo(tmp_path: Path) -> Iterator[tuple[object, str]]:
     proc, url = start_up(tmp_path, "--demo")
@@ -71,18 +90,13 @@ def demo_pending(http: httpx.Client) -> tuple[dict[str, dict], dict]:
 
 
 def test_inbox_decides_both_demo_requests_live(chromium: str, demo, tmp_path: Path):
-    from playwright.sync_api import expect, sync_playwright
+    from playwright.sync_api import expect
 
     proc, url = demo
     http = httpx.Client(base_url=url, headers={"Authorization": f"Bearer {ADMIN}"}, timeout=10)
     by_order, asked = demo_pending(http)
 
-    with sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=chromium, args=CHROMIUM_ARGS)
-        page = browser.new_page(viewport={"width": 1100, "height": 900})
-        page.goto(url + "/")
-        page.fill("#token", ADMIN)
-        page.click("#signin-form button[type=submit]")
+    with signed_in(chromium, url, ADMIN, viewport={"width": 1100, "height": 900}) as page:
         cards = page.locator("article[data-request-id]")
         expect(cards).to_have_count(3)
         expect(page.locator("#whoami")).to_contain_text("admin")
@@ -126,7 +140,6 @@ def test_inbox_decides_both_demo_requests_live(chromium: str, demo, tmp_path: Pa
         expect(page.locator("article[data-status=rejected]")).to_have_count(2)
         # A100 by a person, and the rule demo's refund by rule demo-routine-refunds
         expect(page.locator("article[data-status=approved]")).to_have_count(2)
-        browser.close()
 
     runs = {order: by_order[order]["run_id"] for order in by_order} | {"A105": asked["run_id"]}
     finished = {

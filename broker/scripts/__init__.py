@@ -30,7 +30,8 @@ from redis.commands.core import Script
 from redis.exceptions import NoScriptError
 
 from broker.cluster import wait_for_replicas
-from broker.keys import Keys, ScriptKeys
+from broker.keys import Keys
+from broker.script_keys import ScriptKeys
 from broker.text import as_str
 
 NAMES = ("create", "decide", "escalate", "due", "sweep", "note", "ack", "remember")

@@ -12,6 +12,7 @@ from typing import Annotated, Any
 
 import typer
 
+from approval_broker.cli_common import clear_errors, connect, json_arg
 from broker.auth import Principal
 from broker.deciding import Deciding
 from broker.models import Decision
@@ -28,8 +29,6 @@ DataDir = Annotated[
 
 
 def _store(data_dir: Path | None) -> RuleStore:
-    from approval_broker.cli import connect
-
     return connect(data_dir).requests.rules
 
 
@@ -63,8 +62,6 @@ def list_rules(
     data_dir: DataDir = None,
 ) -> None:
     """List rules, newest first (revoked ones too, unless --active)."""
-    from approval_broker.cli import clear_errors
-
     store = _store(data_dir)
     with clear_errors():
         found = store.list(agent=agent, run_id=run_id, tool=tool, active=active)
@@ -94,18 +91,13 @@ def add_rule(
     data_dir: DataDir = None,
 ) -> None:
     """Add a rule (any scope: the shell is the operator)."""
-    from approval_broker.cli import clear_errors, fail
-
     raw: dict[str, Any] = {"effect": effect, "tool": tool}
     for key, value in (("agent", agent), ("run_id", run_id), ("queue", queue),
                        ("reason", reason), ("expires_at", expires_at), ("id", rule_id)):  # fmt: skip
         if value is not None:
             raw[key] = value
     if args is not None:
-        try:
-            raw["args"] = json.loads(args)
-        except json.JSONDecodeError as exc:
-            fail(f"--args is not valid JSON: {exc.msg} at position {exc.pos}")
+        raw["args"] = json_arg(args, "--args")
     with clear_errors():
         body = parse_body(raw)
         store = _store(data_dir)
@@ -119,8 +111,6 @@ def revoke_rule(
     data_dir: DataDir = None,
 ) -> None:
     """Revoke a rule: it never matches again and stays listed with revoked_at."""
-    from approval_broker.cli import clear_errors
-
     store = _store(data_dir)
     with clear_errors():
         rule = store.revoke(rule_id)

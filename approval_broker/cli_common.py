@@ -1,0 +1,87 @@
+"""What every command shares: one-line errors, the settings, and a broker to talk to.
+
+A user's mistake (bad input, a missing request, Redis down) becomes one line on stderr and a
+non-zero exit, never a traceback; commands never catch more than this module names.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Annotated, Any, NoReturn
+
+import typer
+from redis.exceptions import RedisError
+
+from broker import connection
+from broker.client import Broker
+from broker.cluster import clustered
+from broker.config import Config, Settings, load_config
+from broker.errors import BrokerError, Conflict
+from broker.printable import printable
+from broker.redis_server import running_url
+
+DataDir = Annotated[
+    Path | None,
+    typer.Option(
+        "--data-dir", help="Where the embedded Redis keeps its data (default: your user data dir)."
+    ),
+]
+
+
+def fail(message: str, code: int = 1) -> NoReturn:
+    typer.echo(f"error: {printable(message)}", err=True)
+    raise typer.Exit(code)
+
+
+@contextmanager
+def clear_errors() -> Iterator[None]:
+    """Turn the errors a user can cause into one line and a non-zero exit."""
+    try:
+        yield
+    except Conflict as exc:
+        fail(
+            f"{exc.detail} (decision: {json.dumps(exc.request.decision.public() if exc.request.decision else None)})"
+        )
+    except BrokerError as exc:
+        fail(exc.detail)
+    except RedisError as exc:
+        fail(f"Redis: {exc}")
+
+
+def json_arg(value: str | None, name: str) -> Any:
+    """An option given as JSON, parsed (None when not given)."""
+    if value is None:
+        return None
+    try:
+        return json.loads(value)
+    except json.JSONDecodeError as exc:
+        fail(f"{name} is not valid JSON: {exc.msg} at position {exc.pos}")
+
+
+def load_settings(data_dir: Path | None = None) -> tuple[Settings, Config]:
+    with clear_errors():
+        settings = Settings()
+        if data_dir is not None:
+            settings.data_dir = data_dir
+        return settings, load_config(settings.config)
+    raise AssertionError("unreachable")
+
+
+def connect(data_dir: Path | None = None) -> Broker:
+    """A broker on APPROVAL_BROKER_REDIS_URL, else on the embedded Redis that `up` is running."""
+    settings, config = load_settings(data_dir)
+    url = settings.redis_url or running_url(settings.data_dir and settings.data_dir / "redis")
+    if not url:
+        fail("no Redis: set APPROVAL_BROKER_REDIS_URL, or start `approval-broker up` first")
+    if clustered(settings, config):  # the cluster for the broker's keys, RQ's own Redis
+        with clear_errors():
+            broker = Broker.from_settings(settings, config)
+            broker.redis.ping()
+        return broker
+    redis = connection.connect(url)
+    with clear_errors():
+        redis.ping()
+    return Broker(redis, config, prefix=settings.key_prefix)

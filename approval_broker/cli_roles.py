@@ -1,0 +1,131 @@
+"""The fleet's roles as commands: `up`, `api`, `worker`, `resumer`, `notifier`, `sweeper`.
+
+Each role runs until interrupted; without APPROVAL_BROKER_REDIS_URL it joins the embedded Redis
+that `up` runs, or starts its own. The roles' code lives in `api`, `workers` and `notifiers`,
+imported only by the command that runs it (a shell command need not load a web server).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from approval_broker.cli_common import DataDir, clear_errors, load_settings
+from broker.config import Config, Settings, check_admin_token
+from broker.links import prepare_link_secret
+from broker.redis_server import EmbeddedRedis, redact, running_url
+
+
+def up(
+    demo: Annotated[
+        bool, typer.Option(help="Also register the demo refunds agent and start two runs.")
+    ] = False,
+    port: Annotated[int | None, typer.Option(help="HTTP port (env APPROVAL_BROKER_PORT).")] = None,
+    data_dir: DataDir = None,
+) -> None:
+    """Run everything in one process group on an embedded Redis (unless APPROVAL_BROKER_REDIS_URL is set)."""
+    from approval_broker.up import run_up
+
+    settings, config = load_settings(data_dir)
+    if port is not None:
+        settings.port = port
+    with clear_errors():
+        check_admin_token(settings)
+        run_up(settings, config, demo=demo)
+
+
+@contextmanager
+def role(data_dir: Path | None, port: int | None = None) -> Iterator[tuple[Settings, Config]]:
+    """Settings for a fleet role with `redis_url` filled in.
+
+    With APPROVAL_BROKER_REDIS_URL unset, a role joins the embedded Redis that `up` runs, or
+    starts its own (and stops it on exit).
+    """
+    settings, config = load_settings(data_dir)
+    if port is not None:
+        settings.port = port
+    embedded: EmbeddedRedis | None = None
+    with clear_errors():
+        if not settings.redis_url:
+            settings.redis_url = running_url(settings.data_dir and settings.data_dir / "redis")
+        if not settings.redis_url:
+            embedded = EmbeddedRedis(settings.data_dir and settings.data_dir / "redis").start()
+            settings.redis_url = embedded.url
+            typer.echo(
+                f"started embedded Redis at {redact(embedded.url)} (data in {embedded.data_dir})",
+                err=True,
+            )
+        try:
+            yield settings, config
+        except KeyboardInterrupt:
+            pass
+        finally:
+            if embedded:
+                embedded.close()
+
+
+def api(
+    port: Annotated[
+        int | None, typer.Option(help="HTTP port (env APPROVAL_BROKER_PORT, default 8000).")
+    ] = None,
+    host: Annotated[
+        str | None, typer.Option(help="Address to listen on (default 127.0.0.1).")
+    ] = None,
+    data_dir: DataDir = None,
+) -> None:
+    """Serve the HTTP API, Slack/email/webhook replies and the inbox (uvicorn)."""
+    from api.server import serve
+
+    with clear_errors():
+        check_admin_token(load_settings(data_dir)[0])
+    with role(data_dir, port) as (settings, config):
+        if host:
+            settings.host = host
+        prepare_link_secret(settings, config)
+        serve(settings, config)
+
+
+def worker(
+    resumer: Annotated[bool, typer.Option(help="Also run the resumer in this process.")] = True,
+    burst: Annotated[bool, typer.Option(help="Exit when the queue is empty.")] = False,
+    data_dir: DataDir = None,
+) -> None:
+    """Run an RQ agent worker on queue `agent-runs` (and, by default, the resumer)."""
+    from workers.worker import run_worker
+
+    with role(data_dir) as (settings, config):
+        run_worker(settings, config, with_resumer=resumer, burst=burst)
+
+
+def resumer(data_dir: DataDir = None) -> None:
+    """Move fully answered rounds from the `resumes` outbox onto the RQ queue, exactly once."""
+    from workers.resumer import run_resumer
+
+    with role(data_dir) as (settings, config):
+        run_resumer(settings, config)
+
+
+def notifier(data_dir: DataDir = None) -> None:
+    """Deliver requests and outcomes to the channels of each handler queue."""
+    from notifiers.runner import run_notifier
+
+    with role(data_dir) as (settings, config):
+        prepare_link_secret(settings, config)
+        run_notifier(settings, config)
+
+
+def sweeper(
+    interval: Annotated[
+        float, typer.Option(help="Seconds between sweeps when nothing is due.")
+    ] = 0.25,
+    data_dir: DataDir = None,
+) -> None:
+    """Escalate or time out requests whose time is up."""
+    from workers.sweeper import run_sweeper
+
+    with role(data_dir) as (settings, config):
+        run_sweeper(settings, config, interval=interval)

@@ -1,0 +1,197 @@
+"""The KEYS each Lua step gets: `ScriptKeys` (one call's keys by role) and the builders.
+
+A script never spells a key: its call lists every key it touches in KEYS and tells it, in the
+one JSON argument, at which position each role is (see `ScriptKeys.args`). The builders are
+`StepKeys`, a part of `broker.keys.Keys`: they list the names `Keys` gives, grouped so that each
+step touches one partition (`broker.partitions`). This module never invents a key name.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
+
+from broker.models import Status
+
+if TYPE_CHECKING:
+    from broker.keys import Keys
+
+DONE_STATUSES = tuple(s.value for s in Status if s is not Status.pending)
+"""The final statuses, each with its listing indexes (`done`, `done_in`)."""
+
+
+class ScriptKeys:
+    """The KEYS of one script call, each under a role name the script looks it up by.
+
+    `args(...)` is the call's one JSON argument: the caller's values plus `k` (role -> position
+    in KEYS), `streams` (queue -> position) and, for steps on many requests, `r` (request id ->
+    role -> position), so the script never spells a key.
+    """
+
+    def __init__(self, partition: int = 0) -> None:
+        self.partition = partition  # of the shared keys named here (`Keys.at`)
+        self.keys: list[str] = []
+        self.roles: dict[str, int] = {}
+        self.streams: dict[str, int] = {}
+        self.per_request: dict[str, dict[str, int]] = {}
+        self._positions: dict[str, int] = {}
+
+    def _position(self, key: str) -> int:
+        """1-based, as Lua counts; a key named twice is passed once."""
+        if key not in self._positions:
+            self.keys.append(key)
+            self._positions[key] = len(self.keys)
+        return self._positions[key]
+
+    def name(self, role: str, key: str) -> ScriptKeys:
+        self.roles[role] = self._position(key)
+        return self
+
+    def stream(self, queue: str, key: str) -> ScriptKeys:
+        self.streams[queue] = self._position(key)
+        return self
+
+    def of_request(self, request_id: str, role: str, key: str) -> ScriptKeys:
+        self.per_request.setdefault(request_id, {})[role] = self._position(key)
+        return self
+
+    def args(self, **values: Any) -> str:
+        return json.dumps(
+            {**values, "k": self.roles, "streams": self.streams, "r": self.per_request},
+            ensure_ascii=False,
+            separators=(",", ":"),
+        )
+
+
+class StepKeys:
+    """The KEYS of each Lua step, built from the names of the `Keys` this is part of."""
+
+    def create_keys(
+        self: Keys,
+        run_id: str | None,
+        round_no: int,
+        request_ids: Iterable[str],
+        queues: Iterable[str],
+        rules: dict[str, str] | None = None,
+    ) -> ScriptKeys:
+        """create.lua: the shared indexes, the run's round (if any), each new request's hash
+        (role `req` of that request), the hash of the rule chosen to decide it (role `rule`),
+        and the streams of the queues they go to.
+
+        The requests must share one partition (a run's do; `Requests` groups standalone ones),
+        and the shared keys are that partition's."""
+        request_ids = list(request_ids)
+        owners = {self.partition_of_run(run_id)} if run_id else set()
+        owners |= {self.partition_of_request(rid) for rid in request_ids}
+        if len(owners) > 1:
+            raise ValueError("create_keys: the requests of one step span partitions")
+        partition = owners.pop() if owners else self.at
+        keys = self.part(partition)._shared(queues)
+        if run_id:
+            keys.name("run", self.run(run_id))
+            keys.name("round", self.run_round(run_id, round_no))
+            keys.name("pending", self.run_pending(run_id))
+            keys.name("run_requests", self.run_requests(run_id))
+        for rid in request_ids:
+            keys.of_request(rid, "req", self.request(rid))
+        for rid, rule_id in (rules or {}).items():
+            keys.of_request(rid, "rule", self.rules.rule(rule_id))
+        if rules:
+            keys.name("rule_hits", self.rules.hits)
+        return keys
+
+    def remember_keys(
+        self,
+        request_id: str,
+        run_id: str | None,
+        queues: Iterable[str],
+        once_key: str | None,
+        rule_id: str,
+        tool: str,
+        siblings: Iterable[str],
+    ) -> ScriptKeys:
+        """remember.lua: what decide.lua gets, plus the new rule's hash, its tool index, the
+        rule listing and version, and the hash of each pending sibling the rule covers."""
+        keys = self.decide_keys(request_id, run_id, queues, once_key)
+        rules = self.rules
+        keys.name("rule", rules.rule(rule_id)).name("rule_index", rules.index(tool))
+        keys.name("rule_listing", rules.listing).name("rule_version", rules.version)
+        keys.name("rule_hits", rules.hits)
+        for sid in siblings:
+            keys.of_request(sid, "req", self.request(sid))
+        return keys
+
+    def creator_keys(self: Keys, keys: ScriptKeys, created_by: str | None) -> ScriptKeys:
+        """create.lua: the creator's index (role `creator`), when the API knows who asks."""
+        if created_by:
+            keys.name("creator", self.part(keys.partition).by_creator(created_by))
+        return keys
+
+    def decide_keys(
+        self: Keys, request_id: str, run_id: str | None, queues: Iterable[str], once_key: str | None
+    ) -> ScriptKeys:
+        """decide.lua and escalate.lua: the request's hash, its one-time marker, its run's hash
+        and pending set (when it belongs to a run), the shared indexes and queue streams."""
+        part = self.partition_of_request(request_id)
+        keys = self.part(part)._shared(queues)
+        keys.name("req", self.request(request_id))
+        if once_key:
+            keys.name("once", self.in_partition(once_key, part))
+        if run_id:
+            keys.name("run", self.run(run_id))
+            keys.name("pending", self.run_pending(run_id))
+            keys.name("run_requests", self.run_requests(run_id))
+        return keys
+
+    def due_keys(self: Keys) -> ScriptKeys:
+        """due.lua: the two request indexes."""
+        return ScriptKeys().name("expiry", self.expiry).name("requests", self.requests)
+
+    def sweep_keys(
+        self: Keys, items: Iterable[tuple[str, str | None]], queues: Iterable[str]
+    ) -> ScriptKeys:
+        """sweep.lua: the shared indexes and queue streams, then for each due (request id, run id)
+        the request's hash and its run's hash and pending set (roles `req`, `run`, `pending` of
+        that request). The items must share one partition, `at` (`Sweeping` reads each
+        partition's due index on its own)."""
+        keys = self._shared(queues)
+        for rid, run_id in items:
+            keys.of_request(rid, "req", self.request(rid))
+            if run_id:
+                keys.of_request(rid, "run", self.run(run_id))
+                keys.of_request(rid, "pending", self.run_pending(run_id))
+                keys.of_request(rid, "run_requests", self.run_requests(run_id))
+        return keys
+
+    def ack_keys(self: Keys, request_id: str) -> ScriptKeys:
+        """ack.lua: the request's hash and the expiry index."""
+        mine = self.of_request(request_id)
+        return ScriptKeys().name("req", self.request(request_id)).name("expiry", mine.expiry)
+
+    def note_keys(self: Keys, request_id: str) -> ScriptKeys:
+        """note.lua: the request's hash."""
+        return ScriptKeys().name("req", self.request(request_id))
+
+    def reindex_keys(self: Keys, queues: Iterable[str]) -> ScriptKeys:
+        """reindex.lua: the shared indexes and each queue's; the caller adds each request's
+        `req`, `creator` and `run_requests`."""
+        return self._shared(queues)
+
+    def page_keys(self: Keys, index: str) -> ScriptKeys:
+        """page.lua: the one listing index a page is read from."""
+        return ScriptKeys().name("index", index)
+
+    def _shared(self: Keys, queues: Iterable[str]) -> ScriptKeys:
+        keys = ScriptKeys(self.at)
+        keys.name("expiry", self.expiry).name("requests", self.requests)
+        keys.name("counts", self.counts).name("resumes", self.resumes)
+        for status in DONE_STATUSES:
+            keys.name(f"done:{status}", self.done(status))
+        for queue in queues:
+            keys.stream(queue, self.stream(queue))
+            keys.name(f"pending:{queue}", self.pending_in(queue))
+            keys.name(f"queue:{queue}", self.in_queue(queue))
+            for status in DONE_STATUSES:
+                keys.name(f"done:{status}:{queue}", self.done_in(status, queue))
+        return keys
