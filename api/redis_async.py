@@ -20,7 +20,8 @@ AsyncRedis = aredis.Redis | AsyncRedisCluster
 _KWARGS = ("host", "port", "db", "username", "password", "path")
 _CLUSTER_KWARGS = ("username", "password", "ssl")
 CLUSTER_CONNECTIONS = 1000
-"""Per node: each open event stream and the long-poll reader hold a few (one per partition)."""
+"""Per node: the process's stream reader holds one per partition it has there, and an event
+stream as many while it reads the partitions that rang (the default, 100, is soon reached)."""
 
 
 def async_client(settings: Settings, broker: Broker) -> AsyncRedis:

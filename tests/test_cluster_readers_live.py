@@ -39,13 +39,13 @@ def run_outside_partition_0(broker: Broker, calls: int) -> tuple[str, list[str]]
 
 
 def blocked_reads(broker: Broker) -> int:
-    """XREADs the broker's Redis (every master of a cluster) is running now."""
+    """XREADs blocked on the broker's Redis (every master of a cluster) now."""
     if isinstance(broker.redis, RedisCluster):
         lists = broker.redis.client_list(target_nodes=RedisCluster.PRIMARIES)
         clients = [c for node in lists.values() for c in node] if isinstance(lists, dict) else lists
     else:
         clients = broker.redis.client_list()
-    return [c["cmd"] for c in clients].count("xread")
+    return sum(1 for c in clients if c["cmd"] == "xread" and "b" in c["flags"])
 
 
 def in_thread(fn: Callable[[], Any]) -> tuple[threading.Thread, list[Any]]:

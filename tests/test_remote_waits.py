@@ -81,13 +81,13 @@ def watchers(app: FastAPI) -> int:
 
 
 def blocked_reads(broker: Broker) -> int:
-    """XREADs the broker's Redis (every master of a cluster) is running now."""
+    """XREADs blocked on the broker's Redis (every master of a cluster) now."""
     if isinstance(broker.redis, RedisCluster):
         lists = broker.redis.client_list(target_nodes=RedisCluster.PRIMARIES)
         clients = [c for node in lists.values() for c in node] if isinstance(lists, dict) else lists
     else:
         clients = broker.redis.client_list()
-    return [c["cmd"] for c in clients].count("xread")
+    return sum(1 for c in clients if c["cmd"] == "xread" and "b" in c["flags"])
 
 
 def parked(app: FastAPI, broker: Broker, n: int = 1) -> bool:
