@@ -17,6 +17,7 @@ from broker.client import Broker
 from broker.config import Config
 from broker.live_wait import LIVE, RESUMER, claim, claimed_by, wait_and_claim, wait_round
 from broker.models import Decision, NewRequest
+from tests.cluster_reads import blocked_reads
 from tests.conftest import wait_for
 
 
@@ -36,16 +37,6 @@ def run_outside_partition_0(broker: Broker, calls: int) -> tuple[str, list[str]]
     broker.create_run("refunds", "go", run_id=run_id)
     made = broker.create_round(run_id, 1, [NewRequest(tool_name="refund") for _ in range(calls)])
     return run_id, [r.id for r in made]
-
-
-def blocked_reads(broker: Broker) -> int:
-    """XREADs blocked on the broker's Redis (every master of a cluster) now."""
-    if isinstance(broker.redis, RedisCluster):
-        lists = broker.redis.client_list(target_nodes=RedisCluster.PRIMARIES)
-        clients = [c for node in lists.values() for c in node] if isinstance(lists, dict) else lists
-    else:
-        clients = broker.redis.client_list()
-    return sum(1 for c in clients if c["cmd"] == "xread" and "b" in c["flags"])
 
 
 def in_thread(fn: Callable[[], Any]) -> tuple[threading.Thread, list[Any]]:

@@ -30,6 +30,8 @@ from broker.client import Broker
 from broker.config import Config, Settings, parse_config
 from broker.errors import ConfigError
 from broker.models import Decision, NewRequest, Request
+from tests.cluster_reads import blocked_reads
+from tests.conftest import wait_for
 
 ADMIN = "tok-admin-of-the-event-stream-tests"
 APPROVERS = {
@@ -278,6 +280,10 @@ def test_idle_streams_get_heartbeats_and_a_cap_per_principal(api: tuple[str, Bro
             reader = events_of(one.iter_lines())
             assert next(reader).comment == "connected"
             assert next(reader).comment == "heartbeat"
+            # a blocking read each on a single Redis; on the cluster both share the process's
+            # one reader, a blocking read per partition
+            want = broker.keys.partitions if clustered(broker) else 2
+            wait_for(lambda: blocked_reads(broker) == want)
             third = http.get("/v1/events", headers=bearer("tok-fin"))
             assert third.status_code == 429
             assert third.json()["error"] == "too_many_streams" and third.json()["detail"]

@@ -24,6 +24,7 @@ from broker.config import Config, Settings, parse_config
 from broker.errors import NotFound
 from broker.models import Decision, NewRequest, Request
 from broker.remote import RemoteBroker
+from tests.cluster_reads import blocked_reads
 from tests.conftest import wait_for
 
 ADMIN = "tok-admin"
@@ -78,16 +79,6 @@ def make(broker: Broker, **kw: Any) -> Request:
 def watchers(app: FastAPI) -> int:
     waiter = getattr(app.state, "waiter", None)
     return len(waiter._watchers) if waiter is not None else 0
-
-
-def blocked_reads(broker: Broker) -> int:
-    """XREADs blocked on the broker's Redis (every master of a cluster) now."""
-    if isinstance(broker.redis, RedisCluster):
-        lists = broker.redis.client_list(target_nodes=RedisCluster.PRIMARIES)
-        clients = [c for node in lists.values() for c in node] if isinstance(lists, dict) else lists
-    else:
-        clients = broker.redis.client_list()
-    return sum(1 for c in clients if c["cmd"] == "xread" and "b" in c["flags"])
 
 
 def parked(app: FastAPI, broker: Broker, n: int = 1) -> bool:
