@@ -4,8 +4,9 @@
 `POST /v1/requests/wait` for several. Nothing polls Redis: every outcome is announced on the
 request's queue stream by the same Lua step that records it, and one reader task per API process
 and event loop follows those streams (XREAD BLOCK) and wakes the handlers waiting on that
-request id. The reader fixes its stream positions *before* a handler first reads the request,
-so an outcome recorded after that read is always seen; it stops when nobody waits.
+request id (`api.follow`; on a Redis Cluster a blocking read per partition). The reader fixes
+its stream positions *before* a handler first reads the request, so an outcome recorded after
+that read is always seen; it stops when nobody waits.
 """
 
 from __future__ import annotations
