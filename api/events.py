@@ -18,21 +18,28 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-import re
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Annotated
-from urllib.parse import parse_qsl, urlencode
 
 from fastapi import APIRouter, Depends, Header, Query, Request
 from fastapi.sse import EventSourceResponse, ServerSentEvent
+from redis.exceptions import ClusterDownError
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 from starlette.concurrency import run_in_threadpool
 
 from api.auth import Caller
 from api.errors import ApiError
+from api.event_reads import (
+    PartitionReader,
+    SingleReader,
+    decode_position,
+    encode_position,
+)
+from api.follow import Waiter, waiter_for
+from api.redis_async import socket_timeout
 from api.schemas import ERRORS
 from api.state import ApiState, State
 from api.visibility import may_see
@@ -53,9 +60,8 @@ EVENT_TYPES = frozenset(
         "approval.acked",
     }
 )
-BATCH = 100
 MAX_STREAMS_ENV = "APPROVAL_BROKER_SSE_MAX_STREAMS"
-_ENTRY_ID = re.compile(r"^\d{1,20}-\d{1,20}$")
+__all__ = ["decode_position", "encode_position", "event_stream", "router"]
 
 
 @dataclass(frozen=True)
@@ -108,32 +114,6 @@ def stop_event_streams(app: object, stopping: bool = True) -> None:
         slots.stopping = stopping
 
 
-def encode_position(positions: dict[str, str]) -> str:
-    """An event id: each queue's stream position, `default=1733-0&managers=1733-4`."""
-    return urlencode(sorted(positions.items()))
-
-
-def decode_position(last_event_id: str) -> dict[str, str]:
-    """The positions a `Last-Event-ID` names; ApiError 400 when it isn't one of our ids."""
-    try:
-        pairs = parse_qsl(last_event_id, keep_blank_values=True, strict_parsing=True)
-    except ValueError:
-        pairs = []
-    if not pairs or any(not _ENTRY_ID.match(v) for _, v in pairs):
-        raise ApiError(400, "bad_last_event_id", "Last-Event-ID is not an id this stream sent")
-    return dict(pairs)
-
-
-async def _newest_ids(state: ApiState, queues: list[str]) -> dict[str, str]:
-    """The id of each queue's newest entry now ("0-0" if empty), so nothing later is missed."""
-    redis = state.async_redis()
-    positions: dict[str, str] = {}
-    for queue in queues:
-        last = await redis.xrevrange(state.broker.keys.stream(queue), count=1)
-        positions[queue] = last[0][0].decode() if last else "0-0"
-    return positions
-
-
 def _wanted(fields: dict[str, str]) -> bool:
     if fields.get("type") not in EVENT_TYPES or not fields.get("request_id"):
         return False
@@ -152,11 +132,20 @@ async def _as_seen_by(
 
 def _block_ms(state: ApiState, wanted_ms: int) -> int:
     """Block for less than half the client's socket timeout, whatever the setting says."""
-    kwargs = state.async_redis().connection_pool.connection_kwargs
-    timeout = kwargs.get("socket_timeout")
+    timeout = socket_timeout(state.async_redis())
     if timeout:
         wanted_ms = min(wanted_ms, int(timeout * 500))
     return max(wanted_ms, 1)
+
+
+def _reader(
+    state: ApiState, queues: list[str], waiter: Waiter | None
+) -> SingleReader | PartitionReader:
+    redis, keys = state.async_redis(), state.broker.keys
+    if keys.partitions > 1:
+        assert waiter is not None, "a cluster's event stream reads through the process's waiter"
+        return PartitionReader(redis, keys, queues, waiter)
+    return SingleReader(redis, keys, queues)
 
 
 async def event_stream(
@@ -166,50 +155,50 @@ async def event_stream(
     settings: EventsSettings,
     resume_from: dict[str, str] | None = None,
     slots: StreamSlots | None = None,
+    waiter: Waiter | None = None,
 ) -> AsyncIterator[ServerSentEvent]:
     """The events `principal` may see, from `resume_from` (else from now), with heartbeats."""
-    redis = state.async_redis()
-    positions = await _newest_ids(state, queues)
-    positions.update({q: v for q, v in (resume_from or {}).items() if q in positions})
-    stream_of = {state.broker.keys.stream(q): q for q in queues}
-    yield ServerSentEvent(comment="connected", retry=settings.retry_ms)
-    last_sent = time.monotonic()
-    block = _block_ms(state, settings.block_ms)
-    failures = 0
-    while not (slots and slots.stopping):
-        wait_ms = int(max(0.0, settings.heartbeat_s - (time.monotonic() - last_sent)) * 1000)
-        cursor = {stream: positions[q] for stream, q in stream_of.items()}
-        try:
-            got = await redis.xread(cursor, count=BATCH, block=max(1, min(block, wait_ms)))  # type: ignore[arg-type]
-            failures = 0
-        except (RedisConnectionError, RedisTimeoutError) as exc:
-            failures += 1
-            log.warning("event stream: Redis read failed (%s); retrying", type(exc).__name__)
-            await asyncio.sleep(min(5.0, 0.1 * 2**failures))
-            got = []
-        for raw_stream, entries in got or []:
-            queue = stream_of[raw_stream.decode()]
-            for raw_id, raw_fields in entries:
-                positions[queue] = raw_id.decode()
-                fields = {k.decode(): v.decode() for k, v in raw_fields.items()}
-                if not _wanted(fields):
-                    continue
-                try:
-                    request = await run_in_threadpool(
-                        state.broker.get_request, fields["request_id"]
+    reader = _reader(state, queues, waiter)
+    try:
+        await reader.start(resume_from)
+        yield ServerSentEvent(comment="connected", retry=settings.retry_ms)
+        last_sent = time.monotonic()
+        block = _block_ms(state, settings.block_ms)
+        failures = 0
+        while not (slots and slots.stopping):
+            wait_ms = int(max(0.0, settings.heartbeat_s - (time.monotonic() - last_sent)) * 1000)
+            try:
+                got = await reader.next(max(1, min(block, wait_ms)))
+                failures = 0
+            except (RedisConnectionError, RedisTimeoutError, ClusterDownError) as exc:
+                failures += 1
+                log.warning("event stream: Redis read failed (%s); retrying", type(exc).__name__)
+                await asyncio.sleep(min(5.0, 0.1 * 2**failures))
+                got = []
+            for stream, entries in got:
+                for raw_id, raw_fields in entries:
+                    reader.positions[stream] = raw_id.decode()
+                    fields = {k.decode(): v.decode() for k, v in raw_fields.items()}
+                    if not _wanted(fields):
+                        continue
+                    try:
+                        request = await run_in_threadpool(
+                            state.broker.get_request, fields["request_id"]
+                        )
+                    except NotFound:
+                        continue
+                    request = await _as_seen_by(state, principal, request, fields["type"])
+                    if request is None:
+                        continue
+                    yield ServerSentEvent(
+                        event=fields["type"], data=request.public(), id=reader.event_id()
                     )
-                except NotFound:
-                    continue
-                request = await _as_seen_by(state, principal, request, fields["type"])
-                if request is None:
-                    continue
-                yield ServerSentEvent(
-                    event=fields["type"], data=request.public(), id=encode_position(positions)
-                )
+                    last_sent = time.monotonic()
+            if time.monotonic() - last_sent >= settings.heartbeat_s:
+                yield ServerSentEvent(comment="heartbeat")
                 last_sent = time.monotonic()
-        if time.monotonic() - last_sent >= settings.heartbeat_s:
-            yield ServerSentEvent(comment="heartbeat")
-            last_sent = time.monotonic()
+    finally:
+        reader.close()
 
 
 def events_settings(request: Request) -> EventsSettings:
@@ -232,12 +221,14 @@ def selected_queues(
 
 
 def resume_position(
+    state: State,
     last_event_id: Annotated[
         str | None,
-        Header(max_length=4000, description="resume after this event (EventSource sends it)"),
+        Header(max_length=8000, description="resume after this event (EventSource sends it)"),
     ] = None,
 ) -> dict[str, str] | None:
-    return decode_position(last_event_id) if last_event_id else None
+    partitions = state.broker.keys.partitions
+    return decode_position(last_event_id, partitions) if last_event_id else None
 
 
 async def stream_slot(principal: Caller, request: Request) -> AsyncIterator[None]:
@@ -272,5 +263,7 @@ async def events(
 ) -> AsyncIterator[ServerSentEvent]:
     """Server-sent events; `event` is the type, `data` the request as JSON, `id` the position."""
     slots: StreamSlots = request.app.state.event_slots
-    async for item in event_stream(state, principal, queues, settings, resume_from, slots):
+    waiter = waiter_for(request, state) if state.broker.keys.partitions > 1 else None
+    stream = event_stream(state, principal, queues, settings, resume_from, slots, waiter)
+    async for item in stream:
         yield item

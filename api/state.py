@@ -9,20 +9,18 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Collection
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
-from typing import Annotated, Any
+from typing import Annotated
 
 from fastapi import Depends, FastAPI, Request
-from redis import asyncio as aredis
 
 from api.metrics import ApiMetrics
+from api.redis_async import AsyncRedis, async_client
 from broker.auth import Principal
 from broker.client import Broker, Once
 from broker.config import Config, Settings
 from broker.deciding import Deciding
 from broker.models import Decision, Outcome
 from broker.models import Request as BrokerRequest
-
-_ASYNC_KWARGS = ("host", "port", "db", "username", "password", "path")
 
 
 @dataclass
@@ -31,7 +29,7 @@ class ApiState:
     config: Config
     broker: Broker
     metrics: ApiMetrics
-    _async_redis: aredis.Redis | None = field(default=None, repr=False)
+    _async_redis: AsyncRedis | None = field(default=None, repr=False)
     deciding: Deciding = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -63,17 +61,10 @@ class ApiState:
             self.metrics.observe_decision(done.request, channel)
         return done.request
 
-    def async_redis(self) -> aredis.Redis:
-        """A redis.asyncio client on the broker's Redis, for blocking reads (SSE)."""
+    def async_redis(self) -> AsyncRedis:
+        """An asyncio client on the broker's Redis (or Redis Cluster), for blocking reads (SSE)."""
         if self._async_redis is None:
-            if self.settings.redis_url:
-                self._async_redis = aredis.Redis.from_url(self.settings.redis_url)
-            else:
-                kwargs: dict[str, Any] = self.broker.redis.connection_pool.connection_kwargs
-                picked = {k: kwargs[k] for k in _ASYNC_KWARGS if kwargs.get(k) is not None}
-                if "path" in picked:
-                    picked["unix_socket_path"] = picked.pop("path")
-                self._async_redis = aredis.Redis(**picked)
+            self._async_redis = async_client(self.settings, self.broker)
         return self._async_redis
 
     async def aclose(self) -> None:

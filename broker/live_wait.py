@@ -9,7 +9,9 @@ dies after claiming is continued by its own retry (see `AgentRunner.advance`).
 
 The wait reads the handler queues' streams (XREAD BLOCK), where every outcome is announced in
 the same atomic step that records it; it checks the round's pending set after fixing its stream
-positions, so an outcome can't slip between the check and the read.
+positions, so an outcome can't slip between the check and the read. A round's requests live in
+their run's partition (`Keys.of_run`), so the wait reads that partition's streams only: one
+slot, one blocking XREAD, on a single Redis and on a Redis Cluster alike.
 """
 
 from __future__ import annotations
@@ -56,7 +58,8 @@ def wait_round(broker: Broker, run_id: str, round_no: int, timeout_s: float) -> 
 
     The pending set is checked again only when an event names one of the round's requests.
     """
-    streams = [broker.keys.stream(q) for q in broker.config.queues]
+    mine_keys = broker.keys.of_run(run_id)  # the round's requests announce there
+    streams = [mine_keys.stream(q) for q in broker.config.queues]
     pipe = broker.redis.pipeline(transaction=False)
     for stream in streams:
         pipe.xrevrange(stream, count=1)

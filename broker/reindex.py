@@ -3,6 +3,10 @@
 Reads the `requests` index a batch at a time and hands each batch to one Lua step
 (reindex.lua), which reads every request again inside the step, so live traffic can't be
 indexed wrongly. Running it twice does no harm. Run: `uv run python -m broker.reindex`.
+
+On a Redis Cluster it goes partition by partition: a partition's `requests` index, its
+requests, their runs' request sets and its own listing indexes share one hash tag, so each
+step touches one slot (a single Redis has one partition, as before).
 """
 
 from __future__ import annotations
@@ -12,6 +16,7 @@ from functools import cached_property
 from redis.commands.core import Script
 
 from broker.client import Broker
+from broker.keys import Keys
 from broker.scripts import source
 from broker.text import as_str
 
@@ -27,27 +32,33 @@ class Reindex:
         return self.broker.redis.register_script(source("reindex"))
 
     def run(self) -> int:
-        """Index every stored request; the number indexed."""
-        redis, keys = self.broker.redis, self.broker.keys
+        """Index every stored request, one partition after another; the number indexed."""
+        return sum(self._partition(part) for part in self.broker.keys.parts())
+
+    def _partition(self, part: Keys) -> int:
         total, start = 0, 0
         while True:
-            ids = [as_str(i) for i in redis.zrange(keys.requests, start, start + BATCH - 1)]
-            if not ids:
+            got = self.broker.redis.zrange(part.requests, start, start + BATCH - 1)
+            if not got:
                 return total
-            total += self._batch(ids)
+            total += self._batch(part, [as_str(i) for i in got])
             start += BATCH
 
-    def _batch(self, ids: list[str]) -> int:
+    def _batch(self, part: Keys, ids: list[str]) -> int:
+        """One step over `ids`, all listed in `part`'s index (and so stored in `part`)."""
         redis, keys = self.broker.redis, self.broker.keys
+        ids = [rid for rid in ids if keys.partition_of_request(rid) == part.at]
+        if not ids:
+            return 0
         pipe = redis.pipeline(transaction=False)
         for rid in ids:
             pipe.hmget(keys.request(rid), "created_by", "run_id")
-        script_keys = keys.reindex_keys(self.broker.config.queues)
+        script_keys = part.reindex_keys(self.broker.config.queues)
         for rid, (creator, run_id) in zip(ids, pipe.execute(), strict=True):
             script_keys.of_request(rid, "req", keys.request(rid))
             if creator:
-                script_keys.of_request(rid, "creator", keys.by_creator(as_str(creator)))
-            if run_id:
+                script_keys.of_request(rid, "creator", part.by_creator(as_str(creator)))
+            if run_id and keys.partition_of_run(as_str(run_id)) == part.at:
                 script_keys.of_request(rid, "run_requests", keys.run_requests(as_str(run_id)))
         return int(self._script(keys=script_keys.keys, args=[script_keys.args(ids=ids)]))
 

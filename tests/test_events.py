@@ -1,5 +1,9 @@
 """`GET /v1/events` over a real server: idle streams stay up, events go only to who may see
-them, `Last-Event-ID` resumes without loss or duplicates, and streams per principal are capped."""
+them, `Last-Event-ID` resumes without loss or duplicates, and streams per principal are capped.
+
+The stream tests run on a single Redis and on the local Redis Cluster (16 partitions, each its
+own slot and streams): there events of different partitions may arrive in another order than
+they happened, so those tests compare sets, and check that their requests span partitions."""
 
 from __future__ import annotations
 
@@ -16,6 +20,7 @@ from typing import Any
 import httpx
 import pytest
 from redis import Redis
+from redis.cluster import RedisCluster
 
 from api.app import create_app
 from api.events import EventsSettings, decode_position, encode_position
@@ -25,6 +30,8 @@ from broker.client import Broker
 from broker.config import Config, Settings, parse_config
 from broker.errors import ConfigError
 from broker.models import Decision, NewRequest, Request
+from tests.cluster_reads import blocked_reads
+from tests.conftest import wait_for
 
 ADMIN = "tok-admin-of-the-event-stream-tests"
 APPROVERS = {
@@ -93,9 +100,31 @@ def cfg() -> Config:
     return config()
 
 
+@pytest.fixture(params=["single", "cluster"])
+def store(request: pytest.FixtureRequest) -> Redis | RedisCluster:
+    """The broker's Redis: a single one, or the local cluster (flushed first either way)."""
+    name = "redis" if request.param == "single" else "cluster_client"
+    client: Redis | RedisCluster = request.getfixturevalue(name)
+    return client
+
+
+def clustered(broker: Broker) -> bool:
+    return broker.keys.partitions > 1
+
+
+def spans_partitions(broker: Broker, ids: list[str]) -> bool:
+    """On the cluster: some of `ids` are outside partition 0 (a reader of it alone would fail)."""
+    return not clustered(broker) or any(broker.keys.partition_of_request(i) for i in ids)
+
+
+def in_order(broker: Broker, items: list[Any]) -> list[Any]:
+    """`items` as a single Redis orders them (as they happened); sorted on the cluster."""
+    return sorted(items) if clustered(broker) else list(items)
+
+
 @pytest.fixture
-def api(redis: Redis, cfg: Config) -> Iterator[tuple[str, Broker]]:
-    broker = Broker(redis, cfg, prefix="t:")
+def api(store: Redis | RedisCluster, cfg: Config) -> Iterator[tuple[str, Broker]]:
+    broker = Broker(store, cfg, prefix="t:")
     fast = EventsSettings(heartbeat_s=0.5, max_streams_per_principal=2)
     app = create_app(Settings(admin_token=ADMIN), cfg, broker, events_settings=fast)
     with ServerThread(app) as server:
@@ -110,9 +139,15 @@ def make(broker: Broker, **kw: Any) -> Request:
 def test_event_ids_round_trip_and_foreign_ids_are_refused() -> None:
     positions = {"default": "1733-0", "a&b=c": "17-4"}
     assert decode_position(encode_position(positions)) == positions
-    for bad in ("1733-0", "default=now", "=", "default=1-0&x"):
+    for bad in ("1733-0", "default=now", "=", "default=1-0&x", "default=1-0.2-0"):
         with pytest.raises(Exception, match="Last-Event-ID"):
             decode_position(bad)
+    vector = {"default": ".".join(["0", *(f"{i}-{i}" for i in range(15))])}
+    assert decode_position(encode_position(vector), 16) == vector  # a cluster's 16 partitions
+    assert decode_position("default=1733-0", 16) == {"default": "1733-0"}  # a single Redis's
+    for bad in ("default=1-0.2-0", "default=now", "default=1-0..2"):
+        with pytest.raises(Exception, match="Last-Event-ID"):
+            decode_position(bad, 16)
 
 
 def test_the_stream_cap_comes_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -150,22 +185,25 @@ def test_events_reach_only_those_who_may_see_the_request(api: tuple[str, Broker]
             anyone = make(broker)
             broker.decide(svc.json()["id"], _reject(), decided_by="fin")
             marker = make(broker, allowed_roles=["ops"])  # ends every reader's wait
-            expected_last = {"fin": svc.json()["id"], "svc": svc.json()["id"]}
+            sid = svc.json()["id"]
+            everything = [finance.id, anyone.id, sid, marker.id]
+            expected = {
+                "fin": [finance.id, anyone.id, sid],  # not the ops one
+                "ops": [anyone.id, marker.id],  # not the finance ones
+                "svc": [sid],  # its own, nothing it may not decide
+                "audit": everything,
+                "admin": everything,
+            }
             for name, reader in readers.items():
                 got[name] = []
-                stop = expected_last.get(name, marker.id)
-                while not got[name] or got[name][-1] != stop:
+                while len(got[name]) < len(expected[name]):
                     got[name].append(next_event(reader).data["id"])
         finally:
             for cm in streams.values():
                 cm.__exit__(None, None, None)
-    sid = svc.json()["id"]
-    everything = [finance.id, anyone.id, sid, marker.id]
-    assert got["fin"] == [finance.id, anyone.id, sid]  # not the ops one
-    assert got["ops"] == [anyone.id, marker.id]  # not the finance ones
-    assert got["svc"] == [sid]  # its own, nothing it may not decide
-    assert got["audit"] == everything
-    assert got["admin"] == everything
+    for name, ids in expected.items():
+        assert in_order(broker, got[name]) == in_order(broker, ids), name
+    assert spans_partitions(broker, everything)
 
 
 def _reject() -> Decision:
@@ -203,7 +241,7 @@ def test_a_reconnect_with_last_event_id_gets_what_it_missed_once(api: tuple[str,
             first = make(broker)
             seen = next_event(reader)
             assert seen.data["id"] == first.id and seen.id
-        missed = [make(broker), make(broker, queue="other")]
+        missed = [make(broker) for _ in range(4)] + [make(broker, queue="other")]
         broker.decide(missed[0].id, _reject(), decided_by="fin")
         headers = {**bearer(ADMIN), "Last-Event-ID": seen.id}
         with http.stream("GET", "/v1/events", headers=headers) as resp:
@@ -212,19 +250,23 @@ def test_a_reconnect_with_last_event_id_gets_what_it_missed_once(api: tuple[str,
             assert next(reader).comment == "connected"
             after = make(broker)
             got = []
-            while not got or got[-1][1] != after.id:
+            while len(got) < len(missed) + 2:
                 item = next_event(reader)
                 got.append((item.event, item.data["id"]))
         bad = http.get("/v1/events", headers={**bearer(ADMIN), "Last-Event-ID": "garbage"})
-    assert sorted(got[:3]) == sorted(
-        [
-            ("approval.requested", missed[0].id),
-            ("approval.decided", missed[0].id),
-            ("approval.requested", missed[1].id),
-        ]
-    )
-    assert got[3:] == [("approval.requested", after.id)]  # and nothing twice
+    expected = [("approval.requested", r.id) for r in missed]
+    expected.insert(1, ("approval.decided", missed[0].id))
+    if clustered(broker):  # what it missed and what came after, each once, in any order
+        assert sorted(got) == sorted([*expected, ("approval.requested", after.id)])
+    else:
+        assert sorted(got[:-1]) == sorted(expected)
+        assert got[-1:] == [("approval.requested", after.id)]  # and nothing twice
+    assert spans_partitions(broker, [r.id for r in missed])
     assert bad.status_code == 400 and bad.json()["error"] == "bad_last_event_id"
+    position = decode_position(seen.id, broker.keys.partitions)
+    assert set(position) == {"default", "other"}  # one value per queue, on either
+    parts = {len(v.split(".")) for v in position.values()}
+    assert parts == {broker.keys.partitions}  # on the cluster: a position per partition
 
 
 def test_idle_streams_get_heartbeats_and_a_cap_per_principal(api: tuple[str, Broker]) -> None:
@@ -238,6 +280,10 @@ def test_idle_streams_get_heartbeats_and_a_cap_per_principal(api: tuple[str, Bro
             reader = events_of(one.iter_lines())
             assert next(reader).comment == "connected"
             assert next(reader).comment == "heartbeat"
+            # a blocking read each on a single Redis; on the cluster both share the process's
+            # one reader, a blocking read per partition
+            want = broker.keys.partitions if clustered(broker) else 2
+            wait_for(lambda: blocked_reads(broker) == want)
             third = http.get("/v1/events", headers=bearer("tok-fin"))
             assert third.status_code == 429
             assert third.json()["error"] == "too_many_streams" and third.json()["detail"]

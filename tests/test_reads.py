@@ -7,8 +7,11 @@ import threading
 import time
 
 import pytest
+from redis import Redis
+from redis.cluster import RedisCluster
 
 from broker.client import Broker
+from broker.config import Config
 from broker.errors import InvalidInput
 from broker.models import Decision, NewRequest, Outcome, Request, Status
 
@@ -176,12 +179,24 @@ def test_a_filtered_page_reads_a_bounded_number_of_entries(broker: Broker) -> No
     assert broker.list_requests(status=Status.pending, limit=5)[0].status is Status.pending
 
 
-def test_reindex_puts_requests_stored_before_the_indexes_into_them(broker: Broker) -> None:
+@pytest.fixture(params=["single", "cluster"])
+def any_broker(request: pytest.FixtureRequest, config: Config) -> Broker:
+    """A broker on a single Redis (one partition) or on the local cluster (16)."""
+    name = "redis" if request.param == "single" else "cluster_client"
+    client: Redis | RedisCluster = request.getfixturevalue(name)
+    return Broker(client, config, prefix="t:")
+
+
+def test_reindex_puts_requests_stored_before_the_indexes_into_them(any_broker: Broker) -> None:
     from broker.reindex import Reindex
 
-    mine = broker.requests.create_requests(news(3), created_by="svc")
+    broker = any_broker
+    mine = broker.requests.create_requests(news(6), created_by="svc")
     run = broker.create_round("run_9", 0, news(2, queue="managers"))
     approve(broker, mine[0].id)
+    if broker.keys.partitions > 1:  # on the cluster: spread over partitions, some not the first
+        parts = {broker.keys.partition_of_request(r.id) for r in [*mine, *run]}
+        assert len(parts) > 1 and parts != {0}
     before = {
         name: [r.id for r in all_pages(broker, 2, **f)]
         for name, f in {
@@ -193,12 +208,13 @@ def test_reindex_puts_requests_stored_before_the_indexes_into_them(broker: Broke
         }.items()
     }
     assert before["run"] == [r.id for r in run]
-    for key in broker.redis.scan_iter("t:ix:*"):
+    for key in broker.redis.scan_iter(match="*t:*ix:*"):
         broker.redis.delete(key)
     broker.redis.delete(broker.keys.run_requests("run_9"))
     assert broker.requests.list_page(status="approved", queue="default").items == []
-    assert Reindex(broker).run() == 5
-    assert Reindex(broker).run() == 5  # twice: no harm
+    assert broker.requests.list_page(created_by="svc").items == []
+    assert Reindex(broker).run() == 8
+    assert Reindex(broker).run() == 8  # twice: no harm
     for name, f in {
         "pending": {"status": "pending"},
         "approved": {"status": "approved", "queue": "default"},

@@ -1,5 +1,8 @@
 """Long-polls over real HTTP: `GET /v1/requests/{id}?wait=S` and `POST /v1/requests/wait` wake on
-the request's own outcome event (a decision or the sweeper's time-out), not on a timer."""
+the request's own outcome event (a decision or the sweeper's time-out), not on a timer.
+
+Each runs on a single Redis and on the local Redis Cluster, where the requests a test waits on
+are made outside partition 0 (the reader must follow every partition's streams)."""
 
 from __future__ import annotations
 
@@ -11,6 +14,8 @@ from typing import Any
 import httpx
 import pytest
 from fastapi import FastAPI
+from redis import Redis
+from redis.cluster import RedisCluster
 
 from api.app import create_app
 from api.testing import ServerThread
@@ -19,6 +24,7 @@ from broker.config import Config, Settings, parse_config
 from broker.errors import NotFound
 from broker.models import Decision, NewRequest, Request
 from broker.remote import RemoteBroker
+from tests.cluster_reads import blocked_reads
 from tests.conftest import wait_for
 
 ADMIN = "tok-admin"
@@ -34,6 +40,14 @@ def cfg() -> Config:
             }
         }
     )
+
+
+@pytest.fixture(params=["single", "cluster"])
+def api_broker(request: pytest.FixtureRequest, cfg: Config) -> Broker:
+    """A broker on a single Redis or on the local cluster (16 partitions)."""
+    name = "redis" if request.param == "single" else "cluster_client"
+    client: Redis | RedisCluster = request.getfixturevalue(name)
+    return Broker(client, cfg, prefix="t:")
 
 
 @pytest.fixture
@@ -54,12 +68,23 @@ def remote(server: ServerThread) -> Iterator[RemoteBroker]:
 
 
 def make(broker: Broker, **kw: Any) -> Request:
-    return broker.create_request(NewRequest(tool_name=kw.pop("tool_name", "refund"), **kw))
+    """A new request; on the cluster one outside partition 0 (others made on the way stay)."""
+    new = NewRequest(tool_name=kw.pop("tool_name", "refund"), **kw)
+    while True:
+        made = broker.create_request(new)
+        if broker.keys.partitions == 1 or broker.keys.partition_of_request(made.id) != 0:
+            return made
 
 
 def watchers(app: FastAPI) -> int:
     waiter = getattr(app.state, "waiter", None)
     return len(waiter._watchers) if waiter is not None else 0
+
+
+def parked(app: FastAPI, broker: Broker, n: int = 1) -> bool:
+    """`n` ids are waited on and the reader blocks on every partition (so the long-poll has
+    read its requests as pending: a decision now must wake it through the streams)."""
+    return watchers(app) == n and blocked_reads(broker) == broker.keys.partitions
 
 
 def in_thread(fn: Callable[[], Any]) -> tuple[threading.Thread, list[Any]]:
@@ -79,7 +104,7 @@ def test_wait_answers_as_soon_as_the_request_is_decided(
     req = make(api_broker)
     started = time.monotonic()
     thread, out = in_thread(lambda: remote.get_request(req.id, wait=30))
-    wait_for(lambda: watchers(app) == 1)  # the long-poll is parked on its id
+    wait_for(lambda: parked(app, api_broker))  # the long-poll is parked on its id
     approve(api_broker, req.id)
     thread.join(10)
     assert out and out[0].status == "approved"
@@ -112,7 +137,7 @@ def test_a_time_out_by_the_sweeper_wakes_the_wait_too(
 ) -> None:
     req = make(api_broker, queue="managers")
     thread, out = in_thread(lambda: remote.get_request(req.id, wait=30))
-    wait_for(lambda: watchers(app) == 1)
+    wait_for(lambda: parked(app, api_broker))
     api_broker.sweep(now=time.time() + 3600)
     thread.join(10)
     assert out and out[0].status == "timed_out"
@@ -123,7 +148,7 @@ def test_an_escalation_does_not_end_the_wait(
 ) -> None:
     req = make(api_broker)
     thread, out = in_thread(lambda: remote.get_request(req.id, wait=30))
-    wait_for(lambda: watchers(app) == 1)
+    wait_for(lambda: parked(app, api_broker))
     api_broker.escalate(req.id, "managers", by="alice")
     time.sleep(0.3)  # not synchronisation: the wait must still be running after an escalation
     assert thread.is_alive() and not out
@@ -137,13 +162,13 @@ def test_wait_for_several_all_or_the_first(
 ) -> None:
     a, b = make(api_broker), make(api_broker)
     thread, out = in_thread(lambda: remote.wait([a.id, b.id], 30, all=False))
-    wait_for(lambda: watchers(app) == 2)
+    wait_for(lambda: parked(app, api_broker, 2))
     approve(api_broker, b.id)
     thread.join(10)
     assert [r.status for r in out[0]] == ["pending", "approved"]  # the order asked
 
     thread, out = in_thread(lambda: remote.wait([a.id, b.id], 30, all=True))
-    wait_for(lambda: watchers(app) == 2)
+    wait_for(lambda: parked(app, api_broker, 2))
     api_broker.decide(a.id, Decision(outcome="rejected", reason="no"), decided_by="alice")
     thread.join(10)
     assert [r.status for r in out[0]] == ["rejected", "approved"]
@@ -190,8 +215,11 @@ def test_many_waiters_share_one_reader(
         for c, r in zip(clients, reqs, strict=True)
     ]
     wait_for(lambda: watchers(app) == len(reqs))
-    # one blocked XREAD for all ten long-polls, no polling loop
-    wait_for(lambda: [c["cmd"] for c in api_broker.redis.client_list()].count("xread") == 1)
+    # one blocked XREAD for all ten long-polls (per partition on the cluster), no polling loop
+    wait_for(lambda: blocked_reads(api_broker) == api_broker.keys.partitions)
+    assert len({api_broker.keys.partition_of_request(r.id) for r in reqs}) > 1 or (
+        api_broker.keys.partitions == 1
+    )
     for r in reqs:
         approve(api_broker, r.id)
     for thread, out in threads:

@@ -1,5 +1,6 @@
 -- Put requests stored before the listing indexes existed into them (broker/reindex.py).
--- KEYS by role: the shared indexes and each queue's (keys.py `_shared`); per item
+-- KEYS by role (all of one partition, so one slot on a cluster): the partition's indexes and
+-- each queue's (keys.py `_shared`); per item
 --   key_of(id, ...) `req`, and `creator` / `run_requests` when the request has them.
 -- A: ids. Each is read here, in the step: a request decided or moved since the caller looked is
 -- indexed as it is now. A request of a queue whose keys were not given is skipped.

@@ -1,0 +1,191 @@
+"""The one reader of the queue streams per API process and event loop (`Waiter`).
+
+Every outcome is announced on its request's queue stream by the same Lua step that records it.
+This reader follows those streams (XREAD BLOCK) while anyone listens, and wakes whoever waits:
+long-polls by request id (`watching`), event streams on a cluster by partition (`subscribed`).
+On a Redis Cluster each partition's streams share a slot of their own, and one XREAD may
+name one slot only, so it keeps one blocking read per partition in flight and handles
+whichever answers first. It fixes its stream positions *before* a listener first reads, so
+anything recorded after that read is seen; it stops when nobody listens.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Awaitable, Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+
+from fastapi import Request as HttpRequest
+
+from api.redis_async import AsyncRedis, async_client
+from api.state import ApiState
+from broker.models import Request
+
+log = logging.getLogger("approval_broker.api.waits")
+
+BLOCK_MS = 1000
+"""XREAD BLOCK per call: short, well below any socket timeout, so a dead connection shows."""
+BATCH = 500
+
+Fetch = Callable[[list[str]], Awaitable[list[Request]]]
+
+
+@dataclass(eq=False)
+class Subscriber:
+    """A listener to whole partitions: `dirty` names those with entries it has not read."""
+
+    partitions: int
+    event: asyncio.Event = field(default_factory=asyncio.Event)
+    dirty: set[int] = field(default_factory=set)
+
+    def __post_init__(self) -> None:
+        self.dirty = set(range(self.partitions))  # read everything once to begin with
+
+    def ring(self, partition: int | None = None) -> None:
+        self.dirty |= set(range(self.partitions)) if partition is None else {partition}
+        self.event.set()
+
+
+class Waiter:
+    """The stream reader of an API process (per event loop) and who listens to what.
+
+    `groups` holds one list of stream keys per partition (one slot each on a cluster)."""
+
+    def __init__(self, redis: AsyncRedis, groups: Sequence[Sequence[str]]) -> None:
+        self.redis = redis
+        self.groups = [list(g) for g in groups]
+        self.loop = asyncio.get_running_loop()
+        self._watchers: dict[str, set[asyncio.Event]] = {}
+        self._subscribers: set[Subscriber] = set()
+        self._positions: dict[str, str] = {}
+        self._task: asyncio.Task[None] | None = None
+        self._lock = asyncio.Lock()
+
+    @property
+    def streams(self) -> list[str]:
+        return [s for g in self.groups for s in g]
+
+    def _stop_if_idle(self) -> None:
+        if not self._watchers and not self._subscribers and self._task is not None:
+            self._task.cancel()  # nobody listens: no reader left blocking on Redis
+            self._task = None
+
+    @contextlib.contextmanager
+    def _watching(self, ids: Sequence[str]) -> Iterator[asyncio.Event]:
+        event = asyncio.Event()
+        for rid in ids:
+            self._watchers.setdefault(rid, set()).add(event)
+        try:
+            yield event
+        finally:
+            for rid in ids:
+                events = self._watchers.get(rid)
+                if events is not None:
+                    events.discard(event)
+                    if not events:
+                        del self._watchers[rid]
+            self._stop_if_idle()
+
+    @contextlib.contextmanager
+    def subscribed(self) -> Iterator[Subscriber]:
+        """Be rung on every entry of any partition (an event stream on a cluster)."""
+        sub = Subscriber(len(self.groups))
+        self._subscribers.add(sub)
+        try:
+            yield sub
+        finally:
+            self._subscribers.discard(sub)
+            self._stop_if_idle()
+
+    async def ensure_reader(self) -> None:
+        """Start the reader if none runs; returns once its positions are fixed."""
+        if self._task is not None and not self._task.done():
+            return
+        async with self._lock:
+            if self._task is not None and not self._task.done():
+                return
+            streams = self.streams
+            pipe = self.redis.pipeline(transaction=False)
+            for stream in streams:
+                pipe.xrevrange(stream, count=1)
+            newest = await pipe.execute()
+            self._positions = {
+                stream: rows[0][0].decode() if rows else "0-0"
+                for stream, rows in zip(streams, newest, strict=True)
+            }
+            self._task = asyncio.create_task(self._read())
+
+    def _announce(self, partition: int, got: list) -> None:  # type: ignore[type-arg]
+        for raw_stream, entries in got or []:
+            stream = raw_stream.decode()
+            for raw_id, fields in entries:
+                self._positions[stream] = raw_id.decode()
+                rid = fields.get(b"request_id")
+                for event in self._watchers.get(rid.decode() if rid else "", ()):
+                    event.set()
+            if entries:
+                for sub in self._subscribers:
+                    sub.ring(partition)
+
+    async def _read(self) -> None:
+        reads: dict[int, asyncio.Future[list]] = {}  # type: ignore[type-arg]
+        try:
+            while self._watchers or self._subscribers:
+                for n, group in enumerate(self.groups):
+                    if n not in reads:
+                        cursor = {s: self._positions[s] for s in group}
+                        reads[n] = asyncio.ensure_future(
+                            self.redis.xread(cursor, count=BATCH, block=BLOCK_MS)  # type: ignore[arg-type]
+                        )
+                done, _ = await asyncio.wait(reads.values(), return_when=asyncio.FIRST_COMPLETED)
+                for n in [n for n, read in reads.items() if read in done]:
+                    self._announce(n, reads.pop(n).result())
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # Redis went away: wake everyone to re-read (and restart us)
+            log.warning("stream reader stopped: %s", type(exc).__name__)
+            for events in self._watchers.values():
+                for event in events:
+                    event.set()
+            for sub in self._subscribers:
+                sub.ring()
+        finally:
+            for read in reads.values():
+                read.cancel()
+
+    async def until(
+        self, ids: Sequence[str], timeout: float, *, every: bool, fetch: Fetch
+    ) -> list[Request]:
+        """The requests as soon as all (`every`) or one of them are no longer pending, or as
+        they stand after `timeout` seconds. An id that does not exist counts as done."""
+        ids = list(dict.fromkeys(ids))
+        deadline = self.loop.time() + timeout
+        with self._watching(ids) as event:
+            while True:
+                await self.ensure_reader()
+                event.clear()  # before reading: a wake-up during the read is not lost
+                requests = await fetch(ids)
+                pending = sum(1 for r in requests if r.is_pending)  # a missing id is done
+                if pending == 0 or (not every and pending < len(ids)):
+                    return requests
+                left = deadline - self.loop.time()
+                if left <= 0:
+                    return requests
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(event.wait(), left)
+
+
+def stream_groups(state: ApiState) -> list[list[str]]:
+    """Every handler queue's stream, one list per partition (a slot of its own on a cluster)."""
+    return [[part.stream(q) for q in state.config.queues] for part in state.broker.keys.parts()]
+
+
+def waiter_for(http: HttpRequest, state: ApiState) -> Waiter:
+    """This app's waiter on the running event loop (a new loop gets a new one)."""
+    waiter: Waiter | None = getattr(http.app.state, "waiter", None)
+    if waiter is None or waiter.loop is not asyncio.get_running_loop():
+        waiter = Waiter(async_client(state.settings, state.broker), stream_groups(state))
+        http.app.state.waiter = waiter
+    return waiter

@@ -1,0 +1,55 @@
+"""An asyncio client on the broker's Redis, for the API's blocking stream reads (SSE, long-polls).
+
+A redis.asyncio client is bound to the event loop it first ran on, so the API builds its own
+from the broker's sync client (or from APPROVAL_BROKER_REDIS_URL): a single-node client on a
+single Redis, a cluster client when the broker's client is a `RedisCluster`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from redis import asyncio as aredis
+from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
+from redis.cluster import RedisCluster
+
+from broker.client import Broker
+from broker.config import Settings
+
+AsyncRedis = aredis.Redis | AsyncRedisCluster
+_KWARGS = ("host", "port", "db", "username", "password", "path")
+_CLUSTER_KWARGS = ("username", "password", "ssl")
+CLUSTER_CONNECTIONS = 1000
+"""Per node: the process's stream reader holds one per partition it has there, and an event
+stream as many while it reads the partitions that rang (the default, 100, is soon reached)."""
+
+
+def async_client(settings: Settings, broker: Broker) -> AsyncRedis:
+    """A new asyncio client on the Redis (or Redis Cluster) the broker's keys are on."""
+    if isinstance(broker.redis, RedisCluster):
+        if settings.redis_url:
+            return AsyncRedisCluster.from_url(
+                settings.redis_url, max_connections=CLUSTER_CONNECTIONS
+            )
+        node = broker.redis.get_default_node() or broker.redis.get_nodes()[0]
+        given: dict[str, Any] = broker.redis.nodes_manager.connection_kwargs
+        picked = {k: given[k] for k in _CLUSTER_KWARGS if given.get(k) is not None}
+        return AsyncRedisCluster(
+            host=node.host, port=node.port, max_connections=CLUSTER_CONNECTIONS, **picked
+        )
+    if settings.redis_url:
+        return aredis.Redis.from_url(settings.redis_url)
+    kwargs: dict[str, Any] = broker.redis.connection_pool.connection_kwargs
+    chosen = {k: kwargs[k] for k in _KWARGS if kwargs.get(k) is not None}
+    if "path" in chosen:
+        chosen["unix_socket_path"] = chosen.pop("path")
+    return aredis.Redis(**chosen)
+
+
+def socket_timeout(client: AsyncRedis) -> float | None:
+    """The client's socket timeout (a blocking read must end well before it)."""
+    if isinstance(client, AsyncRedisCluster):
+        timeout = client.get_default_node().connection_kwargs.get("socket_timeout")
+    else:
+        timeout = client.connection_pool.connection_kwargs.get("socket_timeout")
+    return float(timeout) if timeout else None
