@@ -10,22 +10,26 @@ hash tag, so on a cluster it fails with CROSSSLOT. Making it cluster-safe would 
 RQ's internals on every upgrade; its data (jobs that are re-enqueued from the broker's own
 state after a loss) does not need the cluster's capacity or failover.
 
-This module never runs the broker's scripts: those do not run on a cluster yet.
+A patient client (the background roles) retries with a backoff through a master's failover
+(`PatientCluster`), and the replicated steps wait for a replica (`wait_for_replicas`).
 """
 
 from __future__ import annotations
 
 import contextlib
+import logging
 import time
+from typing import Any
 
 from redis import Redis
 from redis.backoff import ExponentialBackoff
-from redis.cluster import RedisCluster
+from redis.cluster import ClusterPipeline, RedisCluster
 from redis.crc import key_slot
 from redis.exceptions import (
     BusyLoadingError,
     ClusterDownError,
     MovedError,
+    SlotNotCoveredError,
     TryAgainError,
 )
 from redis.exceptions import ConnectionError as RedisConnectionError
@@ -38,7 +42,59 @@ from broker.errors import BrokerError
 WAIT_TIMEOUT_MS = 1000
 WAIT_ATTEMPTS = 12  # enough to outlast a failover (cluster-node-timeout plus an election)
 WAIT_MARKER = ":replicated"  # suffix of the key written before WAIT (see `wait_for_replicas`)
+PATIENCE_S = 30.0  # how long a patient client rides out a failover (node timeout + election)
 _TRANSIENT = (BusyLoadingError, RedisConnectionError, RedisTimeoutError, ClusterDownError)
+_FAILOVER = (*_TRANSIENT, SlotNotCoveredError)
+log = logging.getLogger("broker.cluster")
+
+
+def _patiently(call: Any, before_retry: Any = None) -> Any:
+    """`call()`, retried with a backoff on a failover's errors for up to PATIENCE_S."""
+    backoff = ExponentialBackoff(cap=1.0, base=0.05)
+    deadline = time.monotonic() + PATIENCE_S
+    attempt = 0
+    while True:
+        try:
+            return call()
+        except _FAILOVER as exc:
+            if time.monotonic() > deadline:
+                raise
+            if attempt == 0:
+                log.warning("cluster: %s; retrying through a failover", type(exc).__name__)
+            time.sleep(backoff.compute(attempt))  # a backoff before retrying, not a sync
+            attempt += 1
+            if before_retry is not None:
+                before_retry()
+
+
+class PatientCluster(RedisCluster):
+    """A cluster client that rides out a master's failover.
+
+    redis-py retries a command whose node refused the connection at once, re-reading the slot
+    map each time: its attempts are spent in milliseconds, while the cluster still names the
+    dead master for the seconds until a replica is promoted. This retries with a backoff.
+    """
+
+    def _internal_execute_command(self, *args: Any, **kwargs: Any) -> Any:
+        return _patiently(lambda: super(PatientCluster, self)._internal_execute_command(*args, **kwargs))  # fmt: skip
+
+    def pipeline(self, transaction: Any = None, shard_hint: Any = None) -> ClusterPipeline:
+        pipe = super().pipeline(transaction=transaction, shard_hint=shard_hint)
+        pipe.__class__ = PatientPipeline  # the same object, only `execute` patient (no state)
+        return pipe
+
+
+class PatientPipeline(ClusterPipeline):
+    """A cluster pipeline that sends its queued commands again after a failover's error."""
+
+    def execute(self, raise_on_error: bool = True) -> list[Any]:
+        strategy = self._execution_strategy
+        queued = list(strategy.command_queue)
+
+        def again() -> None:
+            strategy.command_queue = list(queued)
+
+        return _patiently(lambda: ClusterPipeline.execute(self, raise_on_error), again)
 
 
 class ClusterConfigError(BrokerError):
@@ -62,9 +118,9 @@ def connect_cluster(url: str, *, patient: bool = False) -> RedisCluster:
     """
     if not patient:
         return RedisCluster.from_url(url)
-    return RedisCluster.from_url(
+    return PatientCluster.from_url(
         url,
-        retry=Retry(ExponentialBackoff(cap=2.0, base=0.05), 25, supported_errors=_TRANSIENT),
+        retry=Retry(ExponentialBackoff(cap=2.0, base=0.05), 3, supported_errors=_TRANSIENT),
     )
 
 
