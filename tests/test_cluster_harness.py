@@ -2,11 +2,13 @@
 
 It forms (3 masters, 3 replicas, every slot served), a cluster client spreads keys over every
 master, a hash-tagged multi-key script runs while a cross-slot one is refused, and a SIGKILLed
-master's replica takes over with every write that `wait_for_replicas` confirmed.
+master's replica takes over with every write that `wait_for_replicas` confirmed; the patient
+client waits through the promotion where redis-py's own retries give up.
 """
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import pytest
@@ -14,8 +16,15 @@ from redis import Redis
 from redis.cluster import RedisCluster
 from redis.crc import key_slot
 from redis.exceptions import ClusterCrossSlotError
+from redis.exceptions import ConnectionError as RedisConnectionError
 
-from broker.cluster import NotReplicated, marker_key, wait_for_replicas
+from broker.cluster import (
+    NotReplicated,
+    PatientCluster,
+    connect_cluster,
+    marker_key,
+    wait_for_replicas,
+)
 from broker.redis_cluster import SLOTS, LocalCluster, LocalClusterError
 
 MOVE = (Path(__file__).parent / "lua" / "cluster_move.lua").read_text()
@@ -162,3 +171,36 @@ def test_a_killed_masters_replica_takes_over_with_every_waited_write(
         redis_cluster.restart(victim)
     # it came back as a replica of the node that took over
     assert victim in redis_cluster.replicas_of(promoted)
+
+
+def test_a_patient_client_rides_out_a_failover_that_a_plain_one_does_not(
+    redis_cluster: LocalCluster, cluster_client: RedisCluster
+) -> None:
+    """Right after a master dies the cluster still names it for the seconds until a replica is
+    promoted: redis-py's own retries are spent by then; the roles' patient client backs off."""
+    victim = redis_cluster.masters()[0]
+    (key,) = keys_on(redis_cluster, victim, 1, "patient")
+    cluster_client.set(key, "before")
+    wait_for_replicas(cluster_client, key)
+    plain = connect_cluster(redis_cluster.url)
+    patient = connect_cluster(redis_cluster.url, patient=True)
+    assert isinstance(patient, PatientCluster) and not isinstance(plain, PatientCluster)
+    assert plain.get(key) == patient.get(key) == b"before"  # both know the layout
+    replica = redis_cluster.replicas_of(victim)[0]
+    redis_cluster.nodes[victim].kill()
+    try:
+        with pytest.raises(RedisConnectionError):
+            plain.get(key)
+        started = time.monotonic()
+        pipe = patient.pipeline(transaction=False)
+        pipe.get(key)
+        pipe.set(key, "after")
+        assert pipe.execute() == [b"before", True]  # waited for the promotion, then ran
+        assert time.monotonic() - started > 0.5  # it did have to wait
+        assert patient.get(key) == b"after"
+        assert patient.get_node_from_key(key).port == redis_cluster.nodes[replica].port
+    finally:
+        plain.close()
+        patient.close()
+        redis_cluster.wait_ready(60)
+        redis_cluster.restart(victim, 60)
