@@ -111,6 +111,15 @@ class NotReplicated(BrokerError):
         self.acked = acked
 
 
+class FailedOver(RedisConnectionError):
+    """A write's master failed over before a replica acknowledged it: its fate is unknown.
+
+    A connection error, so the API answers 503 (try again) and the roles retry: every step
+    that waits is safe to repeat (a decided request refuses a second decision, a round that
+    exists is returned as it is).
+    """
+
+
 def connect_cluster(url: str, *, patient: bool = False) -> RedisCluster:
     """A cluster client from `url` (any node); `patient` rides out a failover, as `connect` does.
 
@@ -172,20 +181,31 @@ def wait_for_replicas(
     connection per command, so this writes a short-lived marker in `key`'s slot and WAITs, both
     on one connection to the master: the marker's replication offset is past every write that
     master had acknowledged before, the caller's included. Returns how many replicas acked;
-    `strict` raises NotReplicated when fewer than asked did. A failover in between is retried
-    (the marker is idempotent) once the client has learned the new master.
+    `strict` raises NotReplicated when fewer than asked did. A transient error is retried on
+    the same master (the marker is idempotent). If the key's master changed in between (a
+    failover), the write may have died with the old master, and a WAIT on the new one would
+    vouch for it all the same: FailedOver is raised instead, strict or not.
     """
     marker = marker_key(key)
     backoff = ExponentialBackoff(cap=1.0, base=0.05)
+    first: str | None = None
     for attempt in range(WAIT_ATTEMPTS):
         try:
             node = client.get_node_from_key(key)
             assert node is not None and node.redis_connection is not None
+            first = first or node.name
+            if node.name != first:
+                raise FailedOver(
+                    f"the master of {key!r} failed over before a replica acknowledged a write "
+                    "to it; the write may be lost: try again"
+                )
             pipe = node.redis_connection.pipeline(transaction=False)
             pipe.set(marker, b"1", px=max(timeout_ms * 2, 1000))
             pipe.execute_command("WAIT", numreplicas, timeout_ms)
             _, acked = pipe.execute()
             break
+        except FailedOver:
+            raise
         except (*_TRANSIENT, MovedError, TryAgainError):
             if attempt == WAIT_ATTEMPTS - 1:
                 raise

@@ -19,6 +19,7 @@ from redis.exceptions import ClusterCrossSlotError
 from redis.exceptions import ConnectionError as RedisConnectionError
 
 from broker.cluster import (
+    FailedOver,
     NotReplicated,
     PatientCluster,
     connect_cluster,
@@ -202,5 +203,28 @@ def test_a_patient_client_rides_out_a_failover_that_a_plain_one_does_not(
     finally:
         plain.close()
         patient.close()
+        redis_cluster.wait_ready(60)
+        redis_cluster.restart(victim, 60)
+
+
+def test_a_wait_whose_master_failed_over_does_not_vouch_for_the_write(
+    redis_cluster: LocalCluster, cluster_client: RedisCluster
+) -> None:
+    """A step's write, then its master dies before the WAIT: the new master never saw the
+    write, so a WAIT there would count a replica for a write that is gone. It raises instead
+    (a connection error: the API answers 503, the roles retry the step)."""
+    victim = redis_cluster.masters()[0]
+    (key,) = keys_on(redis_cluster, victim, 1, "vouch")
+    client = connect_cluster(redis_cluster.url)
+    client.get(key)  # it knows the layout: the key's master is `victim`
+    redis_cluster.nodes[victim].kill()
+    try:
+        with pytest.raises(FailedOver, match="try again"):
+            wait_for_replicas(client, key, strict=False)
+        assert client.get_node_from_key(key).port != redis_cluster.nodes[victim].port
+        client.set(key, "again")  # the caller's retry of the step lands on the new master
+        assert wait_for_replicas(client, key, strict=False) == 0  # no replica left
+    finally:
+        client.close()
         redis_cluster.wait_ready(60)
         redis_cluster.restart(victim, 60)
