@@ -126,13 +126,18 @@ def kill_masters(
     faults: Faults,
     halt: threading.Event,
 ) -> None:
-    """At each of `at_runs` runs started, SIGKILL a master that has a live replica, time its
-    replica's promotion, then start the killed node again and wait for it to rejoin."""
+    """At each of `at_runs` runs started, SIGKILL a master (first one of the original three, then
+    the replica that took over from it), time its replica's promotion, then start the killed
+    node again and wait for it to rejoin as a replica."""
     try:
         for at in at_runs:
             if not poll_until(lambda at=at: len(started) >= at, 300, f"{at} runs started", halt):
                 return
-            victim = next(m for m in cluster.masters() if cluster.replicas_of(m))
+            # the node that took over last time, now master of the same slots with the killed
+            # node back as its replica: the same shard fails over twice
+            last = faults.kills[-1].promoted if faults.kills else None
+            masters = cluster.masters()
+            victim = last if last in masters and cluster.replicas_of(last) else masters[0]
             kill = Kill(victim, len(started))
             t0 = time.monotonic()
             kill.promoted = cluster.kill_master(victim, timeout=60)
@@ -143,3 +148,6 @@ def kill_masters(
             faults.kills.append(kill)
     except Exception as exc:  # reported by the test, which fails on it
         faults.errors.append(f"{type(exc).__name__}: {exc}")
+        for i, node in enumerate(cluster.nodes):  # the rest of the run still gets a cluster
+            if not node.alive:
+                cluster.restart(i, timeout=60)

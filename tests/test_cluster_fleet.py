@@ -7,9 +7,10 @@ real OS processes started with APPROVAL_BROKER_REDIS_CLUSTER=1 (`tests/fleet_pro
 the app (it starts runs of the demo refunds agent) and the people: a webhook receiver approves,
 rejects or ignores each request and replies through either API process, recording its intent.
 
-While the runs flow, a master is SIGKILLed at a third of the runs and another at two thirds;
-each time the test waits for the replica's promotion, then starts the killed node again (it
-rejoins as a replica). At the end (`tests/cluster_fleet_checks.py`): every reply the API
+While the runs flow, a master is SIGKILLed at a third of the runs, and at two thirds the replica
+that took over from it (so one shard fails over twice, back to the node first killed); each
+time the test waits for the promotion, then starts the killed node again (it rejoins as a
+replica). At the end (`tests/cluster_fleet_checks.py`): every reply the API
 acknowledged (HTTP 200) is the recorded outcome, and every outcome is what the receiver meant
 (silence -> timed out by the sweeper); each request has one outcome event in its partition's
 stream and one at the webhook (no decision doubled); each answered round has one resume job;

@@ -228,3 +228,26 @@ def test_a_wait_whose_master_failed_over_does_not_vouch_for_the_write(
         client.close()
         redis_cluster.wait_ready(60)
         redis_cluster.restart(victim, 60)
+
+
+def test_a_shard_fails_over_twice_back_to_the_first_node_with_every_waited_write(
+    tmp_path: Path,
+) -> None:
+    """Kill a master, restart it (it rejoins as the new master's replica), kill the new master:
+    the first node takes its slots back (node index 0, which the harness once took for "not
+    promoted yet"), and every write waited for on either master is there."""
+    with LocalCluster(tmp_path, masters=3) as cluster:
+        client = connect_cluster(cluster.url, patient=True)
+        keys = keys_on(cluster, 0, 40, "twice")
+        for key in keys[:20]:
+            client.set(key, "one")
+            wait_for_replicas(client, key)
+        first = cluster.kill_master(0)
+        cluster.restart(0)
+        assert 0 in cluster.replicas_of(first)
+        for key in keys[20:]:
+            client.set(key, "two")
+            wait_for_replicas(client, key)
+        assert cluster.kill_master(first) == 0
+        assert [client.get(k) for k in keys] == [b"one"] * 20 + [b"two"] * 20
+        client.close()
