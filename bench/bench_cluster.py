@@ -6,7 +6,12 @@ embedded single Redis started in the same run:
     a round or a resume that must survive a failover would pay), and one wait per 100 SETs;
   - pipelined script calls/s (a two-key hash-tagged script) on the single Redis and the cluster;
   - the broker's own create + decide cycles/s: single Redis, cluster (each create and decide
-    step waits for a replica), and cluster with those waits switched off (their cost).
+    step waits for a replica), and cluster with those waits switched off (their cost);
+  - Redis CPU per cycle (INFO cpu of each node before and after, less what the nodes burn idle
+    in the same time): the single Redis, the 3 masters together (each cycle lands on one) and
+    their replicas; and what that makes one master carry, cycles/s at one core.
+Cycles/s from one client are latency-bound on a loaded machine; CPU ms per cycle is the figure
+that scales (README, "Redis Cluster (in progress)", has the worked estimate).
 Run: `uv run python bench/bench_cluster.py [--n 5000]`.
 """
 
@@ -84,6 +89,38 @@ def broker_cycles(client: Redis | RedisCluster, n: int) -> float:
     return per_s(n, cycle)
 
 
+def used_cpu_s(nodes: list[Redis]) -> float:
+    """CPU seconds (user + sys) the nodes' Redis processes have used since they started."""
+    total = 0.0
+    for node in nodes:
+        info = node.info("cpu")
+        total += float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
+    return total
+
+
+def idle_cpu_per_s(nodes: list[Redis], seconds: float = 2.0) -> float:
+    """What the nodes burn doing nothing (cron, the cluster bus), per second of wall clock."""
+    before, start = used_cpu_s(nodes), time.perf_counter()
+    time.sleep(seconds)  # measuring an idle interval, not synchronising
+    return (used_cpu_s(nodes) - before) / (time.perf_counter() - start)
+
+
+def cycles_with_cpu(
+    client: Redis | RedisCluster, cycles: int, groups: dict[str, list[Redis]]
+) -> tuple[float, dict[str, float]]:
+    """create + decide cycles/s, and each group's Redis CPU ms per cycle (idle use taken off)."""
+    idle = {name: idle_cpu_per_s(nodes) for name, nodes in groups.items()}
+    before = {name: used_cpu_s(nodes) for name, nodes in groups.items()}
+    start = time.perf_counter()
+    rate = broker_cycles(client, cycles)
+    elapsed = time.perf_counter() - start
+    cpu = {
+        name: max(used_cpu_s(nodes) - before[name] - idle[name] * elapsed, 0.0) * 1e3 / cycles
+        for name, nodes in groups.items()
+    }
+    return rate, cpu
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--n", type=int, default=5000, help="operations per measurement")
@@ -112,11 +149,16 @@ def main() -> None:
             print(f"pipelined script calls/s, single Redis : {on_single:10,.0f}", flush=True)
             print(f"pipelined script calls/s, cluster      : {on_cluster:10,.0f}", flush=True)
             print(f"cluster / single                       : {on_cluster / on_single:10.2f} x")
-            cycles = max(args.n // 10, 50)
-            on_single = broker_cycles(single_client, cycles)
-            waited = broker_cycles(client, cycles)
+            cycles = max(args.n // 4, 50)
+            masters = [cluster.nodes[i].client() for i in cluster.masters()]
+            replicas = [
+                node.client() for i, node in enumerate(cluster.nodes) if i not in cluster.masters()
+            ]
+            on_single, single_cpu = cycles_with_cpu(single_client, cycles, {"single": [single_client]})  # fmt: skip
+            groups = {"masters": masters, "replicas": replicas}
+            waited, waited_cpu = cycles_with_cpu(client, cycles, groups)
             kept, scripts.REPLICATED = scripts.REPLICATED, ()
-            unwaited = broker_cycles(client, cycles)
+            unwaited, unwaited_cpu = cycles_with_cpu(client, cycles, groups)
             scripts.REPLICATED = kept
             print(f"broker create+decide/s, single Redis   : {on_single:10,.0f}", flush=True)
             print(f"broker create+decide/s, cluster, WAIT  : {waited:10,.0f}", flush=True)
@@ -124,6 +166,15 @@ def main() -> None:
             print(
                 f"cost of the two waits per cycle        : {1e3 / waited - 1e3 / unwaited:.2f} ms"
             )
+            print(f"Redis CPU per cycle ({cycles} cycles), ms:")
+            print(f"  single Redis                         : {single_cpu['single']:10.3f}")
+            for label, cpu in (("cluster, WAIT", waited_cpu), ("cluster, no WAIT", unwaited_cpu)):
+                print(f"  {label + ', the 3 masters':<37}: {cpu['masters']:10.3f}")
+                print(f"  {label + ', the 3 replicas':<37}: {cpu['replicas']:10.3f}")
+            for label, ms in (("single Redis", single_cpu["single"]), ("one master", waited_cpu["masters"])):  # fmt: skip
+                print(f"cycles/s one core carries, {label:<12}: {1e3 / ms:10,.0f}")
+            for node in masters + replicas:
+                node.close()
             single_client.close()
             client.close()
 

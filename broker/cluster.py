@@ -10,22 +10,26 @@ hash tag, so on a cluster it fails with CROSSSLOT. Making it cluster-safe would 
 RQ's internals on every upgrade; its data (jobs that are re-enqueued from the broker's own
 state after a loss) does not need the cluster's capacity or failover.
 
-This module never runs the broker's scripts: those do not run on a cluster yet.
+A patient client (the background roles) retries with a backoff through a master's failover
+(`PatientCluster`), and the replicated steps wait for a replica (`wait_for_replicas`).
 """
 
 from __future__ import annotations
 
 import contextlib
+import logging
 import time
+from typing import Any
 
 from redis import Redis
 from redis.backoff import ExponentialBackoff
-from redis.cluster import RedisCluster
+from redis.cluster import ClusterPipeline, RedisCluster
 from redis.crc import key_slot
 from redis.exceptions import (
     BusyLoadingError,
     ClusterDownError,
     MovedError,
+    SlotNotCoveredError,
     TryAgainError,
 )
 from redis.exceptions import ConnectionError as RedisConnectionError
@@ -38,7 +42,59 @@ from broker.errors import BrokerError
 WAIT_TIMEOUT_MS = 1000
 WAIT_ATTEMPTS = 12  # enough to outlast a failover (cluster-node-timeout plus an election)
 WAIT_MARKER = ":replicated"  # suffix of the key written before WAIT (see `wait_for_replicas`)
+PATIENCE_S = 30.0  # how long a patient client rides out a failover (node timeout + election)
 _TRANSIENT = (BusyLoadingError, RedisConnectionError, RedisTimeoutError, ClusterDownError)
+_FAILOVER = (*_TRANSIENT, SlotNotCoveredError)
+log = logging.getLogger("broker.cluster")
+
+
+def _patiently(call: Any, before_retry: Any = None) -> Any:
+    """`call()`, retried with a backoff on a failover's errors for up to PATIENCE_S."""
+    backoff = ExponentialBackoff(cap=1.0, base=0.05)
+    deadline = time.monotonic() + PATIENCE_S
+    attempt = 0
+    while True:
+        try:
+            return call()
+        except _FAILOVER as exc:
+            if time.monotonic() > deadline:
+                raise
+            if attempt == 0:
+                log.warning("cluster: %s; retrying through a failover", type(exc).__name__)
+            time.sleep(backoff.compute(attempt))  # a backoff before retrying, not a sync
+            attempt += 1
+            if before_retry is not None:
+                before_retry()
+
+
+class PatientCluster(RedisCluster):
+    """A cluster client that rides out a master's failover.
+
+    redis-py retries a command whose node refused the connection at once, re-reading the slot
+    map each time: its attempts are spent in milliseconds, while the cluster still names the
+    dead master for the seconds until a replica is promoted. This retries with a backoff.
+    """
+
+    def _internal_execute_command(self, *args: Any, **kwargs: Any) -> Any:
+        return _patiently(lambda: super(PatientCluster, self)._internal_execute_command(*args, **kwargs))  # fmt: skip
+
+    def pipeline(self, transaction: Any = None, shard_hint: Any = None) -> ClusterPipeline:
+        pipe = super().pipeline(transaction=transaction, shard_hint=shard_hint)
+        pipe.__class__ = PatientPipeline  # the same object, only `execute` patient (no state)
+        return pipe
+
+
+class PatientPipeline(ClusterPipeline):
+    """A cluster pipeline that sends its queued commands again after a failover's error."""
+
+    def execute(self, raise_on_error: bool = True) -> list[Any]:
+        strategy = self._execution_strategy
+        queued = list(strategy.command_queue)
+
+        def again() -> None:
+            strategy.command_queue = list(queued)
+
+        return _patiently(lambda: ClusterPipeline.execute(self, raise_on_error), again)
 
 
 class ClusterConfigError(BrokerError):
@@ -55,6 +111,15 @@ class NotReplicated(BrokerError):
         self.acked = acked
 
 
+class FailedOver(RedisConnectionError):
+    """A write's master failed over before a replica acknowledged it: its fate is unknown.
+
+    A connection error, so the API answers 503 (try again) and the roles retry: every step
+    that waits is safe to repeat (a decided request refuses a second decision, a round that
+    exists is returned as it is).
+    """
+
+
 def connect_cluster(url: str, *, patient: bool = False) -> RedisCluster:
     """A cluster client from `url` (any node); `patient` rides out a failover, as `connect` does.
 
@@ -62,9 +127,9 @@ def connect_cluster(url: str, *, patient: bool = False) -> RedisCluster:
     """
     if not patient:
         return RedisCluster.from_url(url)
-    return RedisCluster.from_url(
+    return PatientCluster.from_url(
         url,
-        retry=Retry(ExponentialBackoff(cap=2.0, base=0.05), 25, supported_errors=_TRANSIENT),
+        retry=Retry(ExponentialBackoff(cap=2.0, base=0.05), 3, supported_errors=_TRANSIENT),
     )
 
 
@@ -116,20 +181,31 @@ def wait_for_replicas(
     connection per command, so this writes a short-lived marker in `key`'s slot and WAITs, both
     on one connection to the master: the marker's replication offset is past every write that
     master had acknowledged before, the caller's included. Returns how many replicas acked;
-    `strict` raises NotReplicated when fewer than asked did. A failover in between is retried
-    (the marker is idempotent) once the client has learned the new master.
+    `strict` raises NotReplicated when fewer than asked did. A transient error is retried on
+    the same master (the marker is idempotent). If the key's master changed in between (a
+    failover), the write may have died with the old master, and a WAIT on the new one would
+    vouch for it all the same: FailedOver is raised instead, strict or not.
     """
     marker = marker_key(key)
     backoff = ExponentialBackoff(cap=1.0, base=0.05)
+    first: str | None = None
     for attempt in range(WAIT_ATTEMPTS):
         try:
             node = client.get_node_from_key(key)
             assert node is not None and node.redis_connection is not None
+            first = first or node.name
+            if node.name != first:
+                raise FailedOver(
+                    f"the master of {key!r} failed over before a replica acknowledged a write "
+                    "to it; the write may be lost: try again"
+                )
             pipe = node.redis_connection.pipeline(transaction=False)
             pipe.set(marker, b"1", px=max(timeout_ms * 2, 1000))
             pipe.execute_command("WAIT", numreplicas, timeout_ms)
             _, acked = pipe.execute()
             break
+        except FailedOver:
+            raise
         except (*_TRANSIENT, MovedError, TryAgainError):
             if attempt == WAIT_ATTEMPTS - 1:
                 raise

@@ -36,13 +36,14 @@ ADDSLOTS_CHUNK = 1024
 
 
 def _poll(what: str, predicate: Callable[[], Any], timeout: float) -> Any:
+    """Poll until `predicate` gives something other than None or False (node index 0 counts)."""
     deadline = time.monotonic() + timeout
     while True:
         try:
             value = predicate()
         except RedisError:
             value = None
-        if value:
+        if value is not None and value is not False:
             return value
         if time.monotonic() > deadline:
             raise LocalClusterError(f"local cluster: {what} did not happen in {timeout}s")

@@ -2,11 +2,13 @@
 
 It forms (3 masters, 3 replicas, every slot served), a cluster client spreads keys over every
 master, a hash-tagged multi-key script runs while a cross-slot one is refused, and a SIGKILLed
-master's replica takes over with every write that `wait_for_replicas` confirmed.
+master's replica takes over with every write that `wait_for_replicas` confirmed; the patient
+client waits through the promotion where redis-py's own retries give up.
 """
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import pytest
@@ -14,8 +16,16 @@ from redis import Redis
 from redis.cluster import RedisCluster
 from redis.crc import key_slot
 from redis.exceptions import ClusterCrossSlotError
+from redis.exceptions import ConnectionError as RedisConnectionError
 
-from broker.cluster import NotReplicated, marker_key, wait_for_replicas
+from broker.cluster import (
+    FailedOver,
+    NotReplicated,
+    PatientCluster,
+    connect_cluster,
+    marker_key,
+    wait_for_replicas,
+)
 from broker.redis_cluster import SLOTS, LocalCluster, LocalClusterError
 
 MOVE = (Path(__file__).parent / "lua" / "cluster_move.lua").read_text()
@@ -162,3 +172,82 @@ def test_a_killed_masters_replica_takes_over_with_every_waited_write(
         redis_cluster.restart(victim)
     # it came back as a replica of the node that took over
     assert victim in redis_cluster.replicas_of(promoted)
+
+
+def test_a_patient_client_rides_out_a_failover_that_a_plain_one_does_not(
+    redis_cluster: LocalCluster, cluster_client: RedisCluster
+) -> None:
+    """Right after a master dies the cluster still names it for the seconds until a replica is
+    promoted: redis-py's own retries are spent by then; the roles' patient client backs off."""
+    victim = redis_cluster.masters()[0]
+    (key,) = keys_on(redis_cluster, victim, 1, "patient")
+    cluster_client.set(key, "before")
+    wait_for_replicas(cluster_client, key)
+    plain = connect_cluster(redis_cluster.url)
+    patient = connect_cluster(redis_cluster.url, patient=True)
+    assert isinstance(patient, PatientCluster) and not isinstance(plain, PatientCluster)
+    assert plain.get(key) == patient.get(key) == b"before"  # both know the layout
+    replica = redis_cluster.replicas_of(victim)[0]
+    redis_cluster.nodes[victim].kill()
+    try:
+        with pytest.raises(RedisConnectionError):
+            plain.get(key)
+        started = time.monotonic()
+        pipe = patient.pipeline(transaction=False)
+        pipe.get(key)
+        pipe.set(key, "after")
+        assert pipe.execute() == [b"before", True]  # waited for the promotion, then ran
+        assert time.monotonic() - started > 0.5  # it did have to wait
+        assert patient.get(key) == b"after"
+        assert patient.get_node_from_key(key).port == redis_cluster.nodes[replica].port
+    finally:
+        plain.close()
+        patient.close()
+        redis_cluster.wait_ready(60)
+        redis_cluster.restart(victim, 60)
+
+
+def test_a_wait_whose_master_failed_over_does_not_vouch_for_the_write(
+    redis_cluster: LocalCluster, cluster_client: RedisCluster
+) -> None:
+    """A step's write, then its master dies before the WAIT: the new master never saw the
+    write, so a WAIT there would count a replica for a write that is gone. It raises instead
+    (a connection error: the API answers 503, the roles retry the step)."""
+    victim = redis_cluster.masters()[0]
+    (key,) = keys_on(redis_cluster, victim, 1, "vouch")
+    client = connect_cluster(redis_cluster.url)
+    client.get(key)  # it knows the layout: the key's master is `victim`
+    redis_cluster.nodes[victim].kill()
+    try:
+        with pytest.raises(FailedOver, match="try again"):
+            wait_for_replicas(client, key, strict=False)
+        assert client.get_node_from_key(key).port != redis_cluster.nodes[victim].port
+        client.set(key, "again")  # the caller's retry of the step lands on the new master
+        assert wait_for_replicas(client, key, strict=False) == 0  # no replica left
+    finally:
+        client.close()
+        redis_cluster.wait_ready(60)
+        redis_cluster.restart(victim, 60)
+
+
+def test_a_shard_fails_over_twice_back_to_the_first_node_with_every_waited_write(
+    tmp_path: Path,
+) -> None:
+    """Kill a master, restart it (it rejoins as the new master's replica), kill the new master:
+    the first node takes its slots back (node index 0, which the harness once took for "not
+    promoted yet"), and every write waited for on either master is there."""
+    with LocalCluster(tmp_path, masters=3) as cluster:
+        client = connect_cluster(cluster.url, patient=True)
+        keys = keys_on(cluster, 0, 40, "twice")
+        for key in keys[:20]:
+            client.set(key, "one")
+            wait_for_replicas(client, key)
+        first = cluster.kill_master(0)
+        cluster.restart(0)
+        assert 0 in cluster.replicas_of(first)
+        for key in keys[20:]:
+            client.set(key, "two")
+            wait_for_replicas(client, key)
+        assert cluster.kill_master(first) == 0
+        assert [client.get(k) for k in keys] == [b"one"] * 20 + [b"two"] * 20
+        client.close()
