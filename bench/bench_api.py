@@ -27,6 +27,7 @@ import statistics
 import subprocess
 import time
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlsplit
 
 from benchlib import (
@@ -70,10 +71,14 @@ def request_bytes(host: str, request_id: str) -> bytes:
 
 
 async def _connection(
-    host: str, port: int, jobs: list[tuple[int, str]], start: float, rate: float | None
+    streams: tuple[asyncio.StreamReader, asyncio.StreamWriter],
+    host: str,
+    jobs: list[tuple[int, str]],
+    start: float,
+    rate: float | None,
 ) -> list[Result]:
     """One keep-alive connection sending its decisions in turn (paced when `rate`)."""
-    reader, writer = await asyncio.open_connection(host, port)
+    reader, writer = streams
     out: list[Result] = []
     try:
         for i, request_id in jobs:
@@ -100,41 +105,67 @@ async def _connection(
 
 
 def client_process(
-    url: str, jobs: list[tuple[int, str]], connections: int, start: float, rate: float | None
-) -> tuple[list[Result], float]:
-    """A client process: `connections` connections share `jobs` from wall time `start`; returns
-    the results and the wall time the last one came back."""
+    url: str,
+    jobs: list[tuple[int, str]],
+    connections: int,
+    rate: float | None,
+    ready: Any,
+    start: Any,
+    results: Any,
+) -> None:
+    """A client process: connects `connections` connections, waits at `ready` for the others,
+    then they share `jobs` from wall time `start`; puts (its results, the wall time the last
+    one came back) on `results`."""
     parts = urlsplit(url)
     host, port = parts.hostname or "127.0.0.1", parts.port or 80
 
     async def run() -> list[Result]:
-        delay = start - time.time()
-        if delay > 0:
-            await asyncio.sleep(delay)
         shares = [jobs[c::connections] for c in range(connections)]
+        shares = [share for share in shares if share]
+        streams = [await asyncio.open_connection(host, port) for _ in shares]
+        await asyncio.get_running_loop().run_in_executor(None, ready.wait)
+        begin = start.value
+        await asyncio.sleep(max(0.0, begin - time.time()))
         done = await asyncio.gather(
-            *(_connection(host, port, share, start, rate) for share in shares if share)
+            *(
+                _connection(s, host, share, begin, rate)
+                for s, share in zip(streams, shares, strict=True)
+            )
         )
         return [r for results in done for r in results]
 
-    results = asyncio.run(run())
-    return results, time.time()
+    out = asyncio.run(run())
+    results.put((out, time.time()))
 
 
 def decide_all(
     url: str, ids: list[str], processes: int, connections: int, rate: float | None
 ) -> tuple[list[Result], float]:
     """POST an approval for every id from `processes` client processes (`rate`: paced, else
-    as fast as they go); returns the results and the elapsed wall time."""
+    as fast as they go); returns the results and the elapsed wall time, from the moment every
+    process was connected and waiting."""
     jobs = list(enumerate(ids))
-    start = time.time() + 1.0  # every process connected and waiting
     ctx = multiprocessing.get_context("spawn")
-    with ctx.Pool(processes) as pool:
-        parts = [jobs[p::processes] for p in range(processes)]
-        per = max(1, connections // processes)
-        answers = pool.starmap(client_process, [(url, part, per, start, rate) for part in parts])
-    results = [r for part, _ in answers for r in part]
-    return results, max(end for _, end in answers) - start
+    ready, start, results = ctx.Barrier(processes + 1), ctx.Value("d", 0.0), ctx.Queue()
+    per = max(1, connections // processes)
+    procs = [
+        ctx.Process(
+            target=client_process,
+            args=(url, jobs[p::processes], per, rate, ready, start, results),
+        )
+        for p in range(processes)
+    ]
+    for proc in procs:
+        proc.start()
+    start.value = time.time() + 0.2  # read by each process once all have reached the barrier
+    ready.wait(120)
+    answers = [results.get(timeout=600) for _ in procs]
+    for proc in procs:
+        proc.join(30)
+        if proc.exitcode != 0:
+            raise SystemExit(f"a client process failed (exit code {proc.exitcode})")
+    out = [r for part, _ in answers for r in part]
+    return out, max(end for _, end in answers) - start.value
 
 
 def redis_cpu(redis: Redis) -> float:
