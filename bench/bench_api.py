@@ -115,7 +115,7 @@ def client_process(
 ) -> None:
     """A client process: connects `connections` connections, waits at `ready` for the others,
     then they share `jobs` from wall time `start`; puts (its results, the wall time the last
-    one came back) on `results`."""
+    one came back, its CPU seconds meanwhile) on `results`."""
     parts = urlsplit(url)
     host, port = parts.hostname or "127.0.0.1", parts.port or 80
 
@@ -126,6 +126,7 @@ def client_process(
         await asyncio.get_running_loop().run_in_executor(None, ready.wait)
         begin = start.value
         await asyncio.sleep(max(0.0, begin - time.time()))
+        cpu0[0] = time.process_time()
         done = await asyncio.gather(
             *(
                 _connection(s, host, share, begin, rate)
@@ -134,16 +135,17 @@ def client_process(
         )
         return [r for results in done for r in results]
 
+    cpu0 = [0.0]
     out = asyncio.run(run())
-    results.put((out, time.time()))
+    results.put((out, time.time(), time.process_time() - cpu0[0]))
 
 
 def decide_all(
     url: str, ids: list[str], processes: int, connections: int, rate: float | None
-) -> tuple[list[Result], float]:
+) -> tuple[list[Result], float, float]:
     """POST an approval for every id from `processes` client processes (`rate`: paced, else
-    as fast as they go); returns the results and the elapsed wall time, from the moment every
-    process was connected and waiting."""
+    as fast as they go); returns the results, the elapsed wall time from the moment every
+    process was connected and waiting, and the clients' CPU seconds."""
     jobs = list(enumerate(ids))
     ctx = multiprocessing.get_context("spawn")
     ready, start, results = ctx.Barrier(processes + 1), ctx.Value("d", 0.0), ctx.Queue()
@@ -164,8 +166,9 @@ def decide_all(
         proc.join(30)
         if proc.exitcode != 0:
             raise SystemExit(f"a client process failed (exit code {proc.exitcode})")
-    out = [r for part, _ in answers for r in part]
-    return out, max(end for _, end in answers) - start.value
+    out = [r for part, _, _ in answers for r in part]
+    elapsed = max(end for _, end, _ in answers) - start.value
+    return out, elapsed, sum(cpu for _, _, cpu in answers)
 
 
 def redis_cpu(redis: Redis) -> float:
@@ -174,7 +177,7 @@ def redis_cpu(redis: Redis) -> float:
 
 
 def steady(url: str, redis: Redis, ids: list[str], rate: float) -> None:
-    results, elapsed = decide_all(url, ids, 1, 4, rate)
+    results, elapsed, _ = decide_all(url, ids, 1, 4, rate)
     sent = {rid: wall for rid, wall, _, _ in results}
     jobs = {rid: resume_job_id(rid.split(".")[0], 1) for rid in ids}
     at = enqueued_at(redis, list(jobs.values()))
@@ -206,7 +209,7 @@ def burst(
         )  # fmt: skip
         time.sleep(1.0)
     cpu0, trips0, redis0 = cpu_seconds(api.pid), round_trips_of(api.pid, counts), redis_cpu(redis)
-    results, elapsed = decide_all(url, ids, opts.processes, opts.connections, None)
+    results, elapsed, client_s = decide_all(url, ids, opts.processes, opts.connections, None)
     cpu = cpu_seconds(api.pid) - cpu0
     trips = round_trips_of(api.pid, counts) - trips0
     redis_s = redis_cpu(redis) - redis0
@@ -225,6 +228,7 @@ def burst(
         print(f"  API process CPU per decision: {cpu / n * 1000:.3f} ms"
               f" (one core's worth: {n / cpu:.0f} decisions/s)")  # fmt: skip
     print(f"  API Redis round trips per decision: {trips / n:.2f}")
+    print(f"  client processes' CPU per decision: {client_s / n * 1000:.3f} ms")
     print(f"  Redis CPU per decision: {redis_s / n * 1000:.3f} ms (the whole fleet's)")
 
 

@@ -386,3 +386,43 @@ def test_concurrent_votes_count_each_person_once(server: str, api_broker: Broker
     stored = api_broker.get_request(req.id)
     assert stored.status.value == "approved"
     assert sorted(v.by for v in stored.approvals) == ["alice", "carol"]
+
+
+# ---- Redis trouble on the one-step path -------------------------------------------------------
+
+
+def test_a_flushed_script_cache_is_reloaded(
+    clients: tuple[TestClient, TestClient], api_broker: Broker, settled: list[bool]
+) -> None:
+    fast, _ = clients
+    first = make(api_broker)
+    assert fast.post(f"/v1/requests/{first.id}/decision", json={"outcome": "approved"},
+                     headers=auth("alice")).status_code == 200  # fmt: skip
+    api_broker.redis.script_flush()  # a restarted or failed-over Redis: NOSCRIPT on the next call
+    req = make(api_broker)
+    resp = fast.post(
+        f"/v1/requests/{req.id}/decision", json={"outcome": "approved"}, headers=auth("alice")
+    )
+    assert resp.status_code == 200 and resp.json()["status"] == "approved"
+    assert settled == [True, True]
+
+
+def test_an_unreachable_redis_is_503_not_a_traceback(cfg: Config, settings: Settings) -> None:
+    import socket
+
+    with socket.socket() as s:  # a port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    gone = Broker(Redis(port=port, socket_connect_timeout=1), cfg, prefix="t:")
+    with TestClient(create_app(settings, cfg, gone)) as client:
+        resp = client.post(
+            "/v1/requests/req_x/decision", json={"outcome": "approved"}, headers=auth("alice")
+        )
+        reply = client.post(
+            "/v1/webhooks/ops/replies",
+            content=(body := json.dumps({"request_id": "req_x", "outcome": "approved"}).encode()),
+            headers=signed(body, "msg_gone"),
+        )
+    for answer in (resp, reply):
+        assert answer.status_code == 503, answer.text
+        assert answer.json()["error"] == "unavailable"
