@@ -12,10 +12,11 @@ from fastapi import APIRouter
 from fastapi.responses import JSONResponse
 
 from api.auth import Caller
-from api.requests import RequestId
+from api.requests import RequestId, unseen_as_missing
 from api.schemas import ERRORS, ConflictBody
 from api.state import State
 from broker.deciding import INBOX
+from broker.errors import Forbidden
 from broker.models import Request
 
 router = APIRouter(prefix="/v1/requests", tags=["requests"])
@@ -32,5 +33,8 @@ router = APIRouter(prefix="/v1/requests", tags=["requests"])
 )
 def ack(request_id: RequestId, principal: Caller, state: State) -> JSONResponse:
     """Say "I'm on it": escalation of the request waits for its queue's `ack_timeout_s`."""
-    request = state.deciding.ack(request_id, principal, via=(INBOX,))
+    try:
+        request = state.deciding.ack(request_id, principal, via=(INBOX,))
+    except Forbidden as exc:  # 404 for a request the caller may not see, as GET answers
+        raise unseen_as_missing(state, principal, request_id, exc) from None
     return JSONResponse(request.public())

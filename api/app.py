@@ -7,6 +7,9 @@ served locally by api.openapi.
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
 from fastapi import APIRouter, FastAPI
 
 from api import email, events, health, inbox, metrics, requests, rules, runs, slack, webhooks
@@ -22,6 +25,7 @@ from api.state import ApiState, lifespan
 from api.waits import router as waits_router
 from broker.client import Broker
 from broker.config import Config, Settings
+from broker.deciding_async import AsyncDeciding
 
 ROUTERS: tuple[APIRouter, ...] = (
     health.router,
@@ -39,6 +43,16 @@ ROUTERS: tuple[APIRouter, ...] = (
 )
 
 
+@asynccontextmanager
+async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
+    """The state's lifespan, then the hot path's Redis client closed too."""
+    async with lifespan(app):
+        try:
+            yield
+        finally:
+            await app.state.hot.aclose()
+
+
 def create_app(
     settings: Settings,
     config: Config,
@@ -52,11 +66,12 @@ def create_app(
         title="approval-broker",
         version="1",
         summary="Replies to AI agents' approval requests: REST, Slack, email links, webhooks.",
-        lifespan=lifespan,
+        lifespan=_lifespan,
         docs_url=None,  # api.openapi serves /docs from local files; ReDoc needs a CDN
         redoc_url=None,
     )
     app.state.api = ApiState(settings, config, broker, ApiMetrics(broker))
+    app.state.hot = AsyncDeciding(app.state.api.deciding)  # api.fastpaths' one-step decisions
     app.state.events = events_settings or EventsSettings.from_env()
     app.state.event_slots = StreamSlots(app.state.events.max_streams_per_principal)
     install_error_handlers(app)

@@ -19,15 +19,20 @@ import re
 
 from pydantic import ValidationError
 from starlette.concurrency import run_in_threadpool
-from starlette.responses import JSONResponse
+from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from api import webhooks
 from api.errors import known_error_response
+from api.requests import decide_rest
 from api.schemas import DecisionBody
 from api.state import ApiState
 from broker.auth import Principal, authenticate
+from broker.client import Once
 from broker.deciding import INBOX
+from broker.deciding_async import AsyncDeciding
+from broker.models import Decision
+from broker.models import Request as BrokerRequest
 
 DECISION = re.compile(r"/v1/requests/([A-Za-z0-9_.-]{1,200})/decision")
 REPLY = re.compile(r"/v1/webhooks/([A-Za-z0-9_.:-]{1,200})/replies")
@@ -50,15 +55,15 @@ class FastPaths:
             await self.app(scope, receive, send)
             return
         body, messages = await _read_body(receive)
-        state: ApiState = scope["app"].state.api
+        app = scope["app"]
         try:
-            # the decision service is sync (a Redis read and one atomic step): in the thread
-            # pool, so one slow round trip never stalls the loop (README, "Benchmarks")
             if decision is not None:
-                response = await run_in_threadpool(_decide, state, scope, decision.group(1), body)
+                response = await _decide(
+                    app.state.api, app.state.hot, scope, decision.group(1), body
+                )
             else:
                 assert reply is not None
-                response = await run_in_threadpool(_reply, state, scope, reply.group(1), body)
+                response = await _reply(app.state.api, app.state.hot, scope, reply.group(1), body)
         except Exception as exc:  # noqa: BLE001 - mapped exactly as the router's handlers do
             answer = known_error_response(exc)
             if answer is None:
@@ -70,27 +75,102 @@ class FastPaths:
         await response(scope, receive, send)
 
 
-def _decide(state: ApiState, scope: Scope, request_id: str, body: bytes) -> JSONResponse | None:
+async def decide(
+    state: ApiState,
+    hot: AsyncDeciding,
+    request_id: str,
+    decision: Decision,
+    principal: Principal,
+    *,
+    channel: str,
+    via: tuple[str, ...],
+    decided_by: str | None = None,
+    once: Once | None = None,
+) -> tuple[BrokerRequest | None, BrokerRequest | None]:
+    """One awaited step for an ordinary decision, counted in the metrics as `channel` (as
+    `ApiState.decide` counts); (None, the request the step saw) when the service must judge."""
+    done, seen = await hot.decide(
+        request_id, decision, principal, via=via, decided_by=decided_by, once=once
+    )
+    if done is None:
+        return None, seen
+    if done.recorded:
+        state.metrics.observe_decision(done.request, channel)
+    return done.request, None
+
+
+async def _decide(
+    state: ApiState, hot: AsyncDeciding, scope: Scope, request_id: str, body: bytes
+) -> Response | None:
     """The decision route's answer, or None for anything the route itself must judge."""
     if not _is_json(scope):
         return None
     principal = _principal(state, scope)
     if principal is None:
         return None
+    decision = _decision_of(body)
+    if decision is None:
+        return None
+    request, seen = await decide(
+        state, hot, request_id, decision, principal, channel="rest", via=(INBOX,)
+    )
+    if request is None:  # the full service judges (a thread: it may read, then step)
+        request = await run_in_threadpool(decide_rest, state, request_id, decision, principal, seen)
+    return _json(request)
+
+
+async def _reply(
+    state: ApiState, hot: AsyncDeciding, scope: Scope, name: str, body: bytes
+) -> Response:
+    """The webhook route's answer (it reads the body raw and raises only ApiError itself)."""
+    headers = [(k.decode("latin-1"), v.decode("latin-1")) for k, v in scope["headers"]]
+    given = webhooks.prepare(state, name, body, headers)
+    request, seen = None, None
+    if given.reply.remember is None:
+        request, seen = await decide(
+            state,
+            hot,
+            given.reply.request_id,
+            given.reply.to_decision(),
+            given.principal,
+            channel="webhook",
+            via=(given.principal.name,),
+            decided_by=given.decided_by,
+            once=given.once,
+        )
+    if request is None:
+        request = await run_in_threadpool(webhooks.record, state, given, seen)
+    return _json(request)
+
+
+_BODIES: dict[bytes, Decision] = {}
+_BODIES_KEPT = 256
+"""Bodies already parsed, by their bytes (most are `{"outcome":"approved"}`, give or take a
+reason): parsing and validating one was a tenth of the API's CPU per decision."""
+
+
+def _decision_of(body: bytes) -> Decision | None:
+    """The decision a body holds; None for one the route must judge (invalid, or `remember`)."""
+    decision = _BODIES.get(body)
+    if decision is not None:
+        return decision
     try:
         given = DecisionBody.model_validate_json(body)
     except (ValidationError, ValueError):
         return None
     if given.remember is not None:  # a decision that keeps a rule: the route's (api/rules.py)
         return None
-    request = state.decide(request_id, given.to_decision(), principal, channel="rest", via=(INBOX,))
-    return JSONResponse(request.public())
+    decision = given.to_decision()
+    if len(body) <= 512:
+        if len(_BODIES) >= _BODIES_KEPT:
+            _BODIES.clear()
+        _BODIES[body] = decision
+    return decision
 
 
-def _reply(state: ApiState, scope: Scope, name: str, body: bytes) -> JSONResponse:
-    """The webhook route's answer (it reads the body raw and raises only ApiError itself)."""
-    headers = [(k.decode("latin-1"), v.decode("latin-1")) for k, v in scope["headers"]]
-    return JSONResponse(webhooks.answer(state, name, body, headers).public())
+def _json(request: BrokerRequest) -> Response:
+    """The request as the routes' JSONResponse writes it, serialised by pydantic (no dict)."""
+    return Response(request.model_dump_json(), media_type="application/json")
 
 
 def _is_json(scope: Scope) -> bool:

@@ -19,8 +19,8 @@ from api.visibility import seer, sees_all, sees_own_only
 from api.waits import LongPoll
 from broker.auth import Principal
 from broker.deciding import INBOX
-from broker.errors import InvalidInput, NotFound
-from broker.models import Request, Status
+from broker.errors import Forbidden, InvalidInput, NotFound
+from broker.models import Decision, Request, Status
 
 router = APIRouter(prefix="/v1/requests", tags=["requests"])
 
@@ -171,7 +171,38 @@ async def decide(
     """
     decision = body.to_decision()
     if body.remember is not None:
-        request = remember(state, request_id, decision, principal, body.remember, channel="rest")
+        try:
+            request = remember(
+                state, request_id, decision, principal, body.remember, channel="rest"
+            )
+        except Forbidden as exc:
+            raise unseen_as_missing(state, principal, request_id, exc) from None
         return JSONResponse(request.public())
-    request = state.decide(request_id, decision, principal, channel="rest", via=(INBOX,))
-    return JSONResponse(request.public())
+    return JSONResponse(decide_rest(state, request_id, decision, principal).public())
+
+
+def decide_rest(
+    state: ApiState,
+    request_id: str,
+    decision: Decision,
+    principal: Principal,
+    current: Request | None = None,
+) -> Request:
+    """A bearer token's decision through the decision service (the route's, and the hot
+    path's when its one step can't judge)."""
+    try:
+        return state.decide(
+            request_id, decision, principal, channel="rest", via=(INBOX,), current=current
+        )
+    except Forbidden as exc:
+        raise unseen_as_missing(state, principal, request_id, exc) from None
+
+
+def unseen_as_missing(
+    state: ApiState, principal: Principal, request_id: str, refusal: Forbidden
+) -> Exception:
+    """What to answer a refused decision or ack with: 404 `not_found` for a request the caller
+    may not see, exactly as GET answers (it must not learn the request exists); else the
+    refusal (403: it may see the request, not decide it). A refusal is rare: one read more."""
+    visible_request(state, principal, request_id)  # raises NotFound
+    return refusal

@@ -14,6 +14,7 @@ import binascii
 import json
 import logging
 from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import Annotated
 
 from fastapi import APIRouter, Path, Request
@@ -27,6 +28,7 @@ from api.rules import remember
 from api.schemas import ERRORS, ConflictBody, WebhookReply, inline_schema
 from api.state import ApiState, State
 from broker.auth import Principal
+from broker.client import Once
 from broker.config import WebhookConfig
 from broker.deciding import REPLAY_TTL_S
 from broker.models import Request as BrokerRequest
@@ -66,14 +68,36 @@ def parse_reply(body: bytes) -> WebhookReply:
         raise ApiError(422, "invalid", detail) from None
 
 
-def _record(
-    state: ApiState, name: str, endpoint: WebhookConfig, msg_id: str, reply: WebhookReply
-) -> BrokerRequest:
+@dataclass(frozen=True)
+class Reply:
+    """A verified, parsed reply: who decides, as whom, and its one-time marker."""
+
+    reply: WebhookReply
+    principal: Principal
+    decided_by: str
+    once: Once
+
+
+def prepare(state: ApiState, name: str, body: bytes, headers: Iterable[tuple[str, str]]) -> Reply:
+    """Verify and parse one reply to endpoint `name` (no Redis: api.fastpaths runs it on the
+    loop)."""
+    endpoint = state.config.webhooks.get(name)
+    if endpoint is None:
+        raise ApiError(404, "not_found", f"no webhook endpoint named {name!r}")
+    lowered = {k.lower(): v for k, v in headers}
+    verify(endpoint, body, lowered)
+    reply = parse_reply(body)
     principal = Principal(f"webhook:{name}", frozenset(endpoint.roles))
     decided_by = principal.name + (f"/{reply.decided_by}" if reply.decided_by else "")
     # the webhook-id is spent in the same atomic step as the decision: a replay is refused, and
     # a reply that failed half-way can be retried with the same id
-    once = (state.broker.keys.seen("webhook", f"{name}:{msg_id}"), REPLAY_TTL_S)
+    once = (state.broker.keys.seen("webhook", f"{name}:{lowered['webhook-id']}"), REPLAY_TTL_S)
+    return Reply(reply, principal, decided_by, once)
+
+
+def record(state: ApiState, given: Reply, current: BrokerRequest | None = None) -> BrokerRequest:
+    """Record a prepared reply through the decision service (sync: a thread's work)."""
+    reply, principal, decided_by, once = given.reply, given.principal, given.decided_by, given.once
     # an endpoint decides only requests waiting in a queue that lists it
     if reply.remember is not None:  # and keeps a policy rule with it (api/rules.py)
         return remember(
@@ -94,6 +118,7 @@ def _record(
         channel="webhook",
         via=(principal.name,),
         decided_by=decided_by,
+        current=current,
         once=once,
     )
 
@@ -127,11 +152,5 @@ async def webhook_reply(
 def answer(
     state: ApiState, name: str, body: bytes, headers: Iterable[tuple[str, str]]
 ) -> BrokerRequest:
-    """Verify, parse and record one reply to endpoint `name` (shared with api.fastpaths)."""
-    endpoint = state.config.webhooks.get(name)
-    if endpoint is None:
-        raise ApiError(404, "not_found", f"no webhook endpoint named {name!r}")
-    lowered = {k.lower(): v for k, v in headers}
-    verify(endpoint, body, lowered)
-    reply = parse_reply(body)
-    return _record(state, name, endpoint, lowered["webhook-id"], reply)
+    """Verify, parse and record one reply to endpoint `name`."""
+    return record(state, prepare(state, name, body, headers))

@@ -6,32 +6,45 @@ registers one-request rounds of many runs, then decides them over HTTP:
 1. at a steady rate (default 100/s), measuring for each decision the time from the client
    sending it to the resume job being enqueued on RQ by the resumer (RQ's `enqueued_at`), and
    the HTTP round trip;
-2. as fast as a few client threads can, reporting decisions/s.
+2. as fast as the clients can, reporting decisions/s, the API process's CPU per decision and
+   its Redis round trips per decision (`APPROVAL_BROKER_COUNT_ROUND_TRIPS`), and Redis's CPU.
 
-Usage: uv run python bench/bench_api.py [--rate 100] [--seconds 10] [--burst 2000] [--clients 8]
+The clients are lean so they don't eat the CPU they measure: separate processes (default 2),
+each with a few keep-alive HTTP/1.1 connections on asyncio streams, sending prebuilt bytes.
+`--profile FILE` records the API process with py-spy (`--gil`) during the fast phase.
+
+Usage: uv run python bench/bench_api.py [--rate 100] [--seconds 10] [--burst 2000]
+       [--processes 2] [--connections 8] [--profile api.svg]
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
+import multiprocessing
 import os
 import statistics
 import subprocess
-import sys
-import tempfile
-import threading
 import time
-from collections.abc import Callable
 from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
 
-import httpx
-from benchlib import enqueued_at, make_rounds, pct
+from benchlib import (
+    bench_site,
+    cpu_seconds,
+    enqueued_at,
+    make_rounds,
+    pct,
+    round_trips_of,
+    start_api,
+    start_role,
+    stop_roles,
+)
 from redis import Redis
 
 from broker.auth import hash_token
-from broker.client import Broker
-from broker.config import load_config
-from broker.redis_server import EmbeddedRedis
+from broker.connection import COUNT_ENV
 from broker.runs import resume_job_id
 
 TOKEN = "bench-token"
@@ -44,85 +57,179 @@ timeout_s = 3600
 token_sha256 = "{hash_token(TOKEN)}"
 roles = ["finance"]
 """
-CLI = [sys.executable, "-c", "from approval_broker.cli import main; main()"]
+BODY = b'{"outcome":"approved"}'
+
+Result = tuple[str, float, float, int]  # request id, wall time sent, HTTP round trip, status
 
 
-def start_role(
-    args: list[str], env: dict[str, str], ready: str
-) -> tuple[subprocess.Popen[str], str]:
-    """Start a CLI role and wait for the line that says it is ready."""
-    proc = subprocess.Popen(
-        [*CLI, *args], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
-    )
-    assert proc.stdout is not None
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        line = proc.stdout.readline()
-        if not line:
-            raise SystemExit(f"{args[0]} exited before it was ready")
-        if ready in line:
-            threading.Thread(target=proc.stdout.read, daemon=True).start()  # drain
-            return proc, line.strip()
-    raise SystemExit(f"{args[0]} was not ready within 30 s")
+def request_bytes(host: str, request_id: str) -> bytes:
+    return (
+        f"POST /v1/requests/{request_id}/decision HTTP/1.1\r\nHost: {host}\r\n"
+        f"Authorization: Bearer {TOKEN}\r\nContent-Type: application/json\r\n"
+        f"Content-Length: {len(BODY)}\r\n\r\n"
+    ).encode() + BODY
 
 
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU time of process `pid` so far (Linux /proc; 0.0 elsewhere).
-
-    CPU per decision in the API process is the figure that holds on a shared, loaded machine,
-    where decisions/s mostly measures the neighbours.
-    """
+async def _connection(
+    streams: tuple[asyncio.StreamReader, asyncio.StreamWriter],
+    host: str,
+    jobs: list[tuple[int, str]],
+    start: float,
+    rate: float | None,
+) -> list[Result]:
+    """One keep-alive connection sending its decisions in turn (paced when `rate`)."""
+    reader, writer = streams
+    out: list[Result] = []
     try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except OSError:
-        return 0.0
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        for i, request_id in jobs:
+            if rate:
+                delay = start + i / rate - time.time()
+                if delay > 0:
+                    await asyncio.sleep(delay)
+            wall, t0 = time.time(), time.perf_counter()
+            writer.write(request_bytes(host, request_id))
+            head = await reader.readuntil(b"\r\n\r\n")
+            length = 0
+            for line in head.split(b"\r\n")[1:]:
+                name, _, value = line.partition(b":")
+                if name.strip().lower() == b"content-length":
+                    length = int(value)
+            body = await reader.readexactly(length)
+            status = int(head.split(b" ", 2)[1])
+            out.append((request_id, wall, time.perf_counter() - t0, status))
+            if status != 200:
+                raise SystemExit(f"decision failed: {status} {body[:200]!r}")
+    finally:
+        writer.close()
+    return out
+
+
+def client_process(
+    url: str,
+    jobs: list[tuple[int, str]],
+    connections: int,
+    rate: float | None,
+    ready: Any,
+    start: Any,
+    results: Any,
+) -> None:
+    """A client process: connects `connections` connections, waits at `ready` for the others,
+    then they share `jobs` from wall time `start`; puts (its results, the wall time the last
+    one came back, its CPU seconds meanwhile) on `results`."""
+    parts = urlsplit(url)
+    host, port = parts.hostname or "127.0.0.1", parts.port or 80
+
+    async def run() -> list[Result]:
+        shares = [jobs[c::connections] for c in range(connections)]
+        shares = [share for share in shares if share]
+        streams = [await asyncio.open_connection(host, port) for _ in shares]
+        await asyncio.get_running_loop().run_in_executor(None, ready.wait)
+        begin = start.value
+        await asyncio.sleep(max(0.0, begin - time.time()))
+        cpu0[0] = time.process_time()
+        done = await asyncio.gather(
+            *(
+                _connection(s, host, share, begin, rate)
+                for s, share in zip(streams, shares, strict=True)
+            )
+        )
+        return [r for results in done for r in results]
+
+    cpu0 = [0.0]
+    out = asyncio.run(run())
+    results.put((out, time.time(), time.process_time() - cpu0[0]))
 
 
 def decide_all(
-    base_url: str, ids: list[str], clients: int, when: Callable[[int], float] | None
-) -> tuple[dict[str, float], list[float], float]:
-    """POST an approval for every id with `clients` threads; `when(i)` paces them (None: ASAP).
+    url: str, ids: list[str], processes: int, connections: int, rate: float | None
+) -> tuple[list[Result], float, float]:
+    """POST an approval for every id from `processes` client processes (`rate`: paced, else
+    as fast as they go); returns the results, the elapsed wall time from the moment every
+    process was connected and waiting, and the clients' CPU seconds."""
+    jobs = list(enumerate(ids))
+    ctx = multiprocessing.get_context("spawn")
+    ready, start, results = ctx.Barrier(processes + 1), ctx.Value("d", 0.0), ctx.Queue()
+    per = max(1, connections // processes)
+    procs = [
+        ctx.Process(
+            target=client_process,
+            args=(url, jobs[p::processes], per, rate, ready, start, results),
+        )
+        for p in range(processes)
+    ]
+    for proc in procs:
+        proc.start()
+    start.value = time.time() + 0.2  # read by each process once all have reached the barrier
+    ready.wait(120)
+    answers = [results.get(timeout=600) for _ in procs]
+    for proc in procs:
+        proc.join(30)
+        if proc.exitcode != 0:
+            raise SystemExit(f"a client process failed (exit code {proc.exitcode})")
+    out = [r for part, _, _ in answers for r in part]
+    elapsed = max(end for _, end, _ in answers) - start.value
+    return out, elapsed, sum(cpu for _, _, cpu in answers)
 
-    Returns the wall time each decision was sent, the HTTP round trips, and the elapsed time.
-    """
-    sent: dict[str, float] = {}
-    rtts: list[float] = []
-    lock = threading.Lock()
-    cursor = iter(range(len(ids)))
-    failures: list[str] = []
 
-    def worker() -> None:
-        with httpx.Client(base_url=base_url, headers={"Authorization": f"Bearer {TOKEN}"}) as http:
-            http.get("/healthz")
-            while True:
-                with lock:
-                    i = next(cursor, None)
-                if i is None:
-                    return
-                if when is not None:
-                    delay = when(i) - time.perf_counter()
-                    if delay > 0:
-                        time.sleep(delay)
-                wall, t0 = time.time(), time.perf_counter()
-                resp = http.post(f"/v1/requests/{ids[i]}/decision", json={"outcome": "approved"})
-                rtt = time.perf_counter() - t0
-                with lock:
-                    sent[ids[i]] = wall
-                    rtts.append(rtt)
-                    if resp.status_code != 200:
-                        failures.append(f"{resp.status_code} {resp.text[:200]}")
+def redis_cpu(redis: Redis) -> float:
+    info = redis.info("cpu")
+    return float(info["used_cpu_sys"]) + float(info["used_cpu_user"])
 
-    threads = [threading.Thread(target=worker) for _ in range(clients)]
-    start = time.perf_counter()
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    elapsed = time.perf_counter() - start
-    if failures:
-        raise SystemExit(f"{len(failures)} decisions failed, e.g. {failures[0]}")
-    return sent, rtts, elapsed
+
+def steady(url: str, redis: Redis, ids: list[str], rate: float) -> None:
+    results, elapsed, _ = decide_all(url, ids, 1, 4, rate)
+    sent = {rid: wall for rid, wall, _, _ in results}
+    jobs = {rid: resume_job_id(rid.split(".")[0], 1) for rid in ids}
+    at = enqueued_at(redis, list(jobs.values()))
+    lat = [(at[jobs[rid]] - sent[rid]) * 1000 for rid in ids]
+    print(f"steady phase: {len(ids)} decisions at {len(ids) / elapsed:.0f}/s over HTTP"
+          f" (target {rate:.0f}/s)")  # fmt: skip
+    print(
+        "  decision sent -> resume job enqueued (resumer, RQ enqueued_at): "
+        f"p50 {pct(lat, 0.5):.1f} ms, p99 {pct(lat, 0.99):.1f} ms, max {max(lat):.1f} ms"
+    )
+    rtt_ms = [r[2] * 1000 for r in results]
+    print(
+        f"  HTTP round trip of a decision: p50 {pct(rtt_ms, 0.5):.1f} ms, "
+        f"p99 {pct(rtt_ms, 0.99):.1f} ms, mean {statistics.fmean(rtt_ms):.1f} ms"
+    )
+    print(f"  target p99 < 10 ms at 100/s: {'met' if pct(lat, 0.99) < 10 else 'NOT met'}")
+
+
+def burst(
+    url: str, redis: Redis, api: subprocess.Popen[str], counts: Path, ids: list[str],
+    opts: argparse.Namespace,
+) -> None:  # fmt: skip
+    profiler = None
+    if opts.profile:
+        profiler = subprocess.Popen(
+            ["py-spy", "record", "--gil", "--pid", str(api.pid), "--rate", "200",
+             "--output", opts.profile, "--format", opts.profile_format],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )  # fmt: skip
+        time.sleep(1.0)
+    cpu0, trips0, redis0 = cpu_seconds(api.pid), round_trips_of(api.pid, counts), redis_cpu(redis)
+    results, elapsed, client_s = decide_all(url, ids, opts.processes, opts.connections, None)
+    cpu = cpu_seconds(api.pid) - cpu0
+    trips = round_trips_of(api.pid, counts) - trips0
+    redis_s = redis_cpu(redis) - redis0
+    if profiler is not None:
+        profiler.send_signal(2)  # SIGINT: py-spy writes its output and exits
+        profiler.wait(30)
+    n = len(ids)
+    rtt_ms = [r[2] * 1000 for r in results]
+    print(
+        f"fast phase: {n} decisions, {opts.processes} client processes x"
+        f" {max(1, opts.connections // opts.processes)} keep-alive connections, {elapsed:.2f} s:"
+        f" {n / elapsed:.0f} decisions/s (HTTP p50 {pct(rtt_ms, 0.5):.1f} ms,"
+        f" p99 {pct(rtt_ms, 0.99):.1f} ms)"
+    )
+    if cpu:
+        print(f"  API process CPU per decision: {cpu / n * 1000:.3f} ms"
+              f" (one core's worth: {n / cpu:.0f} decisions/s)")  # fmt: skip
+    print(f"  API Redis round trips per decision: {trips / n:.2f}")
+    print(f"  client processes' CPU per decision: {client_s / n * 1000:.3f} ms")
+    print(f"  Redis CPU per decision: {redis_s / n * 1000:.3f} ms (the whole fleet's)")
 
 
 def main() -> None:
@@ -130,69 +237,28 @@ def main() -> None:
     parser.add_argument("--rate", type=float, default=100.0, help="steady decisions per second")
     parser.add_argument("--seconds", type=float, default=10.0, help="length of the steady phase")
     parser.add_argument("--burst", type=int, default=2000, help="decisions in the fast phase")
-    parser.add_argument("--clients", type=int, default=8, help="client threads, fast phase")
+    parser.add_argument("--processes", type=int, default=2, help="client processes, fast phase")
+    parser.add_argument("--connections", type=int, default=8, help="connections in all, fast")
+    parser.add_argument("--clients", type=int, help=argparse.SUPPRESS)  # the old name
+    parser.add_argument("--profile", help="py-spy the API in the fast phase into this file")
+    parser.add_argument("--profile-format", default="flamegraph", help="py-spy's --format")
     opts = parser.parse_args()
+    if opts.clients:
+        opts.connections = opts.clients
 
-    with tempfile.TemporaryDirectory() as tmp, EmbeddedRedis(Path(tmp) / "redis") as server:
-        config_path = Path(tmp) / "bench.toml"
-        config_path.write_text(CONFIG)
-        env = {
-            **os.environ,
-            "APPROVAL_BROKER_REDIS_URL": server.url,
-            "APPROVAL_BROKER_CONFIG": str(config_path),
-            "APPROVAL_BROKER_DATA_DIR": tmp,
-        }
-        redis = Redis.from_url(server.url)
-        broker = Broker(redis, load_config(config_path))
-        api, line = start_role(["api", "--port", "0"], env, "API listening on")
-        base_url = line.split("API listening on ", 1)[1]
+    with bench_site(CONFIG) as (env, redis, broker, tmp):
+        counts = tmp / "round-trips"
+        api, url = start_api({**env, COUNT_ENV: str(counts)})
         resumer, _ = start_role(["resumer"], env, "resumer ready")
         try:
-            n = int(opts.rate * opts.seconds)
-            ids = make_rounds(broker, n, "steady")
-            t0 = time.perf_counter() + 0.2
-            sent, rtts, elapsed = decide_all(base_url, ids, 4, lambda i: t0 + i / opts.rate)
-            jobs = {rid: resume_job_id(rid.split(".")[0], 1) for rid in ids}
-            at = enqueued_at(redis, list(jobs.values()))
-            lat = [(at[jobs[rid]] - sent[rid]) * 1000 for rid in ids]
-            print(
-                f"steady phase: {n} decisions at {n / elapsed:.0f}/s over HTTP (target {opts.rate:.0f}/s)"
-            )
-            print(
-                "  decision sent -> resume job enqueued (resumer, RQ enqueued_at): "
-                f"p50 {pct(lat, 0.5):.1f} ms, p99 {pct(lat, 0.99):.1f} ms, max {max(lat):.1f} ms"
-            )
-            rtt_ms = [r * 1000 for r in rtts]
-            print(
-                f"  HTTP round trip of a decision: p50 {pct(rtt_ms, 0.5):.1f} ms, "
-                f"p99 {pct(rtt_ms, 0.99):.1f} ms, mean {statistics.fmean(rtt_ms):.1f} ms"
-            )
-            print(f"  target p99 < 20 ms at 100/s: {'met' if pct(lat, 0.99) < 20 else 'NOT met'}")
-
+            ids = make_rounds(broker, int(opts.rate * opts.seconds), "steady")
+            steady(url, redis, ids, opts.rate)
             ids = make_rounds(broker, opts.burst, "burst")
-            cpu0 = cpu_seconds(api.pid)
-            _, rtts, elapsed = decide_all(base_url, ids, opts.clients, None)
-            cpu_us = (cpu_seconds(api.pid) - cpu0) / opts.burst * 1e6
-            rtt_ms = [r * 1000 for r in rtts]
-            print(
-                f"fast phase: {opts.burst} decisions with {opts.clients} clients in {elapsed:.2f} s: "
-                f"{opts.burst / elapsed:.0f} decisions/s "
-                f"(HTTP p50 {pct(rtt_ms, 0.5):.1f} ms, p99 {pct(rtt_ms, 0.99):.1f} ms)"
-            )
-            if cpu_us:
-                print(
-                    f"  API process CPU per decision: {cpu_us:.0f} us"
-                    f" (one core's worth: {1e6 / cpu_us:.0f} decisions/s)"
-                )
-            print(f"machine: {os.cpu_count()} CPUs, one uvicorn process, embedded Redis, loopback")
+            burst(url, redis, api, counts, ids, opts)
+            print(f"machine: {os.cpu_count()} CPUs, one uvicorn process, embedded Redis,"
+                  f" loopback; load average {os.getloadavg()[0]:.1f}")  # fmt: skip
         finally:
-            for proc in (api, resumer):
-                proc.terminate()
-                try:
-                    proc.wait(10)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
-            redis.close()
+            stop_roles(api, resumer)
 
 
 if __name__ == "__main__":

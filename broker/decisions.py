@@ -85,25 +85,64 @@ class Decisions:
             )
         if decision.outcome not in OUTCOME_STATUS:
             raise InvalidInput(f"outcome {decision.outcome.value!r} can't be given as a decision")
-        # decided_at is left out: the step sets it, on Redis's clock
-        recorded = decision.model_copy(update={"decided_by": decided_by, "decided_at": None})
         result = self._step(
             "decide",
             request_id,
             once,
-            outcome=decision.outcome.value,
-            status=OUTCOME_STATUS[decision.outcome].value,
-            decision=json.dumps(recorded.public(), separators=(",", ":"), ensure_ascii=False),
-            args_hash=decision.args_hash or None,
+            **self._decide_values(decision, decided_by, channel, creator_may_vote),
             in_queue=in_queue or None,
             in_escalation=in_escalation,
-            retention=self.store.retention,
-            voter=decided_by,
-            vote_hash=args_hash(decision.args) if decision.args is not None else None,
-            channel=channel or None,
-            creator_may_vote=creator_may_vote or None,
             bypass_quorum=bypass_quorum or None,
         )
+        return self._outcome(result, request_id, decision)
+
+    def _decide_values(
+        self, decision: Decision, decided_by: str, channel: str | None, creator_may_vote: bool
+    ) -> dict[str, Any]:
+        """decide.lua's arguments for `decision` by `decided_by` (shared with the hot path)."""
+        # decided_at is left out: the step sets it, on Redis's clock
+        recorded = decision.model_copy(update={"decided_by": decided_by, "decided_at": None})
+        return {
+            "outcome": decision.outcome.value,
+            "status": OUTCOME_STATUS[decision.outcome].value,
+            "decision": json.dumps(recorded.public(), separators=(",", ":"), ensure_ascii=False),
+            "args_hash": decision.args_hash or None,
+            "retention": self.store.retention,
+            "voter": decided_by,
+            "vote_hash": args_hash(decision.args) if decision.args is not None else None,
+            "channel": channel or None,
+            "creator_may_vote": creator_may_vote or None,
+        }
+
+    def fast_call(
+        self,
+        request_id: str,
+        decision: Decision,
+        *,
+        decided_by: str,
+        channel: str,
+        creator_may_vote: bool,
+        once: Once | None,
+        fast: dict[str, Any],
+    ) -> tuple[list[str], str]:
+        """KEYS and the one argument of a decide.lua call with `fast` checks (see that
+        script), for a caller with its own client (`broker.deciding_async`): the keys of a
+        first try of `_step` (every configured queue's stream, the run the id names)."""
+        if decision.outcome not in OUTCOME_STATUS:
+            raise ValueError(f"outcome {decision.outcome.value!r} is not for the hot path")
+        run_id = run_of_request(request_id)
+        once_key, once_ttl = once if once else (None, None)
+        keys = self.store.keys.decide_keys(request_id, run_id, self.store.config.queues, once_key)
+        values = self._decide_values(decision, decided_by, channel, creator_may_vote)
+        values = {k: v for k, v in values.items() if v is not None}
+        extra: dict[str, Any] = {"run_id": run_id} if run_id else {}
+        if once_key:
+            extra["once_ttl"] = once_ttl
+        argv = keys.args(id=request_id, maxlen=self.store.maxlen, fast=fast, **extra, **values)
+        return keys.keys, argv
+
+    def outcome(self, result: list[Any], request_id: str, decision: Decision | None) -> Request:
+        """The request a decide or escalate step replied with, or the error its code means."""
         return self._outcome(result, request_id, decision)
 
     def escalate(

@@ -262,13 +262,13 @@ def test_same_approver_repeating_the_same_decision_is_200(
     assert api_broker.redis.xlen(api_broker.keys.stream("default")) == 2  # created + decided
 
 
-def test_roles_are_enforced_403(client: TestClient, api_broker: Broker) -> None:
+def test_roles_are_enforced_404(client: TestClient, api_broker: Broker) -> None:
     req = make(api_broker, allowed_roles=["finance"])
-    for headers in (BOB, CAROL):
+    for headers in (BOB, CAROL):  # they may not see it: told it does not exist, as GET does
         resp = client.post(
             f"/v1/requests/{req.id}/decision", json={"outcome": "approved"}, headers=headers
         )
-        assert_error(resp, 403, "forbidden")
+        assert_error(resp, 404, "not_found")
     assert api_broker.get_request(req.id).is_pending
     ok = client.post(f"/v1/requests/{req.id}/decision", json={"outcome": "approved"}, headers=ALICE)
     assert ok.status_code == 200

@@ -65,8 +65,8 @@ def spy(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     answered: list[str] = []
     real = fastpaths._decide
 
-    def counting(state: Any, scope: Any, request_id: str, body: bytes) -> Any:
-        response = real(state, scope, request_id, body)
+    async def counting(state: Any, hot: Any, scope: Any, request_id: str, body: bytes) -> Any:
+        response = await real(state, hot, scope, request_id, body)
         if response is not None:
             answered.append(request_id)
         return response
@@ -92,7 +92,12 @@ CASES: dict[str, tuple[str | None, str, bytes, list[str]]] = {
         b'{"outcome":"rejected"}',
         [],
     ),
-    "wrong role 403": ("bob", "application/json", b'{"outcome": "approved"}', ["finance"]),
+    "wrong role, out of sight 404": (
+        "bob",
+        "application/json",
+        b'{"outcome": "approved"}',
+        ["finance"],
+    ),
     "no token 401": (None, "application/json", b'{"outcome": "approved"}', []),
     "bad token 401": ("mallory", "application/json", b'{"outcome": "approved"}', []),
     "bad outcome 422": ("alice", "application/json", b'{"outcome": "maybe"}', []),

@@ -1,0 +1,234 @@
+"""The decision service's hot path on redis.asyncio: one round trip per ordinary decision.
+
+`Deciding.decide` reads the request, judges it, then runs the atomic step: two round trips, on
+a thread. Here the ordinary case (approve, modify or reject a pending request, by someone who
+may, through a channel of its queue) is one decide.lua call whose `fast` checks are what the
+service would judge from the stored request (the queue's roles and channels, `allowed_roles`,
+the creator, a tool's args schema); the step judges the rest as always (pending, kind,
+args_hash, the quorum, the one-time marker). Whatever the step can't settle that way writes
+nothing and comes back as None with the request it saw: the caller asks the full service then,
+whose answer is the one every channel gets (issue 18; `tests/test_hotapi.py`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import Collection, Sequence
+from pathlib import Path
+from typing import Any
+
+from hiredis import pack_command
+from redis import Redis
+from redis import asyncio as aredis
+from redis.connection import Connection, UnixDomainSocketConnection
+from redis.exceptions import NoScriptError, ResponseError
+
+from broker.auth import EVERY_ROLE, Principal
+from broker.connection import COUNT_ENV, RoundTrips
+from broker.deciding import Decided, Deciding, person_of
+from broker.models import Decision, Outcome, Request
+from broker.printable import printable
+from broker.quorum import is_approval
+from broker.request_hash import parse_flat
+from broker.scripts import sha_of, source
+from broker.text import as_str
+
+HOT = (Outcome.approved, Outcome.modified, Outcome.rejected)
+"""Outcomes judged in one step; an answer (its schema) and an escalation (its chain, its
+repeats) go to the full service."""
+FINAL = ("ok", "voted", "repeat")
+_KWARGS = ("host", "port", "db", "username", "password", "path", "client_name")
+_TIMEOUTS = ("socket_timeout", "socket_connect_timeout")
+
+
+class Connections:
+    """Calls to one Redis on redis.asyncio connections, the calls of one loop tick sent together.
+
+    Each call is packed and queued; once per loop iteration the queue goes out on one idle
+    connection as one write (a pipeline of independent commands, not a transaction), and the
+    replies are read in order. Under load many decisions share a write and a read: in a py-spy
+    profile the socket calls that wake Redis were a third of the API's CPU, and redis-py's
+    per-command layers (pool lock, retry wrapper, encoder) another sixth. A connection that
+    fails fails the calls on it and is dropped; timeouts are the sync client's.
+    """
+
+    def __init__(
+        self, cls: type[aredis.Connection], kwargs: dict[str, Any], sent: Any = None
+    ) -> None:
+        self._cls, self._kwargs, self._sent = cls, kwargs, sent
+        self._idle: list[aredis.Connection] = []
+        self._queue: list[tuple[bytes, asyncio.Future[Any]]] = []
+        self._batches: set[asyncio.Task[None]] = set()
+
+    async def call(self, *args: str | bytes | int) -> Any:
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[Any] = loop.create_future()
+        if not self._queue:
+            loop.call_soon(self._flush)
+        self._queue.append((pack_command(args), future))
+        return await future
+
+    def _flush(self) -> None:
+        batch, self._queue = self._queue, []
+        task = asyncio.get_running_loop().create_task(self._send(batch))
+        self._batches.add(task)
+        task.add_done_callback(self._batches.discard)
+
+    async def _send(self, batch: list[tuple[bytes, asyncio.Future[Any]]]) -> None:
+        conn = self._idle.pop() if self._idle else self._cls(**self._kwargs)
+        done = 0
+        try:
+            if not conn.is_connected:
+                await conn.connect()
+            if self._sent is not None:
+                self._sent()
+            await conn.send_packed_command([packed for packed, _ in batch], check_health=False)
+            for _, future in batch:
+                try:
+                    reply: Any = await conn.read_response()
+                except ResponseError as exc:  # an error reply: the connection is fine
+                    reply = exc
+                done += 1
+                if future.done():  # its caller went away; the reply is read all the same
+                    continue
+                if isinstance(reply, ResponseError):
+                    future.set_exception(reply)
+                else:
+                    future.set_result(reply)
+        except BaseException as exc:
+            for _, future in batch[done:]:
+                if not future.done():
+                    future.set_exception(exc)
+            await conn.disconnect()
+            if not isinstance(exc, Exception):
+                raise
+            return
+        self._idle.append(conn)
+
+    async def aclose(self) -> None:
+        idle, self._idle = self._idle, []
+        for conn in idle:
+            await conn.disconnect()
+
+
+def async_twin(redis: Any, sent: Any = None) -> Connections | None:
+    """Connections to the same Redis as the sync client `redis`, with its timeouts; None when
+    it isn't a plain one (a cluster, TLS, a credential provider, a test double)."""
+    if type(redis) is not Redis:
+        return None
+    pool = redis.connection_pool
+    kwargs: dict[str, Any] = pool.connection_kwargs
+    classes = {
+        Connection: aredis.Connection,
+        UnixDomainSocketConnection: aredis.UnixDomainSocketConnection,
+    }
+    cls = classes.get(pool.connection_class)
+    if cls is None or kwargs.get("credential_provider") is not None:
+        return None
+    picked = {k: kwargs[k] for k in (*_KWARGS, *_TIMEOUTS) if kwargs.get(k) is not None}
+    return Connections(cls, picked, sent)
+
+
+class AsyncDeciding:
+    """`Deciding`'s ordinary decisions in one awaited step; None: ask `Deciding` itself."""
+
+    def __init__(self, deciding: Deciding) -> None:
+        self.deciding = deciding
+        self.broker = deciding.broker
+        self._sha = sha_of(source("decide"))
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._redis: Connections | None = None
+        self._who: dict[tuple[frozenset[str], tuple[str, ...]], dict[str, Any]] = {}
+        counting = os.environ.get(COUNT_ENV)
+        self._round_trips = RoundTrips.shared(Path(counting)) if counting else None
+
+    def client(self) -> Connections | None:
+        """The client of the running loop (a test client may run each request on a new one)."""
+        loop = asyncio.get_running_loop()
+        if self._loop is not loop:
+            self._loop, self._redis = loop, async_twin(self.broker.redis, self._count)
+        return self._redis
+
+    async def aclose(self) -> None:
+        if self._redis is not None and self._loop is asyncio.get_running_loop():
+            await self._redis.aclose()
+        self._loop = self._redis = None
+
+    async def decide(
+        self,
+        request_id: str,
+        decision: Decision,
+        principal: Principal,
+        *,
+        via: Sequence[str],
+        decided_by: str | None = None,
+        once: tuple[str, int] | None = None,
+    ) -> tuple[Decided | None, Request | None]:
+        """(the decision, None) when the step settled it; (None, the request as the step saw
+        it, or None) when the full service must judge, with nothing written."""
+        if decision.outcome not in HOT or len(via) != 1 or self.broker.store.clustered:
+            return None, None
+        client = self.client()
+        if client is None:
+            return None, None
+        decided_by = printable(decided_by or principal.name)
+        every = EVERY_ROLE in principal.roles
+        fast = {
+            **self.who(principal, via),
+            "approval": is_approval(decision),
+            "person": person_of(decided_by),
+        }
+        if decision.outcome is Outcome.modified and decision.args is not None:
+            fast["check_args"] = True
+        keys, argv = self.broker.decisions.fast_call(
+            request_id,
+            decision,
+            decided_by=decided_by,
+            channel=via[0],
+            creator_may_vote=every,
+            once=once,
+            fast=fast,
+        )
+        result = await self._evalsha(client, keys, argv)
+        code = result[0]
+        if code not in FINAL:
+            seen = parse_flat(result[2:]) if code == "judge" else None
+            return None, seen
+        request = self.broker.decisions.outcome(result, request_id, decision)
+        return Decided(request, recorded=code != "repeat"), None
+
+    def who(self, principal: Principal, via: Collection[str]) -> dict[str, Any]:
+        """The queues `principal` may decide in through `via` and its roles, as `fast` args
+        (`Deciding.refusal` judges the same: a queue's roles, then its channels)."""
+        cache_key = (principal.roles, tuple(via))
+        found = self._who.get(cache_key)
+        if found is None:
+            if EVERY_ROLE in principal.roles:
+                found = {"any_queue": True}
+            else:
+                config = self.deciding.config
+                queues = {
+                    name: True
+                    for name, queue in config.queues.items()
+                    if principal.decides_anything()
+                    and (not queue.roles or principal.roles.intersection(queue.roles))
+                    and set(via).intersection(queue.channels)
+                }
+                found = {"queues": queues, "roles": dict.fromkeys(principal.roles, True)}
+            self._who[cache_key] = found
+        return found
+
+    def _count(self) -> None:
+        """One round trip more, for the benchmarks (`broker.connection.RoundTrips`)."""
+        if self._round_trips is not None:
+            with self._round_trips._lock:
+                self._round_trips.round_trips += 1
+
+    async def _evalsha(self, client: Connections, keys: list[str], argv: str) -> list[Any]:
+        try:
+            reply = await client.call("EVALSHA", self._sha, len(keys), *keys, argv)
+        except NoScriptError:  # a new or flushed Redis: load it (nothing ran) and call again
+            await client.call("SCRIPT", "LOAD", source("decide"))
+            reply = await client.call("EVALSHA", self._sha, len(keys), *keys, argv)
+        return [as_str(x) if isinstance(x, bytes) else x for x in reply]
