@@ -26,6 +26,13 @@ from broker.config import Config, Settings, parse_config
 from broker.links import SECRET_ENV
 from broker.redis_server import EmbeddedRedis
 from broker.runs import run_queue
+from tests.backends import (  # noqa: F401 - fixtures the modules on both backends build on
+    backend_param,
+    on_backend_connect,
+    on_backend_env,
+    on_backend_make_broker,
+    on_backend_rq,
+)
 from tests.cluster_harness import cluster_client, redis_cluster  # noqa: F401 - fixtures
 from workers import jobs
 

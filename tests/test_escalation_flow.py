@@ -16,6 +16,12 @@ from broker.config import parse_config
 from broker.models import Status
 from broker.outbox import Resumer
 from broker.runs import start_run
+from tests.backends import (  # noqa: F401 - redis, broker, api_broker on both backends
+    on_backend,
+    on_backend_api_broker,
+    on_backend_broker,
+    single_only,
+)
 from tests.conftest import jobs_bound_to, wait_for, work
 from tests.fakes.harness import SECRET, running, webhook
 from tests.fakes.webhook_receiver import WebhookReceiver

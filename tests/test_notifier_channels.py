@@ -23,6 +23,12 @@ from broker.models import Decision, NewRequest, Outcome
 from notifiers.events import parse_entry
 from notifiers.parking import Parked, ParkedStore
 from notifiers.retry import RETRY_AFTER_LIMIT_S
+from tests.backends import (  # noqa: F401 - redis, broker, api_broker on both backends
+    on_backend,
+    on_backend_api_broker,
+    on_backend_broker,
+    single_only,
+)
 from tests.conftest import wait_for
 from tests.fakes.harness import OLD_SECRET, SECRET, WRONG_SECRET, running, webhook
 from tests.fakes.slack import FakeSlack, request_id_of

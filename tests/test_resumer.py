@@ -21,6 +21,12 @@ from broker.live_wait import LIVE, claim
 from broker.models import Decision, NewRequest, RunStatus
 from broker.outbox import Resumer
 from broker.runs import RESUME_JOB, enqueue_resume, resume_job_id, run_queue, start_run
+from tests.backends import (  # noqa: F401 - redis, broker, api_broker on both backends
+    on_backend,
+    on_backend_api_broker,
+    on_backend_broker,
+    single_only,
+)
 from tests.conftest import wait_for, work
 from workers import resumer as resumer_module
 from workers.demo import Ledger
