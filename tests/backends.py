@@ -14,6 +14,7 @@ On the cluster the broker's keys live on the cluster and RQ on a single Redis of
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from typing import Any
 
 import pytest
 from redis import Redis
@@ -21,7 +22,8 @@ from redis.cluster import RedisCluster
 
 from broker.client import Broker
 from broker.cluster import connect_cluster
-from broker.config import Config
+from broker.config import Config, Settings
+from broker.outbox import Handled, Resumer
 
 BACKENDS = ("single", "cluster")
 
@@ -94,6 +96,12 @@ def on_backend_env(backend: str, request: pytest.FixtureRequest) -> dict[str, st
     }
 
 
+def settings_for(env: dict[str, str], **more: Any) -> Settings:
+    """The `Settings` that `backend_env` (APPROVAL_BROKER_* names) stands for, plus `more`."""
+    values = {name.removeprefix("APPROVAL_BROKER_").lower(): v for name, v in env.items()}
+    return Settings(**values, **more)
+
+
 def broker_on(redis: AnyRedis, rq_redis: AnyRedis, config: Config, prefix: str = "t:") -> Broker:
     """A Broker on `redis` with RQ on `rq_redis` (the same client on a single Redis)."""
     broker = Broker(redis, config, prefix=prefix)  # type: ignore[arg-type]
@@ -121,6 +129,12 @@ def on_backend_broker(make_broker_on: Callable[..., Broker], config: Config) -> 
 def on_backend_api_broker(make_broker_on: Callable[..., Broker], cfg: Config) -> Broker:
     """For API tests: a broker on the module's `cfg` fixture, on the test's backend."""
     return make_broker_on(cfg)
+
+
+def resume_once(broker: Broker, **options: Any) -> list[Handled]:
+    """One read of every partition's outbox (one on a single Redis), as `run_forever` reads."""
+    each = Resumer(broker, block_ms=None, **options).per_partition()
+    return [handled for resumer in each for handled in resumer.run_once()]
 
 
 def stream_entries(broker: Broker, queue: str = "default") -> list[tuple[bytes, dict]]:

@@ -144,9 +144,9 @@ def bound(broker: Broker) -> Iterator[Broker]:
 
 def work(broker: Broker) -> None:
     """Run every queued agent job in this process (RQ's SimpleWorker, burst mode)."""
-    SimpleWorker([run_queue(broker)], connection=broker.redis, serializer=JSONSerializer).work(
-        burst=True, logging_level="WARNING"
-    )
+    SimpleWorker(
+        [run_queue(broker)], connection=broker.store.rq_redis, serializer=JSONSerializer
+    ).work(burst=True, logging_level="WARNING")
 
 
 @pytest.fixture
