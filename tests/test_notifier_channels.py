@@ -85,28 +85,46 @@ def make_broker(redis: Redis, raw: dict[str, Any]) -> Broker:
     return Broker(redis, parse_config(raw), prefix="t:")
 
 
-def settled(broker: Broker, queue: str = "default") -> bool:
-    """Every entry of the queue's stream was read by the group and acknowledged."""
-    stream = broker.keys.stream(queue)
-    last = broker.redis.xrevrange(stream, count=1)
-    if not last:
-        return False
+def _streams(broker: Broker, queue: str) -> list[tuple[str, bytes]]:
+    """The queue's stream of every partition that has entries, with its last entry's id."""
+    found = []
+    for keys in broker.keys.parts():
+        last = broker.redis.xrevrange(keys.stream(queue), count=1)
+        if last:
+            found.append((keys.stream(queue), last[0][0]))
+    return found
+
+
+def _group(broker: Broker, stream: str) -> dict[str, Any] | None:
     for group in broker.redis.xinfo_groups(stream):
         if group["name"] in (NOTIFIER_GROUP, NOTIFIER_GROUP.encode()):
-            return group["pending"] == 0 and group["last-delivered-id"] == last[0][0]
-    return False
+            return group  # type: ignore[no-any-return]
+    return None
+
+
+def settled(broker: Broker, queue: str = "default") -> bool:
+    """Every entry of the queue's stream (every partition's) was read and acknowledged."""
+    streams = _streams(broker, queue)
+    groups = [(_group(broker, stream), last) for stream, last in streams]
+    return bool(streams) and all(
+        g is not None and g["pending"] == 0 and g["last-delivered-id"] == last for g, last in groups
+    )
 
 
 def read_all(broker: Broker, queue: str = "default") -> bool:
     """The group has read every entry of the queue's stream (acknowledged or not)."""
-    stream = broker.keys.stream(queue)
-    last = broker.redis.xrevrange(stream, count=1)
-    groups = broker.redis.xinfo_groups(stream)
-    return bool(last) and any(g["last-delivered-id"] == last[0][0] for g in groups)
+    streams = _streams(broker, queue)
+    groups = [(_group(broker, stream), last) for stream, last in streams]
+    return bool(streams) and all(
+        g is not None and g["last-delivered-id"] == last for g, last in groups
+    )
 
 
 def pending(broker: Broker, queue: str = "default") -> int:
-    return int(broker.redis.xpending(broker.keys.stream(queue), NOTIFIER_GROUP)["pending"])
+    return sum(
+        int(broker.redis.xpending(stream, NOTIFIER_GROUP)["pending"])
+        for stream, _ in _streams(broker, queue)
+    )
 
 
 def stat(broker: Broker, name: str) -> int:
@@ -714,8 +732,8 @@ def test_a_parked_delivery_whose_lease_lapsed_is_taken_over(
 ) -> None:
     """What a SIGKILLed notifier was working on is delivered by another."""
     broker = hook_broker(redis, {"ops": webhook(receiver.url("/ops"))}, ["webhook:ops"])
-    stream = broker.keys.stream("default")
     request = broker.create_request(refund())
+    stream = broker.keys.of_request(request.id).stream("default")  # its partition's
     redis.xgroup_create(stream, NOTIFIER_GROUP, id="$")  # the entry itself was acked long ago
     ((entry_id, raw),) = redis.xrange(stream)
     fields = {k.decode(): v.decode() for k, v in raw.items()}
@@ -810,11 +828,14 @@ def test_entries_left_by_a_dead_consumer_are_reclaimed(
     redis: Redis, receiver: WebhookReceiver
 ) -> None:
     broker = hook_broker(redis, {"ops": webhook(receiver.url("/ops"))}, ["webhook:ops"])
-    stream = broker.keys.stream("default")
-    broker.ensure_group(stream, NOTIFIER_GROUP)
     request = broker.create_request(refund())
     gone = broker.create_request(refund())
-    assert redis.xreadgroup(NOTIFIER_GROUP, "ghost", {stream: ">"})  # read, then "crashed"
+    stream = broker.keys.of_request(gone.id).stream("default")  # its partition's
+    for made in (request, gone):  # read, then "crashed"
+        mine = broker.keys.of_request(made.id).stream("default")
+        broker.ensure_group(mine, NOTIFIER_GROUP)
+        redis.xreadgroup(NOTIFIER_GROUP, "ghost", {mine: ">"})
+    assert pending(broker) == 2
     gone_entry = [eid for eid, f in redis.xrange(stream) if f[b"request_id"] == gone.id.encode()]
     redis.xdel(stream, *gone_entry)  # one of its entries was trimmed meanwhile
     with running(broker, claim_idle_s=0.3):
@@ -831,9 +852,9 @@ def test_an_entry_handed_out_too_often_is_dead_lettered(
     redis: Redis, receiver: WebhookReceiver
 ) -> None:
     broker = hook_broker(redis, {"ops": webhook(receiver.url("/ops"))}, ["webhook:ops"])
-    stream = broker.keys.stream("default")
-    broker.ensure_group(stream, NOTIFIER_GROUP)
     request = broker.create_request(refund())
+    stream = broker.keys.of_request(request.id).stream("default")  # its partition's
+    broker.ensure_group(stream, NOTIFIER_GROUP)
     ((_, ((entry_id, _),)),) = redis.xreadgroup(NOTIFIER_GROUP, "ghost", {stream: ">"})
     for _ in range(3):  # three more consumers took it and died
         redis.xclaim(stream, NOTIFIER_GROUP, "ghost", 0, [entry_id])
@@ -849,7 +870,7 @@ def test_an_entry_handed_out_too_often_is_dead_lettered(
 
 
 def test_dead_letters_command_lists_and_redrives(
-    redis: Redis, redis_url: str, receiver: WebhookReceiver
+    redis: Redis, backend_env: dict[str, str], receiver: WebhookReceiver
 ) -> None:
     receiver.default("/down", 503)
     broker = hook_broker(redis, {"down": webhook(receiver.url("/down"))}, ["webhook:down"])
@@ -858,7 +879,7 @@ def test_dead_letters_command_lists_and_redrives(
         wait_for(lambda: settled(broker))
     ((letter_id, _),) = broker.dead_letters()
     cli = CliRunner()
-    env = {"APPROVAL_BROKER_REDIS_URL": redis_url, "APPROVAL_BROKER_KEY_PREFIX": "t:"}
+    env = {**backend_env, "APPROVAL_BROKER_KEY_PREFIX": "t:"}
 
     listed = cli.invoke(app, ["dead-letters"], env=env)
     assert listed.exit_code == 0
