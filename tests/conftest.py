@@ -34,6 +34,7 @@ from tests.backends import (  # noqa: F401 - fixtures the modules on both backen
     on_backend_rq,
 )
 from tests.cluster_harness import cluster_client, redis_cluster  # noqa: F401 - fixtures
+from tests.notifier_setup import fake_receiver, fake_slack, fake_smtp  # noqa: F401 - the fakes
 from workers import jobs
 
 _db_numbers = itertools.cycle(range(1, 16))

@@ -7,7 +7,6 @@ import json
 import logging
 import re
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -16,7 +15,6 @@ from typer.testing import CliRunner
 
 from approval_broker.cli import app
 from broker.client import Broker
-from broker.config import parse_config
 from broker.keys import NOTIFIER_GROUP
 from broker.links import read_link
 from broker.models import Decision, NewRequest, Outcome
@@ -34,97 +32,16 @@ from tests.fakes.harness import OLD_SECRET, SECRET, WRONG_SECRET, running, webho
 from tests.fakes.slack import FakeSlack, request_id_of
 from tests.fakes.smtp import SmtpSink
 from tests.fakes.webhook_receiver import WebhookReceiver
-
-PUBLIC = "https://approvals.example.com"
-
-
-@pytest.fixture
-def receiver() -> Iterator[WebhookReceiver]:
-    server = WebhookReceiver(SECRET).start()
-    yield server
-    server.stop()
-
-
-@pytest.fixture
-def slack() -> Iterator[FakeSlack]:
-    server = FakeSlack().start()
-    yield server
-    server.stop()
-
-
-@pytest.fixture
-def smtp() -> Iterator[SmtpSink]:
-    server = SmtpSink().start()
-    yield server
-    server.stop()
-
-
-def slack_section(fake: FakeSlack) -> dict[str, Any]:
-    return {
-        "bot_token": fake.token,
-        "signing_secret": "signing",
-        "api_base_url": fake.url,
-        "channels": {"approvals": {"channel": "C1"}, "managers": {"channel": "C2"}},
-    }
-
-
-def email_section(sink: SmtpSink, **extra: Any) -> dict[str, Any]:
-    return {
-        "smtp_url": sink.url,
-        "from": "approvals@example.com",
-        "public_url": PUBLIC,
-        # addresses no approver has: links only because the list lets them decide
-        "lists": {
-            "leads": {"to": ["lead@example.com", "cfo@example.com"], "unmapped_may_decide": True}
-        },
-        **extra,
-    }
-
-
-def make_broker(redis: Redis, raw: dict[str, Any]) -> Broker:
-    return Broker(redis, parse_config(raw), prefix="t:")
-
-
-def _streams(broker: Broker, queue: str) -> list[tuple[str, bytes]]:
-    """The queue's stream of every partition that has entries, with its last entry's id."""
-    found = []
-    for keys in broker.keys.parts():
-        last = broker.redis.xrevrange(keys.stream(queue), count=1)
-        if last:
-            found.append((keys.stream(queue), last[0][0]))
-    return found
-
-
-def _group(broker: Broker, stream: str) -> dict[str, Any] | None:
-    for group in broker.redis.xinfo_groups(stream):
-        if group["name"] in (NOTIFIER_GROUP, NOTIFIER_GROUP.encode()):
-            return group  # type: ignore[no-any-return]
-    return None
-
-
-def settled(broker: Broker, queue: str = "default") -> bool:
-    """Every entry of the queue's stream (every partition's) was read and acknowledged."""
-    streams = _streams(broker, queue)
-    groups = [(_group(broker, stream), last) for stream, last in streams]
-    return bool(streams) and all(
-        g is not None and g["pending"] == 0 and g["last-delivered-id"] == last for g, last in groups
-    )
-
-
-def read_all(broker: Broker, queue: str = "default") -> bool:
-    """The group has read every entry of the queue's stream (acknowledged or not)."""
-    streams = _streams(broker, queue)
-    groups = [(_group(broker, stream), last) for stream, last in streams]
-    return bool(streams) and all(
-        g is not None and g["last-delivered-id"] == last for g, last in groups
-    )
-
-
-def pending(broker: Broker, queue: str = "default") -> int:
-    return sum(
-        int(broker.redis.xpending(stream, NOTIFIER_GROUP)["pending"])
-        for stream, _ in _streams(broker, queue)
-    )
+from tests.notifier_setup import (
+    PUBLIC,
+    email_section,
+    make_broker,
+    pending,
+    read_all,
+    refund,
+    settled,
+    slack_section,
+)
 
 
 def stat(broker: Broker, name: str) -> int:
@@ -134,10 +51,6 @@ def stat(broker: Broker, name: str) -> int:
 def delivered_channels(broker: Broker, request_id: str) -> list[str]:
     request = broker.get_request(request_id)
     return sorted(h.channel or "" for h in request.history if h.event == "delivered")
-
-
-def refund(**extra: Any) -> NewRequest:
-    return NewRequest(tool_name="refund", args={"order_id": "A1", "amount": 120}, **extra)
 
 
 def parked(broker: Broker, channel: str) -> int:
@@ -162,7 +75,7 @@ def test_one_request_fans_out_to_every_channel(
                 "default": {"channels": ["inbox", "webhook:ops", "slack:approvals", "email:leads"]}
             },
             "webhooks": {"ops": webhook(receiver.url("/ops"))},
-            "slack": slack_section(slack),
+            "slack": slack_section(slack, channels=("approvals", "managers")),
             "email": email_section(smtp),
         },
     )
@@ -199,7 +112,7 @@ def slack_broker(redis: Redis, slack: FakeSlack, **queues: Any) -> Broker:
                 "default": {"channels": ["slack:approvals"], "escalate_to": "managers"},
                 "managers": {"channels": ["slack:managers"]},
             },
-            "slack": slack_section(slack),
+            "slack": slack_section(slack, channels=("approvals", "managers")),
             "approvers": {"alice": {"roles": ["finance"], "slack_user_id": "U0ALICE"}},
         },
     )
@@ -686,7 +599,7 @@ def test_a_hung_channel_does_not_hold_up_the_others(
         {
             "queues": {"default": {"channels": ["slack:approvals", "webhook:ops"]}},
             "webhooks": {"ops": webhook(receiver.url("/ops"))},
-            "slack": slack_section(slack),
+            "slack": slack_section(slack, channels=("approvals", "managers")),
         },
     )
     slack.hold()
