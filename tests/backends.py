@@ -7,8 +7,11 @@ its tests run twice and stay unchanged:
     from tests.backends import on_backend, on_backend_api_broker, on_backend_broker  # noqa: F401
 
 On the cluster the broker's keys live on the cluster and RQ on a single Redis of its own, as
-`Broker.from_settings` sets a clustered broker up. A test that cannot run on the cluster takes
-`@single_only` with a `# cluster: <reason>` comment.
+`Broker.from_settings` sets a clustered broker up. conftest imports the fixtures those build on
+(`backend`, `rq_redis`, `new_redis`, `backend_env`, `make_broker_on`): they do nothing for a
+module that does not opt in. A test that reads a raw key names the partition it is in
+(`keys.of_request(id)`, `keys.of_run(id)`, `keys.parts()`); one that cannot run on the cluster
+takes `@single_only` with a `# cluster: <reason>` comment.
 """
 
 from __future__ import annotations

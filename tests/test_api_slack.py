@@ -26,7 +26,6 @@ from tests.backends import (  # noqa: F401 - redis, broker, api_broker on both b
     on_backend,
     on_backend_api_broker,
     on_backend_broker,
-    single_only,
     stream_entries,
 )
 from tests.conftest import wait_for

@@ -19,7 +19,6 @@ from tests.backends import (  # noqa: F401 - redis, broker, api_broker on both b
     on_backend_api_broker,
     on_backend_broker,
     resume_once,
-    single_only,
 )
 from tests.conftest import jobs_bound_to, wait_for, work
 from tests.fakes.harness import SECRET, running, webhook

@@ -28,7 +28,6 @@ from tests.backends import (  # noqa: F401 - redis, broker, api_broker on both b
     on_backend_broker,
     resume_once,
     settings_for,
-    single_only,
 )
 from tests.conftest import wait_for, work
 from workers import resumer as resumer_module
