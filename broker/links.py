@@ -148,7 +148,11 @@ def read_link(broker: Broker, token: str, max_age_s: float) -> LinkClaims:
         str(queue) if queue is not None else None,
         count,
     )
-    if broker.redis.exists(broker.keys.seen("email", claims.nonce)):
+    keys = broker.keys  # the decide step spends the marker in the request's partition (cluster)
+    seen = keys.in_partition(
+        keys.seen("email", claims.nonce), keys.partition_of_request(claims.request_id)
+    )
+    if broker.redis.exists(seen):
         raise LinkError("this link has already been used", code="link_used")
     return claims
 

@@ -26,7 +26,15 @@ from broker.config import Config, Settings, parse_config
 from broker.links import SECRET_ENV
 from broker.redis_server import EmbeddedRedis
 from broker.runs import run_queue
+from tests.backends import (  # noqa: F401 - fixtures the modules on both backends build on
+    backend_param,
+    on_backend_connect,
+    on_backend_env,
+    on_backend_make_broker,
+    on_backend_rq,
+)
 from tests.cluster_harness import cluster_client, redis_cluster  # noqa: F401 - fixtures
+from tests.notifier_setup import fake_receiver, fake_slack, fake_smtp  # noqa: F401 - the fakes
 from workers import jobs
 
 _db_numbers = itertools.cycle(range(1, 16))
@@ -137,9 +145,9 @@ def bound(broker: Broker) -> Iterator[Broker]:
 
 def work(broker: Broker) -> None:
     """Run every queued agent job in this process (RQ's SimpleWorker, burst mode)."""
-    SimpleWorker([run_queue(broker)], connection=broker.redis, serializer=JSONSerializer).work(
-        burst=True, logging_level="WARNING"
-    )
+    SimpleWorker(
+        [run_queue(broker)], connection=broker.store.rq_redis, serializer=JSONSerializer
+    ).work(burst=True, logging_level="WARNING")
 
 
 @pytest.fixture

@@ -15,6 +15,11 @@ from broker.config import Config, parse_config
 from broker.deciding import Deciding
 from broker.errors import Conflict
 from broker.models import Decision, NewRequest, Request
+from tests.backends import (  # noqa: F401 - redis, broker, api_broker on both backends
+    on_backend,
+    on_backend_api_broker,
+    on_backend_broker,
+)
 from tests.conftest import wait_for
 from tests.test_decide import snapshot
 from tests.test_quorum import SIGNING, slack_click
@@ -69,7 +74,7 @@ def new(broker: Broker, **kw: Any) -> Request:
 
 
 def expires(broker: Broker, request_id: str) -> float:
-    score = broker.redis.zscore(broker.keys.expiry, request_id)
+    score = broker.redis.zscore(broker.keys.of_request(request_id).expiry, request_id)
     assert score is not None
     return float(score)
 
@@ -115,7 +120,9 @@ def test_the_sweep_honours_an_ack_even_if_the_expiry_entry_is_earlier(
     req = new(api_broker)
     Deciding(api_broker).ack(req.id, Principal("alice", frozenset({"ops"})), via=("inbox",))
     held = expires(api_broker, req.id)
-    api_broker.redis.zadd(api_broker.keys.expiry, {req.id: req.expires_at.timestamp()})
+    api_broker.redis.zadd(
+        api_broker.keys.of_request(req.id).expiry, {req.id: req.expires_at.timestamp()}
+    )
     assert api_broker.sweep(now=req.expires_at.timestamp() + 1) == []
     assert expires(api_broker, req.id) == pytest.approx(held, abs=1e-3)
 

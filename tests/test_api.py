@@ -27,6 +27,12 @@ from broker.client import Broker
 from broker.config import Config, Settings, parse_config
 from broker.models import NewRequest, Request
 from broker.runs import RUN_QUEUE
+from tests.backends import (  # noqa: F401 - redis, broker, api_broker on both backends
+    on_backend,
+    on_backend_api_broker,
+    on_backend_broker,
+    single_only,
+)
 
 ADMIN = "tok-admin-of-the-api-tests-0123"
 
@@ -259,7 +265,9 @@ def test_same_approver_repeating_the_same_decision_is_200(
     again = client.post(f"/v1/requests/{req.id}/decision", json=body, headers=ALICE)
     assert first.status_code == again.status_code == 200
     assert again.json()["decision"] == first.json()["decision"]
-    assert api_broker.redis.xlen(api_broker.keys.stream("default")) == 2  # created + decided
+    assert (
+        api_broker.redis.xlen(api_broker.keys.of_request(req.id).stream("default")) == 2
+    )  # created + decided
 
 
 def test_roles_are_enforced_404(client: TestClient, api_broker: Broker) -> None:
@@ -374,7 +382,7 @@ def test_runs_start_read_and_errors(client: TestClient, api_broker: Broker) -> N
     resp = client.post("/v1/runs", json=body, headers=ALICE)
     assert resp.status_code == 202, resp.text
     run_id = resp.json()["run_id"]
-    queue = Queue(RUN_QUEUE, connection=api_broker.redis, serializer=JSONSerializer)
+    queue = Queue(RUN_QUEUE, connection=api_broker.store.rq_redis, serializer=JSONSerializer)
     assert f"run-{run_id}-0" in queue.job_ids
     assert_error(client.get(f"/v1/runs/{run_id}", headers=CAROL), 404, "not_found")  # not hers
     run = client.get(f"/v1/runs/{run_id}", headers=ALICE)
@@ -470,12 +478,13 @@ def test_fifty_concurrent_http_decisions_one_wins(redis: Redis) -> None:
             assert body["request"]["decision"] == winning
     stored = broker.get_request(req.id)
     assert stored.decision is not None and stored.decision.decided_by == winning["decided_by"]
-    assert broker.redis.xlen(broker.keys.resumes) == 1
+    assert broker.redis.xlen(broker.keys.of_run(run.id).resumes) == 1
 
 
 # ---- server-sent events ----------------------------------------------------------------------
 
 
+@single_only  # cluster: SSE reads partition 0 only (README "Redis Cluster")
 def test_events_stream_created_decided_escalated_timed_out(api_broker: Broker, cfg: Config) -> None:
     app = create_app(Settings(admin_token=ADMIN), cfg, api_broker)
     with ServerThread(app) as server, httpx.Client(base_url=server.url, timeout=10) as http:
@@ -517,11 +526,11 @@ def test_events_stream_created_decided_escalated_timed_out(api_broker: Broker, c
 # ---- the CLI role --------------------------------------------------------------------------
 
 
-def test_cli_api_command_serves_the_app(redis_url: str, tmp_path: Any) -> None:
+def test_cli_api_command_serves_the_app(backend_env: dict[str, str], tmp_path: Any) -> None:
     """`approval-broker api --port 0` prints where it listens and answers there."""
     env = {
         **os.environ,
-        "APPROVAL_BROKER_REDIS_URL": redis_url,
+        **backend_env,
         "APPROVAL_BROKER_ADMIN_TOKEN": ADMIN,
         "APPROVAL_BROKER_DATA_DIR": str(tmp_path),
     }

@@ -16,6 +16,11 @@ from broker.client import Broker
 from broker.config import Config, Settings, parse_config
 from broker.links import new_nonce, read_link, sign_link
 from broker.models import Decision, NewRequest, Outcome, Request
+from tests.backends import (  # noqa: F401 - redis, broker, api_broker on both backends
+    on_backend,
+    on_backend_api_broker,
+    on_backend_broker,
+)
 
 
 @pytest.fixture

@@ -22,6 +22,12 @@ from broker import slack_ids as ids
 from broker.client import Broker
 from broker.config import Config, Settings, parse_config
 from broker.models import NewRequest, Request
+from tests.backends import (  # noqa: F401 - redis, broker, api_broker on both backends
+    on_backend,
+    on_backend_api_broker,
+    on_backend_broker,
+    stream_entries,
+)
 from tests.conftest import wait_for
 
 SIGNING_SECRET = "8f742231b10e8888abcd99yyyzzz85a5"
@@ -261,7 +267,7 @@ def test_replayed_request_is_refused(client: TestClient, api_broker: Broker) -> 
     replay = send(client, body, headers)
     assert replay.status_code == 409 and replay.json()["error"] == "replayed"
     # nothing else changed: two requests created, one decided
-    assert api_broker.redis.xlen(api_broker.keys.stream("default")) == 3
+    assert len(stream_entries(api_broker)) == 3
     assert api_broker.get_request(second.id).is_pending
 
 

@@ -17,6 +17,12 @@ from standardwebhooks.webhooks import Webhook
 from broker.client import Broker
 from broker.config import Config, parse_config
 from broker.models import NewRequest, Request
+from tests.backends import (  # noqa: F401 - redis, broker, api_broker on both backends
+    on_backend,
+    on_backend_api_broker,
+    on_backend_broker,
+    single_only,
+)
 
 OLD_SECRET = "whsec_" + base64.b64encode(b"old-secret-for-ops-endpoint-0123").decode()
 NEW_SECRET = "whsec_" + base64.b64encode(b"new-secret-for-ops-endpoint-0123").decode()
@@ -113,6 +119,7 @@ def test_bad_signatures_are_401_and_decide_nothing(
     assert api_broker.get_request(req.id).is_pending
 
 
+@single_only  # cluster: the id's marker is kept in its request's partition (see the report)
 def test_replayed_webhook_id_is_refused(client: TestClient, api_broker: Broker) -> None:
     a, b = make(api_broker), make(api_broker)
     raw, headers = signed({"request_id": a.id, "outcome": "approved"}, msg_id="msg_r")

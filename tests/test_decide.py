@@ -11,14 +11,22 @@ from pydantic import ValidationError
 from redis import Redis
 
 from broker.client import Broker
+from broker.cluster import WAIT_MARKER
 from broker.errors import Conflict, InvalidInput, NotFound
 from broker.models import Decision, NewRequest, Status, args_hash
+from tests.backends import (  # noqa: F401 - redis and broker on both backends
+    on_backend,
+    on_backend_broker,
+    single_only,
+)
 
 
 def snapshot(redis: Redis) -> dict[bytes, object]:
     """Every key with its type and content: to prove a refused call wrote nothing."""
     out: dict[bytes, object] = {}
     for key in redis.scan_iter():
+        if key.endswith(WAIT_MARKER.encode()):
+            continue  # a cluster's WAIT marker (`broker.cluster`): no state, gone in seconds
         kind = redis.type(key)
         if kind == b"hash":
             out[key] = redis.hgetall(key)
@@ -50,13 +58,13 @@ def race(n: int, fn) -> list:
         return list(pool.map(go, range(n)))
 
 
-def test_fifty_threads_one_winner(broker: Broker, redis_url: str, config):
+def test_fifty_threads_one_winner(broker: Broker, new_redis, config):
     request = broker.create_request(
         NewRequest(tool_name="refund", args={"order": "A1", "amount": 120})
     )
 
     def decide(i: int):
-        own = Broker(Redis.from_url(redis_url), config, prefix="t:")
+        own = Broker(new_redis(), config, prefix="t:")
         outcome = "approved" if i % 2 else "rejected"
         return own.decide(
             request.id, Decision(outcome=outcome, reason=f"r{i}"), decided_by=f"user{i}"
@@ -71,12 +79,13 @@ def test_fifty_threads_one_winner(broker: Broker, redis_url: str, config):
     stored = broker.get_request(request.id)
     assert stored.decision.decided_by == winner.decided_by
     assert stored.status.value == winner.outcome.value
-    events = broker.redis.xrange(broker.keys.stream("default"))
+    keys = broker.keys.of_request(request.id)  # its partition's (one on a single Redis)
+    events = broker.redis.xrange(keys.stream("default"))
     assert [e[1][b"type"] for e in events] == [b"approval.requested", b"approval.decided"]
-    assert broker.redis.zscore(broker.keys.expiry, request.id) is None
+    assert broker.redis.zscore(keys.expiry, request.id) is None
 
 
-def test_decision_racing_the_sweeper_leaves_one_outcome(broker: Broker, redis_url: str, config):
+def test_decision_racing_the_sweeper_leaves_one_outcome(broker: Broker, new_redis, config):
     """Many iterations of a decide and a sweep released together: exactly one outcome each time.
 
     Both outcomes must occur (else the race was never run: it goes on past 150 rounds, up to
@@ -84,7 +93,7 @@ def test_decision_racing_the_sweeper_leaves_one_outcome(broker: Broker, redis_ur
     stream, whichever side won.
     """
     broker.config.queues["default"].escalate_to = None  # time out instead of escalating
-    other = Broker(Redis.from_url(redis_url), config, prefix="t:")
+    other = Broker(new_redis(), config, prefix="t:")
     outcomes = {"approved": 0, "timed_out": 0}
     ids: list[str] = []
     i = 0
@@ -114,7 +123,8 @@ def test_decision_racing_the_sweeper_leaves_one_outcome(broker: Broker, redis_ur
             assert stored.decision.decided_by == "sweeper"
     assert outcomes["approved"] > 0 and outcomes["timed_out"] > 0, outcomes
     per_request: dict[str, list[bytes]] = {rid: [] for rid in ids}
-    for _, fields in broker.redis.xrange(broker.keys.stream("default")):
+    events = [e for k in broker.keys.parts() for e in broker.redis.xrange(k.stream("default"))]
+    for _, fields in events:
         if fields[b"type"] in (b"approval.decided", b"approval.timed_out"):
             per_request[fields[b"request_id"].decode()].append(fields[b"type"])
     expected = {b"approved": b"approval.decided", b"timed_out": b"approval.timed_out"}
@@ -123,7 +133,7 @@ def test_decision_racing_the_sweeper_leaves_one_outcome(broker: Broker, redis_ur
         assert kinds == [expected[status]], (rid, status, kinds)
 
 
-def test_three_calls_decided_at_once_write_one_outbox_entry(broker: Broker, redis_url: str, config):
+def test_three_calls_decided_at_once_write_one_outbox_entry(broker: Broker, new_redis, config):
     for attempt in range(20):
         run_id = f"run_{attempt}"
         broker.create_run("agent", "go", run_id=run_id)
@@ -132,7 +142,7 @@ def test_three_calls_decided_at_once_write_one_outbox_entry(broker: Broker, redi
         ]
         requests = broker.create_round(run_id, 1, calls)
         assert broker.get_run(run_id).status.value == "waiting"
-        clients = [Broker(Redis.from_url(redis_url), config, prefix="t:") for _ in range(3)]
+        clients = [Broker(new_redis(), config, prefix="t:") for _ in range(3)]
         race(
             3,
             lambda i, rs=requests, cs=clients: cs[i].decide(
@@ -141,7 +151,7 @@ def test_three_calls_decided_at_once_write_one_outbox_entry(broker: Broker, redi
         )
         entries = [
             e
-            for e in broker.redis.xrange(broker.keys.resumes)
+            for e in broker.redis.xrange(broker.keys.of_run(run_id).resumes)
             if e[1][b"run_id"] == run_id.encode()
         ]
         assert len(entries) == 1
@@ -156,10 +166,11 @@ def test_outbox_waits_for_every_call_of_the_round(broker: Broker):
         "r1", 1, [NewRequest(tool_name="x"), NewRequest(tool_name="y", kind="question")]
     )
     broker.decide(a.id, Decision(outcome="rejected", reason="no"), decided_by="bob")
-    assert broker.redis.xlen(broker.keys.resumes) == 0
+    resumes = broker.keys.of_run("r1").resumes
+    assert broker.redis.xlen(resumes) == 0
     assert broker.get_run("r1").pending == [b.id]
     broker.decide(b.id, Decision(outcome="answered", answer={"colour": "blue"}), decided_by="bob")
-    assert broker.redis.xlen(broker.keys.resumes) == 1
+    assert broker.redis.xlen(resumes) == 1
 
 
 def test_registering_a_round_twice_creates_nothing_new(broker: Broker):
@@ -167,7 +178,7 @@ def test_registering_a_round_twice_creates_nothing_new(broker: Broker):
     first = broker.create_round("r2", 1, [NewRequest(tool_name="x")])
     again = broker.create_round("r2", 1, [NewRequest(tool_name="x")])
     assert [r.id for r in again] == [r.id for r in first]
-    assert broker.redis.xlen(broker.keys.stream("default")) == 1
+    assert broker.redis.xlen(broker.keys.of_run("r2").stream("default")) == 1
 
 
 def test_stale_args_hash_is_refused_and_writes_nothing(broker: Broker):
@@ -264,7 +275,7 @@ def test_escalation_moves_request_and_keeps_it_pending(broker: Broker):
         "too big",
     )
     for queue in ("default", "managers"):
-        last = broker.redis.xrange(broker.keys.stream(queue))[-1][1]
+        last = broker.redis.xrange(broker.keys.of_request(request.id).stream(queue))[-1][1]
         assert last[b"type"] == b"approval.escalated" and last[b"to"] == b"managers"
     with pytest.raises(InvalidInput, match="no escalate_to"):
         broker.decide(request.id, Decision(outcome="escalated"), decided_by="bob")
@@ -309,7 +320,7 @@ def test_decided_requests_are_forgotten_after_the_retention(broker: Broker):
     assert broker.redis.ttl(broker.keys.request(waiting.id)) == -1  # pending: kept until decided
     broker.redis.delete(broker.keys.request(old.id))  # as Redis does when the TTL runs out
     broker.sweep(now=time.time() + broker.retention + 1)
-    assert broker.redis.zscore(broker.keys.requests, old.id) is None
+    assert broker.redis.zscore(broker.keys.of_request(old.id).requests, old.id) is None
     assert [r.id for r in broker.list_requests()] == [waiting.id]
 
 
@@ -345,6 +356,7 @@ def test_a_decision_bound_to_a_queue_is_refused_once_the_request_moved(broker: B
     assert done.status is Status.approved
 
 
+@single_only  # cluster: a marker is kept in its request's partition, so "on any request" spans one
 def test_a_one_time_marker_is_spent_with_the_decision_and_only_then(broker: Broker):
     a, b = (
         broker.create_request(NewRequest(tool_name="a")),

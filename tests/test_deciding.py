@@ -11,7 +11,6 @@ from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
-from redis import Redis
 from typer.testing import CliRunner
 
 from api.app import create_app
@@ -22,6 +21,11 @@ from broker.config import Config, Settings, load_config
 from broker.deciding import Deciding
 from broker.errors import Conflict, InvalidInput
 from broker.models import Decision, NewRequest, Outcome, Request
+from tests.backends import (  # noqa: F401 - redis, broker, api_broker on both backends
+    on_backend,
+    on_backend_api_broker,
+    on_backend_broker,
+)
 
 ADMIN = "admin-token-of-the-deciding-tests"
 CONFIG = f"""
@@ -72,19 +76,17 @@ def cfg(config_path: Path) -> Config:
 
 
 @pytest.fixture
-def api_broker(redis: Redis, cfg: Config) -> Broker:
-    return Broker(redis, cfg, prefix="t:")
-
-
-@pytest.fixture
 def client(api_broker: Broker, cfg: Config) -> Iterator[TestClient]:
     with TestClient(create_app(Settings(admin_token=ADMIN), cfg, api_broker)) as c:
         yield c
 
 
 @pytest.fixture
-def cli_env(redis_url: str, config_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("APPROVAL_BROKER_REDIS_URL", redis_url)
+def cli_env(
+    backend_env: dict[str, str], config_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for name, value in backend_env.items():
+        monkeypatch.setenv(name, value)
     monkeypatch.setenv("APPROVAL_BROKER_CONFIG", str(config_path))
     monkeypatch.setenv("APPROVAL_BROKER_KEY_PREFIX", "t:")
     monkeypatch.delenv("APPROVAL_BROKER_ADMIN_TOKEN", raising=False)

@@ -5,17 +5,21 @@ the chain it times out and the run resumes once, with the model told no one answ
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import pytest
-from redis import Redis
 
 from broker.agents import register_agent
 from broker.client import Broker
 from broker.config import parse_config
 from broker.models import Status
-from broker.outbox import Resumer
 from broker.runs import start_run
+from tests.backends import (  # noqa: F401 - redis, broker, api_broker on both backends
+    on_backend,
+    on_backend_api_broker,
+    on_backend_broker,
+    resume_once,
+)
 from tests.conftest import jobs_bound_to, wait_for, work
 from tests.fakes.harness import SECRET, running, webhook
 from tests.fakes.webhook_receiver import WebhookReceiver
@@ -33,7 +37,7 @@ def receiver() -> Iterator[WebhookReceiver]:
 
 
 @pytest.fixture
-def chain(redis: Redis, receiver: WebhookReceiver) -> Iterator[Broker]:
+def chain(make_broker_on: Callable[..., Broker], receiver: WebhookReceiver) -> Iterator[Broker]:
     config = parse_config(
         {
             "queues": {
@@ -48,7 +52,7 @@ def chain(redis: Redis, receiver: WebhookReceiver) -> Iterator[Broker]:
             "webhooks": {name: webhook(receiver.url(f"/{name}")) for name in "abc"},
         }
     )
-    with jobs_bound_to(Broker(redis, config, prefix="t:")) as broker:
+    with jobs_bound_to(make_broker_on(config)) as broker:
         yield broker
 
 
@@ -91,9 +95,9 @@ def test_two_escalations_then_a_time_out_reach_each_queues_channels_and_resume_o
     assert [t for t, _ in events_at(receiver, "/b")] == ["approval.escalated", "approval.escalated"]
     assert [t for t, _ in events_at(receiver, "/c")] == ["approval.escalated", "approval.timed_out"]
 
-    handled = Resumer(broker, consumer="r1", block_ms=None).run_once()
+    handled = resume_once(broker, consumer="r1")
     assert [(h.run_id, h.round, h.action) for h in handled] == [(run.id, 1, "enqueued")]
-    assert Resumer(broker, consumer="r2", block_ms=None).run_once() == []
+    assert resume_once(broker, consumer="r2") == []
     work(broker)
     finished = broker.get_run(run.id)
     assert finished.status.value == "finished"

@@ -5,7 +5,6 @@ nor mail are told (an ack is no decision and no webhook event type)."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 
 import httpx
 import pytest
@@ -22,59 +21,37 @@ from broker.models import Decision
 from broker.text import as_str
 from notifiers.events import parse_entry
 from tests.conftest import wait_for
-from tests.fakes.harness import SECRET, running, webhook
+from tests.fakes.harness import running
 from tests.fakes.slack import FakeSlack
 from tests.fakes.smtp import SmtpSink
 from tests.fakes.webhook_receiver import WebhookReceiver
+from tests.notifier_setup import every_channel, make_broker, refund, settled
 from tests.test_events import events_of, next_event
-from tests.test_notifier_channels import email_section, make_broker, refund, settled, slack_section
 
 ALICE = {"Authorization": "Bearer tok-alice-fixups-ack-0123"}
 
 
 @pytest.fixture
-def receiver() -> Iterator[WebhookReceiver]:
-    server = WebhookReceiver(SECRET).start()
-    yield server
-    server.stop()
-
-
-@pytest.fixture
-def slack() -> Iterator[FakeSlack]:
-    server = FakeSlack().start()
-    yield server
-    server.stop()
-
-
-@pytest.fixture
-def smtp() -> Iterator[SmtpSink]:
-    server = SmtpSink().start()
-    yield server
-    server.stop()
-
-
-@pytest.fixture
 def broker(redis: Redis, receiver: WebhookReceiver, slack: FakeSlack, smtp: SmtpSink) -> Broker:
+    channels = ["inbox", "webhook:ops", "slack:approvals", "email:leads"]
+    queues = {
+        "default": {"channels": channels, "escalate_to": "managers"},
+        "managers": {"channels": ["inbox"]},
+    }
     return make_broker(
         redis,
-        {
-            "queues": {
-                "default": {
-                    "channels": ["inbox", "webhook:ops", "slack:approvals", "email:leads"],
-                    "escalate_to": "managers",
-                },
-                "managers": {"channels": ["inbox"]},
-            },
-            "webhooks": {"ops": webhook(receiver.url("/ops"))},
-            "slack": slack_section(slack),
-            "email": email_section(smtp),
-            "approvers": {
+        every_channel(
+            receiver,
+            slack,
+            smtp,
+            queues=queues,
+            approvers={
                 "alice": {
                     "roles": ["ops"],
                     "token_sha256": hash_token(ALICE["Authorization"].removeprefix("Bearer ")),
                 }
             },
-        },
+        ),
     )
 
 

@@ -7,7 +7,6 @@ import json
 import logging
 import re
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -16,91 +15,32 @@ from typer.testing import CliRunner
 
 from approval_broker.cli import app
 from broker.client import Broker
-from broker.config import parse_config
 from broker.keys import NOTIFIER_GROUP
 from broker.links import read_link
 from broker.models import Decision, NewRequest, Outcome
 from notifiers.events import parse_entry
 from notifiers.parking import Parked, ParkedStore
 from notifiers.retry import RETRY_AFTER_LIMIT_S
+from tests.backends import (  # noqa: F401 - redis, broker, api_broker on both backends
+    on_backend,
+    on_backend_api_broker,
+    on_backend_broker,
+)
 from tests.conftest import wait_for
 from tests.fakes.harness import OLD_SECRET, SECRET, WRONG_SECRET, running, webhook
 from tests.fakes.slack import FakeSlack, request_id_of
 from tests.fakes.smtp import SmtpSink
 from tests.fakes.webhook_receiver import WebhookReceiver
-
-PUBLIC = "https://approvals.example.com"
-
-
-@pytest.fixture
-def receiver() -> Iterator[WebhookReceiver]:
-    server = WebhookReceiver(SECRET).start()
-    yield server
-    server.stop()
-
-
-@pytest.fixture
-def slack() -> Iterator[FakeSlack]:
-    server = FakeSlack().start()
-    yield server
-    server.stop()
-
-
-@pytest.fixture
-def smtp() -> Iterator[SmtpSink]:
-    server = SmtpSink().start()
-    yield server
-    server.stop()
-
-
-def slack_section(fake: FakeSlack) -> dict[str, Any]:
-    return {
-        "bot_token": fake.token,
-        "signing_secret": "signing",
-        "api_base_url": fake.url,
-        "channels": {"approvals": {"channel": "C1"}, "managers": {"channel": "C2"}},
-    }
-
-
-def email_section(sink: SmtpSink, **extra: Any) -> dict[str, Any]:
-    return {
-        "smtp_url": sink.url,
-        "from": "approvals@example.com",
-        "public_url": PUBLIC,
-        # addresses no approver has: links only because the list lets them decide
-        "lists": {
-            "leads": {"to": ["lead@example.com", "cfo@example.com"], "unmapped_may_decide": True}
-        },
-        **extra,
-    }
-
-
-def make_broker(redis: Redis, raw: dict[str, Any]) -> Broker:
-    return Broker(redis, parse_config(raw), prefix="t:")
-
-
-def settled(broker: Broker, queue: str = "default") -> bool:
-    """Every entry of the queue's stream was read by the group and acknowledged."""
-    stream = broker.keys.stream(queue)
-    last = broker.redis.xrevrange(stream, count=1)
-    if not last:
-        return False
-    for group in broker.redis.xinfo_groups(stream):
-        if group["name"] in (NOTIFIER_GROUP, NOTIFIER_GROUP.encode()):
-            return group["pending"] == 0 and group["last-delivered-id"] == last[0][0]
-    return False
-
-
-def read_all(broker: Broker, queue: str = "default") -> bool:
-    """The group has read every entry of the queue's stream (acknowledged or not)."""
-    stream = broker.keys.stream(queue)
-    last = broker.redis.xrevrange(stream, count=1)
-    groups = broker.redis.xinfo_groups(stream)
-    return bool(last) and any(g["last-delivered-id"] == last[0][0] for g in groups)
-
-
-def pending(broker: Broker, queue: str = "default") -> int:
-    return int(broker.redis.xpending(broker.keys.stream(queue), NOTIFIER_GROUP)["pending"])
+from tests.notifier_setup import (
+    PUBLIC,
+    email_section,
+    make_broker,
+    pending,
+    read_all,
+    refund,
+    settled,
+    slack_section,
+)
 
 
 def stat(broker: Broker, name: str) -> int:
@@ -110,10 +50,6 @@ def stat(broker: Broker, name: str) -> int:
 def delivered_channels(broker: Broker, request_id: str) -> list[str]:
     request = broker.get_request(request_id)
     return sorted(h.channel or "" for h in request.history if h.event == "delivered")
-
-
-def refund(**extra: Any) -> NewRequest:
-    return NewRequest(tool_name="refund", args={"order_id": "A1", "amount": 120}, **extra)
 
 
 def parked(broker: Broker, channel: str) -> int:
@@ -138,7 +74,7 @@ def test_one_request_fans_out_to_every_channel(
                 "default": {"channels": ["inbox", "webhook:ops", "slack:approvals", "email:leads"]}
             },
             "webhooks": {"ops": webhook(receiver.url("/ops"))},
-            "slack": slack_section(slack),
+            "slack": slack_section(slack, channels=("approvals", "managers")),
             "email": email_section(smtp),
         },
     )
@@ -175,7 +111,7 @@ def slack_broker(redis: Redis, slack: FakeSlack, **queues: Any) -> Broker:
                 "default": {"channels": ["slack:approvals"], "escalate_to": "managers"},
                 "managers": {"channels": ["slack:managers"]},
             },
-            "slack": slack_section(slack),
+            "slack": slack_section(slack, channels=("approvals", "managers")),
             "approvers": {"alice": {"roles": ["finance"], "slack_user_id": "U0ALICE"}},
         },
     )
@@ -662,7 +598,7 @@ def test_a_hung_channel_does_not_hold_up_the_others(
         {
             "queues": {"default": {"channels": ["slack:approvals", "webhook:ops"]}},
             "webhooks": {"ops": webhook(receiver.url("/ops"))},
-            "slack": slack_section(slack),
+            "slack": slack_section(slack, channels=("approvals", "managers")),
         },
     )
     slack.hold()
@@ -708,8 +644,8 @@ def test_a_parked_delivery_whose_lease_lapsed_is_taken_over(
 ) -> None:
     """What a SIGKILLed notifier was working on is delivered by another."""
     broker = hook_broker(redis, {"ops": webhook(receiver.url("/ops"))}, ["webhook:ops"])
-    stream = broker.keys.stream("default")
     request = broker.create_request(refund())
+    stream = broker.keys.of_request(request.id).stream("default")  # its partition's
     redis.xgroup_create(stream, NOTIFIER_GROUP, id="$")  # the entry itself was acked long ago
     ((entry_id, raw),) = redis.xrange(stream)
     fields = {k.decode(): v.decode() for k, v in raw.items()}
@@ -804,11 +740,14 @@ def test_entries_left_by_a_dead_consumer_are_reclaimed(
     redis: Redis, receiver: WebhookReceiver
 ) -> None:
     broker = hook_broker(redis, {"ops": webhook(receiver.url("/ops"))}, ["webhook:ops"])
-    stream = broker.keys.stream("default")
-    broker.ensure_group(stream, NOTIFIER_GROUP)
     request = broker.create_request(refund())
     gone = broker.create_request(refund())
-    assert redis.xreadgroup(NOTIFIER_GROUP, "ghost", {stream: ">"})  # read, then "crashed"
+    stream = broker.keys.of_request(gone.id).stream("default")  # its partition's
+    for made in (request, gone):  # read, then "crashed"
+        mine = broker.keys.of_request(made.id).stream("default")
+        broker.ensure_group(mine, NOTIFIER_GROUP)
+        redis.xreadgroup(NOTIFIER_GROUP, "ghost", {mine: ">"})
+    assert pending(broker) == 2
     gone_entry = [eid for eid, f in redis.xrange(stream) if f[b"request_id"] == gone.id.encode()]
     redis.xdel(stream, *gone_entry)  # one of its entries was trimmed meanwhile
     with running(broker, claim_idle_s=0.3):
@@ -825,9 +764,9 @@ def test_an_entry_handed_out_too_often_is_dead_lettered(
     redis: Redis, receiver: WebhookReceiver
 ) -> None:
     broker = hook_broker(redis, {"ops": webhook(receiver.url("/ops"))}, ["webhook:ops"])
-    stream = broker.keys.stream("default")
-    broker.ensure_group(stream, NOTIFIER_GROUP)
     request = broker.create_request(refund())
+    stream = broker.keys.of_request(request.id).stream("default")  # its partition's
+    broker.ensure_group(stream, NOTIFIER_GROUP)
     ((_, ((entry_id, _),)),) = redis.xreadgroup(NOTIFIER_GROUP, "ghost", {stream: ">"})
     for _ in range(3):  # three more consumers took it and died
         redis.xclaim(stream, NOTIFIER_GROUP, "ghost", 0, [entry_id])
@@ -843,7 +782,7 @@ def test_an_entry_handed_out_too_often_is_dead_lettered(
 
 
 def test_dead_letters_command_lists_and_redrives(
-    redis: Redis, redis_url: str, receiver: WebhookReceiver
+    redis: Redis, backend_env: dict[str, str], receiver: WebhookReceiver
 ) -> None:
     receiver.default("/down", 503)
     broker = hook_broker(redis, {"down": webhook(receiver.url("/down"))}, ["webhook:down"])
@@ -852,7 +791,7 @@ def test_dead_letters_command_lists_and_redrives(
         wait_for(lambda: settled(broker))
     ((letter_id, _),) = broker.dead_letters()
     cli = CliRunner()
-    env = {"APPROVAL_BROKER_REDIS_URL": redis_url, "APPROVAL_BROKER_KEY_PREFIX": "t:"}
+    env = {**backend_env, "APPROVAL_BROKER_KEY_PREFIX": "t:"}
 
     listed = cli.invoke(app, ["dead-letters"], env=env)
     assert listed.exit_code == 0

@@ -33,6 +33,7 @@ from tests.fakes.harness import SECRET, running, webhook
 from tests.fakes.slack import FakeSlack
 from tests.fakes.smtp import SmtpSink
 from tests.fakes.webhook_receiver import WebhookReceiver
+from tests.notifier_setup import email_section, slack_section
 
 SIGNING = "signing-secret-for-question-tests"
 ADMIN = "admin-token-for-question-channel-tests"
@@ -58,45 +59,16 @@ TICKET = {
 }
 
 
-@pytest.fixture
-def slack() -> Iterator[FakeSlack]:
-    fake = FakeSlack().start()
-    yield fake
-    fake.stop()
-
-
-@pytest.fixture
-def smtp() -> Iterator[SmtpSink]:
-    sink = SmtpSink().start()
-    yield sink
-    sink.stop()
-
-
-@pytest.fixture
-def receiver() -> Iterator[WebhookReceiver]:
-    server = WebhookReceiver(SECRET).start()
-    yield server
-    server.stop()
-
-
 def channels_config(slack: FakeSlack, smtp: SmtpSink, receiver: WebhookReceiver) -> Config:
     return parse_config(
         {
             "queues": {
                 "default": {"channels": ["inbox", "slack:approvals", "email:leads", "webhook:ops"]}
             },
-            "slack": {
-                "bot_token": slack.token,
-                "signing_secret": SIGNING,
-                "api_base_url": slack.url,
-                "channels": {"approvals": {"channel": "C1"}},
-            },
-            "email": {
-                "smtp_url": smtp.url,
-                "from": "approvals@example.com",
-                "public_url": PUBLIC,
-                "lists": {"leads": {"to": ["alice@example.com"]}},
-            },
+            "slack": slack_section(slack, signing_secret=SIGNING),
+            "email": email_section(
+                smtp, public_url=PUBLIC, lists={"leads": {"to": ["alice@example.com"]}}
+            ),
             "webhooks": {"ops": webhook(receiver.url("/ops"))},
             "approvers": {
                 "alice": {

@@ -9,6 +9,7 @@ import base64
 import json
 import threading
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime
 from functools import partial
 from itertools import count
@@ -29,6 +30,12 @@ from broker.auth import hash_token
 from broker.client import Broker
 from broker.config import Config, Settings, parse_config
 from broker.models import Decision, NewRequest, Request, args_hash
+from tests.backends import (  # noqa: F401 - redis, broker, api_broker on both backends
+    on_backend,
+    on_backend_api_broker,
+    on_backend_broker,
+    single_only,
+)
 from tests.test_decide import snapshot
 
 SIGNING = "8f742231b10e8888abcd99yyyzzz85a5"
@@ -107,14 +114,16 @@ def webhook_reply(body: dict[str, Any]) -> tuple[bytes, dict[str, str]]:
 def events_of(broker: Broker, request_id: str, queue: str = "default") -> list[str]:
     return [
         e[1][b"type"].decode()
-        for e in broker.redis.xrange(broker.keys.stream(queue))
+        for e in broker.redis.xrange(broker.keys.of_request(request_id).stream(queue))
         if e[1][b"request_id"].decode() == request_id
     ]
 
 
 def resumes_of(broker: Broker, run_id: str) -> int:
     return sum(
-        1 for _, f in broker.redis.xrange(broker.keys.resumes) if f[b"run_id"] == run_id.encode()
+        1
+        for _, f in broker.redis.xrange(broker.keys.of_run(run_id).resumes)
+        if f[b"run_id"] == run_id.encode()
     )
 
 
@@ -128,9 +137,9 @@ def new(broker: Broker, **kw: Any) -> Request:
 
 
 def test_three_approvers_and_a_rejecter_racing_leave_one_outcome_resumed_once(
-    api_broker: Broker, cfg: Config, redis_url: str
+    api_broker: Broker, cfg: Config, new_redis: Callable[[], Redis]
 ) -> None:
-    app = create_app(Settings(), cfg, Broker(Redis.from_url(redis_url), cfg, prefix="t:"))
+    app = create_app(Settings(), cfg, Broker(new_redis(), cfg, prefix="t:"))
     outcomes: set[str] = set()
     with ServerThread(app) as server:
         clients = [httpx.Client(base_url=server.url, timeout=30) for _ in range(4)]
@@ -391,6 +400,7 @@ def test_a_vote_without_the_role_is_404_and_writes_nothing(
     assert snapshot(api_broker.redis) == before
 
 
+@single_only  # cluster: SSE reads partition 0 only (README "Redis Cluster")
 def test_a_partial_approval_is_streamed_as_approval_voted(api_broker: Broker, cfg: Config) -> None:
     app = create_app(Settings(), cfg, api_broker)
     with ServerThread(app) as server, httpx.Client(base_url=server.url, timeout=10) as http:

@@ -4,61 +4,32 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 
-import pytest
 from redis import Redis
 
 from broker import slack_ids as ids
 from broker.models import Decision
 from notifiers.events import parse_entry
 from tests.conftest import wait_for
-from tests.fakes.harness import SECRET, running, webhook
+from tests.fakes.harness import running
 from tests.fakes.slack import FakeSlack
 from tests.fakes.smtp import SmtpSink
 from tests.fakes.webhook_receiver import WebhookReceiver
-from tests.test_notifier_channels import email_section, make_broker, refund, settled, slack_section
-
-
-@pytest.fixture
-def receiver() -> Iterator[WebhookReceiver]:
-    server = WebhookReceiver(SECRET).start()
-    yield server
-    server.stop()
-
-
-@pytest.fixture
-def slack() -> Iterator[FakeSlack]:
-    server = FakeSlack().start()
-    yield server
-    server.stop()
-
-
-@pytest.fixture
-def smtp() -> Iterator[SmtpSink]:
-    server = SmtpSink().start()
-    yield server
-    server.stop()
+from tests.notifier_setup import every_channel, make_broker, refund, settled
 
 
 def test_a_vote_updates_slack_in_place_and_is_sent_to_webhooks_not_mailed(
     redis: Redis, receiver: WebhookReceiver, slack: FakeSlack, smtp: SmtpSink
 ) -> None:
-    broker = make_broker(
-        redis,
-        {
-            "queues": {
-                "default": {
-                    "channels": ["webhook:ops", "slack:approvals", "email:leads"],
-                    "quorum": 2,
-                }
-            },
-            "webhooks": {"ops": webhook(receiver.url("/ops"))},
-            "slack": slack_section(slack),
-            "email": email_section(smtp),
-            "approvers": {"alice": {"roles": ["ops"]}, "bob": {"roles": ["ops"]}},
-        },
+    channels = ["webhook:ops", "slack:approvals", "email:leads"]
+    config = every_channel(
+        receiver,
+        slack,
+        smtp,
+        queues={"default": {"channels": channels, "quorum": 2}},
+        approvers={"alice": {"roles": ["ops"]}, "bob": {"roles": ["ops"]}},
     )
+    broker = make_broker(redis, config)
     with running(broker):
         request = broker.create_request(refund())
         wait_for(lambda: settled(broker))

@@ -6,28 +6,37 @@ import multiprocessing
 import os
 import signal
 import threading
+from collections.abc import Callable
+from typing import Any
 
 import pytest
-from redis import Redis
 from redis.exceptions import ResponseError
 from rq import Queue
 
 from broker import outbox
 from broker.agents import register_agent
 from broker.client import Broker
-from broker.config import Config, Settings
+from broker.config import Config
 from broker.keys import RESUMER_GROUP
 from broker.live_wait import LIVE, claim
 from broker.models import Decision, NewRequest, RunStatus
 from broker.outbox import Resumer
 from broker.runs import RESUME_JOB, enqueue_resume, resume_job_id, run_queue, start_run
+from tests.backends import (  # noqa: F401 - redis, broker, api_broker on both backends
+    on_backend,
+    on_backend_api_broker,
+    on_backend_broker,
+    resume_once,
+    settings_for,
+)
 from tests.conftest import wait_for, work
 from workers import resumer as resumer_module
 from workers.demo import Ledger
 
 
-def pending_entries(broker: Broker) -> int:
-    return int(broker.redis.xpending(broker.keys.resumes, RESUMER_GROUP)["pending"])
+def pending_entries(broker: Broker, partition: int = 0) -> int:
+    stream = broker.keys.part(partition).resumes
+    return int(broker.redis.xpending(stream, RESUMER_GROUP)["pending"])
 
 
 def answered_run(broker: Broker) -> str:
@@ -37,15 +46,19 @@ def answered_run(broker: Broker) -> str:
     work(broker)
     [request_id] = broker.get_run(run.id).pending
     broker.decide(request_id, Decision(outcome="approved"), decided_by="alice")
-    assert broker.redis.xlen(broker.keys.resumes) == 1
+    assert broker.redis.xlen(broker.keys.of_run(run.id).resumes) == 1
     return run.id
 
 
 def _crashing_resumer(
-    redis_url: str, config: Config, where: str, reached: multiprocessing.synchronize.Event
+    env: dict[str, str],
+    config: Config,
+    partition: int,
+    where: str,
+    reached: multiprocessing.synchronize.Event,
 ) -> None:
     """Child process: a resumer that stops dead at `where` (the parent SIGKILLs it there)."""
-    broker = Broker(Redis.from_url(redis_url), config, prefix="t:")
+    broker = Broker.from_settings(settings_for(env, key_prefix="t:"), config)
 
     def stall(*args: object, **kwargs: object) -> bool:
         reached.set()
@@ -62,18 +75,20 @@ def _crashing_resumer(
 
         real_enqueue = outbox.enqueue_resumes
         outbox.enqueue_resumes = queued_then_stall  # type: ignore[assignment]
-    Resumer(broker, consumer="doomed", block_ms=None).run_once()
+    Resumer(broker, consumer="doomed", block_ms=None, partition=partition).run_once()
 
 
 @pytest.mark.parametrize("where", ["before-enqueue", "before-commit"])
 def test_resumer_killed_between_reading_and_acking_resumes_exactly_once(
-    bound: Broker, redis_url: str, config: Config, where: str
+    bound: Broker, backend_env: dict[str, str], config: Config, where: str
 ) -> None:
     broker = bound
     run_id = answered_run(broker)
+    part = broker.keys.partition_of_run(run_id)
     ctx = multiprocessing.get_context("fork")
     reached = ctx.Event()
-    child = ctx.Process(target=_crashing_resumer, args=(redis_url, config, where, reached))
+    args = (backend_env, config, part, where, reached)
+    child = ctx.Process(target=_crashing_resumer, args=args)
     child.start()
     try:
         assert reached.wait(20), "the doomed resumer never read the outbox"
@@ -81,15 +96,15 @@ def test_resumer_killed_between_reading_and_acking_resumes_exactly_once(
     finally:
         child.join(10)
     assert child.exitcode == -signal.SIGKILL
-    assert pending_entries(broker) == 1  # read but never acknowledged
+    assert pending_entries(broker, part) == 1  # read but never acknowledged
     assert run_queue(broker).job_ids == []  # enqueueing and acknowledging are one EXEC
 
     # the restarted resumer (a new consumer name) claims the dead one's entry
-    handled = Resumer(broker, consumer="restarted", min_idle_ms=0, block_ms=None).run_once()
+    handled = resume_once(broker, consumer="restarted", min_idle_ms=0)
     assert [h.action for h in handled] == ["enqueued"]
     assert run_queue(broker).job_ids == [resume_job_id(run_id, 1)]
-    assert pending_entries(broker) == 0
-    assert Resumer(broker, consumer="again", min_idle_ms=0, block_ms=None).run_once() == []
+    assert pending_entries(broker, part) == 0
+    assert resume_once(broker, consumer="again", min_idle_ms=0) == []
 
     work(broker)
     run = broker.get_run(run_id)
@@ -98,7 +113,10 @@ def test_resumer_killed_between_reading_and_acking_resumes_exactly_once(
 
 
 def test_racing_resumers_enqueue_each_round_once(
-    broker: Broker, redis_url: str, config: Config
+    broker: Broker,
+    make_broker_on: Callable[..., Broker],
+    new_redis: Callable[[], Any],
+    config: Config,
 ) -> None:
     runs = [broker.create_run("refunds", "p").id for _ in range(30)]
     for run_id in runs:  # every round announced twice, as a re-driven entry would be
@@ -110,7 +128,7 @@ def test_racing_resumers_enqueue_each_round_once(
     start = threading.Barrier(4)
 
     def consume(name: str) -> None:
-        mine = Broker(Redis.from_url(redis_url), config, prefix="t:")
+        mine = make_broker_on(config, client=new_redis())
         resumer = Resumer(mine, consumer=name, block_ms=None, count=3)
         start.wait()
         while batch := resumer.run_once():
@@ -145,7 +163,8 @@ def test_malformed_or_orphan_entries_go_to_dead_letters(broker: Broker) -> None:
 def test_a_decision_writes_the_outbox_entry_the_resumer_enqueues(broker: Broker) -> None:
     run = broker.create_run("refunds", "p")
     [request] = broker.create_round(run.id, 1, [NewRequest(tool_name="t")])
-    resumer = Resumer(broker, consumer="r", block_ms=None)
+    part = broker.keys.partition_of_run(run.id)
+    resumer = Resumer(broker, consumer="r", block_ms=None, partition=part)
     assert resumer.run_once() == []
     broker.decide(request.id, Decision(outcome="rejected", reason="no"), decided_by="x")
     [handled] = resumer.run_once()
@@ -156,13 +175,16 @@ def test_a_decision_writes_the_outbox_entry_the_resumer_enqueues(broker: Broker)
 
 
 def test_run_resumer_role_stops_on_request(
-    broker: Broker, redis_url: str, config: Config, capsys: pytest.CaptureFixture[str]
+    broker: Broker,
+    backend_env: dict[str, str],
+    config: Config,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     run = broker.create_run("refunds", "p")
     [request] = broker.create_round(run.id, 1, [NewRequest(tool_name="t")])
     broker.decide(request.id, Decision(outcome="approved"), decided_by="x")
     stop = threading.Event()
-    settings = Settings(redis_url=redis_url, key_prefix="t:")
+    settings = settings_for(backend_env, key_prefix="t:")
     thread = threading.Thread(
         target=resumer_module.run_resumer, args=(settings, config), kwargs={"stop": stop}
     )

@@ -27,10 +27,11 @@ from broker.rule_decisions import RuleDecisions
 from broker.rules import parse_body, sync_at_start
 from broker.runs import run_queue, start_run
 from tests.conftest import jobs_bound_to, wait_for, work
-from tests.fakes.harness import SECRET, running, webhook
+from tests.fakes.harness import running, webhook
 from tests.fakes.slack import FakeSlack
 from tests.fakes.smtp import SmtpSink
 from tests.fakes.webhook_receiver import WebhookReceiver
+from tests.notifier_setup import email_section, slack_section
 from tests.test_workers_support import Recorder, recorder_for
 from workers.demo import Ledger
 from workers.resumer import Resumer
@@ -92,30 +93,6 @@ class Fleet:
         raise AssertionError("the fleet never settled")
 
 
-PUBLIC = "https://approvals.example.com"
-
-
-@pytest.fixture
-def slack() -> Iterator[FakeSlack]:
-    server = FakeSlack().start()
-    yield server
-    server.stop()
-
-
-@pytest.fixture
-def smtp() -> Iterator[SmtpSink]:
-    server = SmtpSink().start()
-    yield server
-    server.stop()
-
-
-@pytest.fixture
-def receiver() -> Iterator[WebhookReceiver]:
-    server = WebhookReceiver(SECRET).start()
-    yield server
-    server.stop()
-
-
 def fleet_config(slack: FakeSlack, smtp: SmtpSink, receiver: WebhookReceiver) -> Config:
     return parse_config(
         {
@@ -123,18 +100,8 @@ def fleet_config(slack: FakeSlack, smtp: SmtpSink, receiver: WebhookReceiver) ->
                 "default": {"channels": ["inbox", "slack:approvals", "email:leads", "webhook:ops"]}
             },
             "webhooks": {"ops": webhook(receiver.url("/ops"))},
-            "slack": {
-                "bot_token": slack.token,
-                "signing_secret": "signing",
-                "api_base_url": slack.url,
-                "channels": {"approvals": {"channel": "C1"}},
-            },
-            "email": {
-                "smtp_url": smtp.url,
-                "from": "approvals@example.com",
-                "public_url": PUBLIC,
-                "lists": {"leads": {"to": ["lead@example.com"]}},
-            },
+            "slack": slack_section(slack),
+            "email": email_section(smtp, lists={"leads": {"to": ["lead@example.com"]}}),
             "approvers": {"alice": {"roles": ["finance"]}, "bob": {"roles": ["finance"]}},
             "agents": {
                 "refunds": {"path": "workers.demo:agent", "deps": "workers.demo:make_deps"},

@@ -10,17 +10,23 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
-from redis import Redis
 from redis.exceptions import ConnectionError as RedisConnectionError
 
 from broker.client import Broker
-from broker.config import parse_config
+from broker.config import Settings, parse_config
 from broker.models import NewRequest, Status
 from broker.sweeping import SweepBatch
+from tests.backends import (  # noqa: F401 - redis, broker, api_broker on both backends
+    on_backend,
+    on_backend_api_broker,
+    on_backend_broker,
+    stream_entries,
+)
 from tests.conftest import wait_for
 from workers.sweeper import sweep_due, sweep_forever
 
@@ -35,14 +41,13 @@ CHAIN = {
 
 def events(broker: Broker, queue: str) -> list[tuple[str, str]]:
     return [
-        (f[b"type"].decode(), f.get(b"to", b"").decode())
-        for _, f in broker.redis.xrange(broker.keys.stream(queue))
+        (f[b"type"].decode(), f.get(b"to", b"").decode()) for _, f in stream_entries(broker, queue)
     ]
 
 
 @pytest.fixture
-def chain_broker(redis: Redis) -> Broker:
-    return Broker(redis, parse_config(CHAIN), prefix="t:")
+def chain_broker(make_broker_on: Callable[..., Broker]) -> Broker:
+    return make_broker_on(parse_config(CHAIN))
 
 
 def test_request_passes_two_queues_then_times_out_and_resumes_once(chain_broker: Broker):
@@ -80,7 +85,7 @@ def test_request_passes_two_queues_then_times_out_and_resumes_once(chain_broker:
         ("approval.escalated", "managers"),
         ("approval.timed_out", ""),
     ]
-    outbox = broker.redis.xrange(broker.keys.resumes)
+    outbox = broker.redis.xrange(broker.keys.of_run("run1").resumes)
     assert [(f[b"run_id"], f[b"round"]) for _, f in outbox] == [(b"run1", b"1")]
     assert broker.get_run("run1").status.value == "queued"
 
@@ -108,21 +113,24 @@ def test_sweep_leaves_requests_not_yet_due(chain_broker: Broker):
 
 
 def _sweep_in_process(
-    url: str,
+    env: dict[str, str],
     at: float,
     ready: multiprocessing.synchronize.Event,
     go: multiprocessing.synchronize.Event,
     out: multiprocessing.Queue,
 ) -> None:
     """Child: import and connect first, then wait for the start signal, so the three race."""
-    broker = Broker(Redis.from_url(url), parse_config(CHAIN), prefix="t:")
+    os.environ.update(env)  # the test's backend: a single Redis or the cluster
+    broker = Broker.from_settings(Settings(key_prefix="t:"), parse_config(CHAIN))
     broker.redis.ping()
     ready.set()
     go.wait(30)
     out.put([(r.request_id, r.action) for r in sweep_due(broker, now=at, batch=20)])
 
 
-def test_three_sweeper_processes_handle_each_due_request_once(chain_broker: Broker, redis_url: str):
+def test_three_sweeper_processes_handle_each_due_request_once(
+    chain_broker: Broker, backend_env: dict[str, str]
+):
     broker = chain_broker
     n = 1500
     for i in range(0, n, 100):
@@ -136,7 +144,7 @@ def test_three_sweeper_processes_handle_each_due_request_once(chain_broker: Brok
     go = ctx.Event()
     readies = [ctx.Event() for _ in range(3)]
     procs = [
-        ctx.Process(target=_sweep_in_process, args=(redis_url, at, ready, go, out))
+        ctx.Process(target=_sweep_in_process, args=(backend_env, at, ready, go, out))
         for ready in readies
     ]
     for p in procs:
@@ -157,7 +165,7 @@ def test_three_sweeper_processes_handle_each_due_request_once(chain_broker: Brok
     for queue in ("default", "leads", "managers"):
         types = [t for t, _ in events(broker, queue)]
         assert types.count("approval.timed_out") == (n // 3 if queue == "managers" else 0)
-    assert broker.redis.zcount(broker.keys.expiry, "-inf", at) == 0
+    assert all(broker.redis.zcount(k.expiry, "-inf", at) == 0 for k in broker.keys.parts())
 
 
 def test_sweeper_keeps_going_after_redis_errors(
@@ -190,10 +198,10 @@ def test_sweeper_keeps_going_after_redis_errors(
     assert outage["left"] == 0 and not sweeper.is_alive()
 
 
-def test_sweeper_role_stops_cleanly_on_sigterm(redis_url: str, tmp_path: Path) -> None:
+def test_sweeper_role_stops_cleanly_on_sigterm(backend_env: dict[str, str], tmp_path: Path) -> None:
     env = {
         **os.environ,
-        "APPROVAL_BROKER_REDIS_URL": redis_url,
+        **backend_env,
         "APPROVAL_BROKER_KEY_PREFIX": "t:",
         "PYTHONUNBUFFERED": "1",
     }
