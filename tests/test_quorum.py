@@ -400,7 +400,6 @@ def test_a_vote_without_the_role_is_404_and_writes_nothing(
     assert snapshot(api_broker.redis) == before
 
 
-@single_only  # cluster: SSE reads partition 0 only (README "Redis Cluster")
 def test_a_partial_approval_is_streamed_as_approval_voted(api_broker: Broker, cfg: Config) -> None:
     app = create_app(Settings(), cfg, api_broker)
     with ServerThread(app) as server, httpx.Client(base_url=server.url, timeout=10) as http:
