@@ -19,11 +19,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import orjson
 from redis.cluster import RedisCluster
 
 from broker.args_schema import check_schema
 from broker.errors import InvalidInput
-from broker.keys import create_batch_keys
+from broker.keys import ScriptKeys, create_batch_keys
 from broker.models import NewRequest, Request
 from broker.questions import validate_question_metadata
 from broker.quorum import quorum_of
@@ -37,6 +38,18 @@ from broker.text import as_str
 _TRIES = 5
 """Create calls at most while the rules keep changing under us."""
 _AGENTS_KEPT = 10_000
+_KEYS_KEPT = 1_000
+
+
+class _Prebuilt:
+    """A step's KEYS and its JSON argument, made here rather than by `ScriptKeys.args`."""
+
+    def __init__(self, keys: list[str], argument: str) -> None:
+        self.keys = keys
+        self._argument = argument
+
+    def args(self, **_: Any) -> str:
+        return self._argument
 
 
 @dataclass(frozen=True)
@@ -57,6 +70,7 @@ class Creating:
         self.rules = rules
         self.cluster = isinstance(store.redis, RedisCluster)
         self._agents: dict[str, str] = {}  # run id -> agent (a run's agent never changes)
+        self._keys: dict[tuple[Any, ...], ScriptKeys] = {}
 
     def create(
         self, run_id: str | None, round_no: int, built: Sequence[tuple[str, NewRequest]]
@@ -168,17 +182,15 @@ class Creating:
         partition = (
             keys.partition_of_run(run_id) if run_id else keys.partition_of_request(items[0][0])
         )
-        creators = {new.created_by for _, new, _ in items if new.created_by}
-        script_keys, first = create_batch_keys(
-            keys,
+        shared = self._shared_keys(
             partition,
             run_id,
             round_no,
-            [rid for rid, _, _ in items],
-            {new.queue for _, new, _ in items},
-            creators,
-            {v.rule_id for v in verdicts.values()},
+            frozenset(new.queue for _, new, _ in items),
+            frozenset(new.created_by for _, new, _ in items if new.created_by),
+            frozenset(v.rule_id for v in verdicts.values()),
         )
+        script_keys = [*shared.keys, *(keys.request(rid) for rid, _, _ in items)]
         argv: list[str] = []
         rules: dict[str, Any] = {}
         for i, (rid, new, p) in enumerate(items, start=1):
@@ -192,7 +204,10 @@ class Creating:
             "maxlen": self.store.maxlen,
             "round": str(round_no),
             "retention": self.store.retention,
-            "req_at": first,
+            "req_at": len(shared.keys) + 1,
+            "k": shared.roles,
+            "streams": shared.streams,
+            "r": {},
         }
         if rules:
             values["rules"] = rules
@@ -200,7 +215,34 @@ class Creating:
             values["run_id"] = run_id
         if not self.cluster:
             values["version"] = version.decode() if version else ""
-        return self.store.scripts.run("create", script_keys, extra_argv=argv, **values)
+        return self.store.scripts.run(
+            "create",
+            _Prebuilt(script_keys, orjson.dumps(values).decode()),  # type: ignore[arg-type]
+            extra_argv=argv,
+        )
+
+    def _shared_keys(
+        self,
+        partition: int,
+        run_id: str | None,
+        round_no: int,
+        queues: frozenset[str],
+        creators: frozenset[str],
+        rule_ids: frozenset[str],
+    ) -> ScriptKeys:
+        """The step's keys but the request hashes; kept for standalone creates, which ask for
+        the same few sets again and again."""
+        cache_key = (partition, queues, creators, rule_ids)
+        found = None if run_id else self._keys.get(cache_key)
+        if found is None:
+            found, _ = create_batch_keys(
+                self.store.keys, partition, run_id, round_no, [], queues, creators, rule_ids
+            )
+            if not run_id:
+                if len(self._keys) >= _KEYS_KEPT:
+                    self._keys.clear()
+                self._keys[cache_key] = found
+        return found
 
     def _agent(self, run_id: str | None) -> str | None:
         """The agent the run runs (rules may be scoped to it); read once per run."""

@@ -137,18 +137,32 @@ class RuleStore:
                 "creator_roles": creator_roles,
             }
         )
+        self.insert(rule)
+        return rule
+
+    def insert(self, rule: Rule, where: str = "id") -> None:
+        """Store `rule` unless its id is taken (RuleExists); one transaction in the rules' slot."""
         key = self.keys.rule(rule.id)
-        with self.redis.pipeline() as pipe:
+        with self.redis.pipeline(transaction=True) as pipe:
             try:
                 pipe.watch(key)
                 if pipe.exists(key):
-                    raise RuleExists(f"id: rule {rule.id!r} already exists")
+                    raise RuleExists(f"{where}: rule {rule.id!r} already exists")
                 pipe.multi()
                 self.write(pipe, rule)
                 pipe.execute()
             except WatchError:
-                raise RuleExists(f"id: rule {rule.id!r} already exists") from None
-        return rule
+                raise RuleExists(f"{where}: rule {rule.id!r} already exists") from None
+
+    def discard(self, rule: Rule) -> None:
+        """Take back a rule just inserted whose decision then did not happen (a cluster's
+        remember, where the two are separate steps): gone, as if never made."""
+        pipe = self.redis.pipeline(transaction=True)
+        pipe.delete(self.keys.rule(rule.id))
+        pipe.srem(self.keys.index(rule.tool), rule.id)
+        pipe.zrem(self.keys.listing, rule.id)
+        pipe.incr(self.keys.version)
+        pipe.execute()
 
     def write(self, pipe: Any, rule: Rule) -> None:
         key = self.keys.rule(rule.id)
@@ -173,7 +187,7 @@ class RuleStore:
             return rule
         revoked = rule.model_copy(update={"revoked_at": self.now()})
         own = pipe is None
-        pipe = pipe if pipe is not None else self.redis.pipeline()
+        pipe = pipe if pipe is not None else self.redis.pipeline(transaction=True)
         # HSETNX: of two revokes racing, the first time stands.
         pipe.hsetnx(self.keys.rule(rule.id), "revoked_at", epoch(revoked.revoked_at))  # type: ignore[arg-type]
         pipe.srem(self.keys.index(rule.tool), rule.id)
@@ -191,7 +205,7 @@ class RuleStore:
         """
         key = self.keys.rule(rule_id)
         while True:
-            with self.redis.pipeline() as pipe:
+            with self.redis.pipeline(transaction=True) as pipe:
                 try:
                     pipe.watch(key)
                     revoked, expires = pipe.hmget(key, ["revoked_at", "expires_at"])
