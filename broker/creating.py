@@ -15,7 +15,7 @@ the rules' slot. A rule revoked before a create starts is never applied by it.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -72,16 +72,31 @@ class Creating:
         self._agents: dict[str, str] = {}  # run id -> agent (a run's agent never changes)
         self._keys: dict[tuple[Any, ...], ScriptKeys] = {}
 
+    def prepare(
+        self, run_id: str | None, round_no: int, news: Iterable[NewRequest]
+    ) -> dict[int, _Prepared]:
+        """Check and encode each distinct NewRequest (by identity); raises InvalidInput for
+        one nothing can serve. A bulk split over partitions is checked whole first, so one
+        bad request leaves every partition unwritten."""
+        news = list(news)
+        agent = self._agent(run_id) if any(n.kind == "approval" for n in news) else None
+        prepared: dict[int, _Prepared] = {}
+        for new in news:
+            if id(new) not in prepared:
+                prepared[id(new)] = self._prepare(new, run_id, round_no, agent)
+        return prepared
+
     def create(
-        self, run_id: str | None, round_no: int, built: Sequence[tuple[str, NewRequest]]
+        self,
+        run_id: str | None,
+        round_no: int,
+        built: Sequence[tuple[str, NewRequest]],
+        prepared: dict[int, _Prepared] | None = None,
     ) -> tuple[str, list[Request]]:
         """('ok', the requests), ('exists', []) for a round already registered; raises
         InvalidInput (nothing written) for a request nothing can serve or an id taken."""
-        agent = self._agent(run_id) if any(n.kind == "approval" for _, n in built) else None
-        prepared: dict[int, _Prepared] = {}
-        for _, new in built:
-            if id(new) not in prepared:
-                prepared[id(new)] = self._prepare(new, run_id, round_no, agent)
+        if prepared is None:
+            prepared = self.prepare(run_id, round_no, (new for _, new in built))
         items = [(rid, new, prepared[id(new)]) for rid, new in built]
         version = self.rules.read_version() if self.cluster else self.rules.known_version()
         excluded: set[str] = set()

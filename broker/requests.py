@@ -63,12 +63,13 @@ class Requests:
         keys = self.store.keys
         if keys.partitions <= 1:
             return self.creating.create(None, 0, built)[1]
+        prepared = self.creating.prepare(None, 0, news)  # all checked before any is written
         groups: dict[int, list[tuple[str, NewRequest]]] = {}
         for item in built:
             groups.setdefault(keys.partition_of_request(item[0]), []).append(item)
         made: dict[str, Request] = {}
         for group in groups.values():
-            made |= {r.id: r for r in self.creating.create(None, 0, group)[1]}
+            made |= {r.id: r for r in self.creating.create(None, 0, group, prepared)[1]}
         return [made[rid] for rid, _ in built]
 
     def create_round(
