@@ -68,9 +68,22 @@ end
 local created = stamp(now)
 local out = {'ok', created}
 local run_requests = key('run_requests')
+local requests_key, expiry_key = key('requests'), key('expiry')
+local stamps, per_queue = {}, {}  -- by timeout, by queue: what every request there shares
+local any_rule = next(rules) ~= nil
 for i, r in ipairs(reqs) do
-  local expires = stamp(now + r.timeout)
+  local expires = stamps[r.timeout]
+  if not expires then
+    expires = stamp(now + r.timeout)
+    stamps[r.timeout] = expires
+  end
   local queue = r.queue
+  local q = per_queue[queue]
+  if not q then
+    q = {listed = key('queue:' .. queue), pending = key('pending:' .. queue),
+      stream = stream_of(queue), waiting = 'pending:' .. queue}
+    per_queue[queue] = q
+  end
   if r.creator ~= '' then
     redis.call('HSET', r.key, 'id', r.id, 'created_at', created, 'expires_at', expires,
       'created_by', r.creator, unpack(ARGV, r.from, r.to))
@@ -79,11 +92,11 @@ for i, r in ipairs(reqs) do
     redis.call('HSET', r.key, 'id', r.id, 'created_at', created, 'expires_at', expires,
       unpack(ARGV, r.from, r.to))
   end
-  add(key('requests'), created, r.id)
+  add(requests_key, created, r.id)
   if round_key then redis.call('RPUSH', round_key, r.id) end
   if run_requests then add(run_requests, created, r.id) end
-  add(key('queue:' .. queue), created, r.id, true)
-  local rule = rules[tostring(i)]
+  add(q.listed, created, r.id, true)
+  local rule = any_rule and rules[tostring(i)]
   if rule then
     local at = {{'decided_at', iso(now)}}
     redis.call('HSET', r.key, 'status', rule.status, 'decision', with_fields(rule.decision, at))
@@ -102,10 +115,11 @@ for i, r in ipairs(reqs) do
     emit(queue, 'type', 'approval.decided', 'request_id', r.id, 'queue', queue,
       'ruled_at_create', '1')
   else
-    add(key('expiry'), expires, r.id)
-    add(key('pending:' .. queue), expires, r.id)
-    tally('pending:' .. queue)
-    emit(queue, 'type', 'approval.requested', 'request_id', r.id, 'queue', queue)
+    add(expiry_key, expires, r.id)
+    add(q.pending, expires, r.id)
+    tally(q.waiting)
+    redis.call('XADD', q.stream, 'MAXLEN', '~', A.maxlen, '*', 'type', 'approval.requested',
+      'request_id', r.id, 'queue', queue)  -- as emit() does
     if round_key then redis.call('SADD', key('pending'), r.id) end
   end
   out[#out + 1] = expires
