@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 import orjson
@@ -25,10 +26,10 @@ from redis.cluster import RedisCluster
 from broker.args_schema import check_schema
 from broker.errors import InvalidInput
 from broker.keys import ScriptKeys, create_batch_keys
-from broker.models import NewRequest, Request
+from broker.models import NewRequest, Request, from_timestamp
 from broker.questions import validate_question_metadata
 from broker.quorum import quorum_of
-from broker.request_hash import Encoded, built_request, encode
+from broker.request_hash import Encoded, built_request, encode, parse_request
 from broker.rule_decided import RuleVerdict, verdict_for
 from broker.rules.matching import Call, suggested_rules
 from broker.rules.store import RuleStore
@@ -119,7 +120,11 @@ class Creating:
             if self.cluster:
                 self.rules.count_hits(v for v in verdicts.values())
             return "ok", self._read_back([rid for rid, _ in built])
-        created = float(result[1])
+        created = from_timestamp(float(result[1]))
+        expiries: dict[str, datetime] = {}  # the requests of one timeout share their expiry
+        for expires in result[2:]:
+            if expires not in expiries:
+                expiries[expires] = from_timestamp(float(expires))
         return "ok", [
             built_request(
                 p.encoded,
@@ -127,7 +132,7 @@ class Creating:
                 new.tool_call_id or rid,
                 new.created_by,
                 created,
-                float(expires),
+                expiries[expires],
                 new,
             )
             for (rid, new, p), expires in zip(items, result[2:], strict=True)
@@ -274,8 +279,6 @@ class Creating:
         return agent
 
     def _read_back(self, ids: list[str]) -> list[Request]:
-        from broker.request_hash import parse_request
-
         pipe = self.store.redis.pipeline(transaction=False)
         for rid in ids:
             pipe.hgetall(self.store.keys.request(rid))

@@ -14,6 +14,7 @@ import hashlib
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 import orjson
@@ -124,8 +125,8 @@ def built_request(
     request_id: str,
     tool_call_id: str,
     created_by: str | None,
-    created_at: float,
-    expires_at: float,
+    created_at: datetime,
+    expires_at: datetime,
     new: NewRequest,
 ) -> Request:
     """The Request just written, without reading it back: the values were validated as a
@@ -141,8 +142,8 @@ def built_request(
         "allowed_roles": list(new.allowed_roles),
         "args_schema": _loads(texts["args_schema"]) if "args_schema" in texts else None,
         "suggested_rules": _loads(texts["suggested_rules"]) if "suggested_rules" in texts else [],
-        "created_at": from_timestamp(created_at),
-        "expires_at": from_timestamp(expires_at),
+        "created_at": created_at,
+        "expires_at": expires_at,
         "status": Status.pending,
         "decision": None,
         "history": [],

@@ -124,8 +124,8 @@ def test_a_bulk_with_one_bad_request_writes_nothing(broker: Broker) -> None:
 
 
 def test_a_bulk_lands_in_every_partition_and_counts_add_up(broker: Broker) -> None:
-    made = broker.create_requests([NewRequest(tool_name="t", args={"i": i}) for i in range(64)])
-    assert [r.args["i"] for r in made] == list(range(64))
-    assert broker.requests.counts() == {"pending:default": 64}
+    made = broker.create_requests([NewRequest(tool_name="t", args={"i": i}) for i in range(400)])
+    assert [r.args["i"] for r in made] == list(range(400))
+    assert broker.requests.counts() == {"pending:default": 400}
     parts = {broker.keys.partition_of_request(r.id) for r in made}
     assert len(parts) == (1 if broker.keys.partitions == 1 else broker.keys.partitions)
