@@ -5,7 +5,7 @@ NewRequest is checked and encoded once (a bulk of copies of one object shares th
 hash fields become the script's ARGV as they are (no JSON object for Lua to decode), policy
 rules are matched from the per-process rule set cached by the rules' version, and that version
 is carried into the step as a check instead of being read first (a single Redis). The Requests
-handed back are built from what was written, never read back. Nothing here decides a request a
+handed back are built from what was written, never read back (a rule-decided one too). Nothing here decides a request a
 rule does not cover (`broker.rule_decided`), and nothing reads a request.
 
 On a Redis Cluster the rules live in a slot of their own (`Keys.rules`): the version is read
@@ -29,7 +29,7 @@ from broker.keys import ScriptKeys, create_batch_keys
 from broker.models import NewRequest, Request, from_timestamp
 from broker.questions import validate_question_metadata
 from broker.quorum import quorum_of
-from broker.request_hash import Encoded, built_request, encode, parse_request
+from broker.request_hash import Encoded, built_request, decided, encode
 from broker.rule_decided import RuleVerdict, verdict_for
 from broker.rules.matching import Call, suggested_rules
 from broker.rules.store import RuleStore
@@ -116,16 +116,15 @@ class Creating:
             raise InvalidInput(f"request {result[1]} already exists", code="duplicate")
         if result[0] != "ok":
             return str(result[0]), []
-        if verdicts:
-            if self.cluster:
-                self.rules.count_hits(v for v in verdicts.values())
-            return "ok", self._read_back([rid for rid, _ in built])
+        if verdicts and self.cluster:
+            self.rules.count_hits(v for v in verdicts.values())
         created = from_timestamp(float(result[1]))
+        decided_at = datetime.fromisoformat(result[2]) if result[2] else None
         expiries: dict[str, datetime] = {}  # the requests of one timeout share their expiry
-        for expires in result[2:]:
+        for expires in result[3:]:
             if expires not in expiries:
                 expiries[expires] = from_timestamp(float(expires))
-        return "ok", [
+        made = [
             built_request(
                 p.encoded,
                 rid,
@@ -135,8 +134,11 @@ class Creating:
                 expiries[expires],
                 new,
             )
-            for (rid, new, p), expires in zip(items, result[2:], strict=True)
+            for (rid, new, p), expires in zip(items, result[3:], strict=True)
         ]
+        if decided_at is not None:  # as the step wrote them: decided, with the rule's entry
+            made = [decided(r, verdicts[r.id], decided_at) if r.id in verdicts else r for r in made]
+        return "ok", made
 
     def _prepare(
         self, new: NewRequest, run_id: str | None, round_no: int, agent: str | None
@@ -277,9 +279,3 @@ class Creating:
                 self._agents.clear()
             agent = self._agents[run_id] = as_str(raw)
         return agent
-
-    def _read_back(self, ids: list[str]) -> list[Request]:
-        pipe = self.store.redis.pipeline(transaction=False)
-        for rid in ids:
-            pipe.hgetall(self.store.keys.request(rid))
-        return [parse_request(raw) for raw in pipe.execute() if raw]

@@ -156,6 +156,19 @@ def built_request(
     return _construct(values)
 
 
+def decided(request: Request, verdict: Any, at: datetime) -> Request:
+    """`request` as create.lua writes it when a policy rule decides it (`verdict`,
+    `broker.rule_decided.RuleVerdict`) at `at`: its status, decision and one history entry."""
+    return _construct(
+        {
+            **request.__dict__,
+            "status": verdict.status,
+            "decision": verdict.decision.model_copy(update={"decided_at": at}),
+            "history": [verdict.entry.model_copy(update={"at": at})],
+        }
+    )
+
+
 _FIELDS = tuple(Request.model_fields)
 _FIELD_SET = frozenset(_FIELDS)
 _set = object.__setattr__

@@ -69,6 +69,7 @@ def test_config_rule_decides_at_create_and_counts_its_hit(client, cfg):
     )
     assert {r.status for r in made} == {Status.approved}
     assert all(r.decision and r.decision.rule == "lookups" for r in made)
+    assert made == broker.get_requests(r.id for r in made)  # as stored, without a read back
     assert broker.requests.rules.get("lookups").hits == 5
     assert client.hget(broker.keys.rules.hits, "allow:lookups") == b"5"
     other = broker.create_request(NewRequest(tool_name="refund", args={"amount": 5}))
@@ -137,3 +138,19 @@ def test_remembering_a_request_decided_meanwhile_keeps_no_rule(client, cfg):
         service.decide(req.id, Decision(outcome=Outcome.approved), PAT, 0, via={"inbox"})
     assert len(broker.requests.rules.list()) == rules_before
     assert broker.get_request(req.id).status is Status.rejected
+
+
+def test_a_round_every_call_of_which_a_rule_decides_resumes_once(client, cfg):
+    broker = broker_on(client, cfg)
+    broker.requests.rules.create(
+        parse_body({"effect": "allow", "tool": "refund", "agent": "refunds"}), created_by="pat"
+    )
+    run = broker.create_run("refunds", "go").id
+    calls = [NewRequest(tool_name="refund", args={"n": n}) for n in range(3)]
+    made = broker.create_round(run, 1, calls)
+    assert {r.status for r in made} == {Status.approved}
+    assert made == broker.get_requests(r.id for r in made)
+    assert broker.create_round(run, 1, calls) == made  # a retried job: the same, nothing new
+    resumes = [entry for keys in broker.keys.parts() for entry in client.xrange(keys.resumes)]
+    assert len(resumes) == 1
+    assert broker.get_run(run).status.value == "queued"

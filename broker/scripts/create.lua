@@ -15,7 +15,8 @@
 -- `approval.decided` (marked `ruled_at_create`, so no person is asked), and counts a hit on the
 -- rule (here on a single Redis; on a cluster the caller counts it in the rules' own slot).
 -- When every call of a round is so decided, the resume goes to the outbox in this step.
--- Returns {'ok', created_at, expires_at of each request...}, {'exists'} when this run's round
+-- Returns {'ok', created_at, decided_at (ISO text, when a rule decided one; else ''), expires_at of
+-- each request...}, {'exists'} when this run's round
 -- was already registered (a retried job), {'duplicate', id} when an id is taken,
 -- {'rules_changed', version} when the rules changed since the caller matched, or
 -- {'rule_changed', rule_id} when a chosen rule was revoked, expired or removed meanwhile
@@ -66,11 +67,11 @@ local function tally(field)
 end
 
 local created = stamp(now)
-local out = {'ok', created}
+local any_rule = next(rules) ~= nil
+local out = {'ok', created, any_rule and iso(now) or ''}
 local run_requests = key('run_requests')
 local requests_key, expiry_key = key('requests'), key('expiry')
 local stamps, per_queue = {}, {}  -- by timeout, by queue: what every request there shares
-local any_rule = next(rules) ~= nil
 for i, r in ipairs(reqs) do
   local expires = stamps[r.timeout]
   if not expires then
