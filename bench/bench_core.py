@@ -1,7 +1,11 @@
 """Core broker throughput on the embedded Redis, beside the raw Redis ceiling measured in the same run.
 
 Prints: raw pipelined XADD/s (the ceiling), requests created/s, decisions/s, and Redis memory per
-pending request. Run: `uv run python bench/bench_core.py [--n 20000]`.
+pending request; beside each rate, the CPU it cost per operation in this Python process (all its
+threads) and in Redis (`INFO cpu`), which a loaded machine changes far less than the rates.
+The bulk create is measured twice: 100 copies of one NewRequest (bench before 2026-12-01) and
+100 distinct ones (a real import), so the sharing of work between copies is not mistaken for
+the speed of the step. Run: `uv run python bench/bench_core.py [--n 20000]`.
 """
 
 from __future__ import annotations
@@ -19,11 +23,28 @@ from broker.models import Decision, NewRequest
 from broker.redis_server import EmbeddedRedis
 
 
-def timed(n: int, threads: int, fn) -> float:
-    start = time.perf_counter()
-    with ThreadPoolExecutor(threads) as pool:
-        list(pool.map(fn, range(n)))
-    return n / (time.perf_counter() - start)
+def redis_cpu(redis: Redis) -> float:
+    info = redis.info("cpu")
+    return float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
+
+
+class Meter:
+    """Rate, and CPU ms per operation in this process and in Redis, of the last `timed` call."""
+
+    def __init__(self, redis: Redis) -> None:
+        self.redis = redis
+        self.cpu = ""
+
+    def timed(self, n: int, threads: int, fn, ops: int | None = None) -> float:
+        ops = ops or n
+        py0, r0 = time.process_time(), redis_cpu(self.redis)
+        start = time.perf_counter()
+        with ThreadPoolExecutor(threads) as pool:
+            list(pool.map(fn, range(n)))
+        wall = time.perf_counter() - start
+        py, red = time.process_time() - py0, redis_cpu(self.redis) - r0
+        self.cpu = f"CPU/op: python {py / ops * 1e3:.3f} ms, redis {red / ops * 1e3:.3f} ms"
+        return ops / wall
 
 
 def main() -> None:
@@ -49,22 +70,47 @@ def main() -> None:
             metadata={"customer": "c-17"},
         )
         ids: list[str] = []
+        meter = Meter(redis)
+        timed = meter.timed
         mem_before = redis.info("memory")["used_memory"]
         single = timed(args.n, 1, lambda _: ids.append(broker.create_request(new).id))
         mem_after = redis.info("memory")["used_memory"]
-        print(f"creates/s, 1 thread            : {single:10,.0f}", flush=True)
+        print(f"creates/s, 1 thread            : {single:10,.0f}        {meter.cpu}", flush=True)
         threaded = timed(args.n, args.threads, lambda _: ids.append(broker.create_request(new).id))
         print(
-            f"creates/s, {args.threads} threads          : {threaded:10,.0f}  ({threaded / ceiling:.0%} of ceiling)"
+            f"creates/s, {args.threads} threads          : {threaded:10,.0f}  ({threaded / ceiling:3.0%})"
+            f" {meter.cpu}",
+            flush=True,
         )
         batch = [new] * 100
-        batched = 100 * timed(
+        batched = timed(
             args.n // 100,
             args.threads,
             lambda _: ids.extend(r.id for r in broker.create_requests(batch)),
+            ops=args.n // 100 * 100,
         )
         print(
-            f"creates/s, batches of 100      : {batched:10,.0f}  ({batched / ceiling:.0%} of ceiling)"
+            f"creates/s, batches of 100      : {batched:10,.0f}  ({batched / ceiling:3.0%})"
+            f" {meter.cpu}",
+            flush=True,
+        )
+        distinct = [
+            [
+                new.model_copy(update={"args": {**new.args, "order_id": f"A-{b}-{i}"}})
+                for i in range(100)
+            ]
+            for b in range(args.n // 100)
+        ]
+        mixed = timed(
+            args.n // 100,
+            args.threads,
+            lambda b: ids.extend(r.id for r in broker.create_requests(distinct[b])),
+            ops=args.n // 100 * 100,
+        )
+        print(
+            f"  ... 100 distinct requests    : {mixed:10,.0f}  ({mixed / ceiling:3.0%})"
+            f" {meter.cpu}",
+            flush=True,
         )
         per_request = (mem_after - mem_before) / args.n
         print(
@@ -77,7 +123,7 @@ def main() -> None:
             args.threads,
             lambda i: broker.decide(ids[i], decision, decided_by="bench"),
         )
-        print(f"decisions/s, {args.threads} threads        : {decided:10,.0f}")
+        print(f"decisions/s, {args.threads} threads        : {decided:10,.0f}        {meter.cpu}")
 
 
 if __name__ == "__main__":

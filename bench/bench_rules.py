@@ -1,8 +1,9 @@
 """Real creates/s with policy rules wired in: 0 vs 1,000 active rules, on the embedded Redis.
 
 Each create is `Broker.create_round` of one approval call in a run, as a worker registers a
-round: the run's agent is read, the call is matched against the rules (the version GET, then the
-cached, indexed rules of its tool), its suggested rules are built, and create.lua runs. The
+round: the run's agent is read (once per run and process), the call is matched against the
+cached, indexed rules of its tool, its suggested rules are built, and create.lua runs, checking
+the rules' version the match used (no read of its own before the step). The
 1,000 rules are a busy fleet's mix (per run, per agent, policy, globs) that cover none of the
 measured calls, so both sides do the same Redis work and the difference is the cost of rules.
 Also prints creates/s where a rule decides every call at create, and the one-off re-read after

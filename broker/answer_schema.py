@@ -12,6 +12,7 @@ from __future__ import annotations
 import copy
 import json
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any, Literal
 
 from jsonschema import Draft202012Validator
@@ -132,7 +133,25 @@ def _path(error_path: Any) -> str:
 
 
 def check_schema(schema: Any, where: str = "metadata.answer_schema") -> list[FormField]:
-    """The form fields of a valid, supported schema; InvalidInput naming the field otherwise."""
+    """The form fields of a valid, supported schema; InvalidInput naming the field otherwise.
+
+    Checked once per distinct schema (by its JSON, in order) in this process: a bulk of
+    questions with one schema, or a form rendered again, does not check it again."""
+    if not isinstance(schema, dict):
+        return _check_schema(schema, where)
+    try:
+        text = json.dumps(schema, separators=(",", ":"))
+    except (TypeError, ValueError):
+        return _check_schema(schema, where)
+    return list(_checked(text, where))
+
+
+@lru_cache(maxsize=256)
+def _checked(text: str, where: str) -> tuple[FormField, ...]:
+    return tuple(_check_schema(json.loads(text), where))
+
+
+def _check_schema(schema: Any, where: str) -> list[FormField]:
     if not isinstance(schema, dict):
         raise _fail(where, "must be a JSON Schema object")
     draft = validator_for(schema, default=Draft202012Validator)

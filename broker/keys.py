@@ -165,8 +165,8 @@ class Keys(Partitioned, StepKeys):
 
     @property
     def rules(self) -> RuleKeys:
-        """The policy rules' keys (`broker.rules`)."""
-        return RuleKeys(self.prefix)
+        """The policy rules' keys (`broker.rules`); on a cluster under one tag of their own."""
+        return RuleKeys(self.prefix if self.partitions <= 1 else "{" + self.prefix + "rules}:")
 
 
 @dataclass(frozen=True)

@@ -11,6 +11,7 @@ reads on resume. Nothing here decides, stores or renders for a channel.
 from __future__ import annotations
 
 import json
+from functools import lru_cache
 from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
@@ -134,7 +135,22 @@ def _questions_error(exc: ValidationError, where: str) -> InvalidInput:
 
 
 def parse_questions(raw: Any, where: str = "metadata.questions") -> list[Question]:
-    """Questions from JSON, or InvalidInput (`invalid_question`) naming the field at fault."""
+    """Questions from JSON, or InvalidInput (`invalid_question`) naming the field at fault.
+
+    Parsed once per distinct list (by its JSON) in this process; Questions are frozen."""
+    try:
+        text = json.dumps(raw, separators=(",", ":"))
+    except (TypeError, ValueError):
+        return _parse_questions(raw, where)
+    return list(_parsed(text, where))
+
+
+@lru_cache(maxsize=256)
+def _parsed(text: str, where: str) -> tuple[Question, ...]:
+    return tuple(_parse_questions(json.loads(text), where))
+
+
+def _parse_questions(raw: Any, where: str) -> list[Question]:
     if not isinstance(raw, list):
         raise InvalidInput(f"{where}: must be a list of questions", code="invalid_question")
     if not raw or len(raw) > MAX_QUESTIONS:

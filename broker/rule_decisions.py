@@ -16,6 +16,8 @@ from collections.abc import Collection
 from dataclasses import dataclass, replace
 from typing import Any
 
+from redis.cluster import RedisCluster
+
 from broker.auth import EVERY_ROLE, Principal
 from broker.deciding import Decided, Deciding, same_decision
 from broker.decisions import OUTCOME_STATUS, Once
@@ -228,16 +230,20 @@ class RuleDecisions:
             values["creator_may_vote"] = True
         if once_key:
             values["once_ttl"] = once_ttl
+        clustered = isinstance(store.redis, RedisCluster)
+        if clustered:  # the rules' slot is not the request's: the rule first, in a step of its own
+            self.rules.insert(rule, where="remember.id")
         for _ in range(_TRIES):
-            keys = store.keys.remember_keys(
-                current.id,
-                run_id,
-                [*store.config.queues, *extra],
-                once_key,
-                rule.id,
-                rule.tool,
-                [s.id for s in siblings],
-            )
+            ids = [s.id for s in siblings]
+            queues = [*store.config.queues, *extra]
+            if clustered:
+                keys = store.keys.decide_keys(current.id, run_id, queues, once_key)
+                for sid in ids:
+                    keys.of_request(sid, "req", store.keys.request(sid))
+            else:
+                keys = store.keys.remember_keys(
+                    current.id, run_id, queues, once_key, rule.id, rule.tool, ids
+                )
             result = store.scripts.run(
                 "remember", keys, **values, **({"run_id": run_id} if run_id else {})
             )
@@ -248,12 +254,21 @@ class RuleDecisions:
             elif result[0] == "rule_exists":
                 raise RuleExists(f"remember.id: rule {rule.id!r} already exists")
             else:
-                request = self.broker.decisions._outcome(result, current.id, decision)
-                stored = self.rules.get(rule.id)
+                try:
+                    request = self.broker.decisions._outcome(result, current.id, decision)
+                except Exception:
+                    if clustered and result[0] != "ok":
+                        self.rules.discard(rule)  # not decided: nor remembered, as on one Redis
+                    raise
                 decided = tuple(
                     r.id
                     for r in self.broker.get_requests(s.id for s in siblings)
                     if r.decision is not None and r.decision.rule == rule.id
                 )
+                if clustered and decided:
+                    self.rules.count_hits([verdict] * len(decided))
+                stored = self.rules.get(rule.id)
                 return Remembered(request, recorded=True, rule=stored, siblings=decided)
+        if clustered:
+            self.rules.discard(rule)
         raise RuntimeError(f"remember of {current.id} kept asking for more keys: {result!r}")

@@ -195,3 +195,36 @@ class StepKeys:
             for status in DONE_STATUSES:
                 keys.name(f"done:{status}:{queue}", self.done_in(status, queue))
         return keys
+
+
+def create_batch_keys(
+    keys: Keys,
+    partition: int,
+    run_id: str | None,
+    round_no: int,
+    request_ids: Iterable[str],
+    queues: Iterable[str],
+    creators: Iterable[str],
+    rule_ids: Iterable[str],
+) -> tuple[ScriptKeys, int]:
+    """create.lua: `partition`'s shared keys and the streams and indexes of `queues`, each
+    creator's index (role `creator:NAME`), on a single Redis the rules' version and hit counts
+    and each chosen rule's hash (role `rule:ID`; on a cluster they are in another slot), the
+    run's hash, round, pending set and index (for a round), then the request hashes in order.
+    Returns the keys and the KEYS position of the first request hash."""
+    part = keys.part(partition)
+    script = part._shared(queues)
+    for name in creators:
+        script.name(f"creator:{name}", part.by_creator(name))
+    if keys.partitions <= 1:
+        script.name("rule_version", keys.rules.version).name("rule_hits", keys.rules.hits)
+        for rule_id in rule_ids:
+            script.name(f"rule:{rule_id}", keys.rules.rule(rule_id))
+    if run_id:
+        script.name("run", keys.run(run_id)).name("round", keys.run_round(run_id, round_no))
+        script.name("pending", keys.run_pending(run_id))
+        script.name("run_requests", keys.run_requests(run_id))
+    first = len(script.keys) + 1
+    for rid in request_ids:
+        script.keys.append(keys.request(rid))
+    return script, first

@@ -9,6 +9,7 @@ import threading
 
 import pytest
 from redis import Redis
+from redis.cluster import RedisCluster
 
 from broker.auth import Principal
 from broker.client import Broker
@@ -49,16 +50,25 @@ def cfg() -> Config:
     return parse_config(dict(CONFIG))
 
 
-@pytest.fixture
-def rb(redis: Redis, cfg: Config) -> Broker:
-    broker = Broker(redis, cfg, prefix="t:")
+@pytest.fixture(params=["single", "cluster"])
+def rb(request: pytest.FixtureRequest, cfg: Config) -> Broker:
+    """A broker on a single Redis or on the local Redis Cluster (issue 19: rules work on both)."""
+    if request.param == "single":
+        client: Redis | RedisCluster = request.getfixturevalue("redis")
+    else:
+        client = request.getfixturevalue("cluster_client")
+    broker = Broker(client, cfg, prefix="t:")
     sync_at_start(broker.requests.rules)
     return broker
 
 
 def stream_types(broker: Broker, queue: str = "default") -> list[tuple[str, str, str]]:
+    """The queue's events in order (on a cluster, every partition's stream, merged by id)."""
+    found = []
+    for keys in broker.keys.parts():
+        found += broker.redis.xrange(keys.stream(queue))
     out = []
-    for _, fields in broker.redis.xrange(broker.keys.stream(queue)):
+    for _, fields in sorted(found, key=lambda e: tuple(int(x) for x in e[0].split(b"-"))):
         f = {as_str(k): as_str(v) for k, v in fields.items()}
         out.append((f["type"], f["request_id"], f.get("ruled_at_create", "")))
     return out
@@ -71,7 +81,8 @@ def new_run(broker: Broker, agent: str = "refunds") -> str:
 def resumes(broker: Broker) -> list[dict[str, str]]:
     return [
         {as_str(k): as_str(v) for k, v in f.items()}
-        for _, f in broker.redis.xrange(broker.keys.resumes)
+        for keys in broker.keys.parts()
+        for _, f in broker.redis.xrange(keys.resumes)
     ]
 
 
@@ -91,7 +102,7 @@ def test_a_config_deny_decides_at_create_and_no_person_is_asked(rb: Broker) -> N
         ("approval.requested", small.id, ""),
     ]
     assert rb.counts() == {"rejected:default": 1, "pending:default": 1}
-    assert rb.redis.zscore(rb.keys.expiry, wire.id) is None
+    assert rb.redis.zscore(rb.keys.of_request(wire.id).expiry, wire.id) is None
     assert [r.id for r in rb.list_requests(status="rejected")] == [wire.id]  # listed as decided
     assert [r.id for r in rb.list_requests(status="pending")] == [small.id]
     rule = rb.requests.rules.get("no-big-wires")
@@ -226,7 +237,7 @@ def test_a_revoke_racing_a_create_leaves_one_outcome_never_half(rb: Broker) -> N
             assert stored.decision is not None and stored.decision.rule == rule.id and hits == 1
         else:
             assert stored.status is Status.pending and stored.decision is None and hits == 0
-            assert rb.redis.zscore(rb.keys.expiry, request.id) is not None
+            assert rb.redis.zscore(rb.keys.of_request(request.id).expiry, request.id) is not None
         assert store.get(rule.id).revoked_at is not None
     assert seen <= {Status.approved, Status.pending}
 

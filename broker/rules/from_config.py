@@ -77,7 +77,7 @@ def sync_config_rules(store: RuleStore, rules: list[Rule]) -> bool:
             )
     now = store.now()
     changed = False
-    pipe = store.redis.pipeline()
+    pipe = store.redis.pipeline(transaction=True)  # one slot: the rules tag
     for rule_id, rule in wanted.items():
         old = existing.get(rule_id)
         if old is None:

@@ -83,14 +83,15 @@ class RuleStore:
         *,
         prefix: str = "ab:",
         clock: Callable[[], float] = time.time,
+        keys: RuleKeys | None = None,
     ) -> None:
         self.redis = redis
         self.config = config
-        self.keys = RuleKeys(prefix)
+        self.keys = keys or RuleKeys(prefix)  # `Keys.rules`: one hash tag of their own on a cluster
         self.agent_keys = Keys(prefix)
         self.clock = clock
         self._lock = threading.Lock()
-        self._cache = _Cache(None)
+        self._cache = _Cache(_UNREAD)  # type: ignore[arg-type]
 
     def now(self) -> datetime:
         return datetime.fromtimestamp(self.clock(), UTC)
@@ -136,18 +137,32 @@ class RuleStore:
                 "creator_roles": creator_roles,
             }
         )
+        self.insert(rule)
+        return rule
+
+    def insert(self, rule: Rule, where: str = "id") -> None:
+        """Store `rule` unless its id is taken (RuleExists); one transaction in the rules' slot."""
         key = self.keys.rule(rule.id)
-        with self.redis.pipeline() as pipe:
+        with self.redis.pipeline(transaction=True) as pipe:
             try:
                 pipe.watch(key)
                 if pipe.exists(key):
-                    raise RuleExists(f"id: rule {rule.id!r} already exists")
+                    raise RuleExists(f"{where}: rule {rule.id!r} already exists")
                 pipe.multi()
                 self.write(pipe, rule)
                 pipe.execute()
             except WatchError:
-                raise RuleExists(f"id: rule {rule.id!r} already exists") from None
-        return rule
+                raise RuleExists(f"{where}: rule {rule.id!r} already exists") from None
+
+    def discard(self, rule: Rule) -> None:
+        """Take back a rule just inserted whose decision then did not happen (a cluster's
+        remember, where the two are separate steps): gone, as if never made."""
+        pipe = self.redis.pipeline(transaction=True)
+        pipe.delete(self.keys.rule(rule.id))
+        pipe.srem(self.keys.index(rule.tool), rule.id)
+        pipe.zrem(self.keys.listing, rule.id)
+        pipe.incr(self.keys.version)
+        pipe.execute()
 
     def write(self, pipe: Any, rule: Rule) -> None:
         key = self.keys.rule(rule.id)
@@ -172,7 +187,7 @@ class RuleStore:
             return rule
         revoked = rule.model_copy(update={"revoked_at": self.now()})
         own = pipe is None
-        pipe = pipe if pipe is not None else self.redis.pipeline()
+        pipe = pipe if pipe is not None else self.redis.pipeline(transaction=True)
         # HSETNX: of two revokes racing, the first time stands.
         pipe.hsetnx(self.keys.rule(rule.id), "revoked_at", epoch(revoked.revoked_at))  # type: ignore[arg-type]
         pipe.srem(self.keys.index(rule.tool), rule.id)
@@ -190,7 +205,7 @@ class RuleStore:
         """
         key = self.keys.rule(rule_id)
         while True:
-            with self.redis.pipeline() as pipe:
+            with self.redis.pipeline(transaction=True) as pipe:
                 try:
                     pipe.watch(key)
                     revoked, expires = pipe.hmget(key, ["revoked_at", "expires_at"])
@@ -255,6 +270,29 @@ class RuleStore:
 
     # --- matching ------------------------------------------------------------------------
 
+    def read_version(self) -> bytes | None:
+        """The rules' version now (one GET)."""
+        return self.redis.get(self.keys.version)
+
+    def known_version(self) -> bytes | None:
+        """The version of the cached rule set, read only if none is cached yet: for a step
+        that checks it itself (create.lua), so the rules cost no round trip while unchanged."""
+        version = self._cache.version
+        if version is _UNREAD:
+            return self.read_version()
+        return version  # type: ignore[return-value]
+
+    def count_hits(self, verdicts: Iterable[Any]) -> None:
+        """Count the hits of rules that decided requests at create (`rule_id`, `effect` of
+        each verdict), in the rules' own slot: what create.lua counts itself on a single Redis."""
+        pipe = self.redis.pipeline(transaction=False)
+        now = repr(self.clock())
+        for verdict in verdicts:
+            pipe.hincrby(self.keys.rule(verdict.rule_id), "hits", 1)
+            pipe.hset(self.keys.rule(verdict.rule_id), "last_hit_at", now)
+            pipe.hincrby(self.keys.hits, f"{verdict.effect}:{verdict.rule_id}", 1)
+        pipe.execute()
+
     def _fresh(self, version: bytes | None | object = _UNREAD) -> _Cache:
         """The parsed rules of the current version; a new, empty cache if any rule changed.
 
@@ -317,7 +355,9 @@ class RuleStore:
         if call.kind != "approval":
             return None
         if not call.queue_roles:
-            call = replace(call, queue_roles=tuple(self.config.queue_roles(call.queue)))
+            roles = self.config.queue_roles(call.queue)
+            if roles:
+                call = replace(call, queue_roles=tuple(roles))
         bucket, globs = self._buckets(call.tool_name, version)
         found = [
             r

@@ -18,6 +18,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import threading
+from collections.abc import Sequence
 from dataclasses import replace
 from functools import cache
 from importlib.resources import files
@@ -65,13 +66,21 @@ class Scripts:
         if not _watch_connections(redis):
             self._fallback = {n: redis.register_script(t) for n, t in self._sources.items()}
 
-    def run(self, name: str, keys: ScriptKeys, client: Any = None, **args: Any) -> list[Any]:
+    def run(
+        self,
+        name: str,
+        keys: ScriptKeys,
+        client: Any = None,
+        extra_argv: Sequence[str] = (),
+        **args: Any,
+    ) -> list[Any]:
         """Run script `name` with `keys` and `args` (one JSON object); a list reply as text.
 
         With a pipeline as `client` the call is queued there and its reply comes from
-        `execute()`, undecoded.
+        `execute()`, undecoded. `extra_argv` follows the JSON object as ARGV[2...] (create.lua's
+        request fields, passed as they are rather than decoded from JSON).
         """
-        argv = [keys.args(**args)]
+        argv = [keys.args(**args), *extra_argv]
         if isinstance(client, ClusterPipeline):
             client = None  # refused in a cluster pipeline: run now (callers read no reply)
         if self._fallback is not None:

@@ -11,6 +11,8 @@
 --   sibling_status.
 -- Returns what decide.lua returns, or {'rule_exists', id} (nothing written). A sibling decided
 -- meanwhile by someone else is left as it is.
+-- On a Redis Cluster the rules are in a slot of their own: KEYS has no rule keys, the caller
+-- wrote the rule just before (its own single-slot step) and counts the siblings' hits after.
 local rkey = key('req')
 local f = redis.call('HMGET', rkey, 'status', 'kind', 'args_hash', 'queue', 'run_id')
 if not f[1] then return {'not_found', ''} end
@@ -34,19 +36,22 @@ for _, s in ipairs(A.siblings) do
     if lack then return lack end
   end
 end
-if redis.call('EXISTS', key('rule')) == 1 then return {'rule_exists', A.rule.id} end
+local rule_key = key('rule')
+if rule_key and redis.call('EXISTS', rule_key) == 1 then return {'rule_exists', A.rule.id} end
 
 local now = clock()
 local created = stamp(now)
-local flat = {'created_at', created}
-for name, value in pairs(A.rule.fields) do
-  flat[#flat + 1] = name
-  flat[#flat + 1] = value
+if rule_key then
+  local flat = {'created_at', created}
+  for name, value in pairs(A.rule.fields) do
+    flat[#flat + 1] = name
+    flat[#flat + 1] = value
+  end
+  redis.call('HSET', rule_key, unpack(flat))
+  redis.call('SADD', key('rule_index'), A.rule.id)
+  redis.call('ZADD', key('rule_listing'), created, A.rule.id)
+  redis.call('INCRBY', key('rule_version'), 1)
 end
-redis.call('HSET', key('rule'), unpack(flat))
-redis.call('SADD', key('rule_index'), A.rule.id)
-redis.call('ZADD', key('rule_listing'), created, A.rule.id)
-redis.call('INCRBY', key('rule_version'), 1)
 
 local run = {hash = key('run'), pending = key('pending')}
 local decided_at = {{'decided_at', iso(now)}}
@@ -61,9 +66,11 @@ for _, s in ipairs(A.siblings) do
     finish(skey, s.id, A.sibling_status, with_fields(s.decision, decided_at), 'approval.decided',
       now, run)
     append_history(skey, with_fields(s.entry, at))
-    redis.call('HINCRBY', key('rule'), 'hits', 1)
-    redis.call('HSET', key('rule'), 'last_hit_at', created)
-    redis.call('HINCRBY', key('rule_hits'), A.rule.effect .. ':' .. A.rule.id, 1)
+    if rule_key then
+      redis.call('HINCRBY', rule_key, 'hits', 1)
+      redis.call('HSET', rule_key, 'last_hit_at', created)
+      redis.call('HINCRBY', key('rule_hits'), A.rule.effect .. ':' .. A.rule.id, 1)
+    end
   end
 end
 return reply(rkey, 'ok')

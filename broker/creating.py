@@ -1,0 +1,281 @@
+"""The create step: new requests written in one Lua call per partition (create.lua).
+
+Why a module of its own: it is the hot path of every create, alone or in bulk. Each distinct
+NewRequest is checked and encoded once (a bulk of copies of one object shares that work), its
+hash fields become the script's ARGV as they are (no JSON object for Lua to decode), policy
+rules are matched from the per-process rule set cached by the rules' version, and that version
+is carried into the step as a check instead of being read first (a single Redis). The Requests
+handed back are built from what was written, never read back (a rule-decided one too). Nothing here decides a request a
+rule does not cover (`broker.rule_decided`), and nothing reads a request.
+
+On a Redis Cluster the rules live in a slot of their own (`Keys.rules`): the version is read
+once per call before the step, and the hits of the rules that decided are counted after it, in
+the rules' slot. A rule revoked before a create starts is never applied by it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import orjson
+from redis.cluster import RedisCluster
+
+from broker.args_schema import check_schema
+from broker.errors import InvalidInput
+from broker.script_keys import ScriptKeys, create_batch_keys
+from broker.models import NewRequest, Request, from_timestamp
+from broker.questions import validate_question_metadata
+from broker.quorum import quorum_of
+from broker.request_hash import Encoded, built_request, decided, encode
+from broker.rule_decided import RuleVerdict, verdict_for
+from broker.rules.matching import Call, suggested_rules
+from broker.rules.store import RuleStore
+from broker.store import Store
+from broker.text import as_str
+
+_TRIES = 5
+"""Create calls at most while the rules keep changing under us."""
+_AGENTS_KEPT = 10_000
+_KEYS_KEPT = 1_000
+
+
+class _Prebuilt:
+    """A step's KEYS and its JSON argument, made here rather than by `ScriptKeys.args`."""
+
+    def __init__(self, keys: list[str], argument: str) -> None:
+        self.keys = keys
+        self._argument = argument
+
+    def args(self, **_: Any) -> str:
+        return self._argument
+
+
+@dataclass(frozen=True)
+class _Prepared:
+    """One distinct NewRequest, checked and encoded."""
+
+    timeout_s: str
+    quorum: int
+    encoded: Encoded
+    call: Call | None
+
+
+class Creating:
+    """Runs create.lua for one partition's requests (or one round of a run)."""
+
+    def __init__(self, store: Store, rules: RuleStore) -> None:
+        self.store = store
+        self.rules = rules
+        self.cluster = isinstance(store.redis, RedisCluster)
+        self._agents: dict[str, str] = {}  # run id -> agent (a run's agent never changes)
+        self._keys: dict[tuple[Any, ...], ScriptKeys] = {}
+
+    def prepare(
+        self, run_id: str | None, round_no: int, news: Iterable[NewRequest]
+    ) -> dict[int, _Prepared]:
+        """Check and encode each distinct NewRequest (by identity); raises InvalidInput for
+        one nothing can serve. A bulk split over partitions is checked whole first, so one
+        bad request leaves every partition unwritten."""
+        news = list(news)
+        agent = self._agent(run_id) if any(n.kind == "approval" for n in news) else None
+        prepared: dict[int, _Prepared] = {}
+        for new in news:
+            if id(new) not in prepared:
+                prepared[id(new)] = self._prepare(new, run_id, round_no, agent)
+        return prepared
+
+    def create(
+        self,
+        run_id: str | None,
+        round_no: int,
+        built: Sequence[tuple[str, NewRequest]],
+        prepared: dict[int, _Prepared] | None = None,
+    ) -> tuple[str, list[Request]]:
+        """('ok', the requests), ('exists', []) for a round already registered; raises
+        InvalidInput (nothing written) for a request nothing can serve or an id taken."""
+        if prepared is None:
+            prepared = self.prepare(run_id, round_no, (new for _, new in built))
+        items = [(rid, new, prepared[id(new)]) for rid, new in built]
+        version = self.rules.read_version() if self.cluster else self.rules.known_version()
+        excluded: set[str] = set()
+        for _ in range(_TRIES):
+            verdicts = self._verdicts(items, excluded, version)
+            result = self._run(run_id, round_no, items, verdicts, version)
+            if result[0] == "rules_changed":  # matched with an older rule set: match again
+                version = result[1].encode() if result[1] else None
+            elif result[0] == "rule_changed":  # revoked or expired meanwhile: without it
+                excluded.add(str(result[1]))
+            else:
+                break
+        else:
+            raise RuntimeError(f"create kept finding its rules changed: {result!r}")
+        if result[0] == "duplicate":
+            raise InvalidInput(f"request {result[1]} already exists", code="duplicate")
+        if result[0] != "ok":
+            return str(result[0]), []
+        if verdicts and self.cluster:
+            self.rules.count_hits(v for v in verdicts.values())
+        created = from_timestamp(float(result[1]))
+        decided_at = datetime.fromisoformat(result[2]) if result[2] else None
+        expiries: dict[str, datetime] = {}  # the requests of one timeout share their expiry
+        for expires in result[3:]:
+            if expires not in expiries:
+                expiries[expires] = from_timestamp(float(expires))
+        made = [
+            built_request(
+                p.encoded,
+                rid,
+                new.tool_call_id or rid,
+                new.created_by,
+                created,
+                expiries[expires],
+                new,
+            )
+            for (rid, new, p), expires in zip(items, result[3:], strict=True)
+        ]
+        if decided_at is not None:  # as the step wrote them: decided, with the rule's entry
+            made = [decided(r, verdicts[r.id], decided_at) if r.id in verdicts else r for r in made]
+        return "ok", made
+
+    def _prepare(
+        self, new: NewRequest, run_id: str | None, round_no: int, agent: str | None
+    ) -> _Prepared:
+        """Refuse a request nothing can serve; else its timeout, quorum, fields and call."""
+        config = self.store.config
+        self.store.check_queue(new.queue)
+        validate_question_metadata(new.metadata, kind=new.kind)
+        if new.callback is not None and new.callback not in config.webhooks:
+            raise InvalidInput(
+                f"callback webhook {new.callback!r} is not defined", code="unknown_webhook"
+            )
+        if new.args_schema is not None:
+            check_schema(new.args_schema)
+        timeout = new.timeout_s if new.timeout_s is not None else config.timeout_for(new.queue)
+        quorum = quorum_of(new, config)
+        call = suggested = None
+        if new.kind == "approval":
+            suggested = suggested_rules(new.tool_name, new.args, run_id, agent)
+            call = Call(
+                tool_name=new.tool_name,
+                args=new.args,
+                run_id=run_id,
+                agent=agent,
+                queue=new.queue,
+                kind=new.kind,
+                allowed_roles=tuple(new.allowed_roles),
+                queue_roles=tuple(config.queue_roles(new.queue)),
+                created_by=new.created_by,
+            )
+        encoded = encode(new, run_id, round_no, quorum, suggested)
+        return _Prepared(repr(float(timeout)), quorum, encoded, call)
+
+    def _verdicts(
+        self,
+        items: list[tuple[str, NewRequest, _Prepared]],
+        excluded: set[str],
+        version: bytes | None,
+    ) -> dict[str, RuleVerdict]:
+        """The rule deciding each approval call, if one does (matched once per distinct call)."""
+        out: dict[str, RuleVerdict] = {}
+        seen: dict[int, RuleVerdict | None] = {}
+        for rid, _, p in items:
+            if p.call is None:
+                continue
+            if id(p) not in seen:
+                found = self.rules.match(p.call, exclude=excluded, quorum=p.quorum, version=version)
+                seen[id(p)] = verdict_for(found[1]) if found is not None else None
+            verdict = seen[id(p)]
+            if verdict is not None:
+                out[rid] = verdict
+        return out
+
+    def _run(
+        self,
+        run_id: str | None,
+        round_no: int,
+        items: list[tuple[str, NewRequest, _Prepared]],
+        verdicts: dict[str, RuleVerdict],
+        version: bytes | None,
+    ) -> list[Any]:
+        keys = self.store.keys
+        partition = (
+            keys.partition_of_run(run_id) if run_id else keys.partition_of_request(items[0][0])
+        )
+        shared = self._shared_keys(
+            partition,
+            run_id,
+            round_no,
+            frozenset(new.queue for _, new, _ in items),
+            frozenset(new.created_by for _, new, _ in items if new.created_by),
+            frozenset(v.rule_id for v in verdicts.values()),
+        )
+        script_keys = [*shared.keys, *(keys.request(rid) for rid, _, _ in items)]
+        argv: list[str] = []
+        rules: dict[str, Any] = {}
+        for i, (rid, new, p) in enumerate(items, start=1):
+            fields = p.encoded.fields
+            if new.tool_call_id and new.tool_call_id != rid:
+                fields = (*fields, "tool_call_id", new.tool_call_id)
+            argv += [rid, p.timeout_s, new.created_by or "", new.queue, str(len(fields)), *fields]
+            if rid in verdicts:
+                rules[str(i)] = verdicts[rid].lua()
+        values: dict[str, Any] = {
+            "maxlen": self.store.maxlen,
+            "round": str(round_no),
+            "retention": self.store.retention,
+            "req_at": len(shared.keys) + 1,
+            "k": shared.roles,
+            "streams": shared.streams,
+            "r": {},
+        }
+        if rules:
+            values["rules"] = rules
+        if run_id:
+            values["run_id"] = run_id
+        if not self.cluster:
+            values["version"] = version.decode() if version else ""
+        return self.store.scripts.run(
+            "create",
+            _Prebuilt(script_keys, orjson.dumps(values).decode()),  # type: ignore[arg-type]
+            extra_argv=argv,
+        )
+
+    def _shared_keys(
+        self,
+        partition: int,
+        run_id: str | None,
+        round_no: int,
+        queues: frozenset[str],
+        creators: frozenset[str],
+        rule_ids: frozenset[str],
+    ) -> ScriptKeys:
+        """The step's keys but the request hashes; kept for standalone creates, which ask for
+        the same few sets again and again."""
+        cache_key = (partition, queues, creators, rule_ids)
+        found = None if run_id else self._keys.get(cache_key)
+        if found is None:
+            found, _ = create_batch_keys(
+                self.store.keys, partition, run_id, round_no, [], queues, creators, rule_ids
+            )
+            if not run_id:
+                if len(self._keys) >= _KEYS_KEPT:
+                    self._keys.clear()
+                self._keys[cache_key] = found
+        return found
+
+    def _agent(self, run_id: str | None) -> str | None:
+        """The agent the run runs (rules may be scoped to it); read once per run."""
+        if not run_id:
+            return None
+        agent = self._agents.get(run_id)
+        if agent is None:
+            raw = self.store.redis.hget(self.store.keys.run(run_id), "agent")
+            if not raw:
+                return None
+            if len(self._agents) >= _AGENTS_KEPT:
+                self._agents.clear()
+            agent = self._agents[run_id] = as_str(raw)
+        return agent
