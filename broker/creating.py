@@ -25,7 +25,6 @@ from redis.cluster import RedisCluster
 
 from broker.args_schema import check_schema
 from broker.errors import InvalidInput
-from broker.script_keys import ScriptKeys, create_batch_keys
 from broker.models import NewRequest, Request, from_timestamp
 from broker.questions import validate_question_metadata
 from broker.quorum import quorum_of
@@ -33,6 +32,7 @@ from broker.request_hash import Encoded, built_request, decided, encode
 from broker.rule_decided import RuleVerdict, verdict_for
 from broker.rules.matching import Call, suggested_rules
 from broker.rules.store import RuleStore
+from broker.script_keys import ScriptKeys, create_batch_keys
 from broker.store import Store
 from broker.text import as_str
 
