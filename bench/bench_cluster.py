@@ -11,7 +11,7 @@ embedded single Redis started in the same run:
     in the same time): the single Redis, the 3 masters together (each cycle lands on one) and
     their replicas; and what that makes one master carry, cycles/s at one core.
 Cycles/s from one client are latency-bound on a loaded machine; CPU ms per cycle is the figure
-that scales (README, "Redis Cluster (in progress)", has the worked estimate).
+that scales (README, "Redis Cluster", has the worked estimate).
 Run: `uv run python bench/bench_cluster.py [--n 5000]`.
 """
 

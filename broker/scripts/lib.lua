@@ -1,7 +1,7 @@
 -- Shared helpers, prepended to every script.
 -- ARGV[1] is the call's one JSON argument. Its `k` maps role names to positions in KEYS, its
 -- `streams` maps queue names to their stream's position, and its `r` maps a request id to its
--- keys' roles and positions (broker/keys.py, ScriptKeys): scripts find every key with key(role),
+-- keys' roles and positions (broker/script_keys.py, ScriptKeys): scripts find every key with key(role),
 -- stream_of(queue) or key_of(id, role) and never build a key name.
 local A = cjson.decode(ARGV[1])
 
