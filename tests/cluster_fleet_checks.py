@@ -9,8 +9,6 @@ ask RQ's Redis about jobs. The judging of one outcome against the receiver's int
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass, field
-from typing import Any
 
 from redis import Redis
 from rq.job import Job
@@ -25,6 +23,7 @@ from tests.fleet_checks import (
     FINAL,
     LATE,
     REJECT_REASON,
+    Findings,
     Started,
     all_request_ids,
     group_pending,
@@ -33,18 +32,6 @@ from tests.fleet_checks import (
 from workers.demo import Ledger
 
 OUTCOMES = ("approval.decided", "approval.timed_out")
-
-
-@dataclass
-class Findings:
-    """The counts to print, and each check that failed with a few examples."""
-
-    counts: dict[str, Any] = field(default_factory=dict)
-    problems: list[str] = field(default_factory=list)
-
-    def bad(self, what: str, examples: list[str]) -> None:
-        if examples:
-            self.problems.append(f"{what}: {len(examples)}, e.g. {examples[:3]}")
 
 
 def outcome_events(broker: Broker, queue: str = "default") -> Counter[str]:
