@@ -135,12 +135,19 @@ def wait_queue_length(redis: Redis, key: str, n: int, timeout: float) -> float:
 
 
 def make_backlog(broker: Broker, n: int) -> float:
-    """Create n cycles the notifiers can't see yet (their group starts past them); returns /s."""
+    """Create n cycles the notifiers can't see yet (their group starts past them); returns /s.
+
+    The group is moved past the backlog once it is written: made with `$` on a new, empty
+    stream it would start at 0-0, so the notifiers would deliver the whole backlog before the
+    clock starts (to APIs not up yet) and once more after the rewind.
+    """
     stream = broker.keys.stream("default")
     broker.redis.xgroup_create(stream, NOTIFIER_GROUP, id="$", mkstream=True)
     started = time.perf_counter()
     make_rounds(broker, n, "fast")
-    return n / (time.perf_counter() - started)
+    rate = n / (time.perf_counter() - started)
+    broker.redis.xgroup_setid(stream, NOTIFIER_GROUP, "$")
+    return rate
 
 
 def throughput(
