@@ -5,8 +5,8 @@
 Everything runs on this machine as separate processes: an embedded Redis (AOF on), `approval-
 broker api` (x2), `approval-broker notifier` (x2), `approval-broker resumer`, and a webhook
 receiver that verifies each delivery and approves it through the signed
-`/v1/webhooks/{name}/replies` of the API (tests/fakes/deciding_receiver.py, behind uvicorn in
-bench/lean_receiver.py unless `--receiver threaded`). A cycle is one
+`/v1/webhooks/{name}/replies` of the API (bench/lean_receiver.py: one uvicorn event loop that
+also sends the replies; `--receiver threaded` for tests/fakes/deciding_receiver.py). A cycle is one
 round of one run with one request; it ends when the resumer has put the run's resume job on the
 RQ queue (no agent worker runs here: executing agents is the worker fleet's cost, not the
 broker's).
