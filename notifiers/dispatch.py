@@ -22,12 +22,12 @@ import threading
 import time
 from collections import Counter, defaultdict
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 
 from redis.exceptions import RedisError
 
 from notifiers.base import Channel
 from notifiers.parking import Parked, ParkedStore
+from notifiers.pool import DeliveryPool
 from notifiers.results import DeliveryResult, ResultKind
 from notifiers.retry import Defer, GiveUp, Retry, pause_delay
 from notifiers.tasks import Task, TaskState
@@ -54,9 +54,7 @@ class Dispatcher:
         self.dead_letter = dead_letter
         self.store = store
         self.pools = {
-            name: ThreadPoolExecutor(
-                max_workers=channel.concurrency, thread_name_prefix=f"notify-{name}"
-            )
+            name: DeliveryPool(channel.concurrency, f"notify-{name}")
             for name, channel in channels.items()
         }
         self._lock = threading.Lock()  # task states, `_load`, `_held`
@@ -297,5 +295,5 @@ class Dispatcher:
             self._heap.clear()
             self._cv.notify_all()
         for pool in self.pools.values():
-            pool.shutdown(wait=True, cancel_futures=True)
+            pool.shutdown()
         self._timer.join(timeout=5)

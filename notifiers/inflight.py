@@ -35,10 +35,17 @@ class Inflight:
             self._entries[entry.key] = entry
 
     def done(self, entries: Iterable[InflightEntry]) -> None:
-        """Forget acknowledged entries and wake whoever waits for room."""
+        """Forget acknowledged entries and wake whoever waits for room.
+
+        Each entry lets go of its tasks (which point back at it): without that cycle, an entry,
+        its request and its bodies are freed at once instead of piling up for the cyclic GC,
+        whose full collections then stalled a busy notifier for 100-260 ms (the e2e p99).
+        The list is replaced, not emptied, so a thread looking at the old one still sees it.
+        """
         with self._cv:
             for entry in entries:
                 self._entries.pop(entry.key, None)
+                entry.tasks = []
             self._cv.notify_all()
 
     def room(self, wait_s: float = 0.2) -> int:

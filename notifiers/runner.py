@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import logging
 import signal
 import threading
@@ -111,6 +112,7 @@ def run_notifier(settings: Settings, config: Config) -> None:
     broker = Broker.from_settings(settings, config, patient=True)
     broker.redis.ping()
     notifier = start_notifier(broker, options)
+    gc.freeze()  # what start-up made lives for ever: full collections need not scan it again
     queues = ", ".join(sorted(config.queues))
     typer.echo(f"notifier {notifier.name} reading queues {queues}")
     stop = threading.Event()

@@ -6,20 +6,19 @@ force, so receivers keep verifying during a secret rotation. 410 Gone switches t
 off; anything else that is not 2xx is retried with back-off, then dead-lettered. A 429 or 503
 with Retry-After pauses the whole endpoint for that long (capped), as Slack's 429 does.
 
-Requests go through httpcore, the connection pool underneath httpx, used directly because it
-costs half the CPU per request, and webhook throughput is CPU-bound. Each delivery thread has a
-keep-alive pool of its own (one connection): one pool shared by every thread spends most of its
-time on its lock, taken twice per request.
+Requests go out over `http.client`, one keep-alive connection per delivery thread
+(notifiers.http_post): webhook throughput is CPU-bound, and it costs about half the CPU of
+httpcore per request, with no pool lock shared by the threads.
 """
 
 from __future__ import annotations
 
+import http.client
 import json
 import threading
 import time
 from datetime import UTC, datetime
 
-import httpcore
 from standardwebhooks import Webhook
 
 from broker.config import WebhookConfig
@@ -27,6 +26,7 @@ from broker.models import Request
 from notifiers.base import Channel
 from notifiers.delivery_state import DeliveryState
 from notifiers.events import Event
+from notifiers.http_post import Poster, UnusableURL
 from notifiers.retry import (
     GiveUp,
     Retry,
@@ -69,7 +69,6 @@ class WebhookChannel(Channel):
         state: DeliveryState,
         *,
         concurrency: int,
-        pool: httpcore.ConnectionPool | None = None,
     ) -> None:
         super().__init__(
             name,
@@ -80,27 +79,20 @@ class WebhookChannel(Channel):
         self.state = state
         self.signers = [Webhook(secret) for secret in config.secrets]
         self._disabled: tuple[float, str | None] = (-DISABLED_CACHE_S, None)
-        self._shared_pool = pool  # tests hand one in; otherwise one per delivery thread
         self._local = threading.local()
-        self._pools: list[httpcore.ConnectionPool] = []
-        self._pools_lock = threading.Lock()
-        timeout = config.timeout_s
-        self.extensions = {
-            "timeout": {"connect": timeout, "read": timeout, "write": timeout, "pool": timeout}
-        }
+        self._posters: list[Poster] = []
+        self._posters_lock = threading.Lock()
 
     @property
-    def pool(self) -> httpcore.ConnectionPool:
-        """This thread's keep-alive pool (made on first use), or the one handed in."""
-        if self._shared_pool is not None:
-            return self._shared_pool
-        pool = getattr(self._local, "pool", None)
-        if pool is None:
-            pool = httpcore.ConnectionPool(max_connections=1, max_keepalive_connections=1)
-            self._local.pool = pool
-            with self._pools_lock:
-                self._pools.append(pool)
-        return pool
+    def poster(self) -> Poster:
+        """This thread's keep-alive connection to the endpoint (made on first use)."""
+        poster: Poster | None = getattr(self._local, "poster", None)
+        if poster is None:
+            poster = Poster(self.config.url, self.config.timeout_s)
+            self._local.poster = poster
+            with self._posters_lock:
+                self._posters.append(poster)
+        return poster
 
     def disabled_reason(self) -> str | None:
         """Whether some notifier switched this endpoint off; looked up at most once a second."""
@@ -115,28 +107,18 @@ class WebhookChannel(Channel):
         if disabled:
             raise GiveUp(f"{self.name} is disabled: {disabled}")
         body = task.memo("body", lambda: webhook_body(task.event, task.request))
+        raw = task.memo("raw", body.encode)
         msg_id = task.event.webhook_id(self.name)
-        headers = [
-            ("content-type", "application/json"),
-            ("user-agent", USER_AGENT),
-            *signature_headers(msg_id, body, self.signers).items(),
-        ]
+        headers = {
+            "content-type": "application/json",
+            "user-agent": USER_AGENT,
+            **signature_headers(msg_id, body, self.signers),
+        }
         try:
-            response = self.pool.request(
-                "POST",
-                self.config.url,
-                headers=headers,
-                content=body.encode(),
-                extensions=self.extensions,
-            )
-        except httpcore.UnsupportedProtocol as exc:
+            response = self.poster.post(raw, headers)
+        except UnusableURL as exc:
             raise GiveUp(f"{self.name} has an unusable URL: {exc}") from None
-        except (
-            httpcore.TimeoutException,
-            httpcore.NetworkError,
-            httpcore.ProtocolError,
-            OSError,
-        ) as exc:
+        except (OSError, http.client.HTTPException) as exc:
             raise Retry(f"{type(exc).__name__}: {exc or 'no detail'}") from None
         status = response.status
         if 200 <= status < 300:
@@ -145,7 +127,7 @@ class WebhookChannel(Channel):
             self.state.disable(self.name, "the endpoint answered 410 Gone")
             self._disabled = (time.monotonic(), "the endpoint answered 410 Gone")
             raise GiveUp(f"{self.name} answered 410 Gone; the endpoint is now disabled")
-        retry_after = parse_retry_after(header(response, b"retry-after"))
+        retry_after = parse_retry_after(response.headers.get("retry-after"))
         if retry_after is not None and status in (429, 503):
             # the endpoint is overloaded, not just this delivery: pause all of its tasks
             retry_after = cap_retry_after(retry_after)
@@ -154,16 +136,7 @@ class WebhookChannel(Channel):
         raise Retry(f"HTTP {status} from {self.name}", retry_after=retry_after)
 
     def close(self) -> None:
-        if self._shared_pool is not None:
-            self._shared_pool.close()
-        with self._pools_lock:
-            pools, self._pools = self._pools, []
-        for pool in pools:
-            pool.close()
-
-
-def header(response: httpcore.Response, name: bytes) -> str | None:
-    for key, value in response.headers:
-        if key.lower() == name:
-            return value.decode("latin-1")
-    return None
+        with self._posters_lock:
+            posters, self._posters = self._posters, []
+        for poster in posters:
+            poster.close()

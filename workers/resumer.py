@@ -5,6 +5,7 @@ The exactly-once logic lives in `broker.outbox.Resumer`; this module only runs i
 
 from __future__ import annotations
 
+import gc
 import signal
 import threading
 
@@ -20,6 +21,7 @@ def run_resumer(settings: Settings, config: Config, *, stop: threading.Event | N
     broker = Broker.from_settings(settings, config, patient=True)
     stop = stop or threading.Event()
     resumer = Resumer(broker)
+    gc.freeze()  # start-up's objects live for ever: full collections need not scan them again
     print(f"resumer ready on {broker.keys.resumes} as {resumer.consumer}", flush=True)
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGTERM, lambda *_: stop.set())
