@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import gc
+
 import uvicorn
 
 from api.app import create_app
@@ -17,6 +19,7 @@ class Server(uvicorn.Server):
     async def startup(self, sockets: list | None = None) -> None:  # type: ignore[type-arg]
         stop_event_streams(self.config.app, stopping=False)
         await super().startup(sockets)
+        gc.freeze()  # start-up's objects live for ever: full collections need not scan them again
         if self.started:
             print(f"API listening on {self.url}", flush=True)
 
