@@ -110,11 +110,12 @@ def client_process(
     connections: int,
     rate: float | None,
     ready: Any,
+    go: Any,
     start: Any,
     results: Any,
 ) -> None:
-    """A client process: connects `connections` connections, waits at `ready` for the others,
-    then they share `jobs` from wall time `start`; puts (its results, the wall time the last
+    """A client process: connects `connections` connections, waits at `ready` for the others
+    and for `go`, then they share `jobs` from wall time `start`; puts (its results, the wall time the last
     one came back, its CPU seconds meanwhile) on `results`."""
     parts = urlsplit(url)
     host, port = parts.hostname or "127.0.0.1", parts.port or 80
@@ -123,7 +124,9 @@ def client_process(
         shares = [jobs[c::connections] for c in range(connections)]
         shares = [share for share in shares if share]
         streams = [await asyncio.open_connection(host, port) for _ in shares]
-        await asyncio.get_running_loop().run_in_executor(None, ready.wait)
+        loop = asyncio.get_running_loop()
+        await loop.run_in_executor(None, ready.wait)
+        await loop.run_in_executor(None, go.wait)
         begin = start.value
         await asyncio.sleep(max(0.0, begin - time.time()))
         cpu0[0] = time.process_time()
@@ -148,19 +151,21 @@ def decide_all(
     process was connected and waiting, and the clients' CPU seconds."""
     jobs = list(enumerate(ids))
     ctx = multiprocessing.get_context("spawn")
-    ready, start, results = ctx.Barrier(processes + 1), ctx.Value("d", 0.0), ctx.Queue()
+    ready, go = ctx.Barrier(processes + 1), ctx.Event()
+    start, results = ctx.Value("d", 0.0), ctx.Queue()
     per = max(1, connections // processes)
     procs = [
         ctx.Process(
             target=client_process,
-            args=(url, jobs[p::processes], per, rate, ready, start, results),
+            args=(url, jobs[p::processes], per, rate, ready, go, start, results),
         )
         for p in range(processes)
     ]
     for proc in procs:
         proc.start()
-    start.value = time.time() + 0.2  # read by each process once all have reached the barrier
-    ready.wait(120)
+    ready.wait(120)  # every process started (spawning takes a while) and connected
+    start.value = time.time() + 0.05  # the clock starts now, not while the processes spawn
+    go.set()
     answers = [results.get(timeout=600) for _ in procs]
     for proc in procs:
         proc.join(30)

@@ -330,7 +330,7 @@ def main() -> None:
             "--seconds",
             "3" if quick else "10",
             "--burst",
-            "300" if quick else "2000",
+            "300" if quick else "10000",
         ],
         "bench_rules.py": ["--n", "500" if quick else "3000"],
         "bench_remote.py": ["--runs", "10" if quick else "50"],
