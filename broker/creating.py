@@ -22,6 +22,7 @@ from typing import Any
 
 import orjson
 from redis.cluster import RedisCluster
+from redis.exceptions import ConnectionError as RedisConnectionError
 
 from broker.args_schema import check_schema
 from broker.errors import InvalidInput
@@ -37,6 +38,13 @@ from broker.store import Store
 from broker.text import as_str
 
 _TRIES = 5
+
+
+class RulesBusy(RedisConnectionError):
+    """The rules changed under every try of a create (nothing was written): like a Redis that
+    can't be reached, the API answers 503 and a role retries."""
+
+
 """Create calls at most while the rules keep changing under us."""
 _AGENTS_KEPT = 10_000
 _KEYS_KEPT = 1_000
@@ -111,7 +119,7 @@ class Creating:
             else:
                 break
         else:
-            raise RuntimeError(f"create kept finding its rules changed: {result!r}")
+            raise RulesBusy(f"create kept finding its rules changed: {result!r}")
         if result[0] == "duplicate":
             raise InvalidInput(f"request {result[1]} already exists", code="duplicate")
         if result[0] != "ok":

@@ -231,44 +231,51 @@ class RuleDecisions:
         if once_key:
             values["once_ttl"] = once_ttl
         clustered = isinstance(store.redis, RedisCluster)
-        if clustered:  # the rules' slot is not the request's: the rule first, in a step of its own
-            self.rules.insert(rule, where="remember.id")
-        for _ in range(_TRIES):
-            ids = [s.id for s in siblings]
-            queues = [*store.config.queues, *extra]
-            if clustered:
-                keys = store.keys.decide_keys(current.id, run_id, queues, once_key)
-                for sid in ids:
-                    keys.of_request(sid, "req", store.keys.request(sid))
-            else:
-                keys = store.keys.remember_keys(
-                    current.id, run_id, queues, once_key, rule.id, rule.tool, ids
-                )
-            result = store.scripts.run(
-                "remember", keys, **values, **({"run_id": run_id} if run_id else {})
-            )
-            if result[0] == "need_stream":
-                extra.append(result[1])
-            elif result[0] == "need_run":
-                run_id = result[1]
-            elif result[0] == "rule_exists":
-                raise RuleExists(f"remember.id: rule {rule.id!r} already exists")
-            else:
-                try:
-                    request = self.broker.decisions._outcome(result, current.id, decision)
-                except Exception:
-                    if clustered and result[0] != "ok":
-                        self.rules.discard(rule)  # not decided: nor remembered, as on one Redis
-                    raise
-                decided = tuple(
-                    r.id
-                    for r in self.broker.get_requests(s.id for s in siblings)
-                    if r.decision is not None and r.decision.rule == rule.id
-                )
-                if clustered and decided:
-                    self.rules.count_hits([verdict] * len(decided))
-                stored = self.rules.get(rule.id)
-                return Remembered(request, recorded=True, rule=stored, siblings=decided)
         if clustered:
-            self.rules.discard(rule)
-        raise RuntimeError(f"remember of {current.id} kept asking for more keys: {result!r}")
+            # The rules' slot is not the request's: the rule first, in a step of its own, but
+            # matching nothing until the decision happened (`activate`), so a remember that
+            # loses never decides another request; taken back on any failure.
+            self.rules.insert(rule, where="remember.id", indexed=False)
+        active = False
+        try:
+            for _ in range(_TRIES):
+                ids = [s.id for s in siblings]
+                queues = [*store.config.queues, *extra]
+                if clustered:
+                    keys = store.keys.decide_keys(current.id, run_id, queues, once_key)
+                    for sid in ids:
+                        keys.of_request(sid, "req", store.keys.request(sid))
+                else:
+                    keys = store.keys.remember_keys(
+                        current.id, run_id, queues, once_key, rule.id, rule.tool, ids
+                    )
+                result = store.scripts.run(
+                    "remember", keys, **values, **({"run_id": run_id} if run_id else {})
+                )
+                if result[0] == "need_stream":
+                    extra.append(result[1])
+                elif result[0] == "need_run":
+                    run_id = result[1]
+                elif result[0] == "rule_exists":
+                    raise RuleExists(f"remember.id: rule {rule.id!r} already exists")
+                else:
+                    if clustered and result[0] == "ok":
+                        self.rules.activate(rule)
+                        active = True
+                    request = self.broker.decisions._outcome(result, current.id, decision)
+                    if clustered and not active:
+                        self.rules.activate(rule)
+                        active = True
+                    decided = tuple(
+                        r.id
+                        for r in self.broker.get_requests(s.id for s in siblings)
+                        if r.decision is not None and r.decision.rule == rule.id
+                    )
+                    if clustered and decided:
+                        self.rules.count_hits([verdict] * len(decided))
+                    stored = self.rules.get(rule.id)
+                    return Remembered(request, recorded=True, rule=stored, siblings=decided)
+            raise RuntimeError(f"remember of {current.id} kept asking for more keys: {result!r}")
+        finally:
+            if clustered and not active:
+                self.rules.discard(rule)  # not decided: nor remembered, as on one Redis

@@ -142,7 +142,8 @@ def check(
         "meant -> outcome": dict(sorted(verdicts.items())),
     }
 
-    # one resume per answered round, every tool step of a finished run ran once
+    # a resume job (its id is deterministic, so RQ holds one) per answered round; every tool
+    # step of a finished run ran once, which is what a doubled resume would break
     once, resumes, twice, wrong = 0, [], [], []
     for s in started:
         run, request = runs[s.run_id], by_run.get(s.run_id)
@@ -171,7 +172,9 @@ def check(
             }.get(request.status, output.get("refunded") is False and not refunds)
             if not ok:
                 wrong.append(f"{s.run_id} {request.status.value}: {output} refunds={refunds}")
-    found.bad("answered rounds not resumed exactly once", resumes)
+    found.bad(
+        "answered rounds without their resume job (one id per round), or with a round 2", resumes
+    )
     found.bad("tool steps that ran other than once per approved call (attempts)", twice)
     found.bad("runs whose output disagrees with their decision", wrong)
     entries, pending = outbox_left(broker)

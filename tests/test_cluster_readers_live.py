@@ -53,7 +53,8 @@ def test_a_live_wait_wakes_on_its_rounds_outcomes_and_claims_the_round(any_broke
     thread, out = in_thread(lambda: wait_and_claim(broker, run_id, 1, 30))
     wait_for(lambda: blocked_reads(broker) == 1)  # one blocking read: the run's partition
     broker.decide(ids[0], Decision(outcome="approved"), decided_by="ann")
-    assert thread.is_alive()  # one call of the round still pending
+    thread.join(0.5)  # a bounded look: a wait that woke on the first outcome would be done
+    assert thread.is_alive() and out == []  # one call of the round still pending
     broker.decide(ids[1], Decision(outcome="rejected", reason="no"), decided_by="ann")
     thread.join(10)
     assert out == [True]

@@ -4,7 +4,6 @@ entries freed without the cyclic GC, and the e2e benchmark's backlog kept from t
 from __future__ import annotations
 
 import gc
-import sys
 import threading
 import weakref
 from collections.abc import Iterator
@@ -229,9 +228,9 @@ def test_an_acknowledged_entry_is_freed_without_the_cyclic_gc() -> None:
 
 
 def test_the_e2e_backlog_stays_out_of_the_notifiers_sight_until_the_rewind(
-    redis: Redis, broker: Broker
+    redis: Redis, broker: Broker, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
+    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parent.parent / "bench"))
     from bench_e2e import make_backlog
 
     make_backlog(broker, 3)

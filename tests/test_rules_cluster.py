@@ -18,6 +18,7 @@ from broker.auth import Principal
 from broker.client import Broker
 from broker.config import Config, parse_config
 from broker.deciding import Deciding
+from broker.errors import Conflict
 from broker.models import Decision, NewRequest, Outcome, Status
 from broker.rule_decisions import RuleDecisions
 from broker.rules import parse_body, sync_at_start
@@ -117,27 +118,39 @@ def test_remembering_on_a_run_decides_it_and_its_covered_sibling(client, cfg):
     assert done.siblings == (second.id,)
     assert broker.get_request(second.id).status is Status.approved
     assert broker.requests.rules.get(done.rule.id).hits == 1
-    assert broker.get_run(run).status.value == "queued"  # the round resumed once
+    assert broker.get_run(run).status.value == "queued"
+    resumes = [entry for keys in broker.keys.parts() for entry in client.xrange(keys.resumes)]
+    assert len(resumes) == 1  # the round resumed once
 
 
-def test_remembering_a_request_decided_meanwhile_keeps_no_rule(client, cfg):
+def test_remembering_a_request_decided_meanwhile_keeps_no_rule_and_decides_nothing(client, cfg):
     broker = broker_on(client, cfg)
     run = broker.create_run("refunds", "go").id
     [req] = broker.create_round(run, 1, [NewRequest(tool_name="refund", args={"n": 1})])
     service = RuleDecisions(Deciding(broker))
     rules_before = len(broker.requests.rules.list())
-    # decided by someone else after the service read it pending, before its step ran
-    real_step = service._step
+    # decided by someone else after the service read it pending, before its step ran; and,
+    # while the losing remember is in flight, a call its rule would cover is created
+    scripts = broker.store.scripts
+    real_run = scripts.run
+    later: list[str] = []
 
-    def racing_step(*args, **kwargs):
-        broker.decide(req.id, Decision(outcome=Outcome.rejected, reason="no"), decided_by="bob")
-        return real_step(*args, **kwargs)
+    def racing_run(name, *args, **kwargs):
+        if name == "remember":
+            broker.decide(req.id, Decision(outcome=Outcome.rejected, reason="no"), decided_by="bob")
+            [other] = broker.create_round(run, 2, [NewRequest(tool_name="refund", args={"n": 1})])
+            later.append(other.id)
+        return real_run(name, *args, **kwargs)
 
-    service._step = racing_step  # type: ignore[method-assign]
-    with pytest.raises(Exception):  # noqa: B017 - the conflict, whatever its channel's form
-        service.decide(req.id, Decision(outcome=Outcome.approved), PAT, 0, via={"inbox"})
+    scripts.run = racing_run  # type: ignore[method-assign]
+    with pytest.raises(Conflict):
+        try:
+            service.decide(req.id, Decision(outcome=Outcome.approved), PAT, 0, via={"inbox"})
+        finally:
+            scripts.run = real_run  # type: ignore[method-assign]
     assert len(broker.requests.rules.list()) == rules_before
     assert broker.get_request(req.id).status is Status.rejected
+    assert broker.get_request(later[0]).status is Status.pending  # the loser's rule decided nothing
 
 
 def test_a_round_every_call_of_which_a_rule_decides_resumes_once(client, cfg):

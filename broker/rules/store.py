@@ -140,8 +140,12 @@ class RuleStore:
         self.insert(rule)
         return rule
 
-    def insert(self, rule: Rule, where: str = "id") -> None:
-        """Store `rule` unless its id is taken (RuleExists); one transaction in the rules' slot."""
+    def insert(self, rule: Rule, where: str = "id", *, indexed: bool = True) -> None:
+        """Store `rule` unless its id is taken (RuleExists); one transaction in the rules' slot.
+
+        `indexed=False` stores and lists it without putting it where creates match rules (nor
+        bumping the version): a cluster's remember, whose decision is a step of its own, makes
+        the rule match only once that decision happened (`activate`)."""
         key = self.keys.rule(rule.id)
         with self.redis.pipeline(transaction=True) as pipe:
             try:
@@ -149,10 +153,17 @@ class RuleStore:
                 if pipe.exists(key):
                     raise RuleExists(f"{where}: rule {rule.id!r} already exists")
                 pipe.multi()
-                self.write(pipe, rule)
+                self.write(pipe, rule, indexed=indexed)
                 pipe.execute()
             except WatchError:
                 raise RuleExists(f"{where}: rule {rule.id!r} already exists") from None
+
+    def activate(self, rule: Rule) -> None:
+        """Let creates match a rule stored with `indexed=False`: its index entry, a new version."""
+        pipe = self.redis.pipeline(transaction=True)
+        pipe.sadd(self.keys.index(rule.tool), rule.id)
+        pipe.incr(self.keys.version)
+        pipe.execute()
 
     def discard(self, rule: Rule) -> None:
         """Take back a rule just inserted whose decision then did not happen (a cluster's
@@ -164,14 +175,15 @@ class RuleStore:
         pipe.incr(self.keys.version)
         pipe.execute()
 
-    def write(self, pipe: Any, rule: Rule) -> None:
+    def write(self, pipe: Any, rule: Rule, *, indexed: bool = True) -> None:
         key = self.keys.rule(rule.id)
         pipe.delete(key)
         pipe.hset(key, mapping=to_fields(rule))
-        if rule.revoked_at is None:
+        if indexed and rule.revoked_at is None:
             pipe.sadd(self.keys.index(rule.tool), rule.id)
         pipe.zadd(self.keys.listing, {rule.id: rule.created_at.timestamp()})
-        pipe.incr(self.keys.version)
+        if indexed:
+            pipe.incr(self.keys.version)
 
     def revoke(self, rule_id: str) -> Rule:
         """Mark a rule revoked (kept and listed); revoking again changes nothing."""
