@@ -12,6 +12,7 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from redis.exceptions import ClusterError, RedisClusterException, SlotNotCoveredError
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 from starlette.exceptions import HTTPException as StarletteHTTPException
@@ -104,6 +105,16 @@ def broker_error_response(exc: BrokerError) -> JSONResponse:
     return error_response(status, exc.code, exc.detail)
 
 
+UNAVAILABLE: tuple[type[Exception], ...] = (
+    RedisConnectionError,
+    RedisTimeoutError,
+    ClusterError,  # a cluster failing over: down, a master down, slots moving
+    RedisClusterException,
+    SlotNotCoveredError,
+)
+"""Redis errors that mean "not reachable now, try again": 503, never 500."""
+
+
 def redis_error_response(exc: Exception) -> JSONResponse:
     log.error("Redis error: %s", type(exc).__name__)
     return error_response(503, "unavailable", "the broker's Redis is not reachable; try again")
@@ -118,7 +129,7 @@ def known_error_response(exc: Exception) -> JSONResponse | None:
         return api_error_response(exc)
     if isinstance(exc, BrokerError):
         return broker_error_response(exc)
-    if isinstance(exc, (RedisConnectionError, RedisTimeoutError)):
+    if isinstance(exc, UNAVAILABLE):
         return redis_error_response(exc)
     return None
 
@@ -164,6 +175,6 @@ def install_error_handlers(app: FastAPI) -> None:
     app.add_exception_handler(RequestValidationError, _validation_error)
     app.add_exception_handler(StarletteHTTPException, _http_error)
     app.add_exception_handler(UnicodeError, _unicode_error)
-    app.add_exception_handler(RedisConnectionError, _redis_error)
-    app.add_exception_handler(RedisTimeoutError, _redis_error)
+    for unavailable in UNAVAILABLE:
+        app.add_exception_handler(unavailable, _redis_error)
     app.add_exception_handler(Exception, _internal_error)

@@ -51,6 +51,8 @@ def decode_position(last_event_id: str, partitions: int = 1) -> dict[str, str]:
         raise ApiError(400, "bad_last_event_id", "Last-Event-ID is not an id this stream sent")
     if partitions > 1 and any(v.count(".") not in (0, partitions - 1) for _, v in pairs):
         raise ApiError(400, "bad_last_event_id", "Last-Event-ID is not an id this stream sent")
+    if any(int(n) >= 2**64 for _, v in pairs for n in re.findall(r"\d+", v)):
+        raise ApiError(400, "bad_last_event_id", "Last-Event-ID is not an id this stream sent")
     return dict(pairs)
 
 

@@ -25,7 +25,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Depends, Header, Query, Request
 from fastapi.sse import EventSourceResponse, ServerSentEvent
-from redis.exceptions import ClusterDownError
+from redis.exceptions import ClusterError, RedisClusterException
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 from starlette.concurrency import run_in_threadpool
@@ -170,7 +170,12 @@ async def event_stream(
             try:
                 got = await reader.next(max(1, min(block, wait_ms)))
                 failures = 0
-            except (RedisConnectionError, RedisTimeoutError, ClusterDownError) as exc:
+            except (
+                RedisConnectionError,
+                RedisTimeoutError,
+                ClusterError,
+                RedisClusterException,
+            ) as exc:
                 failures += 1
                 log.warning("event stream: Redis read failed (%s); retrying", type(exc).__name__)
                 await asyncio.sleep(min(5.0, 0.1 * 2**failures))

@@ -23,7 +23,7 @@ from api.redis_async import AsyncRedis, async_client
 from api.state import ApiState
 from broker.models import Request
 
-log = logging.getLogger("approval_broker.api.waits")
+log = logging.getLogger("approval_broker.api.follow")
 
 BLOCK_MS = 1000
 """XREAD BLOCK per call: short, well below any socket timeout, so a dead connection shows."""

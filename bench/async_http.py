@@ -69,7 +69,9 @@ class Origin:
             name, sep, value = line.partition(":")
             if sep:
                 fields[name.strip().lower()] = value.strip()
-        if "content-length" in fields:
+        if status < 200 or status in (204, 304):  # no body, whatever the headers say
+            data = b""
+        elif "content-length" in fields:
             data = await reader.readexactly(int(fields["content-length"]))
         elif fields.get("transfer-encoding", "").lower() == "chunked":
             data = await _read_chunked(reader)

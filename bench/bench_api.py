@@ -139,7 +139,11 @@ def client_process(
         return [r for results in done for r in results]
 
     cpu0 = [0.0]
-    out = asyncio.run(run())
+    try:
+        out = asyncio.run(run())
+    except BaseException as exc:  # the parent waits on `results`: tell it, don't leave it hanging
+        results.put((None, f"{type(exc).__name__}: {exc}", 0.0))
+        raise
     results.put((out, time.time(), time.process_time() - cpu0[0]))
 
 
@@ -167,6 +171,9 @@ def decide_all(
     start.value = time.time() + 0.05  # the clock starts now, not while the processes spawn
     go.set()
     answers = [results.get(timeout=600) for _ in procs]
+    for part, error, _ in answers:
+        if part is None:
+            raise SystemExit(f"a client process failed: {error}")
     for proc in procs:
         proc.join(30)
         if proc.exitcode != 0:

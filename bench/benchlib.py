@@ -156,8 +156,8 @@ def round_trips_of(pid: int, out: Path, timeout: float = 5.0) -> int:
     before = path.stat().st_mtime_ns if path.exists() else 0
     os.kill(pid, signal.SIGUSR1)
     deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if path.exists() and path.stat().st_mtime_ns != before:
-            break
+    while not (path.exists() and path.stat().st_mtime_ns != before):
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"process {pid} wrote no round-trip count within {timeout:.0f} s")
         time.sleep(0.02)
     return int(json.loads(path.read_text())["round_trips"])

@@ -67,40 +67,6 @@ class ScriptKeys:
 class StepKeys:
     """The KEYS of each Lua step, built from the names of the `Keys` this is part of."""
 
-    def create_keys(
-        self: Keys,
-        run_id: str | None,
-        round_no: int,
-        request_ids: Iterable[str],
-        queues: Iterable[str],
-        rules: dict[str, str] | None = None,
-    ) -> ScriptKeys:
-        """create.lua: the shared indexes, the run's round (if any), each new request's hash
-        (role `req` of that request), the hash of the rule chosen to decide it (role `rule`),
-        and the streams of the queues they go to.
-
-        The requests must share one partition (a run's do; `Requests` groups standalone ones),
-        and the shared keys are that partition's."""
-        request_ids = list(request_ids)
-        owners = {self.partition_of_run(run_id)} if run_id else set()
-        owners |= {self.partition_of_request(rid) for rid in request_ids}
-        if len(owners) > 1:
-            raise ValueError("create_keys: the requests of one step span partitions")
-        partition = owners.pop() if owners else self.at
-        keys = self.part(partition)._shared(queues)
-        if run_id:
-            keys.name("run", self.run(run_id))
-            keys.name("round", self.run_round(run_id, round_no))
-            keys.name("pending", self.run_pending(run_id))
-            keys.name("run_requests", self.run_requests(run_id))
-        for rid in request_ids:
-            keys.of_request(rid, "req", self.request(rid))
-        for rid, rule_id in (rules or {}).items():
-            keys.of_request(rid, "rule", self.rules.rule(rule_id))
-        if rules:
-            keys.name("rule_hits", self.rules.hits)
-        return keys
-
     def remember_keys(
         self,
         request_id: str,
@@ -120,12 +86,6 @@ class StepKeys:
         keys.name("rule_hits", rules.hits)
         for sid in siblings:
             keys.of_request(sid, "req", self.request(sid))
-        return keys
-
-    def creator_keys(self: Keys, keys: ScriptKeys, created_by: str | None) -> ScriptKeys:
-        """create.lua: the creator's index (role `creator`), when the API knows who asks."""
-        if created_by:
-            keys.name("creator", self.part(keys.partition).by_creator(created_by))
         return keys
 
     def decide_keys(

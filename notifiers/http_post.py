@@ -101,11 +101,13 @@ class Poster:
 
     def _connect(self) -> http.client.HTTPConnection:
         t = self.target
+        # the port always given: http.client would split a bare IPv6 host at its last colon
+        port = t.port or (443 if t.scheme == "https" else 80)
         if t.scheme == "https":
             return http.client.HTTPSConnection(
-                t.host, t.port, timeout=self.timeout_s, context=_tls_context()
+                t.host, port, timeout=self.timeout_s, context=_tls_context()
             )
-        return http.client.HTTPConnection(t.host, t.port, timeout=self.timeout_s)
+        return http.client.HTTPConnection(t.host, port, timeout=self.timeout_s)
 
     def close(self) -> None:
         conn, self._conn = self._conn, None

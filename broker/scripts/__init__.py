@@ -94,8 +94,9 @@ class Scripts:
         return [as_str(x) if isinstance(x, bytes) else x for x in reply]
 
     def _replicate(self, key: str) -> None:
-        """Wait for one replica of `key`'s master; none in time is logged, not raised: the
-        step has happened, and refusing it now would only make its caller retry a done step."""
+        """Wait for one replica of `key`'s master. None in time is logged, not raised: the step
+        has happened, and refusing it now would only make its caller retry a done step. A master
+        that failed over meanwhile raises `FailedOver` (503): the write may be gone."""
         acked = wait_for_replicas(self._redis, key, strict=False)  # type: ignore[arg-type]
         if acked < 1:
             log.warning("no replica acknowledged a write beside %s in time", key)

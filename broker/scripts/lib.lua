@@ -117,21 +117,6 @@ local function forget_old(zkey, now)
   end
 end
 
-local function index_created(id, queue, expires, created, now)
-  redis.call('ZADD', key('pending:' .. queue), expires, id)
-  redis.call('ZADD', key('queue:' .. queue), created, id)
-  forget_old(key('queue:' .. queue), now)
-  local creator, of_run = key('creator'), key('run_requests')
-  if creator then
-    redis.call('ZADD', creator, created, id)
-    forget_old(creator, now)
-  end
-  if of_run then
-    redis.call('ZADD', of_run, created, id)
-    redis.call('PERSIST', of_run)
-  end
-end
-
 local function index_finished(id, queue, status, now, run)
   redis.call('ZREM', key('pending:' .. queue), id)
   for _, role in ipairs({'done:' .. status, 'done:' .. status .. ':' .. queue, 'queue:' .. queue}) do
