@@ -118,6 +118,8 @@ def core_rows(text: str, ceiling: float) -> list[Row]:
     batched = number(r"batches of 100\s*: *{N}", text)
     own_ceiling = number(r"\(ceiling\) *: *{N}", text)  # measured beside it, in the same run
     batched_share = 100 * batched / own_ceiling if batched and own_ceiling else None
+    distinct = number(r"100 distinct requests\s*: *{N}", text)
+    distinct_share = 100 * distinct / own_ceiling if distinct and own_ceiling else None
     return [
         row("core: creates/s, 1 thread", number(r"creates/s, 1 thread\s*: *{N}", text), "/s"),
         row(f"core: creates/s, 4 threads{share}", creates, "/s"),
@@ -127,6 +129,13 @@ def core_rows(text: str, ceiling: float) -> list[Row]:
             batched_share,
             "%",
             at_least(40, "%"),  # issue 18
+        ),
+        row("core: creates/s, batches of 100 distinct requests", distinct, "/s"),
+        row(
+            "core: the same with 100 distinct requests per batch (no shared encoding)",
+            distinct_share,
+            "%",
+            at_least(40, "%"),
         ),
         row(
             "core: decisions/s, 4 threads", number(r"decisions/s, \d+ threads\s*: *{N}", text), "/s"
