@@ -255,7 +255,12 @@ class DecidingReceiver:
             sent_at = time.time()
             try:
                 status, data = self._post(base, msg_id, body)
-            except (httpcore.NetworkError, httpcore.TimeoutException, OSError) as exc:
+            except (
+                httpcore.NetworkError,
+                httpcore.TimeoutException,
+                httpcore.RemoteProtocolError,  # an API killed after the step, before its answer
+                OSError,
+            ) as exc:
                 status, data = 0, {"error": type(exc).__name__}
             if status == 200:
                 final = str(data.get("status"))
