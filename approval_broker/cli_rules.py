@@ -12,7 +12,7 @@ from typing import Annotated, Any
 
 import typer
 
-from approval_broker.cli_common import clear_errors, connect, json_arg
+from approval_broker.cli_common import DataDir, clear_errors, connect, json_arg
 from broker.auth import Principal
 from broker.deciding import Deciding
 from broker.models import Decision
@@ -22,10 +22,6 @@ from broker.rules import Rule, RuleStore, parse_body
 rules_app = typer.Typer(
     help="Policy rules: always allow or deny matching tool calls.", no_args_is_help=True
 )
-
-DataDir = Annotated[
-    Path | None, typer.Option("--data-dir", help="Where the embedded Redis keeps its data.")
-]
 
 
 def _store(data_dir: Path | None) -> RuleStore:

@@ -12,7 +12,6 @@ from __future__ import annotations
 import copy
 import json
 from dataclasses import dataclass
-from functools import lru_cache
 from typing import Any, Literal
 
 from jsonschema import Draft202012Validator
@@ -20,6 +19,7 @@ from jsonschema.exceptions import SchemaError
 from jsonschema.validators import validator_for
 
 from broker.errors import InvalidInput
+from broker.json_keyed import cached_by_json
 
 MAX_PROPERTIES = 50
 MAX_ENUM = 100
@@ -139,16 +139,12 @@ def check_schema(schema: Any, where: str = "metadata.answer_schema") -> list[For
     questions with one schema, or a form rendered again, does not check it again."""
     if not isinstance(schema, dict):
         return _check_schema(schema, where)
-    try:
-        text = json.dumps(schema, separators=(",", ":"))
-    except (TypeError, ValueError):
-        return _check_schema(schema, where)
-    return list(_checked(text, where))
+    return list(_checked(schema, where))
 
 
-@lru_cache(maxsize=256)
-def _checked(text: str, where: str) -> tuple[FormField, ...]:
-    return tuple(_check_schema(json.loads(text), where))
+@cached_by_json()
+def _checked(schema: Any, where: str) -> tuple[FormField, ...]:
+    return tuple(_check_schema(schema, where))
 
 
 def _check_schema(schema: Any, where: str) -> list[FormField]:

@@ -8,15 +8,14 @@ is the tool's JSON Schema (pydantic-ai's `parameters_json_schema`, or `args_sche
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
-from functools import lru_cache
 from typing import Any
 
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import SchemaError, best_match
 
 from broker.errors import InvalidInput
+from broker.json_keyed import cached_by_json
 from broker.models import canonical_json
 
 MAX_SCHEMA_BYTES = 64 * 1024
@@ -27,12 +26,11 @@ def check_schema(schema: Mapping[str, Any]) -> None:
     """Refuse a schema that is not a JSON Schema for an object of args (422 `invalid_schema`).
 
     Checked once per distinct schema in this process (a run's tools send theirs every round)."""
-    _checked(_text(schema))
+    _checked(schema)
 
 
-@lru_cache(maxsize=256)
-def _checked(text: str) -> None:
-    schema = json.loads(text)
+@cached_by_json()
+def _checked(schema: Any) -> None:
     size = len(canonical_json(schema).encode())
     if size > MAX_SCHEMA_BYTES:
         raise InvalidInput(
@@ -55,15 +53,10 @@ def _checked(text: str) -> None:
         )
 
 
-@lru_cache(maxsize=256)
-def _validator(text: str) -> Draft202012Validator:
+@cached_by_json()
+def _validator(schema: Any) -> Draft202012Validator:
     """One compiled validator per distinct schema."""
-    return Draft202012Validator(json.loads(text))
-
-
-def _text(schema: Mapping[str, Any]) -> str:
-    """A schema's cache key: its JSON in its own order (which errors name first)."""
-    return json.dumps(schema, separators=(",", ":"), ensure_ascii=False)
+    return Draft202012Validator(schema)
 
 
 def check_args(schema: Mapping[str, Any] | None, args: Mapping[str, Any]) -> None:
@@ -71,7 +64,7 @@ def check_args(schema: Mapping[str, Any] | None, args: Mapping[str, Any]) -> Non
     schema: anything goes, as before schemas were stored."""
     if schema is None:
         return
-    error = best_match(_validator(_text(schema)).iter_errors(dict(args)))
+    error = best_match(_validator(schema).iter_errors(dict(args)))
     if error is None:
         return
     path = [str(p) for p in error.absolute_path]

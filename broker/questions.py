@@ -11,13 +11,13 @@ reads on resume. Nothing here decides, stores or renders for a channel.
 from __future__ import annotations
 
 import json
-from functools import lru_cache
 from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from broker import answer_schema
 from broker.errors import InvalidInput
+from broker.json_keyed import cached_by_json
 
 MAX_QUESTIONS = 4
 MAX_HEADER = 12
@@ -138,16 +138,12 @@ def parse_questions(raw: Any, where: str = "metadata.questions") -> list[Questio
     """Questions from JSON, or InvalidInput (`invalid_question`) naming the field at fault.
 
     Parsed once per distinct list (by its JSON) in this process; Questions are frozen."""
-    try:
-        text = json.dumps(raw, separators=(",", ":"))
-    except (TypeError, ValueError):
-        return _parse_questions(raw, where)
-    return list(_parsed(text, where))
+    return list(_parsed(raw, where))
 
 
-@lru_cache(maxsize=256)
-def _parsed(text: str, where: str) -> tuple[Question, ...]:
-    return tuple(_parse_questions(json.loads(text), where))
+@cached_by_json()
+def _parsed(raw: Any, where: str) -> tuple[Question, ...]:
+    return tuple(_parse_questions(raw, where))
 
 
 def _parse_questions(raw: Any, where: str) -> list[Question]:
