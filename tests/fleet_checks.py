@@ -51,22 +51,32 @@ class Started:
     amount: int
 
 
-def outcome_events(broker: Broker) -> Counter[str]:
-    """Outcome events (decided or timed out) per request id in the handler queue's stream."""
+def outcome_events(broker: Broker, queue: str = "default") -> Counter[str]:
+    """Outcome events (decided or timed out) per request id in the queue's stream (every
+    partition's, on a cluster)."""
     counts: Counter[str] = Counter()
-    stream = broker.keys.stream("default")
-    cursor = "-"
-    while True:
-        rows = broker.redis.xrange(stream, cursor, "+", count=5000)
-        for _, fields in rows:
-            kind = fields.get(b"type", b"").decode()
-            if kind in ("approval.decided", "approval.timed_out"):
-                counts[fields[b"request_id"].decode()] += 1
-        if len(rows) < 5000:
-            return counts
-        last = rows[-1][0].decode()
-        ms, seq = last.split("-")
-        cursor = f"{ms}-{int(seq) + 1}"
+    for part in broker.keys.parts():
+        stream, cursor = part.stream(queue), "-"
+        while True:
+            rows = broker.redis.xrange(stream, cursor, "+", count=5000)
+            for _, fields in rows:
+                kind = fields.get(b"type", b"").decode()
+                if kind in ("approval.decided", "approval.timed_out"):
+                    counts[fields[b"request_id"].decode()] += 1
+            if len(rows) < 5000:
+                break
+            ms, seq = rows[-1][0].decode().split("-")
+            cursor = f"{ms}-{int(seq) + 1}"
+    return counts
+
+
+def outbox_left(broker: Broker) -> tuple[int, int]:
+    """(entries, entries handed out and not acknowledged) over every partition's outbox."""
+    entries = pending = 0
+    for part in broker.keys.parts():
+        entries += int(broker.redis.xlen(part.resumes))
+        pending += group_pending(broker.redis, part.resumes, RESUMER_GROUP)
+    return entries, pending
 
 
 @dataclass
@@ -178,55 +188,94 @@ def check(
         "requests without an outcome",
         [f"{r.id} {r.status.value}" for r in requests.values() if r.is_pending or not r.decision],
     )
-    outcome_counts = outcome_events(broker)
+    check_outcomes(found, broker, requests, receiver)
+    check_resumes(found, broker, redis, started, runs, by_run)
+
+    # every dead letter has a cause
+    letters = broker.dead_letters(100_000)
+    found.bad(
+        "dead letters without a cause",
+        [eid for eid, f in letters if not f.get("error") or not f.get("source")],
+    )
+    found.counts["dead letters"] = dict(Counter(f.get("source", "?") for _, f in letters))
+
+    # the faults happened as planned, and none on their own
+    if kills_planned:
+        found.bad(
+            "roles never SIGKILLed",
+            [kind for kind in ROLES if events.kills[kind] < 1],
+        )
+    found.bad("processes that died on their own", events.self_deaths)
+    return found
+
+
+def check_outcomes(
+    found: Findings, broker: Broker, requests: dict[str, Request], receiver: DecidingReceiver
+) -> None:
+    """One outcome per request (one event in its stream, one at the webhook), and each the
+    outcome the receiver meant (`judge`); every reply the API acknowledged is counted."""
+    events = outcome_events(broker)
     found.bad(
         "requests without exactly one outcome event",
-        [f"{rid} x{outcome_counts[rid]}" for rid in requests if outcome_counts[rid] != 1],
+        [f"{rid} x{events[rid]}" for rid in requests if events[rid] != 1],
     )
     webhook_outcomes = {rid: len(receiver.outcomes.get(rid, ())) for rid in requests}
     found.bad(
         "requests whose outcome reached the webhook as other than one event",
         [f"{rid} x{n}" for rid, n in webhook_outcomes.items() if n != 1],
     )
-
-    # every request reached its webhook, and what the receiver meant is what was recorded
     found.bad(
         "requests that never reached the webhook",
         [rid for rid in requests if rid not in receiver.intents],
     )
     verdicts: Counter[str] = Counter()
     mismatched = []
+    acknowledged = 0
     for rid, request in requests.items():
         intent = receiver.intents.get(rid)
         if intent is None or request.is_pending:
             continue
-        problem = judge(request, intent, receiver.answered.get(rid))
+        answered = receiver.answered.get(rid)
+        acknowledged += answered is not None and answered.status == 200
+        problem = judge(request, intent, answered)
         if problem is None:
             verdicts[f"{intent.action} -> {request.status.value}"] += 1
         elif problem in LATE:
             verdicts[f"{intent.action} -> timed_out ({problem})"] += 1
         else:
             mismatched.append(f"{rid}: {problem}")
-    found.bad("requests whose outcome is not what the receiver meant", mismatched)
+    found.bad("requests whose outcome is not what the receiver meant (or was told)", mismatched)
     found.bad("replies the API refused", receiver.failures)
     found.counts["webhook"] = {
         **receiver.stats(),
+        "replies acknowledged (HTTP 200), each the recorded outcome": acknowledged,
         "meant -> outcome": dict(sorted(verdicts.items())),
     }
 
-    # no round resumed twice, no tool step ran twice, each resume did what its outcome said
-    once, unexplained, twice, wrong = 0, [], [], []
+
+def check_resumes(
+    found: Findings,
+    broker: Broker,
+    rq: Redis,
+    started: list[Started],
+    runs: dict[str, Run],
+    by_run: dict[str, Request],
+) -> None:
+    """One resume job per answered round (its id is deterministic, so RQ holds one), every
+    refund step of an approved call run once (what a doubled resume would break), each run's
+    output what its decision says, and the outbox drained. `rq` is where RQ keeps its jobs."""
+    once, resumes, twice, wrong = 0, [], [], []
     for s in started:
         run, request = runs[s.run_id], by_run.get(s.run_id)
         if request is None or request.is_pending:
             continue
-        ledger = Ledger(redis, broker.keys.prefix, s.customer)
+        ledger = Ledger(broker.redis, broker.keys.prefix, s.customer)
         refunds = ledger.all()
-        if not Job.exists(resume_job_id(s.run_id, 1), connection=redis):
-            unexplained.append(f"{s.run_id}: no resume job for its answered round 1")
+        if not Job.exists(resume_job_id(s.run_id, 1), connection=rq):
+            resumes.append(f"{s.run_id}: no resume job for its answered round 1")
             continue
-        if Job.exists(resume_job_id(s.run_id, 2), connection=redis):
-            unexplained.append(f"{s.run_id}: a resume job for a round 2 it never had")
+        if Job.exists(resume_job_id(s.run_id, 2), connection=rq):
+            resumes.append(f"{s.run_id}: a resume job for a round 2 it never had")
         attempts = ledger.attempts(request.tool_call_id)
         approved = request.status is Status.approved
         finished = run.status is RunStatus.finished
@@ -255,39 +304,21 @@ def check(
             )
         if not ok:
             wrong.append(f"{s.run_id} {request.status.value}: {output} refunds={refunds}")
-    found.bad("runs resumed more than once in a round", unexplained)
+    found.bad(
+        "answered rounds without their resume job (one id per round), or with a round 2", resumes
+    )
     found.bad(
         "refund steps that ran other than once per approved call (never when not approved)",
         twice,
     )
     found.bad("runs whose outcome and refund disagree with their decision", wrong)
-    outbox_left = redis.xlen(broker.keys.resumes)
-    outbox_pending = group_pending(redis, broker.keys.resumes, RESUMER_GROUP)
-    if outbox_left or outbox_pending:
-        found.problems.append(
-            f"the outbox is not empty: {outbox_left} entries, {outbox_pending} pending"
-        )
+    entries, pending = outbox_left(broker)
+    if entries or pending:
+        found.problems.append(f"the outbox is not empty: {entries} entries, {pending} pending")
     found.counts["resumes"] = {
         "refund steps run (each exactly once)": once,
-        "outbox entries left": outbox_left,
+        "outbox entries left": entries,
     }
-
-    # every dead letter has a cause
-    letters = broker.dead_letters(100_000)
-    found.bad(
-        "dead letters without a cause",
-        [eid for eid, f in letters if not f.get("error") or not f.get("source")],
-    )
-    found.counts["dead letters"] = dict(Counter(f.get("source", "?") for _, f in letters))
-
-    # the faults happened as planned, and none on their own
-    if kills_planned:
-        found.bad(
-            "roles never SIGKILLed",
-            [kind for kind in ROLES if events.kills[kind] < 1],
-        )
-    found.bad("processes that died on their own", events.self_deaths)
-    return found
 
 
 def _stuck(broker: Broker, run: Run) -> str:
