@@ -15,6 +15,7 @@ anyway, so a second send of the same bytes is what a receiver must already toler
 from __future__ import annotations
 
 import http.client
+import re
 import select
 import socket
 import ssl
@@ -24,6 +25,9 @@ from urllib.parse import urlsplit
 
 MAX_BODY = 64 * 1024
 """Response bytes read to keep the connection; a longer answer closes it instead."""
+
+_HEADER = re.compile(r"^([^:\r\n]+?)[ \t]*:[ \t]*([^\r\n]*)", re.MULTILINE)
+"""`name: value` lines of a reply's head (obsolete folded lines are not supported)."""
 
 STALE = (http.client.RemoteDisconnected, BrokenPipeError, ConnectionResetError)
 
@@ -98,10 +102,21 @@ class Poster:
         self.timeout_s = timeout_s
         self._conn: Connection | None = None
         t = self.target
-        host = f"[{t.host}]" if ":" in t.host else t.host
+        try:
+            host = t.host.encode("ascii")
+        except UnicodeEncodeError:
+            host = t.host.encode("idna")
+        if b":" in host:
+            host = b"[" + host + b"]"
         default = 443 if t.scheme == "https" else 80
-        netloc = host if t.port in (None, default) else f"{host}:{t.port}"
-        self._head = f"POST {t.path} HTTP/1.1\r\nHost: {netloc}\r\n".encode("idna")
+        netloc = host if t.port in (None, default) else host + b":%d" % t.port
+        if not t.path.isascii():
+            raise UnusableURL(f"{url!r}: the path must be ASCII (%-encoded)")
+        # the head http.client sent, in its order: Host, Accept-Encoding, Content-Length, ours
+        self._head = b"POST %s HTTP/1.1\r\nHost: %s\r\nAccept-Encoding: identity\r\n" % (
+            t.path.encode("ascii"),
+            netloc,
+        )
 
     def post(self, body: bytes, headers: dict[str, str]) -> Reply:
         """Send one POST; raises OSError / http.client.HTTPException when it did not get through."""
@@ -121,8 +136,9 @@ class Poster:
             raise
 
     def _message(self, body: bytes, headers: dict[str, str]) -> bytes:
-        lines = [f"{k}: {v}\r\n" for k, v in headers.items()]
-        lines.append(f"Content-Length: {len(body)}\r\n\r\n")
+        lines = [f"Content-Length: {len(body)}\r\n"]
+        lines += [f"{k}: {v}\r\n" for k, v in headers.items()]
+        lines.append("\r\n")
         return b"".join((self._head, "".join(lines).encode("latin-1"), body))
 
     def _send(self, message: bytes) -> Reply:
@@ -208,17 +224,13 @@ def _read_head(conn: Connection) -> bytes:
 
 
 def _parse_head(head: bytes) -> tuple[int, str, dict[str, str]]:
-    lines = head.decode("latin-1").split("\r\n")
-    version, _, rest = lines[0].partition(" ")
-    code = rest[:3]
+    line, _, rest = head.partition(b"\r\n")
+    version, _, status = line.decode("latin-1").partition(" ")
+    code = status[:3]
     if not version.startswith("HTTP/") or not code.isdigit():
-        raise http.client.BadStatusLine(lines[0])
-    headers: dict[str, str] = {}
-    for line in lines[1:]:
-        name, sep, value = line.partition(":")
-        if sep:
-            headers[name.strip().lower()] = value.strip()
-    return int(code), version, headers
+        raise http.client.BadStatusLine(line.decode("latin-1"))
+    fields = _HEADER.findall(rest.decode("latin-1"))
+    return int(code), version, {name.lower(): value.strip() for name, value in fields}
 
 
 def _take(conn: Connection, size: int) -> bytes:

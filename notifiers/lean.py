@@ -1,5 +1,5 @@
-"""A batch of Redis commands sent and read on one pooled connection, without redis-py's
-per-command pipeline layers.
+"""A batch of Redis commands sent and read on one connection, without redis-py's per-command
+pipeline layers.
 
 A busy notifier spent about a fifth of its GIL time in redis-py's `Pipeline` (queueing each
 command, looking up its reply callback, parsing replies one by one into Python objects it then
@@ -7,13 +7,14 @@ threw away) for batches that are plain HGETALLs and one script call. Here a batc
 one go, written once and its replies read in order; an error reply comes back as the
 `ResponseError` in its place, like `execute(raise_on_error=False)`.
 
-Only a plain `redis.Redis` with its own connection pool qualifies (`for_client` gives None
+Only a plain `redis.Redis` (with a connection pool to copy its settings from) qualifies (`for_client` gives None
 otherwise: a cluster, a test double); callers keep their redis-py path for those.
 """
 
 from __future__ import annotations
 
 import hashlib
+import threading
 from collections.abc import Sequence
 from typing import Any
 
@@ -24,13 +25,18 @@ Command = Sequence[Any]
 
 
 class LeanRedis:
+    """Its own connection from the client's pool settings (made on first use, made again after
+    a failure), shared under a lock by the few threads of one notifier part that call it: no
+    pool checkout and return per batch."""
+
     def __init__(self, redis: Redis) -> None:
         self.redis = redis
-        self.pool = redis.connection_pool
+        self._lock = threading.Lock()
+        self._conn: Any = None
 
     @classmethod
     def for_client(cls, redis: Any) -> LeanRedis | None:
-        if type(redis) is not Redis or not hasattr(redis.connection_pool, "get_connection"):
+        if type(redis) is not Redis or not hasattr(redis.connection_pool, "make_connection"):
             return None
         return cls(redis)
 
@@ -39,21 +45,28 @@ class LeanRedis:
         error (ConnectionError, TimeoutError) raised, as redis-py would."""
         if not commands:
             return []
-        conn = self.pool.get_connection()
-        try:
-            conn.send_packed_command(conn.pack_commands(commands))
-            out: list[Any] = []
-            for _ in commands:
-                try:
-                    out.append(conn.read_response())
-                except ResponseError as exc:  # the reply was read whole: the stream is in step
-                    out.append(exc)
-            return out
-        except BaseException:
+        with self._lock:
+            if self._conn is None:
+                self._conn = self.redis.connection_pool.make_connection()
+            conn = self._conn
+            try:
+                conn.send_packed_command(conn.pack_commands(commands))
+                out: list[Any] = []
+                for _ in commands:
+                    try:
+                        out.append(conn.read_response())
+                    except ResponseError as exc:  # the reply was read whole: still in step
+                        out.append(exc)
+                return out
+            except BaseException:
+                conn.disconnect()
+                raise
+
+    def close(self) -> None:
+        with self._lock:
+            conn, self._conn = self._conn, None
+        if conn is not None:
             conn.disconnect()
-            raise
-        finally:
-            self.pool.release(conn)
 
 
 class LeanScript:

@@ -129,6 +129,10 @@ class Router:
                     problems[rid] = f"{type(exc).__name__}: {str(exc)[:300]}"
             return found, problems
 
+    def close(self) -> None:
+        if self.lean is not None:
+            self.lean.close()
+
     def _fetch_lean(self, ids: set[str]) -> dict[str, Request]:
         """`broker.get_requests` in one write and read of the connection (notifiers.lean)."""
         key = self.broker.keys.request

@@ -316,3 +316,20 @@ def test_router_reads_requests_as_broker_get_requests_does(broker: Broker) -> No
     found, problems = router.fetch({r.id for r in made} | {"missing-1"})
     assert problems == {}
     assert found == {r.id: r for r in broker.get_requests([r.id for r in made])}
+
+
+def test_poster_puts_the_same_bytes_on_the_wire_as_http_client_did(scripted: Any) -> None:
+    """Contract bytes: the request head and body are those of the `http.client` poster before."""
+    ok = b"HTTP/1.1 204 No Content\r\n\r\n"
+    server = scripted([ok, ok])
+    headers = {"content-type": "application/json", "webhook-id": "msg_1", "user-agent": "ab/1"}
+    body = b'{"type": "approval.requested"}'
+    poster = Poster(server.url, timeout_s=5)
+    poster.post(body, headers)
+    poster.close()
+    conn = http.client.HTTPConnection("127.0.0.1", int(server.url.split(":")[2].split("/")[0]))
+    conn.request("POST", "/hook?x=1", body=body, headers=headers)
+    assert conn.getresponse().status == 204
+    conn.close()
+    wait_for(lambda: len(server.requests) == 2)
+    assert server.requests[0] == server.requests[1]
