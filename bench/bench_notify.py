@@ -51,6 +51,22 @@ def start_receiver() -> tuple[subprocess.Popen[str], str]:
     return process, line.removeprefix("listening on ")
 
 
+def cpu_s(pid: int) -> float:
+    """User + system CPU seconds of one process so far (Linux /proc)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def profile(args: argparse.Namespace, pid: int) -> subprocess.Popen[bytes] | None:
+    """py-spy on the first notifier for the measured phase (`--profile FILE`), or nothing."""
+    if not args.profile:
+        return None
+    spy = [str(Path(sys.executable).parent / "py-spy"), "record", "--gil", "--format", "raw"]
+    return subprocess.Popen(
+        [*spy, "-r", "200", "-o", args.profile, "--pid", str(pid)], stdout=subprocess.DEVNULL
+    )
+
+
 def receiver_stats(url: str) -> dict[str, int]:
     with urllib.request.urlopen(f"{url}/stats", timeout=5) as response:
         return json.loads(response.read())
@@ -100,6 +116,7 @@ def run_once(
         "APPROVAL_BROKER_NOTIFIER_WORKERS": str(args.workers),
         "APPROVAL_BROKER_NOTIFIER_BATCH": str(args.batch),
     }
+    spy: subprocess.Popen[bytes] | None = None
     fleet = [
         subprocess.Popen(
             [CLI, "notifier"],
@@ -116,6 +133,8 @@ def run_once(
             if "reading queues" not in line:
                 raise SystemExit(f"notifier did not start: {line!r}")
         base = receiver_stats(receiver_url)["unique_ids"]
+        spy = profile(args, fleet[0].pid)
+        cpu0 = sum(cpu_s(p.pid) for p in fleet)
         broker.redis.xgroup_setid(stream, NOTIFIER_GROUP, "0")  # the clock starts now
         t0 = time.perf_counter()
         delivered_at = None
@@ -127,11 +146,15 @@ def run_once(
             if delivered_at is not None:
                 if int(broker.redis.xpending(stream, NOTIFIER_GROUP)["pending"]) == 0:
                     acked_at = now
+                    cpu = sum(cpu_s(p.pid) for p in fleet) - cpu0
                     break
             if now - t0 > args.timeout:
                 raise SystemExit(f"timed out: {got}/{n} delivered with {procs} notifier(s)")
             time.sleep(0.02)
     finally:
+        if spy is not None:
+            spy.send_signal(signal.SIGINT)
+            spy.wait(30)
         for process in fleet:
             process.send_signal(signal.SIGTERM)
         for process in fleet:
@@ -146,6 +169,7 @@ def run_once(
         "seconds": delivered_at - t0,
         "rate": n / (delivered_at - t0),
         "acked_s": acked_at - t0,
+        "cpu_ms": cpu * 1000 / n,
         "failed": stats.get("failed:webhook", 0),
         "delivered": stats.get("delivered:webhook", 0),
     }
@@ -158,6 +182,7 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=8, help="delivery threads per channel")
     parser.add_argument("--batch", type=int, default=200)
     parser.add_argument("--timeout", type=float, default=300)
+    parser.add_argument("--profile", help="py-spy --gil raw profile of the first notifier here")
     args = parser.parse_args()
 
     with tempfile.TemporaryDirectory(prefix="bench-notify-") as tmp:
@@ -172,7 +197,8 @@ def main() -> None:
                 r = run_once(redis.url, config_path, receiver_url, procs, args.requests, args)
                 print(
                     f"{procs} notifier process(es): {args.requests} delivered in {r['seconds']:.2f} s"
-                    f" = {r['rate']:,.0f} requests/s (all acknowledged at {r['acked_s']:.2f} s;"
+                    f" = {r['rate']:,.0f} requests/s; notifier CPU {r['cpu_ms']:.3f} ms per delivery"
+                    f" (all acknowledged at {r['acked_s']:.2f} s;"
                     f" failed attempts {r['failed']}; backlog created at {r['create_rate']:,.0f}/s)",
                     flush=True,
                 )

@@ -127,6 +127,7 @@ class Notifier:
         self.inflight.wait_empty(time.monotonic() + grace, self.failed)
         self.dispatcher.close()
         self.committer.close()
+        self.router.close()
         for channel in self.channels.values():
             channel.close()
 

@@ -1,8 +1,10 @@
-"""One keep-alive HTTP/1.1 connection per webhook endpoint and delivery thread (http.client).
+"""One keep-alive HTTP/1.1 connection per webhook endpoint and delivery thread (raw sockets).
 
-Webhook throughput is CPU-bound, and the standard library's `http.client` costs about half the
-CPU of httpcore per request (measured: 97-141 vs 222-274 us of client CPU per POST to a local
-uvicorn). A connection belongs to one thread, so there is no pool and no lock.
+Webhook throughput is CPU-bound. `http.client` cost about half the CPU of httpcore per
+request, and most of what was left was its header parsing through the `email` package (16% of
+a busy notifier's py-spy samples): here a request is one `sendall` of bytes built once, and a
+reply is a status line and `name: value` lines split by hand, its body read (up to MAX_BODY)
+by Content-Length or chunks. A connection belongs to one thread, so there is no pool and no lock.
 
 A kept-alive connection the server has closed meanwhile is found before use (its socket reads
 as closed) and replaced; if the server closes it while the request goes out, the request is
@@ -13,7 +15,9 @@ anyway, so a second send of the same bytes is what a receiver must already toler
 from __future__ import annotations
 
 import http.client
+import re
 import select
+import socket
 import ssl
 import threading
 from dataclasses import dataclass
@@ -21,6 +25,9 @@ from urllib.parse import urlsplit
 
 MAX_BODY = 64 * 1024
 """Response bytes read to keep the connection; a longer answer closes it instead."""
+
+_HEADER = re.compile(r"^([^:\r\n]+?)[ \t]*:[ \t]*([^\r\n]*)", re.MULTILINE)
+"""`name: value` lines of a reply's head (obsolete folded lines are not supported)."""
 
 STALE = (http.client.RemoteDisconnected, BrokenPipeError, ConnectionResetError)
 
@@ -59,60 +66,205 @@ class Reply:
     headers: dict[str, str]  # lower-cased names
 
 
+class Connection:
+    """One HTTP/1.1 connection, opened on first use: a socket and what was read past a reply."""
+
+    def __init__(self, scheme: str, host: str, port: int, timeout_s: float) -> None:
+        self.scheme, self.host, self.port, self.timeout_s = scheme, host, port, timeout_s
+        self.sock: socket.socket | None = None
+        self.buf = b""
+        self.got = False  # some byte of the current reply arrived
+
+    def open(self) -> socket.socket:
+        if self.sock is None:
+            sock = socket.create_connection((self.host, self.port), self.timeout_s)
+            try:
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                if self.scheme == "https":
+                    sock = _tls_context().wrap_socket(sock, server_hostname=self.host)
+            except BaseException:
+                sock.close()
+                raise
+            self.sock = sock
+        return self.sock
+
+    def close(self) -> None:
+        sock, self.sock = self.sock, None
+        if sock is not None:
+            sock.close()
+
+
 class Poster:
     """POSTs to one URL over a connection kept alive between calls (one thread's own)."""
 
     def __init__(self, url: str, timeout_s: float) -> None:
         self.target = Target.parse(url)
         self.timeout_s = timeout_s
-        self._conn: http.client.HTTPConnection | None = None
+        self._conn: Connection | None = None
+        t = self.target
+        try:
+            host = t.host.encode("ascii")
+        except UnicodeEncodeError:
+            host = t.host.encode("idna")
+        if b":" in host:
+            host = b"[" + host + b"]"
+        default = 443 if t.scheme == "https" else 80
+        netloc = host if t.port in (None, default) else host + b":%d" % t.port
+        if not t.path.isascii():
+            raise UnusableURL(f"{url!r}: the path must be ASCII (%-encoded)")
+        # the head http.client sent, in its order: Host, Accept-Encoding, Content-Length, ours
+        self._head = b"POST %s HTTP/1.1\r\nHost: %s\r\nAccept-Encoding: identity\r\n" % (
+            t.path.encode("ascii"),
+            netloc,
+        )
 
     def post(self, body: bytes, headers: dict[str, str]) -> Reply:
         """Send one POST; raises OSError / http.client.HTTPException when it did not get through."""
         reused = self._conn is not None and not _dropped(self._conn)
         if not reused:
             self.close()
+        message = self._message(body, headers)
         try:
-            return self._send(body, headers)
+            return self._send(message)
         except STALE:
             if not reused:
                 raise
             self.close()  # the server closed it as we sent: once more on a new one
-            return self._send(body, headers)
+            return self._send(message)
         except BaseException:
             self.close()
             raise
 
-    def _send(self, body: bytes, headers: dict[str, str]) -> Reply:
+    def _message(self, body: bytes, headers: dict[str, str]) -> bytes:
+        lines = [f"Content-Length: {len(body)}\r\n"]
+        lines += [f"{k}: {v}\r\n" for k, v in headers.items()]
+        lines.append("\r\n")
+        return b"".join((self._head, "".join(lines).encode("latin-1"), body))
+
+    def _send(self, message: bytes) -> Reply:
         conn = self._conn or self._connect()
         self._conn = conn
         try:
-            conn.request("POST", self.target.path, body=body, headers=headers)
-            response = conn.getresponse()
-            response.read(MAX_BODY)
+            conn.open().sendall(message)
+            reply, keep = _read_reply(conn)
         except BaseException:
             self.close()
             raise
-        if not response.isclosed():  # more than we read, or no length: don't reuse it
+        if not keep:
             self.close()
-        elif response.will_close:
-            self.close()
-        return Reply(response.status, {k.lower(): v for k, v in response.getheaders()})
+        return reply
 
-    def _connect(self) -> http.client.HTTPConnection:
+    def _connect(self) -> Connection:
         t = self.target
-        # the port always given: http.client would split a bare IPv6 host at its last colon
+        # the port always given: a bare IPv6 host is never split at its last colon
         port = t.port or (443 if t.scheme == "https" else 80)
-        if t.scheme == "https":
-            return http.client.HTTPSConnection(
-                t.host, port, timeout=self.timeout_s, context=_tls_context()
-            )
-        return http.client.HTTPConnection(t.host, port, timeout=self.timeout_s)
+        return Connection(t.scheme, t.host, port, self.timeout_s)
 
     def close(self) -> None:
         conn, self._conn = self._conn, None
         if conn is not None:
             conn.close()
+
+
+def _read_reply(conn: Connection) -> tuple[Reply, bool]:
+    """The reply to the request just sent (1xx answers skipped), and whether to keep the
+    connection: its body is read (up to MAX_BODY) so the next request can follow."""
+    conn.got = False
+    while True:
+        head = _read_head(conn)
+        status, version, headers = _parse_head(head)
+        if status >= 200 or status == 101:
+            break
+    keep = version == "HTTP/1.1"
+    connection = headers.get("connection", "").lower()
+    if "close" in connection:
+        keep = False
+    elif "keep-alive" in connection:
+        keep = True
+    if status in (204, 304) or 100 <= status < 200:
+        return Reply(status, headers), keep and status != 101
+    if "chunked" in headers.get("transfer-encoding", "").lower():
+        return Reply(status, headers), keep and _skip_chunked(conn)
+    length = headers.get("content-length")
+    if length is None:  # the body runs to the end of the connection
+        return Reply(status, headers), False
+    try:
+        size = int(length)
+    except ValueError:
+        raise http.client.HTTPException(f"bad content-length {length!r}") from None
+    if size < 0 or size > MAX_BODY:  # more than we read: don't reuse it
+        return Reply(status, headers), False
+    _take(conn, size)
+    return Reply(status, headers), keep
+
+
+def _recv(conn: Connection) -> bytes:
+    """More bytes; the peer hanging up before any byte of the reply is `RemoteDisconnected`
+    (a kept connection cut: sent again), after some of it `IncompleteRead` (not sent again)."""
+    assert conn.sock is not None
+    data = conn.sock.recv(65536)
+    if not data:
+        if conn.buf or conn.got:
+            raise http.client.IncompleteRead(conn.buf)
+        raise http.client.RemoteDisconnected("Remote end closed connection without response")
+    conn.got = True
+    return data
+
+
+def _read_head(conn: Connection) -> bytes:
+    buf = conn.buf
+    while True:
+        end = buf.find(b"\r\n\r\n")
+        if end >= 0:
+            conn.buf = buf[end + 4 :]
+            return buf[:end]
+        if len(buf) > MAX_BODY:
+            raise http.client.HTTPException("response headers too long")
+        buf += _recv(conn)
+
+
+def _parse_head(head: bytes) -> tuple[int, str, dict[str, str]]:
+    line, _, rest = head.partition(b"\r\n")
+    version, _, status = line.decode("latin-1").partition(" ")
+    code = status[:3]
+    if not version.startswith("HTTP/") or not code.isdigit():
+        raise http.client.BadStatusLine(line.decode("latin-1"))
+    fields = _HEADER.findall(rest.decode("latin-1"))
+    return int(code), version, {name.lower(): value.strip() for name, value in fields}
+
+
+def _take(conn: Connection, size: int) -> bytes:
+    while len(conn.buf) < size:
+        conn.buf += _recv(conn)
+    data, conn.buf = conn.buf[:size], conn.buf[size:]
+    return data
+
+
+def _line(conn: Connection) -> bytes:
+    while b"\r\n" not in conn.buf:
+        if len(conn.buf) > MAX_BODY:
+            raise http.client.HTTPException("chunk line too long")
+        conn.buf += _recv(conn)
+    line, _, conn.buf = conn.buf.partition(b"\r\n")
+    return line
+
+
+def _skip_chunked(conn: Connection) -> bool:
+    """Read a chunked body; False when it is longer than MAX_BODY (the connection is dropped)."""
+    total = 0
+    while True:
+        try:
+            size = int(_line(conn).split(b";", 1)[0], 16)
+        except ValueError:
+            raise http.client.HTTPException("bad chunk size") from None
+        if size == 0:
+            while _line(conn):  # trailers, up to the empty line
+                pass
+            return True
+        total += size
+        if total > MAX_BODY:
+            return False
+        _take(conn, size + 2)
 
 
 _tls: ssl.SSLContext | None = None
@@ -128,10 +280,10 @@ def _tls_context() -> ssl.SSLContext:
         return _tls
 
 
-def _dropped(conn: http.client.HTTPConnection) -> bool:
+def _dropped(conn: Connection) -> bool:
     """Whether an idle kept-alive connection was closed by the server (readable = EOF or junk)."""
     sock = conn.sock
-    if sock is None:
+    if sock is None or conn.buf:  # never opened, or the server sent more than its reply
         return True
     poller = select.poll()
     try:

@@ -13,6 +13,7 @@ from redis.exceptions import RedisError
 
 from broker.client import Broker
 from broker.models import Request
+from broker.request_hash import parse_request
 from broker.text import as_str, as_str_dict
 from notifiers.base import Channel
 from notifiers.dead_letters import DeadLetters
@@ -25,6 +26,7 @@ from notifiers.events import (
     parse_entry,
 )
 from notifiers.inflight import Inflight
+from notifiers.lean import LeanRedis, as_mapping
 from notifiers.results import DeliveryResult, ResultKind
 from notifiers.tasks import InflightEntry, Task
 
@@ -50,6 +52,7 @@ class Router:
         self.dispatcher = dispatcher
         self.report = report
         self.dead_letters = dead_letters
+        self.lean = LeanRedis.for_client(broker.redis)
 
     def handle(self, stream: str, entries: list[RawEntry], *, claimed: bool) -> None:
         """Turn raw entries into in-flight entries and hand their tasks to the dispatcher."""
@@ -109,6 +112,8 @@ class Router:
     def fetch(self, ids: set[str]) -> tuple[dict[str, Request], dict[str, str]]:
         """The requests the events point at; a request that won't load is reported, not raised."""
         try:
+            if self.lean is not None:
+                return self._fetch_lean(ids), {}
             return {r.id: r for r in self.broker.get_requests(ids)}, {}
         except RedisError:
             raise
@@ -123,6 +128,23 @@ class Router:
                 except Exception as exc:
                     problems[rid] = f"{type(exc).__name__}: {str(exc)[:300]}"
             return found, problems
+
+    def close(self) -> None:
+        if self.lean is not None:
+            self.lean.close()
+
+    def _fetch_lean(self, ids: set[str]) -> dict[str, Request]:
+        """`broker.get_requests` in one write and read of the connection (notifiers.lean)."""
+        key = self.broker.keys.request
+        replies = self.lean.execute([("HGETALL", key(rid)) for rid in ids])  # type: ignore[union-attr]
+        found: dict[str, Request] = {}
+        for reply in replies:
+            if isinstance(reply, Exception):
+                raise reply
+            if reply:
+                request = parse_request(as_mapping(reply))
+                found[request.id] = request
+        return found
 
     def done_fields(self, request_ids: set[str]) -> dict[str, set[str]]:
         """The done markers of each request: which (event, channel) pairs already went out."""

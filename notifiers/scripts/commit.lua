@@ -1,0 +1,58 @@
+-- One committer batch in one step (single Redis only): done markers, history notes, delivery
+-- counters, then the acknowledgements, in that order, so an entry is never acknowledged before
+-- its done markers. Each write is a pcall: one that Redis refuses is counted and skipped, the
+-- rest still happen (like the pipeline's `raise_on_error=False`), and the step never stops
+-- half-way through a batch.
+-- ARGV[1] group; ARGV[2..5] counts: done markers D, notes N, counters C, streams S.
+-- KEYS: D delivery hashes, N request hashes, the stats hash (when C > 0), S streams.
+-- ARGV after the counts: D done fields, N history entries (JSON), C (name, by) pairs, then per
+-- stream its number of ids and the ids.
+-- Replies {refused, first refusal's message}.
+local group = ARGV[1]
+local nd, nn, nc, ns = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
+local k, a = 1, 6
+local refused, first = 0, ''
+
+local function try(...)
+  local ok = redis.pcall(...)
+  if type(ok) == 'table' and ok.err then
+    refused = refused + 1
+    if first == '' then first = ok.err end
+  end
+  return ok
+end
+
+for _ = 1, nd do
+  try('HSET', KEYS[k], ARGV[a], '1')
+  k, a = k + 1, a + 1
+end
+for _ = 1, nn do
+  -- the history is a JSON array kept as text: append without decoding it (broker lib.lua's
+  -- append_history); a request that is gone is left alone
+  local rkey, entry = KEYS[k], ARGV[a]
+  if redis.call('EXISTS', rkey) == 1 then
+    local h = try('HGET', rkey, 'history')
+    if type(h) ~= 'table' then
+      if (not h) or h == '' or h == '[]' then
+        h = '[' .. entry .. ']'
+      else
+        h = string.sub(h, 1, -2) .. ',' .. entry .. ']'
+      end
+      try('HSET', rkey, 'history', h)
+    end
+  end
+  k, a = k + 1, a + 1
+end
+if nc > 0 then
+  for _ = 1, nc do
+    try('HINCRBY', KEYS[k], ARGV[a], ARGV[a + 1])
+    a = a + 2
+  end
+  k = k + 1
+end
+for _ = 1, ns do
+  local n = tonumber(ARGV[a])
+  try('XACK', KEYS[k], group, unpack(ARGV, a + 1, a + n))
+  k, a = k + 1, a + 1 + n
+end
+return {refused, first}
