@@ -76,6 +76,10 @@ def verify(endpoint: WebhookConfig, body: bytes, headers: dict[str, str]) -> Non
 
 
 def parse_reply(body: bytes) -> WebhookReply:
+    try:  # the common, valid case in one pass; anything else gets the errors as before
+        return WebhookReply.model_validate_json(body)
+    except (ValueError, RecursionError):
+        pass
     try:
         return WebhookReply.model_validate(json.loads(body))
     except RecursionError:
