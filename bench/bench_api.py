@@ -14,7 +14,7 @@ each with a few keep-alive HTTP/1.1 connections on asyncio streams, sending preb
 `--profile FILE` records the API process with py-spy (`--gil`) during the fast phase.
 
 Usage: uv run python bench/bench_api.py [--rate 100] [--seconds 10] [--burst 2000]
-       [--processes 2] [--connections 8] [--apis 1] [--webhook] [--profile api.svg]
+       [--processes 2] [--connections 8] [--apis 2] [--webhook] [--profile api.svg]
 
 `--apis N` starts N API processes (the API holds no state) and spreads the clients'
 connections over them; `--webhook` sends signed webhook replies in the fast phase instead of
@@ -72,8 +72,9 @@ secret = "{SECRET}"
 roles = ["ops"]
 """
 BODY = b'{"outcome":"approved"}'
-APIS = 1
-"""API processes by default (`--apis`): see README "API hot path, 2026-12-01 evening"."""
+APIS = 2
+"""API processes by default (`--apis`): two on two cores, as bench_e2e runs them (the API holds
+no state; one process left a core idle: README "API hot path, 2026-12-01 evening")."""
 
 Result = tuple[str, float, float, int]  # request id, wall time sent, HTTP round trip, status
 
