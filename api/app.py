@@ -7,6 +7,7 @@ served locally by api.openapi.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
@@ -45,12 +46,16 @@ ROUTERS: tuple[APIRouter, ...] = (
 
 @asynccontextmanager
 async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
-    """The state's lifespan, then the hot path's Redis client closed too."""
+    """The state's lifespan, then the hot path's connections and the stream reader closed."""
     async with lifespan(app):
         try:
             yield
         finally:
             await app.state.hot.aclose()
+            waiter = getattr(app.state, "waiter", None)
+            if waiter is not None and waiter.loop is asyncio.get_running_loop():
+                app.state.waiter = None
+                await waiter.aclose()
 
 
 def create_app(

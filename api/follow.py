@@ -117,6 +117,15 @@ class Waiter:
             }
             self._task = asyncio.create_task(self._read())
 
+    async def aclose(self) -> None:
+        """Stop the reader and close its client (at shutdown: its connections are the API's)."""
+        task, self._task = self._task, None
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(BaseException):
+                await task
+        await self.redis.aclose()
+
     def _announce(self, partition: int, got: list) -> None:  # type: ignore[type-arg]
         for raw_stream, entries in got or []:
             stream = raw_stream.decode()

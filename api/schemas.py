@@ -10,7 +10,15 @@ from __future__ import annotations
 import math
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, JsonValue, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    JsonValue,
+    PrivateAttr,
+    ValidationError,
+    model_validator,
+)
 
 from broker.models import Decision, NewRequest, Request
 
@@ -66,13 +74,20 @@ class DecisionBody(BaseModel):
         " `suggested_rules`, or a rule body (approved/rejected only)",
     )
 
+    _decision: Decision | None = PrivateAttr(default=None)
+
     @model_validator(mode="after")
     def _check(self) -> DecisionBody:
         check_json_safe(self.model_dump(), "body")
-        self.to_decision()
+        self._decision = self._build()
         return self
 
     def to_decision(self) -> Decision:
+        """The Decision this body gives (built once, when the body is validated: the same
+        object each time, so callers copy it before they change it, as they all do)."""
+        return self._decision if self._decision is not None else self._build()
+
+    def _build(self) -> Decision:
         fields = self.model_dump(
             exclude_unset=True, exclude={"request_id", "decided_by", "remember"}
         )

@@ -7,6 +7,7 @@ import gc
 import uvicorn
 
 from api.app import create_app
+from api.corked import CorkedHttpToolsProtocol
 from api.events import stop_event_streams
 from broker.config import Config, Settings
 from broker.rules import sync_at_start
@@ -49,7 +50,7 @@ def build_server(settings: Settings, config: Config) -> Server:
         log_level="warning",
         timeout_graceful_shutdown=5,
         loop="uvloop",
-        http="httptools",
+        http=CorkedHttpToolsProtocol,  # httptools, one socket write per response
     )
     return Server(uv_config)
 

@@ -9,6 +9,7 @@ from types import TracebackType
 import uvicorn
 from fastapi import FastAPI
 
+from api.corked import CorkedHttpToolsProtocol
 from api.server import Server
 
 
@@ -18,7 +19,7 @@ class ServerThread:
     def __init__(self, app: FastAPI, *, host: str = "127.0.0.1", timeout: float = 10.0) -> None:
         config = uvicorn.Config(
             app, host=host, port=0, access_log=False, log_level="warning",
-            timeout_graceful_shutdown=1,
+            timeout_graceful_shutdown=1, http=CorkedHttpToolsProtocol,  # as api.server serves
         )  # fmt: skip
         self.server = Server(config)
         self.server.install_signal_handlers = lambda: None  # type: ignore[method-assign]

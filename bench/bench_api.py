@@ -14,18 +14,25 @@ each with a few keep-alive HTTP/1.1 connections on asyncio streams, sending preb
 `--profile FILE` records the API process with py-spy (`--gil`) during the fast phase.
 
 Usage: uv run python bench/bench_api.py [--rate 100] [--seconds 10] [--burst 2000]
-       [--processes 2] [--connections 8] [--profile api.svg]
+       [--processes 2] [--connections 8] [--apis 2] [--webhook] [--profile api.svg]
+
+`--apis N` starts N API processes (the API holds no state) and spreads the clients'
+connections over them; `--webhook` sends signed webhook replies in the fast phase instead of
+REST decisions (what bench_e2e's receiver sends).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import base64
+import json
 import multiprocessing
 import os
 import statistics
 import subprocess
 import time
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -42,38 +49,58 @@ from benchlib import (
     stop_roles,
 )
 from redis import Redis
+from standardwebhooks import Webhook
 
 from broker.auth import hash_token
 from broker.connection import COUNT_ENV
 from broker.runs import resume_job_id
 
 TOKEN = "bench-token"
+SECRET = "whsec_" + base64.b64encode(b"bench-api-webhook-secret-0123456").decode()
 CONFIG = f"""
 [queues.default]
-channels = ["inbox"]
+channels = ["inbox", "webhook:bench"]
 timeout_s = 3600
 
 [approvers.bench]
 token_sha256 = "{hash_token(TOKEN)}"
 roles = ["finance"]
+
+[webhooks.bench]
+url = "http://127.0.0.1:9/unused"
+secret = "{SECRET}"
+roles = ["ops"]
 """
 BODY = b'{"outcome":"approved"}'
+APIS = 2
+"""API processes by default (`--apis`): two on two cores, as bench_e2e runs them (the API holds
+no state; one process left a core idle: README "API hot path, 2026-12-01 evening")."""
 
 Result = tuple[str, float, float, int]  # request id, wall time sent, HTTP round trip, status
 
 
-def request_bytes(host: str, request_id: str) -> bytes:
+def request_bytes(host: str, request_id: str, webhook: bool = False) -> bytes:
+    """A REST decision, or (`webhook`) a reply signed as bench/lean_receiver.py signs one."""
+    if not webhook:
+        return (
+            f"POST /v1/requests/{request_id}/decision HTTP/1.1\r\nHost: {host}\r\n"
+            f"Authorization: Bearer {TOKEN}\r\nContent-Type: application/json\r\n"
+            f"Content-Length: {len(BODY)}\r\n\r\n"
+        ).encode() + BODY
+    body = json.dumps({"request_id": request_id, "outcome": "approved", "decided_by": "bot"})
+    msg_id, now = f"msg_reply_{request_id}", datetime.now(UTC)
     return (
-        f"POST /v1/requests/{request_id}/decision HTTP/1.1\r\nHost: {host}\r\n"
-        f"Authorization: Bearer {TOKEN}\r\nContent-Type: application/json\r\n"
-        f"Content-Length: {len(BODY)}\r\n\r\n"
-    ).encode() + BODY
+        f"POST /v1/webhooks/bench/replies HTTP/1.1\r\nHost: {host}\r\n"
+        f"content-type: application/json\r\nwebhook-id: {msg_id}\r\n"
+        f"webhook-timestamp: {int(now.timestamp())}\r\n"
+        f"webhook-signature: {Webhook(SECRET).sign(msg_id, now, body)}\r\n"
+        f"Content-Length: {len(body)}\r\n\r\n{body}"
+    ).encode()
 
 
 async def _connection(
     streams: tuple[asyncio.StreamReader, asyncio.StreamWriter],
-    host: str,
-    jobs: list[tuple[int, str]],
+    jobs: list[tuple[int, str, bytes]],
     start: float,
     rate: float | None,
 ) -> list[Result]:
@@ -81,13 +108,13 @@ async def _connection(
     reader, writer = streams
     out: list[Result] = []
     try:
-        for i, request_id in jobs:
+        for i, request_id, raw in jobs:
             if rate:
                 delay = start + i / rate - time.time()
                 if delay > 0:
                     await asyncio.sleep(delay)
             wall, t0 = time.time(), time.perf_counter()
-            writer.write(request_bytes(host, request_id))
+            writer.write(raw)
             head = await reader.readuntil(b"\r\n\r\n")
             length = 0
             for line in head.split(b"\r\n")[1:]:
@@ -105,25 +132,31 @@ async def _connection(
 
 
 def client_process(
-    url: str,
+    urls: list[str],
     jobs: list[tuple[int, str]],
     connections: int,
     rate: float | None,
+    webhook: bool,
     ready: Any,
     go: Any,
     start: Any,
     results: Any,
 ) -> None:
-    """A client process: connects `connections` connections, waits at `ready` for the others
-    and for `go`, then they share `jobs` from wall time `start`; puts (its results, the wall time the last
-    one came back, its CPU seconds meanwhile) on `results`."""
-    parts = urlsplit(url)
-    host, port = parts.hostname or "127.0.0.1", parts.port or 80
+    """A client process: builds its requests' bytes, connects `connections` connections (in
+    turn to each of `urls`), waits at `ready` for the others and for `go`, then they share
+    `jobs` from wall time `start`; puts (its results, the wall time the last one came back, its
+    CPU seconds meanwhile) on `results`."""
+    targets = [urlsplit(url) for url in urls]
 
     async def run() -> list[Result]:
         shares = [jobs[c::connections] for c in range(connections)]
         shares = [share for share in shares if share]
-        streams = [await asyncio.open_connection(host, port) for _ in shares]
+        prepared, streams = [], []
+        for c, share in enumerate(shares):
+            target = targets[c % len(targets)]
+            host, port = target.hostname or "127.0.0.1", target.port or 80
+            prepared.append([(i, rid, request_bytes(host, rid, webhook)) for i, rid in share])
+            streams.append(await asyncio.open_connection(host, port))
         loop = asyncio.get_running_loop()
         await loop.run_in_executor(None, ready.wait)
         await loop.run_in_executor(None, go.wait)
@@ -132,8 +165,8 @@ def client_process(
         cpu0[0] = time.process_time()
         done = await asyncio.gather(
             *(
-                _connection(s, host, share, begin, rate)
-                for s, share in zip(streams, shares, strict=True)
+                _connection(s, share, begin, rate)
+                for s, share in zip(streams, prepared, strict=True)
             )
         )
         return [r for results in done for r in results]
@@ -148,11 +181,17 @@ def client_process(
 
 
 def decide_all(
-    url: str, ids: list[str], processes: int, connections: int, rate: float | None
+    urls: list[str],
+    ids: list[str],
+    processes: int,
+    connections: int,
+    rate: float | None,
+    webhook: bool = False,
 ) -> tuple[list[Result], float, float]:
-    """POST an approval for every id from `processes` client processes (`rate`: paced, else
-    as fast as they go); returns the results, the elapsed wall time from the moment every
-    process was connected and waiting, and the clients' CPU seconds."""
+    """POST an approval (or a signed webhook reply) for every id from `processes` client
+    processes, their connections spread over the APIs at `urls` (`rate`: paced, else as fast as
+    they go); returns the results, the elapsed wall time from the moment every process was
+    connected and waiting, and the clients' CPU seconds."""
     jobs = list(enumerate(ids))
     ctx = multiprocessing.get_context("spawn")
     ready, go = ctx.Barrier(processes + 1), ctx.Event()
@@ -161,7 +200,17 @@ def decide_all(
     procs = [
         ctx.Process(
             target=client_process,
-            args=(url, jobs[p::processes], per, rate, ready, go, start, results),
+            args=(
+                urls[p % len(urls) :] + urls[: p % len(urls)],
+                jobs[p::processes],
+                per,
+                rate,
+                webhook,
+                ready,
+                go,
+                start,
+                results,
+            ),
         )
         for p in range(processes)
     ]
@@ -188,8 +237,8 @@ def redis_cpu(redis: Redis) -> float:
     return float(info["used_cpu_sys"]) + float(info["used_cpu_user"])
 
 
-def steady(url: str, redis: Redis, ids: list[str], rate: float) -> None:
-    results, elapsed, _ = decide_all(url, ids, 1, 4, rate)
+def steady(urls: list[str], redis: Redis, ids: list[str], rate: float) -> None:
+    results, elapsed, _ = decide_all(urls, ids, 1, 4, rate)
     sent = {rid: wall for rid, wall, _, _ in results}
     jobs = {rid: resume_job_id(rid.split(".")[0], 1) for rid in ids}
     at = enqueued_at(redis, list(jobs.values()))
@@ -209,36 +258,42 @@ def steady(url: str, redis: Redis, ids: list[str], rate: float) -> None:
 
 
 def burst(
-    url: str, redis: Redis, api: subprocess.Popen[str], counts: Path, ids: list[str],
-    opts: argparse.Namespace,
+    urls: list[str], redis: Redis, apis: list[subprocess.Popen[str]], counts: Path,
+    ids: list[str], opts: argparse.Namespace,
 ) -> None:  # fmt: skip
     profiler = None
     if opts.profile:
         profiler = subprocess.Popen(
-            ["py-spy", "record", "--gil", "--pid", str(api.pid), "--rate", "200",
+            ["py-spy", "record", "--gil", "--pid", str(apis[0].pid), "--rate", "200",
              "--output", opts.profile, "--format", opts.profile_format],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
         )  # fmt: skip
         time.sleep(1.0)
-    cpu0, trips0, redis0 = cpu_seconds(api.pid), round_trips_of(api.pid, counts), redis_cpu(redis)
-    results, elapsed, client_s = decide_all(url, ids, opts.processes, opts.connections, None)
-    cpu = cpu_seconds(api.pid) - cpu0
-    trips = round_trips_of(api.pid, counts) - trips0
+    pids = [api.pid for api in apis]
+    cpu0 = [cpu_seconds(pid) for pid in pids]
+    trips0, redis0 = sum(round_trips_of(pid, counts) for pid in pids), redis_cpu(redis)
+    results, elapsed, client_s = decide_all(
+        urls, ids, opts.processes, opts.connections, None, opts.webhook
+    )
+    cpus = [cpu_seconds(pid) - c for pid, c in zip(pids, cpu0, strict=True)]
+    trips = sum(round_trips_of(pid, counts) for pid in pids) - trips0
     redis_s = redis_cpu(redis) - redis0
     if profiler is not None:
         profiler.send_signal(2)  # SIGINT: py-spy writes its output and exits
         profiler.wait(30)
-    n = len(ids)
+    n, cpu = len(ids), sum(cpus)
     rtt_ms = [r[2] * 1000 for r in results]
+    what = "signed webhook replies" if opts.webhook else "decisions"
     print(
-        f"fast phase: {n} decisions, {opts.processes} client processes x"
-        f" {max(1, opts.connections // opts.processes)} keep-alive connections, {elapsed:.2f} s:"
-        f" {n / elapsed:.0f} decisions/s (HTTP p50 {pct(rtt_ms, 0.5):.1f} ms,"
+        f"fast phase: {n} {what}, {len(apis)} API process(es), {opts.processes} client"
+        f" processes x {max(1, opts.connections // opts.processes)} keep-alive connections,"
+        f" {elapsed:.2f} s: {n / elapsed:.0f} decisions/s (HTTP p50 {pct(rtt_ms, 0.5):.1f} ms,"
         f" p99 {pct(rtt_ms, 0.99):.1f} ms)"
     )
     if cpu:
-        print(f"  API process CPU per decision: {cpu / n * 1000:.3f} ms"
-              f" (one core's worth: {n / cpu:.0f} decisions/s)")  # fmt: skip
+        each = " + ".join(f"{c / n * 1000:.3f}" for c in cpus)
+        print(f"  API process CPU per decision: {cpu / n * 1000:.3f} ms ({each} by process;"
+              f" one core's worth: {n / cpu:.0f} decisions/s)")  # fmt: skip
     print(f"  API Redis round trips per decision: {trips / n:.2f}")
     print(f"  client processes' CPU per decision: {client_s / n * 1000:.3f} ms")
     print(f"  Redis CPU per decision: {redis_s / n * 1000:.3f} ms (the whole fleet's)")
@@ -252,6 +307,10 @@ def main() -> None:
     parser.add_argument("--processes", type=int, default=2, help="client processes, fast phase")
     parser.add_argument("--connections", type=int, default=8, help="connections in all, fast")
     parser.add_argument("--clients", type=int, help=argparse.SUPPRESS)  # the old name
+    parser.add_argument("--apis", type=int, default=APIS, help="API processes (stateless)")
+    parser.add_argument(
+        "--webhook", action="store_true", help="fast phase: signed webhook replies, not REST"
+    )
     parser.add_argument("--profile", help="py-spy the API in the fast phase into this file")
     parser.add_argument("--profile-format", default="flamegraph", help="py-spy's --format")
     opts = parser.parse_args()
@@ -260,17 +319,18 @@ def main() -> None:
 
     with bench_site(CONFIG) as (env, redis, broker, tmp):
         counts = tmp / "round-trips"
-        api, url = start_api({**env, COUNT_ENV: str(counts)})
+        started = [start_api({**env, COUNT_ENV: str(counts)}) for _ in range(opts.apis)]
+        apis, urls = [api for api, _ in started], [url for _, url in started]
         resumer, _ = start_role(["resumer"], env, "resumer ready")
         try:
             ids = make_rounds(broker, int(opts.rate * opts.seconds), "steady")
-            steady(url, redis, ids, opts.rate)
+            steady(urls, redis, ids, opts.rate)
             ids = make_rounds(broker, opts.burst, "burst")
-            burst(url, redis, api, counts, ids, opts)
-            print(f"machine: {os.cpu_count()} CPUs, one uvicorn process, embedded Redis,"
-                  f" loopback; load average {os.getloadavg()[0]:.1f}")  # fmt: skip
+            burst(urls, redis, apis, counts, ids, opts)
+            print(f"machine: {os.cpu_count()} CPUs, {opts.apis} uvicorn process(es), embedded"
+                  f" Redis, loopback; load average {os.getloadavg()[0]:.1f}")  # fmt: skip
         finally:
-            stop_roles(api, resumer)
+            stop_roles(*apis, resumer)
 
 
 if __name__ == "__main__":

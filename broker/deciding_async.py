@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+from collections import deque
 from collections.abc import Collection, Sequence
 from pathlib import Path
 from typing import Any
@@ -42,6 +43,11 @@ _KWARGS = ("host", "port", "db", "username", "password", "path", "client_name")
 _TIMEOUTS = ("socket_timeout", "socket_connect_timeout")
 
 
+MAX_CONNECTIONS = 16
+"""Per API process and loop: a burst on a slow Redis waits for one of these, it doesn't open
+one per loop iteration (each batch holds its connection until its replies are read)."""
+
+
 class Connections:
     """Calls to one Redis on redis.asyncio connections, the calls of one loop tick sent together.
 
@@ -49,19 +55,39 @@ class Connections:
     connection as one write (a pipeline of independent commands, not a transaction), and the
     replies are read in order. Under load many decisions share a write and a read: in a py-spy
     profile the socket calls that wake Redis were a third of the API's CPU, and redis-py's
-    per-command layers (pool lock, retry wrapper, encoder) another sixth. A connection that
-    fails fails the calls on it and is dropped; timeouts are the sync client's.
+    per-command layers (pool lock, retry wrapper, encoder) another sixth. At most
+    `max_connections` are open: a batch finding none idle waits for one. A connection that
+    fails fails the calls on it and is dropped; timeouts are the sync client's. `aclose`
+    closes every connection, busy ones too (their calls fail), and fails what still waits.
     """
 
     def __init__(
-        self, cls: type[aredis.Connection], kwargs: dict[str, Any], sent: Any = None
+        self,
+        cls: type[aredis.Connection],
+        kwargs: dict[str, Any],
+        sent: Any = None,
+        *,
+        max_connections: int = MAX_CONNECTIONS,
     ) -> None:
         self._cls, self._kwargs, self._sent = cls, kwargs, sent
+        self._max = max_connections
         self._idle: list[aredis.Connection] = []
+        self._open: set[aredis.Connection] = set()
+        self._waiting: deque[asyncio.Future[aredis.Connection]] = deque()
         self._queue: list[tuple[bytes, asyncio.Future[Any]]] = []
         self._batches: set[asyncio.Task[None]] = set()
+        self._closed = False
+        self.opened = 0
+        """Connections made so far (for tests and the benchmarks)."""
+
+    @property
+    def connected(self) -> int:
+        """Connections open to Redis now, idle or busy."""
+        return sum(1 for conn in self._open if conn.is_connected)
 
     async def call(self, *args: str | bytes | int) -> Any:
+        if self._closed:
+            raise ConnectionError("the hot path's Redis connections are closed")
         loop = asyncio.get_running_loop()
         future: asyncio.Future[Any] = loop.create_future()
         if not self._queue:
@@ -75,10 +101,44 @@ class Connections:
         self._batches.add(task)
         task.add_done_callback(self._batches.discard)
 
-    async def _send(self, batch: list[tuple[bytes, asyncio.Future[Any]]]) -> None:
-        conn = self._idle.pop() if self._idle else self._cls(**self._kwargs)
-        done = 0
+    async def _acquire(self) -> aredis.Connection:
+        if self._idle:
+            return self._idle.pop()
+        if len(self._open) < self._max:
+            conn = self._cls(**self._kwargs)
+            self._open.add(conn)
+            self.opened += 1
+            return conn
+        waiter: asyncio.Future[aredis.Connection] = asyncio.get_running_loop().create_future()
+        self._waiting.append(waiter)
         try:
+            return await waiter
+        except BaseException:
+            if waiter.done() and not waiter.cancelled() and waiter.exception() is None:
+                self._release(waiter.result())  # handed over as we were cancelled: pass it on
+            raise
+
+    def _release(self, conn: aredis.Connection | None) -> None:
+        """Hand `conn` to the next waiting batch, or keep it idle; None: it was dropped, so a
+        waiting batch may open a new one."""
+        while self._waiting:
+            waiter = self._waiting.popleft()
+            if waiter.done():
+                continue
+            if conn is None:
+                conn = self._cls(**self._kwargs)
+                self._open.add(conn)
+                self.opened += 1
+            waiter.set_result(conn)
+            return
+        if conn is not None:
+            self._idle.append(conn)
+
+    async def _send(self, batch: list[tuple[bytes, asyncio.Future[Any]]]) -> None:
+        done = 0
+        conn: aredis.Connection | None = None
+        try:
+            conn = await self._acquire()
             if not conn.is_connected:
                 await conn.connect()
             if self._sent is not None:
@@ -99,17 +159,39 @@ class Connections:
         except BaseException as exc:
             for _, future in batch[done:]:
                 if not future.done():
-                    future.set_exception(exc)
-            await conn.disconnect()
+                    future.set_exception(
+                        exc if isinstance(exc, Exception) else ConnectionError("closed")
+                    )
+            if conn is not None:
+                self._open.discard(conn)
+                await conn.disconnect()
+                if not self._closed:
+                    self._release(None)
             if not isinstance(exc, Exception):
                 raise
             return
-        self._idle.append(conn)
+        if self._closed:
+            self._open.discard(conn)
+            await conn.disconnect()
+        else:
+            self._release(conn)
 
     async def aclose(self) -> None:
+        """Close every connection, idle or busy; calls in flight or waiting fail."""
+        self._closed = True
+        for waiter in self._waiting:
+            if not waiter.done():
+                waiter.cancel()
+        self._waiting.clear()
+        batches = list(self._batches)
+        for task in batches:
+            task.cancel()
+        if batches:
+            await asyncio.gather(*batches, return_exceptions=True)
         idle, self._idle = self._idle, []
-        for conn in idle:
+        for conn in [*idle, *self._open]:
             await conn.disconnect()
+        self._open.clear()
 
 
 def async_twin(redis: Any, sent: Any = None) -> Connections | None:
