@@ -125,11 +125,15 @@ def buttons(message: dict[str, Any]) -> list[str]:
 
 def test_slack_message_is_updated_in_place_when_decided(redis: Redis, slack: FakeSlack) -> None:
     broker = slack_broker(redis, slack)
-    # a Slack call slower than slack_timeout_s is tried again (at least once, by design): on a
-    # busy machine the tests' 1 s made that a second, equal update; this test counts updates
+    # This test counts updates, so it rules out the two equal updates at-least-once allows: a
+    # Slack call slower than slack_timeout_s is tried again (the tests' 1 s, on a busy machine),
+    # and a decision made while the post is still being recorded is shown by the post's own
+    # re-read of the request and again by the decided event. So: a long timeout, and the
+    # decision only once the post is settled.
     with running(broker, slack_timeout_s=10.0):
         request = broker.create_request(refund())
         wait_for(lambda: slack.posts_for(request.id))
+        wait_for(lambda: settled(broker))
         assert buttons(slack.message_for(request.id) or {}) == ["approve", "reject", "escalate"]
         broker.decide(
             request.id, Decision(outcome=Outcome.rejected, reason="too much"), decided_by="alice"
