@@ -13,7 +13,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
@@ -44,6 +44,11 @@ JSON_FIELDS = (
 INTERNAL_FIELDS = ("deadlines",)  # kept by the Lua steps, not part of `Request`
 
 
+_FIELDS = tuple(Request.model_fields)
+_FIELD_SET = frozenset(_FIELDS)
+_set = object.__setattr__
+
+
 def default_prompt(tool_name: str, args: dict[str, Any]) -> str:
     """A readable sentence from a tool call: `refund(order_id='A1', amount=120)`."""
     shown = ", ".join(f"{k}={json.dumps(v, ensure_ascii=False)}" for k, v in args.items())
@@ -58,6 +63,56 @@ class Encoded:
     fields: tuple[str, ...]  # name, value, name, value... (HSET's order)
     values: dict[str, Any]
     texts: dict[str, str]  # the JSON text of each structured field, as stored
+    named: dict[str, str] = field(default_factory=dict)  # `fields` as name -> value
+
+    def __post_init__(self) -> None:
+        self.named.update(zip(self.fields[::2], self.fields[1::2], strict=True))
+        base = dict.fromkeys(_FIELDS)  # every field of a Request, in its order
+        base.update(self.values)
+        base.update(_FRESH_DEFAULTS)
+        _set(self, "_base", base)
+
+    def request(
+        self,
+        request_id: str,
+        tool_call_id: str,
+        created_by: str | None,
+        created_at: datetime,
+        expires_at: datetime,
+        allowed_roles: list[str],
+    ) -> Request:
+        """The Request just written, without reading it back: the values were validated as a
+        NewRequest, and the structured ones are fresh copies (decoded from what was stored)."""
+        values = self._base.copy()  # type: ignore[attr-defined]
+        texts = self.texts
+        values["id"] = request_id
+        values["tool_call_id"] = tool_call_id
+        values["args"] = _loads(texts["args"])
+        values["metadata"] = _loads(texts["metadata"]) if "metadata" in texts else {}
+        values["allowed_roles"] = list(allowed_roles)
+        values["created_at"] = created_at
+        values["expires_at"] = expires_at
+        values["history"] = []
+        values["approvals"] = []
+        values["created_by"] = created_by
+        if "data" in texts:
+            values["data"] = _loads(texts["data"])
+        if "args_schema" in texts:
+            values["args_schema"] = _loads(texts["args_schema"])
+        values["suggested_rules"] = (
+            _loads(texts["suggested_rules"]) if "suggested_rules" in texts else []
+        )
+        request = Request.__new__(Request)
+        _set(request, "__dict__", values)
+        _set(request, "__pydantic_fields_set__", set(_FIELD_SET))
+        _set(request, "__pydantic_extra__", None)
+        _set(request, "__pydantic_private__", None)
+        return request
+
+
+_FRESH_DEFAULTS = {"status": Status.pending, "decision": None, "escalations": 0}
+"""The values of a new pending request no NewRequest sets (the mutable ones are made per
+request in `Encoded.request`)."""
 
 
 def encode(
@@ -129,31 +184,10 @@ def built_request(
     expires_at: datetime,
     new: NewRequest,
 ) -> Request:
-    """The Request just written, without reading it back: the values were validated as a
-    NewRequest, and the structured ones are fresh copies (decoded from what was stored)."""
-    texts = enc.texts
-    values = {
-        **enc.values,
-        "id": request_id,
-        "tool_call_id": tool_call_id,
-        "args": _loads(texts["args"]),
-        "data": _loads(texts["data"]) if "data" in texts else None,
-        "metadata": _loads(texts["metadata"]) if "metadata" in texts else {},
-        "allowed_roles": list(new.allowed_roles),
-        "args_schema": _loads(texts["args_schema"]) if "args_schema" in texts else None,
-        "suggested_rules": _loads(texts["suggested_rules"]) if "suggested_rules" in texts else [],
-        "created_at": created_at,
-        "expires_at": expires_at,
-        "status": Status.pending,
-        "decision": None,
-        "history": [],
-        "escalations": 0,
-        "approvals": [],
-        "created_by": created_by,
-        "acked_by": None,
-        "acked_until": None,
-    }
-    return _construct(values)
+    """The Request just written (`Encoded.request`)."""
+    return enc.request(
+        request_id, tool_call_id, created_by, created_at, expires_at, new.allowed_roles
+    )
 
 
 def decided(request: Request, verdict: Any, at: datetime) -> Request:
@@ -167,11 +201,6 @@ def decided(request: Request, verdict: Any, at: datetime) -> Request:
             "history": [verdict.entry.model_copy(update={"at": at})],
         }
     )
-
-
-_FIELDS = tuple(Request.model_fields)
-_FIELD_SET = frozenset(_FIELDS)
-_set = object.__setattr__
 
 
 def _construct(values: dict[str, Any]) -> Request:
