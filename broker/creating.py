@@ -16,7 +16,6 @@ the rules' slot. A rule revoked before a create starts is never applied by it.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -61,14 +60,38 @@ class _Prebuilt:
         return self._argument
 
 
-@dataclass(frozen=True)
 class _Prepared:
-    """One distinct NewRequest, checked and encoded."""
+    """One distinct NewRequest, checked and encoded; its `Call` (what rules are matched
+    against, approvals only) is made when a rule of its tool exists."""
 
-    timeout_s: str
-    quorum: int
-    encoded: Encoded
-    call: Call | None
+    __slots__ = ("timeout_s", "quorum", "encoded", "approval", "_made", "_call")
+
+    def __init__(
+        self, timeout_s: str, quorum: int, encoded: Encoded, made: tuple[Any, ...] | None
+    ) -> None:
+        self.timeout_s = timeout_s
+        self.quorum = quorum
+        self.encoded = encoded
+        self.approval = made is not None
+        self._made = made  # (new, run_id, agent, queue_roles)
+        self._call: Call | None = None
+
+    @property
+    def call(self) -> Call:
+        if self._call is None:
+            new, run_id, agent, queue_roles = self._made  # type: ignore[misc]
+            self._call = Call(
+                tool_name=new.tool_name,
+                args=new.args,
+                run_id=run_id,
+                agent=agent,
+                queue=new.queue,
+                kind=new.kind,
+                allowed_roles=tuple(new.allowed_roles),
+                queue_roles=tuple(queue_roles),
+                created_by=new.created_by,
+            )
+        return self._call
 
 
 class Creating:
@@ -159,22 +182,12 @@ class Creating:
             check_schema(new.args_schema)
         timeout = new.timeout_s if new.timeout_s is not None else config.timeout_for(new.queue)
         quorum = quorum_of(new, config)
-        call = suggested = None
+        made = suggested = None
         if new.kind == "approval":
             suggested = suggested_rules(new.tool_name, new.args, run_id, agent)
-            call = Call(
-                tool_name=new.tool_name,
-                args=new.args,
-                run_id=run_id,
-                agent=agent,
-                queue=new.queue,
-                kind=new.kind,
-                allowed_roles=tuple(new.allowed_roles),
-                queue_roles=tuple(config.queue_roles(new.queue)),
-                created_by=new.created_by,
-            )
+            made = (new, run_id, agent, config.queue_roles(new.queue))
         encoded = encode(new, run_id, round_no, quorum, suggested)
-        return _Prepared(repr(float(timeout)), quorum, encoded, call)
+        return _Prepared(repr(float(timeout)), quorum, encoded, made)
 
     def _verdicts(
         self,
@@ -182,11 +195,18 @@ class Creating:
         excluded: set[str],
         version: bytes | None,
     ) -> dict[str, RuleVerdict]:
-        """The rule deciding each approval call, if one does (matched once per distinct call)."""
+        """The rule deciding each approval call, if one does (matched once per distinct call;
+        not at all for a tool no rule of this version may cover)."""
         out: dict[str, RuleVerdict] = {}
         seen: dict[int, RuleVerdict | None] = {}
-        for rid, _, p in items:
-            if p.call is None:
+        covered: dict[str, bool] = {}
+        for rid, new, p in items:
+            if not p.approval:
+                continue
+            tool = new.tool_name
+            if tool not in covered:
+                covered[tool] = self._may_cover(tool, version)
+            if not covered[tool]:
                 continue
             if id(p) not in seen:
                 found = self.rules.match(p.call, exclude=excluded, quorum=p.quorum, version=version)
@@ -195,6 +215,15 @@ class Creating:
             if verdict is not None:
                 out[rid] = verdict
         return out
+
+    def _may_cover(self, tool_name: str, version: bytes | None) -> bool:
+        """Whether any rule of `version` may cover a call of this tool (`RuleStore.match` asks
+        the same buckets; a store without them is asked per call)."""
+        buckets = getattr(self.rules, "_buckets", None)
+        if buckets is None:
+            return True
+        bucket, globs = buckets(tool_name, version)
+        return bool(bucket.every or globs.every)
 
     def _run(
         self,

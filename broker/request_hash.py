@@ -13,7 +13,6 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
@@ -55,22 +54,21 @@ def default_prompt(tool_name: str, args: dict[str, Any]) -> str:
     return f"The agent wants to call {tool_name}({shown})"
 
 
-@dataclass(frozen=True)
 class Encoded:
     """One NewRequest encoded once: the hash fields every request made from it shares (not its
     id, `tool_call_id`, times or creator) and the typed values its `Request` is built from."""
 
-    fields: tuple[str, ...]  # name, value, name, value... (HSET's order)
-    values: dict[str, Any]
-    texts: dict[str, str]  # the JSON text of each structured field, as stored
-    named: dict[str, str] = field(default_factory=dict)  # `fields` as name -> value
+    __slots__ = ("named", "values", "texts")
 
-    def __post_init__(self) -> None:
-        self.named.update(zip(self.fields[::2], self.fields[1::2], strict=True))
-        base = dict.fromkeys(_FIELDS)  # every field of a Request, in its order
-        base.update(self.values)
-        base.update(_FRESH_DEFAULTS)
-        _set(self, "_base", base)
+    def __init__(self, named: dict[str, str], values: dict[str, Any], texts: dict[str, str]):
+        self.named = named  # hash field -> value, in HSET's order
+        self.values = values
+        self.texts = texts  # the JSON text of each structured field, as stored
+
+    @property
+    def fields(self) -> tuple[str, ...]:
+        """`named` as HSET takes it: name, value, name, value..."""
+        return tuple(x for kv in self.named.items() for x in kv)
 
     def request(
         self,
@@ -83,36 +81,44 @@ class Encoded:
     ) -> Request:
         """The Request just written, without reading it back: the values were validated as a
         NewRequest, and the structured ones are fresh copies (decoded from what was stored)."""
-        values = self._base.copy()  # type: ignore[attr-defined]
-        texts = self.texts
-        values["id"] = request_id
-        values["tool_call_id"] = tool_call_id
-        values["args"] = _loads(texts["args"])
-        values["metadata"] = _loads(texts["metadata"]) if "metadata" in texts else {}
-        values["allowed_roles"] = list(allowed_roles)
-        values["created_at"] = created_at
-        values["expires_at"] = expires_at
-        values["history"] = []
-        values["approvals"] = []
-        values["created_by"] = created_by
-        if "data" in texts:
-            values["data"] = _loads(texts["data"])
-        if "args_schema" in texts:
-            values["args_schema"] = _loads(texts["args_schema"])
-        values["suggested_rules"] = (
-            _loads(texts["suggested_rules"]) if "suggested_rules" in texts else []
-        )
+        v, texts = self.values, self.texts
+        values = {  # every field of a Request, in its order (`_FIELDS`)
+            "id": request_id,
+            "run_id": v["run_id"],
+            "round": v["round"],
+            "tool_call_id": tool_call_id,
+            "tool_name": v["tool_name"],
+            "args": _loads(texts["args"]),
+            "args_hash": v["args_hash"],
+            "kind": v["kind"],
+            "prompt": v["prompt"],
+            "data": _loads(texts["data"]) if "data" in texts else None,
+            "metadata": _loads(texts["metadata"]) if "metadata" in texts else {},
+            "queue": v["queue"],
+            "allowed_roles": list(allowed_roles),
+            "callback": v["callback"],
+            "created_at": created_at,
+            "expires_at": expires_at,
+            "status": Status.pending,
+            "decision": None,
+            "history": [],
+            "suggested_rules": (
+                _loads(texts["suggested_rules"]) if "suggested_rules" in texts else []
+            ),
+            "escalations": 0,
+            "args_schema": _loads(texts["args_schema"]) if "args_schema" in texts else None,
+            "quorum": v["quorum"],
+            "approvals": [],
+            "created_by": created_by,
+            "acked_by": None,
+            "acked_until": None,
+        }
         request = Request.__new__(Request)
         _set(request, "__dict__", values)
         _set(request, "__pydantic_fields_set__", set(_FIELD_SET))
         _set(request, "__pydantic_extra__", None)
         _set(request, "__pydantic_private__", None)
         return request
-
-
-_FRESH_DEFAULTS = {"status": Status.pending, "decision": None, "escalations": 0}
-"""The values of a new pending request no NewRequest sets (the mutable ones are made per
-request in `Encoded.request`)."""
 
 
 def encode(
@@ -123,56 +129,71 @@ def encode(
     suggested: list[dict[str, Any]] | None,
 ) -> Encoded:
     """The fields of a new pending request (see the module docstring for those left out)."""
-    args_text = canonical_json(new.args)
+    args_text, args_hash = canonical_args(new.args)
     prompt = new.prompt or default_prompt(new.tool_name, new.args)
     texts = {"args": args_text}
-    flat: list[str] = [
-        "tool_name",
-        new.tool_name,
-        "args",
-        args_text,
-        "args_hash",
-        hashlib.sha256(args_text.encode()).hexdigest(),
-        "kind",
-        new.kind,
-        "prompt",
-        prompt,
-        "queue",
-        new.queue,
-        "status",
-        Status.pending.value,
-    ]
+    named = {
+        "tool_name": new.tool_name,
+        "args": args_text,
+        "args_hash": args_hash,
+        "kind": new.kind,
+        "prompt": prompt,
+        "queue": new.queue,
+        "status": _PENDING,
+    }
     if run_id:
-        flat += ["run_id", run_id, "round", str(round_no)]
+        named["run_id"] = run_id
+        named["round"] = str(round_no)
     if new.data is not None:
-        texts["data"] = _json(new.data)
+        named["data"] = texts["data"] = _json(new.data)
     if new.metadata:
-        texts["metadata"] = _json(new.metadata)
+        named["metadata"] = texts["metadata"] = _json(new.metadata)
     if new.allowed_roles:
-        texts["allowed_roles"] = _json(new.allowed_roles)
+        named["allowed_roles"] = texts["allowed_roles"] = _json(new.allowed_roles)
     if suggested:
         texts["suggested_rules"] = _json(suggested)
+        if run_id:  # a standalone approval's suggested rules are derived when read
+            named["suggested_rules"] = texts["suggested_rules"]
     if new.args_schema is not None:
-        texts["args_schema"] = canonical_json(new.args_schema)
-    for name, text in texts.items():
-        if name != "args" and (name != "suggested_rules" or run_id):
-            flat += [name, text]  # a standalone approval's suggested rules are derived when read
+        named["args_schema"] = texts["args_schema"] = canonical_json(new.args_schema)
     if new.callback:
-        flat += ["callback", new.callback]
+        named["callback"] = new.callback
     if quorum != 1:
-        flat += ["quorum", str(quorum)]
+        named["quorum"] = str(quorum)
     values = {
         "run_id": run_id,
         "round": round_no,
         "tool_name": new.tool_name,
-        "args_hash": flat[5],
+        "args_hash": args_hash,
         "kind": new.kind,
         "prompt": prompt,
         "queue": new.queue,
         "callback": new.callback or None,
         "quorum": quorum,
     }
-    return Encoded(tuple(flat), values, texts)
+    return Encoded(named, values, texts)
+
+
+_PENDING = Status.pending.value
+_UNLIKE_JSON = (b"e+", b"e-", b"0.0000")  # checked in `canonical_args`
+"""Where a number orjson writes may differ from `json`'s: exponent forms, and below 1e-4
+(`json` writes `1e-05` where orjson writes `0.00001`). Also found in some strings (`"one-"`):
+those are written by `json`, only slower."""
+
+
+def canonical_args(args: Any) -> tuple[str, str]:
+    """`canonical_json(args)` and its sha256 (`args_hash`). orjson writes it when its text is
+    the same: what it wrote reads back equal (no type `json` refuses or writes otherwise, no
+    NaN or infinity, which it writes as null) and holds no `_UNLIKE_JSON`; else `json` does.
+    A quarter of a distinct request's encoding before."""
+    try:
+        out = orjson.dumps(args, option=orjson.OPT_SORT_KEYS)
+    except TypeError:  # orjson.JSONEncodeError is one: a type or an integer it refuses
+        out = None
+    if out is None or b"e+" in out or b"e-" in out or b"0.0000" in out or orjson.loads(out) != args:
+        text = canonical_json(args)
+        return text, hashlib.sha256(text.encode()).hexdigest()
+    return out.decode(), hashlib.sha256(out).hexdigest()
 
 
 def built_request(
