@@ -236,14 +236,40 @@ def _construct(values: dict[str, Any]) -> Request:
     return request
 
 
+_PLAIN_JSON = {"args": dict, "metadata": dict, "args_schema": dict, "suggested_rules": list}
+"""Fields typed as JSON values (`JsonValue`) that a JSON parser's output always is, once its
+top level has the right type: kept out of the model's validation, which would walk them."""
+
+
 def parse_request(raw: Mapping[bytes, bytes] | Mapping[str, str]) -> Request:
-    """A request from its hash (HGETALL, or the field list a Lua step replies with)."""
-    f: dict[str, Any] = as_str_dict(raw)
+    """A request from its hash (HGETALL, or the field list a Lua step replies with). A malformed
+    one raises (ValueError, or KeyError for a missing time), as validation would."""
+    try:
+        f: dict[str, Any] = {
+            k.decode("utf-8", "replace"): v.decode("utf-8", "replace") for k, v in raw.items()
+        }
+    except AttributeError:  # already text (or mixed)
+        f = as_str_dict(raw)
+    parsed: dict[str, Any] = {}  # the plain JSON fields, validated by their top level only
     for name in JSON_FIELDS:
-        if f.get(name):
-            f[name] = json.loads(f[name])
-        else:
+        text = f.get(name)
+        if not text:
             f.pop(name, None)
+            continue
+        value = _loads(text)
+        kind = _PLAIN_JSON.get(name)
+        if (
+            kind is not None
+            and isinstance(value, kind)
+            and (kind is dict or all(isinstance(item, dict) for item in value))
+        ):
+            parsed[name] = value
+            del f[name]
+        elif name == "data":
+            parsed[name] = value  # any JSON value is one
+            del f[name]
+        else:
+            f[name] = value
     for name in INTERNAL_FIELDS:
         f.pop(name, None)
     f["run_id"] = f.get("run_id") or None
@@ -253,11 +279,17 @@ def parse_request(raw: Mapping[bytes, bytes] | Mapping[str, str]) -> Request:
     f["expires_at"] = from_timestamp(float(f["expires_at"]))
     if (
         "suggested_rules" not in f
+        and "suggested_rules" not in parsed
         and f["run_id"] is None
         and f.get("kind", "approval") == "approval"
     ):
-        f["suggested_rules"] = suggest(f.get("tool_name", ""), f.get("args") or {}, None, None)
-    return Request.model_validate(f)
+        args = parsed.get("args", f.get("args"))
+        parsed["suggested_rules"] = suggest(f.get("tool_name", ""), args or {}, None, None)
+    request = Request.model_validate(f)
+    if parsed:
+        request.__dict__.update(parsed)
+        request.__pydantic_fields_set__.update(parsed)
+    return request
 
 
 def parse_flat(flat: list[str]) -> Request:
