@@ -16,7 +16,6 @@ the rules' slot. A rule revoked before a create starts is never applied by it.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -29,7 +28,7 @@ from broker.errors import InvalidInput
 from broker.models import NewRequest, Request, from_timestamp
 from broker.questions import validate_question_metadata
 from broker.quorum import quorum_of
-from broker.request_hash import Encoded, built_request, decided, encode
+from broker.request_hash import Encoded, decided, encode
 from broker.rule_decided import RuleVerdict, verdict_for
 from broker.rules.matching import Call, suggested_rules
 from broker.rules.store import RuleStore
@@ -61,14 +60,38 @@ class _Prebuilt:
         return self._argument
 
 
-@dataclass(frozen=True)
 class _Prepared:
-    """One distinct NewRequest, checked and encoded."""
+    """One distinct NewRequest, checked and encoded; its `Call` (what rules are matched
+    against, approvals only) is made when a rule of its tool exists."""
 
-    timeout_s: str
-    quorum: int
-    encoded: Encoded
-    call: Call | None
+    __slots__ = ("timeout_s", "quorum", "encoded", "approval", "_made", "_call")
+
+    def __init__(
+        self, timeout_s: str, quorum: int, encoded: Encoded, made: tuple[Any, ...] | None
+    ) -> None:
+        self.timeout_s = timeout_s
+        self.quorum = quorum
+        self.encoded = encoded
+        self.approval = made is not None
+        self._made = made  # (new, run_id, agent, queue_roles)
+        self._call: Call | None = None
+
+    @property
+    def call(self) -> Call:
+        if self._call is None:
+            new, run_id, agent, queue_roles = self._made  # type: ignore[misc]
+            self._call = Call(
+                tool_name=new.tool_name,
+                args=new.args,
+                run_id=run_id,
+                agent=agent,
+                queue=new.queue,
+                kind=new.kind,
+                allowed_roles=tuple(new.allowed_roles),
+                queue_roles=tuple(queue_roles),
+                created_by=new.created_by,
+            )
+        return self._call
 
 
 class Creating:
@@ -111,7 +134,7 @@ class Creating:
         excluded: set[str] = set()
         for _ in range(_TRIES):
             verdicts = self._verdicts(items, excluded, version)
-            result = self._run(run_id, round_no, items, verdicts, version)
+            result, variant_of = self._run(run_id, round_no, items, verdicts, version)
             if result[0] == "rules_changed":  # matched with an older rule set: match again
                 version = result[1].encode() if result[1] else None
             elif result[0] == "rule_changed":  # revoked or expired meanwhile: without it
@@ -128,21 +151,17 @@ class Creating:
             self.rules.count_hits(v for v in verdicts.values())
         created = from_timestamp(float(result[1]))
         decided_at = datetime.fromisoformat(result[2]) if result[2] else None
-        expiries: dict[str, datetime] = {}  # the requests of one timeout share their expiry
-        for expires in result[3:]:
-            if expires not in expiries:
-                expiries[expires] = from_timestamp(float(expires))
+        expiries = [from_timestamp(float(expires)) for expires in result[3:]]  # per variant
         made = [
-            built_request(
-                p.encoded,
+            p.encoded.request(
                 rid,
                 new.tool_call_id or rid,
                 new.created_by,
                 created,
-                expiries[expires],
-                new,
+                expiries[variant_of[id(p)]],
+                new.allowed_roles,
             )
-            for (rid, new, p), expires in zip(items, result[3:], strict=True)
+            for rid, new, p in items
         ]
         if decided_at is not None:  # as the step wrote them: decided, with the rule's entry
             made = [decided(r, verdicts[r.id], decided_at) if r.id in verdicts else r for r in made]
@@ -163,22 +182,12 @@ class Creating:
             check_schema(new.args_schema)
         timeout = new.timeout_s if new.timeout_s is not None else config.timeout_for(new.queue)
         quorum = quorum_of(new, config)
-        call = suggested = None
+        made = suggested = None
         if new.kind == "approval":
             suggested = suggested_rules(new.tool_name, new.args, run_id, agent)
-            call = Call(
-                tool_name=new.tool_name,
-                args=new.args,
-                run_id=run_id,
-                agent=agent,
-                queue=new.queue,
-                kind=new.kind,
-                allowed_roles=tuple(new.allowed_roles),
-                queue_roles=tuple(config.queue_roles(new.queue)),
-                created_by=new.created_by,
-            )
+            made = (new, run_id, agent, config.queue_roles(new.queue))
         encoded = encode(new, run_id, round_no, quorum, suggested)
-        return _Prepared(repr(float(timeout)), quorum, encoded, call)
+        return _Prepared(repr(float(timeout)), quorum, encoded, made)
 
     def _verdicts(
         self,
@@ -186,11 +195,18 @@ class Creating:
         excluded: set[str],
         version: bytes | None,
     ) -> dict[str, RuleVerdict]:
-        """The rule deciding each approval call, if one does (matched once per distinct call)."""
+        """The rule deciding each approval call, if one does (matched once per distinct call;
+        not at all for a tool no rule of this version may cover)."""
         out: dict[str, RuleVerdict] = {}
         seen: dict[int, RuleVerdict | None] = {}
-        for rid, _, p in items:
-            if p.call is None:
+        covered: dict[str, bool] = {}
+        for rid, new, p in items:
+            if not p.approval:
+                continue
+            tool = new.tool_name
+            if tool not in covered:
+                covered[tool] = self._may_cover(tool, version)
+            if not covered[tool]:
                 continue
             if id(p) not in seen:
                 found = self.rules.match(p.call, exclude=excluded, quorum=p.quorum, version=version)
@@ -200,6 +216,15 @@ class Creating:
                 out[rid] = verdict
         return out
 
+    def _may_cover(self, tool_name: str, version: bytes | None) -> bool:
+        """Whether any rule of `version` may cover a call of this tool (`RuleStore.match` asks
+        the same buckets; a store without them is asked per call)."""
+        buckets = getattr(self.rules, "_buckets", None)
+        if buckets is None:
+            return True
+        bucket, globs = buckets(tool_name, version)
+        return bool(bucket.every or globs.every)
+
     def _run(
         self,
         run_id: str | None,
@@ -207,7 +232,8 @@ class Creating:
         items: list[tuple[str, NewRequest, _Prepared]],
         verdicts: dict[str, RuleVerdict],
         version: bytes | None,
-    ) -> list[Any]:
+    ) -> tuple[list[Any], dict[int, int]]:
+        """The step's reply, and the variant (timeout, queue, creator) of each `_Prepared`."""
         keys = self.store.keys
         partition = (
             keys.partition_of_run(run_id) if run_id else keys.partition_of_request(items[0][0])
@@ -220,14 +246,22 @@ class Creating:
             frozenset(new.created_by for _, new, _ in items if new.created_by),
             frozenset(v.rule_id for v in verdicts.values()),
         )
-        script_keys = [*shared.keys, *(keys.request(rid) for rid, _, _ in items)]
-        argv: list[str] = []
+        head = keys.request(items[0][0])[: -len(items[0][0])]  # one partition: one prefix
+        script_keys = [*shared.keys, *[head + rid for rid, _, _ in items]]
+        shared_fields, own = _columns([p for _, _, p in items])
+        variants: dict[tuple[str, str, str], int] = {}
+        variant_of: dict[int, int] = {}
+        for _, new, p in items:
+            if id(p) not in variant_of:
+                variant = (p.timeout_s, new.queue, new.created_by or "")
+                variant_of[id(p)] = variants.setdefault(variant, len(variants))
+        argv: list[str] = [str(len(shared_fields)), *shared_fields]
         rules: dict[str, Any] = {}
         for i, (rid, new, p) in enumerate(items, start=1):
-            fields = p.encoded.fields
+            fields = own[id(p)]
             if new.tool_call_id and new.tool_call_id != rid:
                 fields = (*fields, "tool_call_id", new.tool_call_id)
-            argv += [rid, p.timeout_s, new.created_by or "", new.queue, str(len(fields)), *fields]
+            argv += (rid, str(variant_of[id(p)] + 1), str(len(fields)), *fields)
             if rid in verdicts:
                 rules[str(i)] = verdicts[rid].lua()
         values: dict[str, Any] = {
@@ -238,6 +272,7 @@ class Creating:
             "k": shared.roles,
             "streams": shared.streams,
             "r": {},
+            "v": [[float(t), q, c] for t, q, c in variants],
         }
         if rules:
             values["rules"] = rules
@@ -245,11 +280,12 @@ class Creating:
             values["run_id"] = run_id
         if not self.cluster:
             values["version"] = version.decode() if version else ""
-        return self.store.scripts.run(
+        reply = self.store.scripts.run(
             "create",
             _Prebuilt(script_keys, orjson.dumps(values).decode()),  # type: ignore[arg-type]
             extra_argv=argv,
         )
+        return reply, variant_of
 
     def _shared_keys(
         self,
@@ -287,3 +323,19 @@ class Creating:
                 self._agents.clear()
             agent = self._agents[run_id] = as_str(raw)
         return agent
+
+
+def _columns(prepared: list[_Prepared]) -> tuple[list[str], dict[int, tuple[str, ...]]]:
+    """The hash fields sent once for the whole call (those every request has alike), and each
+    distinct request's own (by `id`): copies of one request send theirs once, distinct ones
+    only what differs (args, their hash, the prompt...)."""
+    distinct = list({id(p): p for p in prepared}.values())
+    common = dict(distinct[0].encoded.named)
+    for p in distinct[1:]:
+        named = p.encoded.named
+        common = {k: v for k, v in common.items() if named.get(k) == v}
+    own = {
+        id(p): tuple(x for k, v in p.encoded.named.items() if k not in common for x in (k, v))
+        for p in distinct
+    }
+    return [x for kv in common.items() for x in kv], own

@@ -7,6 +7,7 @@ the stored run id and asks again if it differs, so the format is a shortcut, not
 
 from __future__ import annotations
 
+import os
 import secrets
 import time
 
@@ -14,6 +15,14 @@ import time
 def new_id(prefix: str) -> str:
     """A sortable, unguessable id: milliseconds since the epoch in hex, then 64 random bits."""
     return f"{prefix}_{int(time.time() * 1000):011x}{secrets.token_hex(8)}"
+
+
+def new_ids(prefix: str, n: int) -> list[str]:
+    """`n` ids as `new_id` makes them, for a bulk create: one clock read and one read of the
+    system's random source for all of them (each id still has its own 64 random bits)."""
+    head = f"{prefix}_{int(time.time() * 1000):011x}"
+    rand = os.urandom(8 * n).hex()
+    return [head + rand[i : i + 16] for i in range(0, 16 * n, 16)]
 
 
 def round_request_id(run_id: str, round_no: int, index: int) -> str:

@@ -13,7 +13,6 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -44,20 +43,82 @@ JSON_FIELDS = (
 INTERNAL_FIELDS = ("deadlines",)  # kept by the Lua steps, not part of `Request`
 
 
+_FIELDS = tuple(Request.model_fields)
+_FIELD_SET = frozenset(_FIELDS)
+_set = object.__setattr__
+
+
 def default_prompt(tool_name: str, args: dict[str, Any]) -> str:
     """A readable sentence from a tool call: `refund(order_id='A1', amount=120)`."""
     shown = ", ".join(f"{k}={json.dumps(v, ensure_ascii=False)}" for k, v in args.items())
     return f"The agent wants to call {tool_name}({shown})"
 
 
-@dataclass(frozen=True)
 class Encoded:
     """One NewRequest encoded once: the hash fields every request made from it shares (not its
     id, `tool_call_id`, times or creator) and the typed values its `Request` is built from."""
 
-    fields: tuple[str, ...]  # name, value, name, value... (HSET's order)
-    values: dict[str, Any]
-    texts: dict[str, str]  # the JSON text of each structured field, as stored
+    __slots__ = ("named", "values", "texts")
+
+    def __init__(self, named: dict[str, str], values: dict[str, Any], texts: dict[str, str]):
+        self.named = named  # hash field -> value, in HSET's order
+        self.values = values
+        self.texts = texts  # the JSON text of each structured field, as stored
+
+    @property
+    def fields(self) -> tuple[str, ...]:
+        """`named` as HSET takes it: name, value, name, value..."""
+        return tuple(x for kv in self.named.items() for x in kv)
+
+    def request(
+        self,
+        request_id: str,
+        tool_call_id: str,
+        created_by: str | None,
+        created_at: datetime,
+        expires_at: datetime,
+        allowed_roles: list[str],
+    ) -> Request:
+        """The Request just written, without reading it back: the values were validated as a
+        NewRequest, and the structured ones are fresh copies (decoded from what was stored)."""
+        v, texts = self.values, self.texts
+        values = {  # every field of a Request, in its order (`_FIELDS`)
+            "id": request_id,
+            "run_id": v["run_id"],
+            "round": v["round"],
+            "tool_call_id": tool_call_id,
+            "tool_name": v["tool_name"],
+            "args": _loads(texts["args"]),
+            "args_hash": v["args_hash"],
+            "kind": v["kind"],
+            "prompt": v["prompt"],
+            "data": _loads(texts["data"]) if "data" in texts else None,
+            "metadata": _loads(texts["metadata"]) if "metadata" in texts else {},
+            "queue": v["queue"],
+            "allowed_roles": list(allowed_roles),
+            "callback": v["callback"],
+            "created_at": created_at,
+            "expires_at": expires_at,
+            "status": Status.pending,
+            "decision": None,
+            "history": [],
+            "suggested_rules": (
+                _loads(texts["suggested_rules"]) if "suggested_rules" in texts else []
+            ),
+            "escalations": 0,
+            "args_schema": _loads(texts["args_schema"]) if "args_schema" in texts else None,
+            "quorum": v["quorum"],
+            "approvals": [],
+            "created_by": created_by,
+            "acked_by": None,
+            "acked_until": None,
+        }
+        request = Request.__new__(Request)
+        _set(request, "__dict__", values)
+        _set(request, "__pydantic_fields_set__", set(_FIELD_SET))
+        _set(request, "__pydantic_extra__", None)
+        _set(request, "__pydantic_private__", None)
+        return request
 
 
 def encode(
@@ -68,56 +129,71 @@ def encode(
     suggested: list[dict[str, Any]] | None,
 ) -> Encoded:
     """The fields of a new pending request (see the module docstring for those left out)."""
-    args_text = canonical_json(new.args)
+    args_text, args_hash = canonical_args(new.args)
     prompt = new.prompt or default_prompt(new.tool_name, new.args)
     texts = {"args": args_text}
-    flat: list[str] = [
-        "tool_name",
-        new.tool_name,
-        "args",
-        args_text,
-        "args_hash",
-        hashlib.sha256(args_text.encode()).hexdigest(),
-        "kind",
-        new.kind,
-        "prompt",
-        prompt,
-        "queue",
-        new.queue,
-        "status",
-        Status.pending.value,
-    ]
+    named = {
+        "tool_name": new.tool_name,
+        "args": args_text,
+        "args_hash": args_hash,
+        "kind": new.kind,
+        "prompt": prompt,
+        "queue": new.queue,
+        "status": _PENDING,
+    }
     if run_id:
-        flat += ["run_id", run_id, "round", str(round_no)]
+        named["run_id"] = run_id
+        named["round"] = str(round_no)
     if new.data is not None:
-        texts["data"] = _json(new.data)
+        named["data"] = texts["data"] = _json(new.data)
     if new.metadata:
-        texts["metadata"] = _json(new.metadata)
+        named["metadata"] = texts["metadata"] = _json(new.metadata)
     if new.allowed_roles:
-        texts["allowed_roles"] = _json(new.allowed_roles)
+        named["allowed_roles"] = texts["allowed_roles"] = _json(new.allowed_roles)
     if suggested:
         texts["suggested_rules"] = _json(suggested)
+        if run_id:  # a standalone approval's suggested rules are derived when read
+            named["suggested_rules"] = texts["suggested_rules"]
     if new.args_schema is not None:
-        texts["args_schema"] = canonical_json(new.args_schema)
-    for name, text in texts.items():
-        if name != "args" and (name != "suggested_rules" or run_id):
-            flat += [name, text]  # a standalone approval's suggested rules are derived when read
+        named["args_schema"] = texts["args_schema"] = canonical_json(new.args_schema)
     if new.callback:
-        flat += ["callback", new.callback]
+        named["callback"] = new.callback
     if quorum != 1:
-        flat += ["quorum", str(quorum)]
+        named["quorum"] = str(quorum)
     values = {
         "run_id": run_id,
         "round": round_no,
         "tool_name": new.tool_name,
-        "args_hash": flat[5],
+        "args_hash": args_hash,
         "kind": new.kind,
         "prompt": prompt,
         "queue": new.queue,
         "callback": new.callback or None,
         "quorum": quorum,
     }
-    return Encoded(tuple(flat), values, texts)
+    return Encoded(named, values, texts)
+
+
+_PENDING = Status.pending.value
+_UNLIKE_JSON = (b"e+", b"e-", b"0.0000")  # checked in `canonical_args`
+"""Where a number orjson writes may differ from `json`'s: exponent forms, and below 1e-4
+(`json` writes `1e-05` where orjson writes `0.00001`). Also found in some strings (`"one-"`):
+those are written by `json`, only slower."""
+
+
+def canonical_args(args: Any) -> tuple[str, str]:
+    """`canonical_json(args)` and its sha256 (`args_hash`). orjson writes it when its text is
+    the same: what it wrote reads back equal (no type `json` refuses or writes otherwise, no
+    NaN or infinity, which it writes as null) and holds no `_UNLIKE_JSON`; else `json` does.
+    A quarter of a distinct request's encoding before."""
+    try:
+        out = orjson.dumps(args, option=orjson.OPT_SORT_KEYS)
+    except TypeError:  # orjson.JSONEncodeError is one: a type or an integer it refuses
+        out = None
+    if out is None or b"e+" in out or b"e-" in out or b"0.0000" in out or orjson.loads(out) != args:
+        text = canonical_json(args)
+        return text, hashlib.sha256(text.encode()).hexdigest()
+    return out.decode(), hashlib.sha256(out).hexdigest()
 
 
 def built_request(
@@ -129,31 +205,10 @@ def built_request(
     expires_at: datetime,
     new: NewRequest,
 ) -> Request:
-    """The Request just written, without reading it back: the values were validated as a
-    NewRequest, and the structured ones are fresh copies (decoded from what was stored)."""
-    texts = enc.texts
-    values = {
-        **enc.values,
-        "id": request_id,
-        "tool_call_id": tool_call_id,
-        "args": _loads(texts["args"]),
-        "data": _loads(texts["data"]) if "data" in texts else None,
-        "metadata": _loads(texts["metadata"]) if "metadata" in texts else {},
-        "allowed_roles": list(new.allowed_roles),
-        "args_schema": _loads(texts["args_schema"]) if "args_schema" in texts else None,
-        "suggested_rules": _loads(texts["suggested_rules"]) if "suggested_rules" in texts else [],
-        "created_at": created_at,
-        "expires_at": expires_at,
-        "status": Status.pending,
-        "decision": None,
-        "history": [],
-        "escalations": 0,
-        "approvals": [],
-        "created_by": created_by,
-        "acked_by": None,
-        "acked_until": None,
-    }
-    return _construct(values)
+    """The Request just written (`Encoded.request`)."""
+    return enc.request(
+        request_id, tool_call_id, created_by, created_at, expires_at, new.allowed_roles
+    )
 
 
 def decided(request: Request, verdict: Any, at: datetime) -> Request:
@@ -169,11 +224,6 @@ def decided(request: Request, verdict: Any, at: datetime) -> Request:
     )
 
 
-_FIELDS = tuple(Request.model_fields)
-_FIELD_SET = frozenset(_FIELDS)
-_set = object.__setattr__
-
-
 def _construct(values: dict[str, Any]) -> Request:
     """`Request.model_construct` for a full set of trusted values, without its per-field
     default and alias lookups (a third of a bulk create's Python time): every field must be
@@ -186,14 +236,40 @@ def _construct(values: dict[str, Any]) -> Request:
     return request
 
 
+_PLAIN_JSON = {"args": dict, "metadata": dict, "args_schema": dict, "suggested_rules": list}
+"""Fields typed as JSON values (`JsonValue`) that a JSON parser's output always is, once its
+top level has the right type: kept out of the model's validation, which would walk them."""
+
+
 def parse_request(raw: Mapping[bytes, bytes] | Mapping[str, str]) -> Request:
-    """A request from its hash (HGETALL, or the field list a Lua step replies with)."""
-    f: dict[str, Any] = as_str_dict(raw)
+    """A request from its hash (HGETALL, or the field list a Lua step replies with). A malformed
+    one raises (ValueError, or KeyError for a missing time), as validation would."""
+    try:
+        f: dict[str, Any] = {
+            k.decode("utf-8", "replace"): v.decode("utf-8", "replace") for k, v in raw.items()
+        }
+    except AttributeError:  # already text (or mixed)
+        f = as_str_dict(raw)
+    parsed: dict[str, Any] = {}  # the plain JSON fields, validated by their top level only
     for name in JSON_FIELDS:
-        if f.get(name):
-            f[name] = json.loads(f[name])
-        else:
+        text = f.get(name)
+        if not text:
             f.pop(name, None)
+            continue
+        value = _loads(text)
+        kind = _PLAIN_JSON.get(name)
+        if (
+            kind is not None
+            and isinstance(value, kind)
+            and (kind is dict or all(isinstance(item, dict) for item in value))
+        ):
+            parsed[name] = value
+            del f[name]
+        elif name == "data":
+            parsed[name] = value  # any JSON value is one
+            del f[name]
+        else:
+            f[name] = value
     for name in INTERNAL_FIELDS:
         f.pop(name, None)
     f["run_id"] = f.get("run_id") or None
@@ -203,11 +279,17 @@ def parse_request(raw: Mapping[bytes, bytes] | Mapping[str, str]) -> Request:
     f["expires_at"] = from_timestamp(float(f["expires_at"]))
     if (
         "suggested_rules" not in f
+        and "suggested_rules" not in parsed
         and f["run_id"] is None
         and f.get("kind", "approval") == "approval"
     ):
-        f["suggested_rules"] = suggest(f.get("tool_name", ""), f.get("args") or {}, None, None)
-    return Request.model_validate(f)
+        args = parsed.get("args", f.get("args"))
+        parsed["suggested_rules"] = suggest(f.get("tool_name", ""), args or {}, None, None)
+    request = Request.model_validate(f)
+    if parsed:
+        request.__dict__.update(parsed)
+        request.__pydantic_fields_set__.update(parsed)
+    return request
 
 
 def parse_flat(flat: list[str]) -> Request:

@@ -13,7 +13,7 @@ from typing import Any
 
 from broker.creating import Creating
 from broker.errors import InvalidInput, NotFound
-from broker.ids import new_id, round_request_id
+from broker.ids import new_ids, round_request_id
 from broker.listing import Filter, Listing, Page
 from broker.models import HistoryEntry, NewRequest, Request, Status
 from broker.request_hash import history_json, parse_request
@@ -57,7 +57,7 @@ class Requests:
                 if id(new) not in copies:
                     copies[id(new)] = new.model_copy(update={"created_by": created_by})
             news = [copies[id(new)] for new in news]
-        built = [(new_id("req"), new) for new in news]
+        built = list(zip(new_ids("req", len(news)), news, strict=True))
         if not built:
             return []
         keys = self.store.keys

@@ -7,31 +7,35 @@
 --   the requests, from KEYS[A.req_at].
 -- A (ARGV[1]): maxlen, round, run_id, retention; version: the rules' version the caller matched
 --   with ('' for none; absent: not checked here, as on a cluster); rules = {[position] = {id,
---   effect, status, decision (JSON text), entry (JSON text)}} for requests a rule decides.
--- ARGV[2...]: per request: id, timeout_s, creator ('' for none), queue, n, then n values (the
---   hash's name, value pairs as `broker.request_hash.encode` made them, never decoded here).
+--   effect, status, decision (JSON text), entry (JSON text)}} for requests a rule decides;
+--   v = the batch's variants, a list of {timeout_s, queue, creator ('' for none)}.
+-- The hash fields are sent column-wise (`broker.request_hash.encode` made them, never decoded
+-- here): ARGV[2] = t, then t values (name, value pairs) every request of the call shares; then
+-- per request: id, its variant (1-based index into A.v), n, then n values (its own pairs).
 -- created_at, expires_at, decided_at and the history entry's `at` are set here, on Redis's clock.
 -- A request with a rule is written already decided: it never waits, is announced only as
 -- `approval.decided` (marked `ruled_at_create`, so no person is asked), and counts a hit on the
 -- rule (here on a single Redis; on a cluster the caller counts it in the rules' own slot).
 -- When every call of a round is so decided, the resume goes to the outbox in this step.
 -- Returns {'ok', created_at, decided_at (ISO text, when a rule decided one; else ''), expires_at of
--- each request...}, {'exists'} when this run's round
+-- each variant...}, {'exists'} when this run's round
 -- was already registered (a retried job), {'duplicate', id} when an id is taken,
 -- {'rules_changed', version} when the rules changed since the caller matched, or
 -- {'rule_changed', rule_id} when a chosen rule was revoked, expired or removed meanwhile
 -- (nothing is written then; the caller matches again).
 local round_key = key('round')
 if round_key and redis.call('EXISTS', round_key) == 1 then return {'exists'} end
-local reqs, pos = {}, 2
-while pos <= #ARGV do
-  local n = tonumber(ARGV[pos + 4])
-  reqs[#reqs + 1] = {id = ARGV[pos], timeout = tonumber(ARGV[pos + 1]), creator = ARGV[pos + 2],
-    queue = ARGV[pos + 3], from = pos + 5, to = pos + 4 + n, key = KEYS[A.req_at + #reqs]}
-  pos = pos + 5 + n
-end
-for _, r in ipairs(reqs) do
-  if redis.call('EXISTS', r.key) == 1 then return {'duplicate', r.id} end
+local shared_n = tonumber(ARGV[2])
+local first = 3 + shared_n  -- where the first request's id is
+local req_at = A.req_at
+for j = req_at, #KEYS, 4000 do  -- one EXISTS for many; the taken one is looked for only then
+  if redis.call('EXISTS', unpack(KEYS, j, math.min(j + 3999, #KEYS))) > 0 then
+    local pos = first
+    for k = req_at, #KEYS do
+      if redis.call('EXISTS', KEYS[k]) == 1 then return {'duplicate', ARGV[pos]} end
+      pos = pos + 3 + tonumber(ARGV[pos + 2])
+    end
+  end
 end
 local version_key = key('rule_version')
 if version_key and A.version then
@@ -41,68 +45,82 @@ end
 local now = clock()
 local rules = A.rules or {}
 if version_key then
-  for i, _ in ipairs(reqs) do
-    local rule = rules[tostring(i)]
-    if rule then
-      local f = redis.call('HMGET', key('rule:' .. rule.id), 'id', 'revoked_at', 'expires_at')
-      if (not f[1]) or f[2] or (f[3] and tonumber(f[3]) <= now) then
-        return {'rule_changed', rule.id}
-      end
+  for _, rule in pairs(rules) do
+    local f = redis.call('HMGET', key('rule:' .. rule.id), 'id', 'revoked_at', 'expires_at')
+    if (not f[1]) or f[2] or (f[3] and tonumber(f[3]) <= now) then
+      return {'rule_changed', rule.id}
     end
   end
 end
 
 -- Index entries are gathered and written with one ZADD per index, old entries forgotten once.
 local adds, aged = {}, {}
-local function add(zkey, score, id, ages)
+local function entries(zkey, ages)  -- the {score, id, ...} list of one index
   local t = adds[zkey]
   if not t then t = {}; adds[zkey] = t end
   if ages then aged[zkey] = true end  -- a listing index: entries past the retention leave
-  t[#t + 1] = score
-  t[#t + 1] = id
+  return t
 end
 local counted = {}
-local function tally(field)
-  counted[field] = (counted[field] or 0) + 1
+local function tally(field, n)
+  counted[field] = (counted[field] or 0) + n
 end
 
 local created = stamp(now)
 local any_rule = next(rules) ~= nil
 local out = {'ok', created, any_rule and iso(now) or ''}
 local run_requests = key('run_requests')
-local requests_key, expiry_key = key('requests'), key('expiry')
-local stamps, per_queue = {}, {}  -- by timeout, by queue: what every request there shares
-for i, r in ipairs(reqs) do
-  local expires = stamps[r.timeout]
-  if not expires then
-    expires = stamp(now + r.timeout)
-    stamps[r.timeout] = expires
+local of_run = run_requests and entries(run_requests)
+local listed, expiring = entries(key('requests')), entries(key('expiry'))
+-- One HSET command per variant (timeout, queue, creator), reused for every request of it: key
+-- and id are set in place, the request's own pairs go after the shared ones.
+local variants = {}
+for vi, v in ipairs(A.v) do
+  local expires = stamp(now + tonumber(v[1]))
+  local queue, creator = v[2], v[3]
+  local cmd = {'HSET', false, 'id', false, 'created_at', created, 'expires_at', expires}
+  if creator ~= '' then
+    cmd[#cmd + 1] = 'created_by'
+    cmd[#cmd + 1] = creator
   end
-  local queue = r.queue
-  local q = per_queue[queue]
-  if not q then
-    q = {listed = key('queue:' .. queue), pending = key('pending:' .. queue),
-      stream = stream_of(queue), waiting = 'pending:' .. queue}
-    per_queue[queue] = q
+  for j = 3, 2 + shared_n do cmd[#cmd + 1] = ARGV[j] end
+  variants[vi] = {cmd = cmd, base = #cmd, expires = expires, queue = queue, waiting = 0,
+    by_creator = creator ~= '' and entries(key('creator:' .. creator), true) or nil,
+    in_queue = entries(key('queue:' .. queue), true),
+    pending = entries(key('pending:' .. queue)), stream = stream_of(queue)}
+  out[#out + 1] = expires
+end
+local pos, i, ni, nx = first, 0, 0, 0  -- ni: entries in `listed`, nx: in `expiring`
+while pos <= #ARGV do
+  i = i + 1
+  local id, q, n = ARGV[pos], variants[tonumber(ARGV[pos + 1])], tonumber(ARGV[pos + 2])
+  local rkey = KEYS[req_at + i - 1]
+  local cmd, base = q.cmd, q.base
+  cmd[2], cmd[4] = rkey, id
+  for j = 1, n do cmd[base + j] = ARGV[pos + 2 + j] end
+  pos = pos + 3 + n
+  redis.call(unpack(cmd, 1, base + n))
+  local queue, expires = q.queue, q.expires
+  listed[ni + 1] = created; listed[ni + 2] = id; ni = ni + 2
+  local t = q.in_queue
+  local k = #t
+  t[k + 1] = created; t[k + 2] = id
+  if q.by_creator then
+    t = q.by_creator
+    k = #t
+    t[k + 1] = created; t[k + 2] = id
   end
-  if r.creator ~= '' then
-    redis.call('HSET', r.key, 'id', r.id, 'created_at', created, 'expires_at', expires,
-      'created_by', r.creator, unpack(ARGV, r.from, r.to))
-    add(key('creator:' .. r.creator), created, r.id, true)
-  else
-    redis.call('HSET', r.key, 'id', r.id, 'created_at', created, 'expires_at', expires,
-      unpack(ARGV, r.from, r.to))
+  if of_run then
+    k = #of_run
+    of_run[k + 1] = created; of_run[k + 2] = id
+    redis.call('RPUSH', round_key, id)
   end
-  add(requests_key, created, r.id)
-  if round_key then redis.call('RPUSH', round_key, r.id) end
-  if run_requests then add(run_requests, created, r.id) end
-  add(q.listed, created, r.id, true)
   local rule = any_rule and rules[tostring(i)]
   if rule then
     local at = {{'decided_at', iso(now)}}
-    redis.call('HSET', r.key, 'status', rule.status, 'decision', with_fields(rule.decision, at))
-    append_history(r.key, with_fields(rule.entry, {{'at', iso(now)}}))
-    redis.call('EXPIRE', r.key, A.retention)
+    redis.call('HSET', rkey, 'status', rule.status, 'decision', with_fields(rule.decision, at))
+    append_history(rkey, with_fields(rule.entry, {{'at', iso(now)}}))
+    redis.call('EXPIRE', rkey, A.retention)
     if version_key then
       local rule_key = key('rule:' .. rule.id)
       redis.call('HINCRBY', rule_key, 'hits', 1)
@@ -110,23 +128,29 @@ for i, r in ipairs(reqs) do
       redis.call('HINCRBY', key('rule_hits'), rule.effect .. ':' .. rule.id, 1)
     end
     for _, role in ipairs({'done:' .. rule.status, 'done:' .. rule.status .. ':' .. queue}) do
-      add(key(role), created, r.id, true)
+      t = entries(key(role), true)
+      k = #t
+      t[k + 1] = created; t[k + 2] = id
     end
-    tally(rule.status .. ':' .. queue)
-    emit(queue, 'type', 'approval.decided', 'request_id', r.id, 'queue', queue,
+    tally(rule.status .. ':' .. queue, 1)
+    emit(queue, 'type', 'approval.decided', 'request_id', id, 'queue', queue,
       'ruled_at_create', '1')
   else
-    add(expiry_key, expires, r.id)
-    add(q.pending, expires, r.id)
-    tally(q.waiting)
+    expiring[nx + 1] = expires; expiring[nx + 2] = id; nx = nx + 2
+    t = q.pending
+    k = #t
+    t[k + 1] = expires; t[k + 2] = id
+    q.waiting = q.waiting + 1
     redis.call('XADD', q.stream, 'MAXLEN', '~', A.maxlen, '*', 'type', 'approval.requested',
-      'request_id', r.id, 'queue', queue)  -- as emit() does
-    if round_key then redis.call('SADD', key('pending'), r.id) end
+      'request_id', id, 'queue', queue)  -- as emit() does
+    if round_key then redis.call('SADD', key('pending'), id) end
   end
-  out[#out + 1] = expires
+end
+for _, q in ipairs(variants) do
+  if q.waiting > 0 then tally('pending:' .. q.queue, q.waiting) end
 end
 for zkey, t in pairs(adds) do
-  for j = 1, #t, 4000 do
+  for j = 1, #t, 4000 do  -- an index no request of this call entered has none: skipped
     redis.call('ZADD', zkey, unpack(t, j, math.min(j + 3999, #t)))
   end
   if aged[zkey] then forget_old(zkey, now) end
