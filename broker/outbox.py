@@ -43,6 +43,7 @@ from broker.client import Broker
 from broker.jobs import resume_agent
 from broker.keys import RESUMER_GROUP
 from broker.live_wait import RESUMER, claim_field
+from broker.resume_step import JobTemplate, ResumeBatch, ResumeStep, UnexpectedRQ
 from broker.runs import _job_options, resume_job_id, run_queue
 from broker.text import as_str, as_str_dict
 
@@ -92,6 +93,8 @@ class Resumer:
         self._claimed: set[str] = set()
         self._queue: Queue | None = None
         self._next_claim = 0.0
+        self._step: ResumeStep | None = None
+        self._step_tried = False
 
     @property
     def queue(self) -> Queue:
@@ -99,6 +102,20 @@ class Resumer:
         if self._queue is None:
             self._queue = run_queue(self.broker)
         return self._queue
+
+    def step(self) -> ResumeStep | None:
+        """The batch's Lua step (`broker.resume_step`); None on a cluster or an unexpected RQ."""
+        if not self._step_tried:
+            self._step_tried = True
+            if self.broker.store.rq_redis is self.broker.redis:
+                try:
+                    template = JobTemplate.from_rq(self.queue, _enqueue_with_rq)
+                except UnexpectedRQ:
+                    log.warning("RQ's enqueue_many changed; resuming through RQ", exc_info=True)
+                else:
+                    key_for = self.queue.job_class.key_for
+                    self._step = ResumeStep(self.broker.redis, template, key_for)
+        return self._step
 
     def _ensure_group(self) -> None:
         if not self._group_ready:
@@ -261,12 +278,38 @@ class Resumer:
         Entries left out of the answer (their run is gone) are for `handle_safely`.
         """
         rounds = [(f["run_id"], int(f["round"])) for _, f in entries]
+        step = self.step()
+        if step is not None:
+            return self._step_batch(entries, rounds, step)
         for _ in range(WATCH_TRIES):
             try:
                 return self._try_batch(entries, rounds)
             except WatchError:  # someone created one of these jobs meanwhile: look again
                 continue
         raise RuntimeError(f"the resume jobs kept changing under {WATCH_TRIES} tries")
+
+    def _step_batch(
+        self, entries: list[tuple[str, dict[str, str]]], rounds: list[Round], step: ResumeStep
+    ) -> list[Handled]:
+        """The batch in one Lua step: checks, claims, RQ's job writes and acks, atomically."""
+        batch = ResumeBatch()
+        enqueue_resumes(self.queue, rounds, batch)  # the job data, before anything is written
+        words = step.run(
+            self.stream,
+            RESUMER_GROUP,
+            [(eid, r) for (eid, _), r in zip(entries, rounds, strict=True)],
+            [self.broker.keys.run(run_id) for run_id, _ in rounds],
+            batch,
+        )
+        out = [
+            Handled(eid, run_id, round_no, word)
+            for (eid, _), (run_id, round_no), word in zip(entries, rounds, words, strict=True)
+            if word != "gone"
+        ]
+        if log.isEnabledFor(logging.INFO):
+            for h in out:
+                log.info("run %s round %s: resume %s", h.run_id, h.round, h.action)
+        return out
 
     def _try_batch(
         self, entries: list[tuple[str, dict[str, str]]], rounds: list[Round]
@@ -360,8 +403,16 @@ def claim_rounds(broker: Broker, rounds: list[Round], who: str) -> list[str | No
 def enqueue_resumes(queue: Queue, rounds: list[Round], pipeline: Any) -> None:
     """Queue the resume jobs of `rounds` on `pipeline` (RQ's enqueue_many; it checks nothing).
 
-    The caller makes sure none of them exists yet (see `Resumer._try_batch`).
+    The caller makes sure none of them exists yet (see `Resumer._try_batch`). Given the Lua
+    step's `ResumeBatch`, it builds the jobs' data for the step to write (`broker.resume_step`).
     """
+    if isinstance(pipeline, ResumeBatch):
+        pipeline.add(rounds)
+    else:
+        _enqueue_with_rq(queue, rounds, pipeline)
+
+
+def _enqueue_with_rq(queue: Queue, rounds: list[Round], pipeline: Any) -> None:
     if rounds:
         datas = [
             Queue.prepare_data(
