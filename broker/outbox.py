@@ -12,14 +12,15 @@ has been delivered `max_deliveries` times and still fails goes to the dead-lette
 its last error. New entries are read in the same pass as reclaimed ones, so a poison entry
 never keeps them waiting.
 
-New entries are handled as one batch, in a fixed number of round trips whatever its size:
-the jobs' keys are WATCHed, one pipeline reads whether each run and job exists, one claims the
-rounds (`HSETNX run:{id} claimed:N`, see `broker.live_wait`), and one MULTI/EXEC enqueues the
-jobs that don't exist yet (RQ's `enqueue_many`) and acknowledges every entry of the batch. A
-job created by anyone in between aborts the EXEC and the batch is checked again, so a round is
-never enqueued twice; the acknowledgement is in the same EXEC, so there is no moment with the
-job enqueued and the entry still pending. An entry the batch can't take (reclaimed, malformed,
-its run gone) or a batch that fails is handled entry by entry, as before.
+New entries are handled as one batch in one round trip on a single Redis: a Lua step
+(`broker.resume_step`, `scripts/resume.lua`) checks each run, claims its round (`HSETNX run:{id}
+claimed:N`, see `broker.live_wait`), writes the jobs RQ's `enqueue_many` would write for those
+that don't exist yet and acknowledges the batch, atomically. On a Redis Cluster (RQ on its own
+Redis) the jobs' keys are WATCHed, one pipeline reads whether each run and job exists, one claims
+the rounds and one MULTI/EXEC enqueues the missing jobs; a job created in between aborts the
+EXEC and the batch is checked again. Either way a round is never enqueued twice and there is no
+moment with the job enqueued and the entry still pending. An entry the batch can't take
+(reclaimed, malformed, its run gone) or a batch that fails is handled entry by entry.
 
 The `approval-broker resumer` role (workers/resumer.py) runs this in a loop; `broker.testing`
 runs it in-process.
@@ -40,11 +41,17 @@ from rq import Queue
 
 from broker import streams
 from broker.client import Broker
-from broker.jobs import resume_agent
 from broker.keys import RESUMER_GROUP
 from broker.live_wait import RESUMER, claim_field
-from broker.resume_step import JobTemplate, ResumeBatch, ResumeStep, UnexpectedRQ
-from broker.runs import _job_options, resume_job_id, run_queue
+from broker.resume_step import (
+    JobTemplate,
+    ResumeBatch,
+    ResumeStep,
+    UnexpectedRQ,
+    _enqueue_with_rq,
+    enqueue_resumes,
+)
+from broker.runs import resume_job_id, run_queue
 from broker.text import as_str, as_str_dict
 
 log = logging.getLogger("broker.outbox")
@@ -398,35 +405,3 @@ def claim_rounds(broker: Broker, rounds: list[Round], who: str) -> list[str | No
         pipe.hget(broker.keys.run(run_id), claim_field(round_no))
     owners = pipe.execute()[1::2]
     return [None if o is None else as_str(o) for o in owners]
-
-
-def enqueue_resumes(queue: Queue, rounds: list[Round], pipeline: Any) -> None:
-    """Queue the resume jobs of `rounds` on `pipeline` (RQ's enqueue_many; it checks nothing).
-
-    The caller makes sure none of them exists yet (see `Resumer._try_batch`). Given the Lua
-    step's `ResumeBatch`, it builds the jobs' data for the step to write (`broker.resume_step`).
-    """
-    if isinstance(pipeline, ResumeBatch):
-        pipeline.add(rounds)
-    else:
-        _enqueue_with_rq(queue, rounds, pipeline)
-
-
-def _enqueue_with_rq(queue: Queue, rounds: list[Round], pipeline: Any) -> None:
-    if rounds:
-        datas = [
-            Queue.prepare_data(
-                resume_agent,
-                args=(run_id, round_no),
-                **_rq_options(resume_job_id(run_id, round_no)),
-            )
-            for run_id, round_no in rounds
-        ]
-        queue.enqueue_many(datas, pipeline=pipeline)
-
-
-def _rq_options(job_id: str) -> dict[str, Any]:
-    """`broker.runs`'s job options, spelled as `Queue.prepare_data` takes them."""
-    options = _job_options(job_id)
-    options["timeout"] = options.pop("job_timeout")
-    return options

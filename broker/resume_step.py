@@ -28,7 +28,7 @@ from rq.utils import get_call_string, now, utcformat
 
 from broker.jobs import resume_agent
 from broker.live_wait import RESUMER, claim_field
-from broker.runs import resume_job_id
+from broker.runs import _job_options, resume_job_id
 
 Round = tuple[str, int]
 VARYING = ("created_at", "enqueued_at", "data", "description")
@@ -147,3 +147,35 @@ class ResumeStep:
             argv += [entry_id, claim_field(round_[1]), job_id, data, description]
         reply = self._script(keys=keys, args=argv)
         return [w.decode() if isinstance(w, bytes) else w for w in reply]
+
+
+def enqueue_resumes(queue: Queue, rounds: list[Round], pipeline: Any) -> None:
+    """Queue the resume jobs of `rounds` on `pipeline` (RQ's enqueue_many; it checks nothing).
+
+    The caller makes sure none of them exists yet (see `Resumer._try_batch`). Given the Lua
+    step's `ResumeBatch`, it builds the jobs' data for the step to write (`broker.resume_step`).
+    """
+    if isinstance(pipeline, ResumeBatch):
+        pipeline.add(rounds)
+    else:
+        _enqueue_with_rq(queue, rounds, pipeline)
+
+
+def _enqueue_with_rq(queue: Queue, rounds: list[Round], pipeline: Any) -> None:
+    if rounds:
+        datas = [
+            Queue.prepare_data(
+                resume_agent,
+                args=(run_id, round_no),
+                **_rq_options(resume_job_id(run_id, round_no)),
+            )
+            for run_id, round_no in rounds
+        ]
+        queue.enqueue_many(datas, pipeline=pipeline)
+
+
+def _rq_options(job_id: str) -> dict[str, Any]:
+    """`broker.runs`'s job options, spelled as `Queue.prepare_data` takes them."""
+    options = _job_options(job_id)
+    options["timeout"] = options.pop("job_timeout")
+    return options
