@@ -1,11 +1,12 @@
 """End-to-end approval cycles: created -> delivered to a webhook -> decided -> resume enqueued.
 
     uv run python bench/bench_e2e.py [--cycles 5000] [--rate 100] [--seconds 10] [--json]
+    uv run python bench/bench_e2e.py --layouts 1x1,1x2,2x1,2x2   # APIs x notifiers, a run each
 
 Everything runs on this machine as separate processes: an embedded Redis (AOF on), `approval-
 broker api` (x2), `approval-broker notifier` (x2), `approval-broker resumer`, and a webhook
 receiver that verifies each delivery and approves it through the signed
-`/v1/webhooks/{name}/replies` of the API (bench/lean_receiver.py: one uvicorn event loop that
+`/v1/webhooks/{name}/replies` of the API (bench/lean_receiver.py: one asyncio loop that
 also sends the replies; `--receiver threaded` for tests/fakes/deciding_receiver.py). A cycle is one
 round of one run with one request; it ends when the resumer has put the run's resume job on the
 RQ queue (no agent worker runs here: executing agents is the worker fleet's cost, not the
@@ -222,31 +223,14 @@ def latency(
     }
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--cycles", type=int, default=5000, help="cycles in the throughput phase")
-    parser.add_argument("--rate", type=float, default=100.0, help="requests/s, latency phase")
-    parser.add_argument("--seconds", type=float, default=10.0, help="length of the latency phase")
-    parser.add_argument("--apis", type=int, default=2)
-    parser.add_argument("--notifiers", type=int, default=2)
-    parser.add_argument("--resumers", type=int, default=1)
-    parser.add_argument("--receiver-threads", type=int, default=16)
-    parser.add_argument(
-        "--receiver",
-        choices=sorted(RECEIVERS),
-        default="lean",
-        help="lean: bench/lean_receiver.py on uvicorn; threaded: the tests' http.server one",
-    )
-    parser.add_argument("--timeout", type=float, default=300.0)
-    parser.add_argument("--json", action="store_true", help="print one JSON object at the end")
-    opts = parser.parse_args()
-
+def run_bench(opts: argparse.Namespace, apis: int, notifiers: int) -> dict[str, Any]:
+    """One full run (fresh Redis and processes): the throughput and the steady phase."""
     with tempfile.TemporaryDirectory(prefix="bench-e2e-") as tmp:
         work = Path(tmp)
         server = EmbeddedRedis(work / "redis").start()
         procs: list[Proc] = []
         try:
-            api_ports = [free_port() for _ in range(opts.apis)]
+            api_ports = [free_port() for _ in range(apis)]
             env = {**os.environ, "PYTHONUNBUFFERED": "1"}
             receiver = Proc(
                 "receiver",
@@ -289,10 +273,7 @@ max_backoff_s = 1.0
                     (f"api-{i + 1}", ["api", "--port", str(p)], "API listening on")
                     for i, p in enumerate(api_ports)
                 ),
-                *(
-                    (f"notifier-{i + 1}", ["notifier"], "reading queues")
-                    for i in range(opts.notifiers)
-                ),
+                *((f"notifier-{i + 1}", ["notifier"], "reading queues") for i in range(notifiers)),
                 *((f"resumer-{i + 1}", ["resumer"], "resumer") for i in range(opts.resumers)),
             ]
             broker = Broker(Redis.from_url(server.url), load_config(config_path))
@@ -312,13 +293,69 @@ max_backoff_s = 1.0
                 proc.stop()
             server.close()
 
-    result = {
+    return {
         "cpus": os.cpu_count(),
-        "processes": {"api": opts.apis, "notifier": opts.notifiers, "resumer": opts.resumers},
+        "processes": {"api": apis, "notifier": notifiers, "resumer": opts.resumers},
         "throughput": {**fast, "backlog_created_per_s": round(backlog_rate, 1)},
         "steady": steady,
         "raw_xadd_per_s": round(ceiling),
     }
+
+
+def compare_layouts(opts: argparse.Namespace) -> None:
+    """Run each `--layouts` APIxNOTIFIERS in turn; cycles/s and CPU per cycle by role."""
+    layouts = [tuple(int(n) for n in item.split("x")) for item in opts.layouts.split(",")]
+    print(f"{os.cpu_count()} CPUs, {opts.cycles} cycles each; CPU ms per cycle by role")
+    print("layout (api x notifier) | cycles/s | api | notifier | resumer | receiver | redis | all")
+    rows = []
+    for apis, notifiers in layouts:
+        result = run_bench(opts, apis, notifiers)
+        fast = result["throughput"]
+        per = fast["cpu_ms_per_cycle"]
+        role = {
+            r: sum(v for k, v in per.items() if k.startswith(r))
+            for r in ("api", "notifier", "resumer", "receiver", "redis")
+        }
+        rows.append({"apis": apis, "notifiers": notifiers, **result})
+        print(
+            f"{apis} x {notifiers} | {fast['cycles_per_s']:,.0f} | {role['api']:.2f} | "
+            f"{role['notifier']:.2f} | {role['resumer']:.2f} | {role['receiver']:.2f} | "
+            f"{role['redis']:.2f} | {sum(role.values()):.2f}",
+            flush=True,
+        )
+    if opts.json:
+        print(json.dumps(rows))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--cycles", type=int, default=5000, help="cycles in the throughput phase")
+    parser.add_argument("--rate", type=float, default=100.0, help="requests/s, latency phase")
+    parser.add_argument("--seconds", type=float, default=10.0, help="length of the latency phase")
+    parser.add_argument("--apis", type=int, default=2)
+    parser.add_argument("--notifiers", type=int, default=2)
+    parser.add_argument("--resumers", type=int, default=1)
+    parser.add_argument(
+        "--layouts",
+        default="",
+        help="compare process layouts, APIxNOTIFIERS separated by commas (1x1,2x2): a run each",
+    )
+    parser.add_argument("--receiver-threads", type=int, default=16)
+    parser.add_argument(
+        "--receiver",
+        choices=sorted(RECEIVERS),
+        default="lean",
+        help="lean: bench/lean_receiver.py on asyncio; threaded: the tests' http.server one",
+    )
+    parser.add_argument("--timeout", type=float, default=300.0)
+    parser.add_argument("--json", action="store_true", help="print one JSON object at the end")
+    opts = parser.parse_args()
+
+    if opts.layouts:
+        compare_layouts(opts)
+        return
+    result = run_bench(opts, opts.apis, opts.notifiers)
+    fast, steady, ceiling = result["throughput"], result["steady"], result["raw_xadd_per_s"]
     if opts.json:
         print(json.dumps(result))
         return

@@ -12,14 +12,15 @@ has been delivered `max_deliveries` times and still fails goes to the dead-lette
 its last error. New entries are read in the same pass as reclaimed ones, so a poison entry
 never keeps them waiting.
 
-New entries are handled as one batch, in a fixed number of round trips whatever its size:
-the jobs' keys are WATCHed, one pipeline reads whether each run and job exists, one claims the
-rounds (`HSETNX run:{id} claimed:N`, see `broker.live_wait`), and one MULTI/EXEC enqueues the
-jobs that don't exist yet (RQ's `enqueue_many`) and acknowledges every entry of the batch. A
-job created by anyone in between aborts the EXEC and the batch is checked again, so a round is
-never enqueued twice; the acknowledgement is in the same EXEC, so there is no moment with the
-job enqueued and the entry still pending. An entry the batch can't take (reclaimed, malformed,
-its run gone) or a batch that fails is handled entry by entry, as before.
+New entries are handled as one batch in one round trip on a single Redis: a Lua step
+(`broker.resume_step`, `scripts/resume.lua`) checks each run, claims its round (`HSETNX run:{id}
+claimed:N`, see `broker.live_wait`), writes the jobs RQ's `enqueue_many` would write for those
+that don't exist yet and acknowledges the batch, atomically. On a Redis Cluster (RQ on its own
+Redis) the jobs' keys are WATCHed, one pipeline reads whether each run and job exists, one claims
+the rounds and one MULTI/EXEC enqueues the missing jobs; a job created in between aborts the
+EXEC and the batch is checked again. Either way a round is never enqueued twice and there is no
+moment with the job enqueued and the entry still pending. An entry the batch can't take
+(reclaimed, malformed, its run gone) or a batch that fails is handled entry by entry.
 
 The `approval-broker resumer` role (workers/resumer.py) runs this in a loop; `broker.testing`
 runs it in-process.
@@ -40,10 +41,17 @@ from rq import Queue
 
 from broker import streams
 from broker.client import Broker
-from broker.jobs import resume_agent
 from broker.keys import RESUMER_GROUP
 from broker.live_wait import RESUMER, claim_field
-from broker.runs import _job_options, resume_job_id, run_queue
+from broker.resume_step import (
+    JobTemplate,
+    ResumeBatch,
+    ResumeStep,
+    UnexpectedRQ,
+    _enqueue_with_rq,
+    enqueue_resumes,
+)
+from broker.runs import resume_job_id, run_queue
 from broker.text import as_str, as_str_dict
 
 log = logging.getLogger("broker.outbox")
@@ -92,6 +100,8 @@ class Resumer:
         self._claimed: set[str] = set()
         self._queue: Queue | None = None
         self._next_claim = 0.0
+        self._step: ResumeStep | None = None
+        self._step_tried = False
 
     @property
     def queue(self) -> Queue:
@@ -99,6 +109,20 @@ class Resumer:
         if self._queue is None:
             self._queue = run_queue(self.broker)
         return self._queue
+
+    def step(self) -> ResumeStep | None:
+        """The batch's Lua step (`broker.resume_step`); None on a cluster or an unexpected RQ."""
+        if not self._step_tried:
+            self._step_tried = True
+            if self.broker.store.rq_redis is self.broker.redis:
+                try:
+                    template = JobTemplate.from_rq(self.queue, _enqueue_with_rq)
+                except UnexpectedRQ:
+                    log.warning("RQ's enqueue_many changed; resuming through RQ", exc_info=True)
+                else:
+                    key_for = self.queue.job_class.key_for
+                    self._step = ResumeStep(self.broker.redis, template, key_for)
+        return self._step
 
     def _ensure_group(self) -> None:
         if not self._group_ready:
@@ -261,12 +285,38 @@ class Resumer:
         Entries left out of the answer (their run is gone) are for `handle_safely`.
         """
         rounds = [(f["run_id"], int(f["round"])) for _, f in entries]
+        step = self.step()
+        if step is not None:
+            return self._step_batch(entries, rounds, step)
         for _ in range(WATCH_TRIES):
             try:
                 return self._try_batch(entries, rounds)
             except WatchError:  # someone created one of these jobs meanwhile: look again
                 continue
         raise RuntimeError(f"the resume jobs kept changing under {WATCH_TRIES} tries")
+
+    def _step_batch(
+        self, entries: list[tuple[str, dict[str, str]]], rounds: list[Round], step: ResumeStep
+    ) -> list[Handled]:
+        """The batch in one Lua step: checks, claims, RQ's job writes and acks, atomically."""
+        batch = ResumeBatch()
+        enqueue_resumes(self.queue, rounds, batch)  # the job data, before anything is written
+        words = step.run(
+            self.stream,
+            RESUMER_GROUP,
+            [(eid, r) for (eid, _), r in zip(entries, rounds, strict=True)],
+            [self.broker.keys.run(run_id) for run_id, _ in rounds],
+            batch,
+        )
+        out = [
+            Handled(eid, run_id, round_no, word)
+            for (eid, _), (run_id, round_no), word in zip(entries, rounds, words, strict=True)
+            if word != "gone"
+        ]
+        if log.isEnabledFor(logging.INFO):
+            for h in out:
+                log.info("run %s round %s: resume %s", h.run_id, h.round, h.action)
+        return out
 
     def _try_batch(
         self, entries: list[tuple[str, dict[str, str]]], rounds: list[Round]
@@ -355,27 +405,3 @@ def claim_rounds(broker: Broker, rounds: list[Round], who: str) -> list[str | No
         pipe.hget(broker.keys.run(run_id), claim_field(round_no))
     owners = pipe.execute()[1::2]
     return [None if o is None else as_str(o) for o in owners]
-
-
-def enqueue_resumes(queue: Queue, rounds: list[Round], pipeline: Any) -> None:
-    """Queue the resume jobs of `rounds` on `pipeline` (RQ's enqueue_many; it checks nothing).
-
-    The caller makes sure none of them exists yet (see `Resumer._try_batch`).
-    """
-    if rounds:
-        datas = [
-            Queue.prepare_data(
-                resume_agent,
-                args=(run_id, round_no),
-                **_rq_options(resume_job_id(run_id, round_no)),
-            )
-            for run_id, round_no in rounds
-        ]
-        queue.enqueue_many(datas, pipeline=pipeline)
-
-
-def _rq_options(job_id: str) -> dict[str, Any]:
-    """`broker.runs`'s job options, spelled as `Queue.prepare_data` takes them."""
-    options = _job_options(job_id)
-    options["timeout"] = options.pop("job_timeout")
-    return options
