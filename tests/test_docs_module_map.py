@@ -22,7 +22,7 @@ def test_every_module_has_a_row_and_every_row_a_module() -> None:
     assert problems == [], "run `uv run python tools/module_map.py` and write the rows it names"
 
 
-def test_the_check_finds_a_module_without_a_row(tmp_path: Path) -> None:
+def test_the_check_finds_a_module_without_a_row() -> None:
     tool = _module_map()
     page = tool.PAGE.read_text().replace("| `json_keyed.py` |", "| `json_keyed_gone.py` |")
     _, problems = tool.update(page)
