@@ -51,11 +51,13 @@ async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
         try:
             yield
         finally:
-            await app.state.hot.aclose()
-            waiter = getattr(app.state, "waiter", None)
-            if waiter is not None and waiter.loop is asyncio.get_running_loop():
-                app.state.waiter = None
-                await waiter.aclose()
+            try:
+                await app.state.hot.aclose()
+            finally:
+                waiter = getattr(app.state, "waiter", None)
+                if waiter is not None and waiter.loop is asyncio.get_running_loop():
+                    app.state.waiter = None
+                    await waiter.aclose()
 
 
 def create_app(

@@ -122,8 +122,11 @@ class Waiter:
         task, self._task = self._task, None
         if task is not None:
             task.cancel()
-            with contextlib.suppress(BaseException):
-                await task
+            # the reader's own end (cancelled, or a Redis error it died of) is not ours to
+            # raise; a cancellation of this call is, and `asyncio.wait` leaves it alone
+            await asyncio.wait([task])
+            if not task.cancelled():
+                task.exception()  # retrieved, so it is not logged as never looked at
         await self.redis.aclose()
 
     def _announce(self, partition: int, got: list) -> None:  # type: ignore[type-arg]

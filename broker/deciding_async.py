@@ -23,6 +23,7 @@ from hiredis import pack_command
 from redis import Redis
 from redis import asyncio as aredis
 from redis.connection import Connection, UnixDomainSocketConnection
+from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import NoScriptError, ResponseError
 
 from broker.auth import EVERY_ROLE, Principal
@@ -87,7 +88,7 @@ class Connections:
 
     async def call(self, *args: str | bytes | int) -> Any:
         if self._closed:
-            raise ConnectionError("the hot path's Redis connections are closed")
+            raise RedisConnectionError("the hot path's Redis connections are closed")
         loop = asyncio.get_running_loop()
         future: asyncio.Future[Any] = loop.create_future()
         if not self._queue:
@@ -97,11 +98,15 @@ class Connections:
 
     def _flush(self) -> None:
         batch, self._queue = self._queue, []
+        if not batch:  # failed by aclose meanwhile
+            return
         task = asyncio.get_running_loop().create_task(self._send(batch))
         self._batches.add(task)
         task.add_done_callback(self._batches.discard)
 
     async def _acquire(self) -> aredis.Connection:
+        if self._closed:  # a batch flushed after aclose: nothing goes out any more
+            raise RedisConnectionError("the hot path's Redis connections are closed")
         if self._idle:
             return self._idle.pop()
         if len(self._open) < self._max:
@@ -160,7 +165,7 @@ class Connections:
             for _, future in batch[done:]:
                 if not future.done():
                     future.set_exception(
-                        exc if isinstance(exc, Exception) else ConnectionError("closed")
+                        exc if isinstance(exc, Exception) else RedisConnectionError("closed")
                     )
             if conn is not None:
                 self._open.discard(conn)
@@ -179,6 +184,12 @@ class Connections:
     async def aclose(self) -> None:
         """Close every connection, idle or busy; calls in flight or waiting fail."""
         self._closed = True
+        queued, self._queue = self._queue, []  # their flush is scheduled: fail them now
+        for _, future in queued:
+            if not future.done():
+                future.set_exception(
+                    RedisConnectionError("the hot path's Redis connections are closed")
+                )
         for waiter in self._waiting:
             if not waiter.done():
                 waiter.cancel()
