@@ -217,13 +217,10 @@ class Creating:
         return out
 
     def _may_cover(self, tool_name: str, version: bytes | None) -> bool:
-        """Whether any rule of `version` may cover a call of this tool (`RuleStore.match` asks
-        the same buckets; a store without them is asked per call)."""
-        buckets = getattr(self.rules, "_buckets", None)
-        if buckets is None:
-            return True
-        bucket, globs = buckets(tool_name, version)
-        return bool(bucket.every or globs.every)
+        """Whether any rule of `version` may cover a call of this tool (`RuleStore.may_cover`);
+        a store that can't say is asked per call."""
+        may_cover = getattr(self.rules, "may_cover", None)
+        return True if may_cover is None else bool(may_cover(tool_name, version))
 
     def _run(
         self,
@@ -327,8 +324,9 @@ class Creating:
 
 def _columns(prepared: list[_Prepared]) -> tuple[list[str], dict[int, tuple[str, ...]]]:
     """The hash fields sent once for the whole call (those every request has alike), and each
-    distinct request's own (by `id`): copies of one request send theirs once, distinct ones
-    only what differs (args, their hash, the prompt...)."""
+    distinct request's own (by `id`): what differs between them (args, their hash, the
+    prompt...), sent again with every request made from it (copies of one request share
+    nothing more than the call's common fields)."""
     distinct = list({id(p): p for p in prepared}.values())
     common = dict(distinct[0].encoded.named)
     for p in distinct[1:]:

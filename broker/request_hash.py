@@ -65,11 +65,6 @@ class Encoded:
         self.values = values
         self.texts = texts  # the JSON text of each structured field, as stored
 
-    @property
-    def fields(self) -> tuple[str, ...]:
-        """`named` as HSET takes it: name, value, name, value..."""
-        return tuple(x for kv in self.named.items() for x in kv)
-
     def request(
         self,
         request_id: str,
@@ -194,21 +189,6 @@ def canonical_args(args: Any) -> tuple[str, str]:
         text = canonical_json(args)
         return text, hashlib.sha256(text.encode()).hexdigest()
     return out.decode(), hashlib.sha256(out).hexdigest()
-
-
-def built_request(
-    enc: Encoded,
-    request_id: str,
-    tool_call_id: str,
-    created_by: str | None,
-    created_at: datetime,
-    expires_at: datetime,
-    new: NewRequest,
-) -> Request:
-    """The Request just written (`Encoded.request`)."""
-    return enc.request(
-        request_id, tool_call_id, created_by, created_at, expires_at, new.allowed_roles
-    )
 
 
 def decided(request: Request, verdict: Any, at: datetime) -> Request:

@@ -344,6 +344,12 @@ class RuleStore:
             globs = cache.globs_for[tool_name] = _Bucket.of(covering)
         return bucket, globs
 
+    def may_cover(self, tool_name: str, version: bytes | None | object = _UNREAD) -> bool:
+        """Whether any rule of `version` may cover a call of this tool: False means `match`
+        finds nothing for it, so a bulk create need not build the call (same buckets)."""
+        bucket, globs = self._buckets(tool_name, version)
+        return bool(bucket.every or globs.every)
+
     def candidates(self, tool_name: str) -> list[Rule]:
         """Every unrevoked, unexpired rule that may cover a call of this tool."""
         bucket, globs = self._buckets(tool_name)
