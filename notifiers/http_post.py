@@ -202,7 +202,12 @@ def _recv(conn: Connection) -> bytes:
     """More bytes; the peer hanging up before any byte of the reply is `RemoteDisconnected`
     (a kept connection cut: sent again), after some of it `IncompleteRead` (not sent again)."""
     assert conn.sock is not None
-    data = conn.sock.recv(65536)
+    try:
+        data = conn.sock.recv(65536)
+    except OSError as exc:  # a reset after part of the reply: the server had the request
+        if conn.buf or conn.got:
+            raise http.client.IncompleteRead(conn.buf) from exc
+        raise
     if not data:
         if conn.buf or conn.got:
             raise http.client.IncompleteRead(conn.buf)
@@ -227,7 +232,7 @@ def _parse_head(head: bytes) -> tuple[int, str, dict[str, str]]:
     line, _, rest = head.partition(b"\r\n")
     version, _, status = line.decode("latin-1").partition(" ")
     code = status[:3]
-    if not version.startswith("HTTP/") or not code.isdigit():
+    if not version.startswith("HTTP/") or not (code.isascii() and code.isdigit()):
         raise http.client.BadStatusLine(line.decode("latin-1"))
     fields = _HEADER.findall(rest.decode("latin-1"))
     return int(code), version, {name.lower(): value.strip() for name, value in fields}
@@ -253,10 +258,13 @@ def _skip_chunked(conn: Connection) -> bool:
     """Read a chunked body; False when it is longer than MAX_BODY (the connection is dropped)."""
     total = 0
     while True:
+        digits = _line(conn).split(b";", 1)[0].strip()
         try:
-            size = int(_line(conn).split(b";", 1)[0], 16)
+            size = int(digits, 16)
         except ValueError:
             raise http.client.HTTPException("bad chunk size") from None
+        if size < 0 or digits.startswith((b"-", b"+")):
+            raise http.client.HTTPException(f"bad chunk size {digits!r}")
         if size == 0:
             while _line(conn):  # trailers, up to the empty line
                 pass

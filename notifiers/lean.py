@@ -19,20 +19,22 @@ from collections.abc import Sequence
 from typing import Any
 
 from redis import Redis
+from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import NoScriptError, ResponseError
 
 Command = Sequence[Any]
 
 
 class LeanRedis:
-    """Its own connection from the client's pool settings (made on first use, made again after
-    a failure), shared under a lock by the few threads of one notifier part that call it: no
-    pool checkout and return per batch."""
+    """Its own connection from the client's pool settings (made on first use; after a failure
+    the same connection object connects again), shared under a lock by the few threads of one
+    notifier part that call it: no pool checkout and return per batch."""
 
     def __init__(self, redis: Redis) -> None:
         self.redis = redis
         self._lock = threading.Lock()
         self._conn: Any = None
+        self._closed = False
 
     @classmethod
     def for_client(cls, redis: Any) -> LeanRedis | None:
@@ -40,31 +42,45 @@ class LeanRedis:
             return None
         return cls(redis)
 
-    def execute(self, commands: list[Command]) -> list[Any]:
+    def execute(self, commands: list[Command], *, retry: bool = False) -> list[Any]:
         """The replies of `commands` in order; a connection that failed is dropped, and the
-        error (ConnectionError, TimeoutError) raised, as redis-py would."""
+        error (ConnectionError, TimeoutError) raised, as redis-py would. `retry`: the batch
+        is safe to send again (reads), so it rides out a Redis restart with the client's own
+        retry policy, as the pipeline it replaces did."""
         if not commands:
             return []
         with self._lock:
+            if self._closed:
+                raise RedisConnectionError("this notifier's Redis connection is closed")
             if self._conn is None:
                 self._conn = self.redis.connection_pool.make_connection()
             conn = self._conn
-            try:
-                conn.send_packed_command(conn.pack_commands(commands))
-                out: list[Any] = []
-                for _ in commands:
-                    try:
-                        out.append(conn.read_response())
-                    except ResponseError as exc:  # the reply was read whole: still in step
-                        out.append(exc)
-                return out
-            except BaseException:
-                conn.disconnect()
-                raise
+            if not retry:
+                return self._send(conn, commands)
+            return conn.retry.call_with_retry(
+                lambda: self._send(conn, commands), lambda _error: conn.disconnect()
+            )
+
+    @staticmethod
+    def _send(conn: Any, commands: list[Command]) -> list[Any]:
+        try:
+            conn.send_packed_command(conn.pack_commands(commands))
+            out: list[Any] = []
+            for _ in commands:
+                try:
+                    out.append(conn.read_response())
+                except ResponseError as exc:  # the reply was read whole: still in step
+                    out.append(exc)
+            return out
+        except BaseException:
+            conn.disconnect()
+            raise
 
     def close(self) -> None:
-        with self._lock:
-            conn, self._conn = self._conn, None
+        """Refuse further batches and drop the connection, without waiting for one in flight
+        (it fails: a Redis that stopped answering must not hold up a notifier's stop)."""
+        self._closed = True
+        conn, self._conn = self._conn, None
         if conn is not None:
             conn.disconnect()
 

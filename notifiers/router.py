@@ -136,7 +136,7 @@ class Router:
     def _fetch_lean(self, ids: set[str]) -> dict[str, Request]:
         """`broker.get_requests` in one write and read of the connection (notifiers.lean)."""
         key = self.broker.keys.request
-        replies = self.lean.execute([("HGETALL", key(rid)) for rid in ids])  # type: ignore[union-attr]
+        replies = self.lean.execute([("HGETALL", key(rid)) for rid in ids], retry=True)  # type: ignore[union-attr]
         found: dict[str, Request] = {}
         for reply in replies:
             if isinstance(reply, Exception):

@@ -5,13 +5,17 @@ from __future__ import annotations
 
 import http.client
 import socket
+import struct
 import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
 from redis import Redis
+from redis.backoff import NoBackoff
+from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import ResponseError
+from redis.retry import Retry
 
 from broker.client import Broker
 from broker.keys import NOTIFIER_GROUP
@@ -47,6 +51,51 @@ def test_lean_script_is_loaded_again_after_redis_forgot_it(redis: Redis) -> None
     assert script(["lean:n"], [10]) == 11
     redis.script_flush()
     assert script(["lean:n"], [10]) == 12
+
+
+def _kill(redis: Redis, lean: LeanRedis) -> None:
+    """Drop the lean connection from Redis's side, as a Redis restart would."""
+    (client_id,) = lean.execute([("CLIENT", "ID")])
+    redis.client_kill_filter(_id=client_id)
+
+
+def test_a_lean_read_rides_out_a_dropped_connection_with_the_clients_retry(redis: Redis) -> None:
+    given = redis.connection_pool.connection_kwargs
+    patient = Redis(
+        **{k: given[k] for k in ("host", "port", "db", "username", "password") if given.get(k)},
+        retry=Retry(NoBackoff(), 3),
+        retry_on_error=[RedisConnectionError],
+    )
+    lean = LeanRedis.for_client(patient)
+    assert lean is not None
+    redis.set("lean:r", "1")
+    _kill(redis, lean)
+    assert lean.execute([("GET", "lean:r")], retry=True) == [b"1"]  # reads: sent again
+    _kill(redis, lean)
+    with pytest.raises(RedisConnectionError):  # writes (the committer's step): never
+        lean.execute([("GET", "lean:r")])
+    patient.close()
+
+
+def test_close_does_not_wait_for_a_batch_in_flight_and_refuses_later_ones(redis: Redis) -> None:
+    lean = LeanRedis.for_client(redis)
+    assert lean is not None
+    failed: list[BaseException] = []
+
+    def blocked() -> None:
+        try:
+            lean.execute([("BLPOP", "lean:never", 30)])  # a Redis that stopped answering
+        except Exception as exc:  # noqa: BLE001 - what it ended with
+            failed.append(exc)
+
+    thread = threading.Thread(target=blocked, daemon=True)
+    thread.start()
+    wait_for(lambda: any(c.get("cmd") == "blpop" for c in redis.client_list()))
+    lean.close()  # must not take the lock the blocked batch holds
+    thread.join(5)
+    assert not thread.is_alive() and len(failed) == 1
+    with pytest.raises(RedisConnectionError):
+        lean.execute([("GET", "lean:r")])
 
 
 def test_no_lean_path_for_a_client_that_is_not_a_plain_redis() -> None:
@@ -283,6 +332,38 @@ def test_a_reply_cut_half_way_is_an_error_and_is_not_sent_again(scripted: Any) -
         poster.post(b"second", {})
     poster.close()
     assert [r.rpartition(b"\r\n\r\n")[2] for r in server.requests] == [b"first", b"second"]
+    assert server.connections == 1  # a second send would have needed a new connection
+
+
+def test_a_reset_after_part_of_the_reply_is_an_error_and_is_not_sent_again(scripted: Any) -> None:
+    def reset(conn: socket.socket) -> None:
+        conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\nabc")
+        conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))  # RST
+
+    server = scripted([b"HTTP/1.1 204 No Content\r\n\r\n", reset])
+    poster = Poster(server.url, timeout_s=5)
+    assert poster.post(b"first", {}).status == 204
+    with pytest.raises(http.client.IncompleteRead):
+        poster.post(b"second", {})
+    poster.close()
+    assert server.connections == 1 and len(server.requests) == 2
+
+
+@pytest.mark.parametrize(
+    "reply",
+    [
+        "HTTP/1.1 \u00b200 OK\r\nContent-Length: 0\r\n\r\n".encode("latin-1"),
+        b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n-3\r\nabc\r\n0\r\n\r\n",
+        b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n+3\r\nabc\r\n0\r\n\r\n",
+    ],
+    ids=["non-ascii-digit-status", "negative-chunk", "signed-chunk"],
+)
+def test_a_hostile_reply_is_an_http_error_not_a_crash(scripted: Any, reply: bytes) -> None:
+    server = scripted([reply])
+    poster = Poster(server.url, timeout_s=5)
+    with pytest.raises(http.client.HTTPException):
+        poster.post(b"x", {})
+    poster.close()
 
 
 def test_a_garbled_status_line_is_an_http_error(scripted: Any) -> None:
