@@ -48,8 +48,8 @@ from broker.resume_step import (
     ResumeBatch,
     ResumeStep,
     UnexpectedRQ,
-    _enqueue_with_rq,
     enqueue_resumes,
+    enqueue_with_rq,
 )
 from broker.runs import resume_job_id, run_queue
 from broker.text import as_str, as_str_dict
@@ -113,15 +113,17 @@ class Resumer:
     def step(self) -> ResumeStep | None:
         """The batch's Lua step (`broker.resume_step`); None on a cluster or an unexpected RQ."""
         if not self._step_tried:
+            if self.broker.store.rq_redis is not self.broker.redis:
+                self._step_tried = True  # a cluster: RQ's own Redis, the WATCH path
+                return None
+            try:  # a Redis error here (RQ asks for the server's version) is tried next batch
+                template = JobTemplate.from_rq(self.queue, enqueue_with_rq)
+            except UnexpectedRQ:
+                log.warning("RQ's enqueue_many changed; resuming through RQ", exc_info=True)
+            else:
+                key_for = self.queue.job_class.key_for
+                self._step = ResumeStep(self.broker.redis, template, key_for)
             self._step_tried = True
-            if self.broker.store.rq_redis is self.broker.redis:
-                try:
-                    template = JobTemplate.from_rq(self.queue, _enqueue_with_rq)
-                except UnexpectedRQ:
-                    log.warning("RQ's enqueue_many changed; resuming through RQ", exc_info=True)
-                else:
-                    key_for = self.queue.job_class.key_for
-                    self._step = ResumeStep(self.broker.redis, template, key_for)
         return self._step
 
     def _ensure_group(self) -> None:

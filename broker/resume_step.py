@@ -35,6 +35,7 @@ VARYING = ("created_at", "enqueued_at", "data", "description")
 """The job fields the step writes per job; every other field is the template's."""
 FUNC_NAME = f"{resume_agent.__module__}.{resume_agent.__qualname__}"
 SAMPLE: Round = ("run_template", 7)
+OTHER_SAMPLE: Round = ("run_template_other", 12)
 
 
 class UnexpectedRQ(RuntimeError):
@@ -80,17 +81,28 @@ class JobTemplate:
 
     @classmethod
     def from_rq(cls, queue: Queue, enqueue: Any) -> JobTemplate:
-        """Record `enqueue(queue, [SAMPLE], pipeline)` (RQ's path) and keep its constant part."""
+        """Record `enqueue(queue, [round], pipeline)` (RQ's path) for two different rounds and
+        keep what they share: a field that differs between the two but is not one the step
+        fills in per job (a job-dependent option, say) is refused, never copied to every job."""
+        first = cls._recorded(queue, enqueue, SAMPLE)
+        second = cls._recorded(queue, enqueue, OTHER_SAMPLE)
+        if first != second:
+            raise UnexpectedRQ(f"enqueue_many's fields depend on the job: {first!r} vs {second!r}")
+        return cls(queue.key, queue.redis_queues_keys, first)
+
+    @staticmethod
+    def _recorded(queue: Queue, enqueue: Any, round_: Round) -> tuple[tuple[str, Any], ...]:
+        """The fields RQ writes for `round_`'s job, less those the step fills in per job."""
         recorder = _Recorder()
-        enqueue(queue, [SAMPLE], recorder)
-        job_id = resume_job_id(*SAMPLE)
+        enqueue(queue, [round_], recorder)
+        job_id = resume_job_id(*round_)
         job_key = queue.job_class.key_for(job_id)
         names = [name for name, _, _ in recorder.commands]
         if names != ["sadd", "hset", "hset", "rpush"]:
             raise UnexpectedRQ(f"enqueue_many sent {names}")
         (_, sadd, _), (_, status, _), (_, key, mapping), (_, push, _) = recorder.commands
         fields = dict(mapping["mapping"])
-        expected = {"data": job_data(SAMPLE), "description": job_description(SAMPLE)}
+        expected = {"data": job_data(round_), "description": job_description(round_)}
         if (
             sadd != (queue.redis_queues_keys, queue.key)
             or status != (job_key, "status", fields.get("status"))
@@ -100,13 +112,13 @@ class JobTemplate:
             or not set(VARYING) <= set(fields)
         ):
             raise UnexpectedRQ(f"enqueue_many wrote {recorder.commands!r}")
-        constant = tuple((k, _text(v)) for k, v in fields.items() if k not in VARYING)
-        return cls(queue.key, queue.redis_queues_keys, constant)
+        return tuple((k, _text(v)) for k, v in fields.items() if k not in VARYING)
 
 
 @dataclass
 class ResumeBatch:
-    """The jobs of one step, gathered by `broker.outbox.enqueue_resumes` before the step runs."""
+    """The jobs of one step, gathered by `enqueue_resumes` (as `broker.outbox` calls it, so
+    tests can stop a resumer there) before the step runs."""
 
     jobs: dict[Round, tuple[bytes, str]] = field(default_factory=dict)
 
@@ -158,10 +170,10 @@ def enqueue_resumes(queue: Queue, rounds: list[Round], pipeline: Any) -> None:
     if isinstance(pipeline, ResumeBatch):
         pipeline.add(rounds)
     else:
-        _enqueue_with_rq(queue, rounds, pipeline)
+        enqueue_with_rq(queue, rounds, pipeline)
 
 
-def _enqueue_with_rq(queue: Queue, rounds: list[Round], pipeline: Any) -> None:
+def enqueue_with_rq(queue: Queue, rounds: list[Round], pipeline: Any) -> None:
     if rounds:
         datas = [
             Queue.prepare_data(

@@ -18,7 +18,7 @@ from broker.keys import RESUMER_GROUP
 from broker.live_wait import LIVE, RESUMER, claim, claim_field, claimed_by
 from broker.models import RunStatus
 from broker.outbox import Resumer
-from broker.resume_step import VARYING, JobTemplate, UnexpectedRQ
+from broker.resume_step import JobTemplate, UnexpectedRQ
 from broker.runs import resume_job_id, run_queue
 from tests.backends import (  # noqa: F401 - redis, broker, api_broker on both backends
     on_backend,
@@ -55,7 +55,7 @@ def test_the_step_writes_the_job_rq_enqueue_many_writes(broker: Broker) -> None:
 
     broker.redis.delete(Job.key_for(job_id), run_queue(broker).key, Queue.redis_queues_keys)
     with broker.redis.pipeline() as pipe:  # RQ's own path, for the same round
-        outbox._enqueue_with_rq(run_queue(broker), [(run_id, 3)], pipe)
+        outbox.enqueue_with_rq(run_queue(broker), [(run_id, 3)], pipe)
         pipe.execute()
     by_rq = _job_hash(broker, job_id)
     stamps = {k.encode() for k in ("created_at", "enqueued_at")}
@@ -120,7 +120,7 @@ def test_an_unexpected_rq_is_refused_and_the_resumer_keeps_rqs_path(
     broker: Broker, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     def other_rq(queue: Queue, rounds: list[Any], pipeline: Any) -> None:
-        outbox._enqueue_with_rq(queue, rounds, pipeline)
+        outbox.enqueue_with_rq(queue, rounds, pipeline)
         pipeline.expire("rq:job:x", 10)  # a command the template does not know
 
     with pytest.raises(UnexpectedRQ):
@@ -140,10 +140,32 @@ def test_an_unexpected_rq_is_refused_and_the_resumer_keeps_rqs_path(
 
 
 def test_the_template_varies_only_timestamps_data_and_description(broker: Broker) -> None:
-    template = JobTemplate.from_rq(run_queue(broker), outbox._enqueue_with_rq)
+    template = JobTemplate.from_rq(run_queue(broker), outbox.enqueue_with_rq)
     names = {name for name, _ in template.constant}
-    assert not names & set(VARYING)
     assert {"status", "origin", "timeout", "retries_left", "failure_callback_name"} <= names
+
+
+def test_a_field_rq_writes_per_job_that_the_step_would_copy_is_refused(broker: Broker) -> None:
+    def job_dependent(queue: Queue, rounds: list[Any], pipeline: Any) -> None:
+        outbox.enqueue_with_rq(queue, rounds, _Stamped(pipeline, rounds))
+
+    with pytest.raises(UnexpectedRQ, match="depend on the job"):
+        JobTemplate.from_rq(run_queue(broker), job_dependent)
+
+
+class _Stamped:
+    """A pipeline that adds a field naming the job to every job hash (a job-dependent option)."""
+
+    def __init__(self, pipeline: Any, rounds: list[Any]) -> None:
+        self._pipeline, self._rounds = pipeline, rounds
+
+    def hset(self, name: Any, *args: Any, mapping: Any = None, **kwargs: Any) -> Any:
+        if mapping is not None:
+            mapping = {**mapping, "meta": f"for {self._rounds[0][0]}"}
+        return self._pipeline.hset(name, *args, mapping=mapping, **kwargs)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._pipeline, name)
 
 
 def test_resumers_racing_live_waits_resume_each_round_exactly_once(
