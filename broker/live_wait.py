@@ -5,7 +5,11 @@ Exactly once still holds because a completed round is *claimed* before anyone co
 `HSETNX run:{id} claimed:{round}` with `live` (the waiting job) or `resumer` (the outbox step).
 The first writer owns the round; the other backs off: the resumer acknowledges the outbox entry
 without enqueueing, the live job stops and leaves the round to the resume job. A live job that
-dies after claiming is continued by its own retry (see `AgentRunner.advance`).
+dies after claiming is continued by its own retry (see `AgentRunner.advance`). While a live
+job waits, its deadline is on the run (`live_until:{round}`), and the resumer's step leaves a
+completed round nobody claimed alone until then (`broker/scripts/resume.lua`): the waiting job
+is woken by the same outcome and claims it first; a job that died meanwhile costs the round at
+most the rest of its wait.
 
 The wait reads the handler queues' streams (XREAD BLOCK), where every outcome is announced in
 the same atomic step that records it; it checks the round's pending set after fixing its stream
@@ -28,6 +32,13 @@ BLOCK_S = 1.0
 
 def claim_field(round_no: int) -> str:
     return f"claimed:{round_no}"
+
+
+def live_field(round_no: int) -> str:
+    """Until when (epoch seconds) a live job waits for the round: the resumer's step leaves a
+    completed round nobody claimed alone until then, so the waiting job gets to go on with it
+    (it only needs its claim; the resumer's one-step batch would otherwise win the race)."""
+    return f"live_until:{round_no}"
 
 
 def claim(broker: Broker, run_id: str, round_no: int, who: str) -> bool:
@@ -61,10 +72,11 @@ def wait_round(broker: Broker, run_id: str, round_no: int, timeout_s: float) -> 
     mine_keys = broker.keys.of_run(run_id)  # the round's requests announce there
     streams = [mine_keys.stream(q) for q in broker.config.queues]
     pipe = broker.redis.pipeline(transaction=False)
+    pipe.hset(broker.keys.run(run_id), live_field(round_no), f"{time.time() + timeout_s:.6f}")
     for stream in streams:
         pipe.xrevrange(stream, count=1)
     pipe.lrange(broker.keys.run_round(run_id, round_no), 0, -1)
-    *newest, ids = pipe.execute()
+    _, *newest, ids = pipe.execute()
     positions = {s: rows[0][0] if rows else b"0-0" for s, rows in zip(streams, newest, strict=True)}
     mine = set(ids)
     pending = broker.keys.run_pending(run_id)

@@ -57,6 +57,9 @@ from broker.text import as_str, as_str_dict
 log = logging.getLogger("broker.outbox")
 
 WATCH_TRIES = 20
+DEFER_S = 0.2
+"""How often a round left to a live job still waiting is looked at again (it is claimed by
+then, or its wait ended and the resumer takes it)."""
 POLL_S = 0.05  # on a cluster, the pause after a round of outbox reads that found nothing
 Round = tuple[str, int]  # (run id, round number)
 
@@ -70,7 +73,7 @@ class Handled:
     entry_id: str
     run_id: str | None
     round: int | None
-    action: str  # "enqueued" | "duplicate" | "live" | "dead-lettered" | "failed" (left pending)
+    action: str  # "enqueued" | "duplicate" | "live" | "deferred" | "dead-lettered" | "failed"
 
 
 class Resumer:
@@ -102,6 +105,8 @@ class Resumer:
         self._next_claim = 0.0
         self._step: ResumeStep | None = None
         self._step_tried = False
+        self._deferred: dict[str, tuple[dict[str, str], float]] = {}
+        """Entries the step left to a live job still waiting (id -> fields, when to look again)."""
 
     @property
     def queue(self) -> Queue:
@@ -149,7 +154,7 @@ class Resumer:
                 self.consumer,
                 {self.stream: ">"},
                 count=self.count,
-                block=None if entries else self.block_ms,
+                block=None if entries else self._block_ms(),
             )
         except ResponseError as exc:
             if "NOGROUP" in str(exc):
@@ -167,7 +172,22 @@ class Resumer:
                 self.ack(as_str(eid))
             else:
                 out.append((as_str(eid), as_str_dict(f)))
-        return out
+        return out + self._due_deferred({eid for eid, _ in out})
+
+    def _block_ms(self) -> int | None:
+        """How long the read may block: `block_ms`, but no later than a deferred entry is due."""
+        if not self._deferred or self.block_ms is None:
+            return self.block_ms
+        due = min(at for _, at in self._deferred.values())
+        return max(1, min(self.block_ms, int((due - time.monotonic()) * 1000)))
+
+    def _due_deferred(self, read: set[str]) -> list[tuple[str, dict[str, str]]]:
+        """Deferred entries due for another look (ones read again anyway are dropped here)."""
+        now = time.monotonic()
+        due = [(eid, f) for eid, (f, at) in self._deferred.items() if at <= now or eid in read]
+        for eid, _ in due:
+            del self._deferred[eid]
+        return [(eid, f) for eid, f in due if eid not in read]
 
     def _drop_deleted(self) -> None:
         """Acknowledge this consumer's pending entries that were deleted from the stream.
@@ -315,6 +335,10 @@ class Resumer:
             for (eid, _), (run_id, round_no), word in zip(entries, rounds, words, strict=True)
             if word != "gone"
         ]
+        again = time.monotonic() + DEFER_S
+        for (eid, fields), word in zip(entries, words, strict=True):
+            if word == "deferred":  # pending still: looked at again here, or reclaimed if we die
+                self._deferred[eid] = (fields, again)
         if log.isEnabledFor(logging.INFO):
             for h in out:
                 log.info("run %s round %s: resume %s", h.run_id, h.round, h.action)

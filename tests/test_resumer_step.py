@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -15,7 +16,7 @@ from broker import outbox
 from broker.client import Broker
 from broker.config import Config
 from broker.keys import RESUMER_GROUP
-from broker.live_wait import LIVE, RESUMER, claim, claim_field, claimed_by
+from broker.live_wait import LIVE, RESUMER, claim, claim_field, claimed_by, live_field
 from broker.models import RunStatus
 from broker.outbox import Resumer
 from broker.resume_step import JobTemplate, UnexpectedRQ
@@ -216,3 +217,39 @@ def test_resumers_racing_live_waits_resume_each_round_exactly_once(
     assert results.count("enqueued") == len(resumed)
     assert len(results) == 2 * len(runs)
     assert all(pending_entries(broker, p) == 0 for p in range(broker.keys.partitions))
+
+
+@single_only  # cluster: the WATCH path claims at once, and the live job's wait is slower anyway
+def test_a_round_a_live_job_still_waits_for_is_left_to_it(broker: Broker) -> None:
+    """The step is one round trip, the live job's claim two after the same wake-up: without the
+    job's deadline on the run the resumer would win every race and the live wait never pay."""
+    run_id = broker.create_run("refunds", "p").id
+    broker.redis.hset(broker.keys.run(run_id), live_field(1), f"{time.time() + 30:.6f}")
+    _outbox(broker, [run_id])
+    resumer = Resumer(broker, consumer="r", block_ms=50)
+    [handled] = resumer.run_once()
+    assert handled.action == "deferred"
+    assert claimed_by(broker, run_id, 1) is None and pending_entries(broker) == 1
+    assert claim(broker, run_id, 1, LIVE)  # the live job goes on with the round
+    looked = []
+    deadline = time.monotonic() + 10
+    while not looked and time.monotonic() < deadline:  # no new entry: the deferred one is due
+        looked = resumer.run_once()
+    assert [h.action for h in looked] == ["live"]
+    assert run_queue(broker).job_ids == [] and pending_entries(broker) == 0
+
+
+@single_only
+def test_a_round_whose_live_wait_ended_unclaimed_is_resumed(broker: Broker) -> None:
+    run_id = broker.create_run("refunds", "p").id
+    broker.redis.hset(broker.keys.run(run_id), live_field(1), f"{time.time() + 0.3:.6f}")
+    _outbox(broker, [run_id])
+    resumer = Resumer(broker, consumer="r", block_ms=50)
+    assert [h.action for h in resumer.run_once()] == ["deferred"]
+    done: list[Any] = []
+    deadline = time.monotonic() + 10
+    while not done and time.monotonic() < deadline:  # the live job died: its deadline passes
+        done = [h for h in resumer.run_once() if h.action != "deferred"]
+    assert [h.action for h in done] == ["enqueued"]
+    assert claimed_by(broker, run_id, 1) == RESUMER
+    assert run_queue(broker).job_ids == [resume_job_id(run_id, 1)]
