@@ -72,9 +72,11 @@ secret = "{SECRET}"
 roles = ["ops"]
 """
 BODY = b'{"outcome":"approved"}'
-APIS = 2
-"""API processes by default (`--apis`): two on two cores, as bench_e2e runs them (the API holds
-no state; one process left a core idle: README "API hot path, 2026-12-01 evening")."""
+APIS = 1
+"""API processes by default (`--apis`): one. On these two cores, with the clients and Redis on
+them too, a second process cost more CPU per decision than it gained (quiet machine, 17:06:
+1 API 3,209 / 2,774 decisions/s at 0.23 / 0.25 ms each, 2 APIs 2,838 / 2,717 at 0.31 ms; README
+"Benchmarks"). bench_e2e runs two, where the receiver's replies come in from one loop."""
 
 Result = tuple[str, float, float, int]  # request id, wall time sent, HTTP round trip, status
 
