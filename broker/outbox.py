@@ -47,6 +47,7 @@ from broker.resume_step import (
     JobTemplate,
     ResumeBatch,
     ResumeStep,
+    Round,
     UnexpectedRQ,
     enqueue_resumes,
     enqueue_with_rq,
@@ -61,7 +62,6 @@ DEFER_S = 0.2
 """How often a round left to a live job still waiting is looked at again (it is claimed by
 then, or its wait ended and the resumer takes it)."""
 POLL_S = 0.05  # on a cluster, the pause after a round of outbox reads that found nothing
-Round = tuple[str, int]  # (run id, round number)
 
 
 def default_consumer() -> str:

@@ -108,12 +108,7 @@ class Encoded:
             "acked_by": None,
             "acked_until": None,
         }
-        request = Request.__new__(Request)
-        _set(request, "__dict__", values)
-        _set(request, "__pydantic_fields_set__", set(_FIELD_SET))
-        _set(request, "__pydantic_extra__", None)
-        _set(request, "__pydantic_private__", None)
-        return request
+        return _installed(values)
 
 
 def encode(
@@ -185,7 +180,7 @@ def canonical_args(args: Any) -> tuple[str, str]:
         out = orjson.dumps(args, option=orjson.OPT_SORT_KEYS)
     except TypeError:  # orjson.JSONEncodeError is one: a type or an integer it refuses
         out = None
-    if out is None or b"e+" in out or b"e-" in out or b"0.0000" in out or orjson.loads(out) != args:
+    if out is None or any(m in out for m in _UNLIKE_JSON) or orjson.loads(out) != args:
         text = canonical_json(args)
         return text, hashlib.sha256(text.encode()).hexdigest()
     return out.decode(), hashlib.sha256(out).hexdigest()
@@ -208,8 +203,13 @@ def _construct(values: dict[str, Any]) -> Request:
     """`Request.model_construct` for a full set of trusted values, without its per-field
     default and alias lookups (a third of a bulk create's Python time): every field must be
     given (a KeyError otherwise, never a half-built model)."""
+    return _installed({name: values[name] for name in _FIELDS})
+
+
+def _installed(ordered: dict[str, Any]) -> Request:
+    """A Request whose `__dict__` is `ordered`: every field, in `_FIELDS`' order."""
     request = Request.__new__(Request)
-    _set(request, "__dict__", {name: values[name] for name in _FIELDS})
+    _set(request, "__dict__", ordered)
     _set(request, "__pydantic_fields_set__", set(_FIELD_SET))
     _set(request, "__pydantic_extra__", None)
     _set(request, "__pydantic_private__", None)
@@ -224,12 +224,7 @@ top level has the right type: kept out of the model's validation, which would wa
 def parse_request(raw: Mapping[bytes, bytes] | Mapping[str, str]) -> Request:
     """A request from its hash (HGETALL, or the field list a Lua step replies with). A malformed
     one raises (ValueError, or KeyError for a missing time), as validation would."""
-    try:
-        f: dict[str, Any] = {
-            k.decode("utf-8", "replace"): v.decode("utf-8", "replace") for k, v in raw.items()
-        }
-    except AttributeError:  # already text (or mixed)
-        f = as_str_dict(raw)
+    f: dict[str, Any] = as_str_dict(raw)
     parsed: dict[str, Any] = {}  # the plain JSON fields, validated by their top level only
     for name in JSON_FIELDS:
         text = f.get(name)

@@ -30,7 +30,7 @@ from broker.jobs import resume_agent
 from broker.live_wait import RESUMER, claim_field
 from broker.runs import _job_options, resume_job_id
 
-Round = tuple[str, int]
+Round = tuple[str, int]  # (run id, round number)
 VARYING = ("created_at", "enqueued_at", "data", "description")
 """The job fields the step writes per job; every other field is the template's."""
 FUNC_NAME = f"{resume_agent.__module__}.{resume_agent.__qualname__}"

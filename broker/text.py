@@ -20,5 +20,13 @@ def as_str(value: bytes | str | None) -> str | None:
 
 
 def as_str_dict(raw: Mapping[bytes, bytes] | Mapping[str, str] | None) -> dict[str, str]:
-    """A hash or stream entry (HGETALL, XRANGE fields) as a dict of str."""
-    return {as_str(k): as_str(v) for k, v in (raw or {}).items()}
+    """A hash or stream entry (HGETALL, XRANGE fields) as a dict of str.
+
+    Decoded in one comprehension when every key and value is bytes (a Redis reply: what the
+    notifier and the API parse per request); text, or a mix, goes item by item."""
+    if not raw:
+        return {}
+    try:
+        return {k.decode("utf-8", "replace"): v.decode("utf-8", "replace") for k, v in raw.items()}  # type: ignore[union-attr]
+    except AttributeError:  # already text (or mixed)
+        return {as_str(k): as_str(v) for k, v in raw.items()}

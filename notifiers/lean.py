@@ -13,7 +13,6 @@ otherwise: a cluster, a test double); callers keep their redis-py path for those
 
 from __future__ import annotations
 
-import hashlib
 import threading
 from collections.abc import Sequence
 from typing import Any
@@ -21,6 +20,8 @@ from typing import Any
 from redis import Redis
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import NoScriptError, ResponseError
+
+from broker.scripts import sha_of
 
 Command = Sequence[Any]
 
@@ -92,7 +93,7 @@ class LeanScript:
     def __init__(self, lean: LeanRedis, source: str) -> None:
         self.lean = lean
         self.source = source
-        self.sha = hashlib.sha1(source.encode()).hexdigest()  # noqa: S324 - Redis's own name
+        self.sha = sha_of(source)
 
     def __call__(self, keys: Sequence[str], args: Sequence[Any]) -> Any:
         (reply,) = self.lean.execute([("EVALSHA", self.sha, len(keys), *keys, *args)])
