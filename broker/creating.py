@@ -37,16 +37,14 @@ from broker.store import Store
 from broker.text import as_str
 
 _TRIES = 5
+"""Create calls at most while the rules keep changing under us."""
+_AGENTS_KEPT = 10_000
+_KEYS_KEPT = 1_000
 
 
 class RulesBusy(RedisConnectionError):
     """The rules changed under every try of a create (nothing was written): like a Redis that
     can't be reached, the API answers 503 and a role retries."""
-
-
-"""Create calls at most while the rules keep changing under us."""
-_AGENTS_KEPT = 10_000
-_KEYS_KEPT = 1_000
 
 
 class _Prebuilt:
@@ -204,8 +202,8 @@ class Creating:
             if not p.approval:
                 continue
             tool = new.tool_name
-            if tool not in covered:
-                covered[tool] = self._may_cover(tool, version)
+            if tool not in covered:  # False: `match` would find nothing, so the call isn't made
+                covered[tool] = self.rules.may_cover(tool, version)
             if not covered[tool]:
                 continue
             if id(p) not in seen:
@@ -215,12 +213,6 @@ class Creating:
             if verdict is not None:
                 out[rid] = verdict
         return out
-
-    def _may_cover(self, tool_name: str, version: bytes | None) -> bool:
-        """Whether any rule of `version` may cover a call of this tool (`RuleStore.may_cover`);
-        a store that can't say is asked per call."""
-        may_cover = getattr(self.rules, "may_cover", None)
-        return True if may_cover is None else bool(may_cover(tool_name, version))
 
     def _run(
         self,
