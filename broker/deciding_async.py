@@ -88,7 +88,7 @@ class Connections:
 
     async def call(self, *args: str | bytes | int) -> Any:
         if self._closed:
-            raise RedisConnectionError("the hot path's Redis connections are closed")
+            raise _closed_error()
         loop = asyncio.get_running_loop()
         future: asyncio.Future[Any] = loop.create_future()
         if not self._queue:
@@ -106,14 +106,11 @@ class Connections:
 
     async def _acquire(self) -> aredis.Connection:
         if self._closed:  # a batch flushed after aclose: nothing goes out any more
-            raise RedisConnectionError("the hot path's Redis connections are closed")
+            raise _closed_error()
         if self._idle:
             return self._idle.pop()
         if len(self._open) < self._max:
-            conn = self._cls(**self._kwargs)
-            self._open.add(conn)
-            self.opened += 1
-            return conn
+            return self._new_connection()
         waiter: asyncio.Future[aredis.Connection] = asyncio.get_running_loop().create_future()
         self._waiting.append(waiter)
         try:
@@ -123,6 +120,13 @@ class Connections:
                 self._release(waiter.result())  # handed over as we were cancelled: pass it on
             raise
 
+    def _new_connection(self) -> aredis.Connection:
+        """A connection counted as open (it connects on first use)."""
+        conn = self._cls(**self._kwargs)
+        self._open.add(conn)
+        self.opened += 1
+        return conn
+
     def _release(self, conn: aredis.Connection | None) -> None:
         """Hand `conn` to the next waiting batch, or keep it idle; None: it was dropped, so a
         waiting batch may open a new one."""
@@ -130,11 +134,7 @@ class Connections:
             waiter = self._waiting.popleft()
             if waiter.done():
                 continue
-            if conn is None:
-                conn = self._cls(**self._kwargs)
-                self._open.add(conn)
-                self.opened += 1
-            waiter.set_result(conn)
+            waiter.set_result(self._new_connection() if conn is None else conn)
             return
         if conn is not None:
             self._idle.append(conn)
@@ -187,9 +187,7 @@ class Connections:
         queued, self._queue = self._queue, []  # their flush is scheduled: fail them now
         for _, future in queued:
             if not future.done():
-                future.set_exception(
-                    RedisConnectionError("the hot path's Redis connections are closed")
-                )
+                future.set_exception(_closed_error())
         for waiter in self._waiting:
             if not waiter.done():
                 waiter.cancel()
@@ -203,6 +201,11 @@ class Connections:
         for conn in [*idle, *self._open]:
             await conn.disconnect()
         self._open.clear()
+
+
+def _closed_error() -> RedisConnectionError:
+    """What a call gets once `Connections.aclose` ran: redis's own error, so the API answers 503."""
+    return RedisConnectionError("the hot path's Redis connections are closed")
 
 
 def async_twin(redis: Any, sent: Any = None) -> Connections | None:
