@@ -109,7 +109,8 @@ class Poster:
         if b":" in host:
             host = b"[" + host + b"]"
         default = 443 if t.scheme == "https" else 80
-        netloc = host if t.port in (None, default) else host + b":%d" % t.port
+        self._port = t.port or default
+        netloc = host if self._port == default else host + b":%d" % self._port
         if not t.path.isascii():
             raise UnusableURL(f"{url!r}: the path must be ASCII (%-encoded)")
         # the head http.client sent, in its order: Host, Accept-Encoding, Content-Length, ours
@@ -155,10 +156,7 @@ class Poster:
         return reply
 
     def _connect(self) -> Connection:
-        t = self.target
-        # the port always given: a bare IPv6 host is never split at its last colon
-        port = t.port or (443 if t.scheme == "https" else 80)
-        return Connection(t.scheme, t.host, port, self.timeout_s)
+        return Connection(self.target.scheme, self.target.host, self._port, self.timeout_s)
 
     def close(self) -> None:
         conn, self._conn = self._conn, None
