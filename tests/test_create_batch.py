@@ -5,16 +5,15 @@ bulk with one bad request writes nothing."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable
 
 import pytest
-from redis import Redis
-from redis.cluster import RedisCluster
 
 from broker.client import Broker
 from broker.config import parse_config
 from broker.errors import InvalidInput
 from broker.models import NewRequest, Status
+from tests.backends import on_backend  # noqa: F401 - redis on both backends
 
 CONFIG = {
     "queues": {"default": {}, "finance": {"quorum": 2}},
@@ -22,13 +21,9 @@ CONFIG = {
 }
 
 
-@pytest.fixture(params=["single", "cluster"])
-def broker(request: pytest.FixtureRequest) -> Iterator[Broker]:
-    if request.param == "single":
-        client: Redis | RedisCluster = request.getfixturevalue("redis")
-    else:
-        client = request.getfixturevalue("cluster_client")
-    yield Broker(client, parse_config(dict(CONFIG)), prefix="t:")
+@pytest.fixture
+def broker(make_broker_on: Callable[..., Broker]) -> Broker:
+    return make_broker_on(parse_config(dict(CONFIG)))
 
 
 def test_a_mixed_creator_bulk_create_indexes_every_creator(broker: Broker) -> None:

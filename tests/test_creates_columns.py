@@ -9,12 +9,10 @@ from __future__ import annotations
 import math
 import random
 import re
-from collections.abc import Iterator
+from collections.abc import Callable
 from datetime import UTC, datetime
 
 import pytest
-from redis import Redis
-from redis.cluster import RedisCluster
 
 from broker.client import Broker
 from broker.config import parse_config
@@ -23,6 +21,7 @@ from broker.models import NewRequest, Request, Status, args_hash, canonical_json
 from broker.request_hash import canonical_args
 from broker.rules import sync_at_start
 from broker.text import as_str
+from tests.backends import on_backend  # noqa: F401 - redis on both backends
 
 CONFIG = {
     "queues": {"default": {}, "finance": {"quorum": 2, "timeout_s": 60}, "ops": {}},
@@ -31,15 +30,11 @@ CONFIG = {
 }
 
 
-@pytest.fixture(params=["single", "cluster"])
-def broker(request: pytest.FixtureRequest) -> Iterator[Broker]:
-    if request.param == "single":
-        client: Redis | RedisCluster = request.getfixturevalue("redis")
-    else:
-        client = request.getfixturevalue("cluster_client")
-    made = Broker(client, parse_config(dict(CONFIG)), prefix="t:")
+@pytest.fixture
+def broker(make_broker_on: Callable[..., Broker]) -> Broker:
+    made = make_broker_on(parse_config(dict(CONFIG)))
     sync_at_start(made.requests.rules)
-    yield made
+    return made
 
 
 def stored(broker: Broker, request_id: str) -> dict[str, str]:
