@@ -16,9 +16,7 @@ New entries are handled as one batch in one round trip on a single Redis: a Lua 
 (`broker.resume_step`, `scripts/resume.lua`) checks each run, claims its round (`HSETNX run:{id}
 claimed:N`, see `broker.live_wait`), writes the jobs RQ's `enqueue_many` would write for those
 that don't exist yet and acknowledges the batch, atomically. On a Redis Cluster (RQ on its own
-Redis) the jobs' keys are WATCHed, one pipeline reads whether each run and job exists, one claims
-the rounds and one MULTI/EXEC enqueues the missing jobs; a job created in between aborts the
-EXEC and the batch is checked again. Either way a round is never enqueued twice and there is no
+Redis) the batch goes the WATCH way (`broker.resume_watched`). Either way a round is never enqueued twice and there is no
 moment with the job enqueued and the entry still pending. An entry the batch can't take
 (reclaimed, malformed, its run gone) or a batch that fails is handled entry by entry.
 
@@ -33,16 +31,14 @@ import os
 import socket
 import threading
 import time
-from dataclasses import dataclass
 from typing import Any
 
-from redis.exceptions import ResponseError, WatchError
+from redis.exceptions import ResponseError
 from rq import Queue
 
 from broker import streams
 from broker.client import Broker
 from broker.keys import RESUMER_GROUP
-from broker.live_wait import RESUMER, claim_field
 from broker.resume_step import (
     JobTemplate,
     ResumeBatch,
@@ -52,12 +48,12 @@ from broker.resume_step import (
     enqueue_resumes,
     enqueue_with_rq,
 )
-from broker.runs import resume_job_id, run_queue
+from broker.resume_watched import Handled, enqueue_watched
+from broker.runs import run_queue
 from broker.text import as_str, as_str_dict
 
 log = logging.getLogger("broker.outbox")
 
-WATCH_TRIES = 20
 DEFER_S = 0.2
 """How often a round left to a live job still waiting is looked at again (it is claimed by
 then, or its wait ended and the resumer takes it)."""
@@ -66,14 +62,6 @@ POLL_S = 0.05  # on a cluster, the pause after a round of outbox reads that foun
 
 def default_consumer() -> str:
     return f"{socket.gethostname()}-{os.getpid()}"
-
-
-@dataclass(frozen=True)
-class Handled:
-    entry_id: str
-    run_id: str | None
-    round: int | None
-    action: str  # "enqueued" | "duplicate" | "live" | "deferred" | "dead-lettered" | "failed"
 
 
 class Resumer:
@@ -310,12 +298,10 @@ class Resumer:
         step = self.step()
         if step is not None:
             return self._step_batch(entries, rounds, step)
-        for _ in range(WATCH_TRIES):
-            try:
-                return self._try_batch(entries, rounds)
-            except WatchError:  # someone created one of these jobs meanwhile: look again
-                continue
-        raise RuntimeError(f"the resume jobs kept changing under {WATCH_TRIES} tries")
+        out = enqueue_watched(self.broker, self.queue, self.stream, entries, rounds)
+        for h in out:
+            log.info("run %s round %s: resume %s", h.run_id, h.round, h.action)
+        return out
 
     def _step_batch(
         self, entries: list[tuple[str, dict[str, str]]], rounds: list[Round], step: ResumeStep
@@ -342,54 +328,6 @@ class Resumer:
         if log.isEnabledFor(logging.INFO):
             for h in out:
                 log.info("run %s round %s: resume %s", h.run_id, h.round, h.action)
-        return out
-
-    def _try_batch(
-        self, entries: list[tuple[str, dict[str, str]]], rounds: list[Round]
-    ) -> list[Handled]:
-        redis, keys = self.broker.redis, self.broker.keys
-        rq = self.broker.store.rq_redis
-        apart = rq is not redis  # a cluster: RQ's jobs on their own Redis, acked after
-        job_keys = [self.queue.job_class.key_for(resume_job_id(r, n)) for r, n in rounds]
-        with rq.pipeline() as tx:
-            tx.watch(*job_keys)
-            look = redis.pipeline(transaction=False)
-            jobs = rq.pipeline(transaction=False) if apart else look
-            for (run_id, _), job_key in zip(rounds, job_keys, strict=True):
-                look.exists(keys.run(run_id))
-                jobs.exists(job_key)
-            seen = look.execute()
-            if apart:
-                run_exists, job_exists = seen, jobs.execute()
-            else:
-                run_exists, job_exists = seen[0::2], seen[1::2]
-            live = [i for i, ok in enumerate(run_exists) if ok]
-            owners = claim_rounds(self.broker, [rounds[i] for i in live], RESUMER)
-            out: list[Handled] = []
-            todo: list[Round] = []
-            for i, owner in zip(live, owners, strict=True):
-                (entry_id, _), (run_id, round_no) = entries[i], rounds[i]
-                if owner != RESUMER:
-                    action = "live"
-                elif job_exists[i] or (run_id, round_no) in todo:
-                    action = "duplicate"
-                else:
-                    action = "enqueued"
-                    todo.append((run_id, round_no))
-                out.append(Handled(entry_id, run_id, round_no, action))
-            if not out:
-                return []
-            tx.multi()
-            enqueue_resumes(self.queue, todo, tx)
-            ids = [h.entry_id for h in out]
-            acks = redis.pipeline(transaction=False) if apart else tx
-            acks.xack(self.stream, RESUMER_GROUP, *ids)
-            acks.xdel(self.stream, *ids)
-            tx.execute()
-            if apart:  # after the jobs: a crash between re-reads the entries, found duplicate
-                acks.execute()
-        for h in out:
-            log.info("run %s round %s: resume %s", h.run_id, h.round, h.action)
         return out
 
     def _give_up(self, entry_id: str, fields: dict[str, str], why: str) -> Handled:
@@ -419,15 +357,3 @@ class Resumer:
 
 def _well_formed(fields: dict[str, str]) -> bool:
     return bool(fields.get("run_id")) and fields.get("round", "").isdigit()
-
-
-def claim_rounds(broker: Broker, rounds: list[Round], who: str) -> list[str | None]:
-    """`broker.live_wait.claim` for many rounds in one round trip: each round's owner."""
-    if not rounds:
-        return []
-    pipe = broker.redis.pipeline(transaction=False)
-    for run_id, round_no in rounds:
-        pipe.hsetnx(broker.keys.run(run_id), claim_field(round_no), who)
-        pipe.hget(broker.keys.run(run_id), claim_field(round_no))
-    owners = pipe.execute()[1::2]
-    return [None if o is None else as_str(o) for o in owners]

@@ -164,7 +164,7 @@ class ResumeStep:
 def enqueue_resumes(queue: Queue, rounds: list[Round], pipeline: Any) -> None:
     """Queue the resume jobs of `rounds` on `pipeline` (RQ's enqueue_many; it checks nothing).
 
-    The caller makes sure none of them exists yet (see `Resumer._try_batch`). Given the Lua
+    The caller makes sure none of them exists yet (see `broker.resume_watched`). Given the Lua
     step's `ResumeBatch`, it builds the jobs' data for the step to write (`broker.resume_step`).
     """
     if isinstance(pipeline, ResumeBatch):

@@ -13,7 +13,7 @@ import pytest
 from redis.exceptions import ResponseError
 from rq import Queue
 
-from broker import outbox
+from broker import outbox, resume_watched
 from broker.agents import register_agent
 from broker.client import Broker
 from broker.config import Config
@@ -65,16 +65,17 @@ def _crashing_resumer(
         threading.Event().wait(60)
         os._exit(3)  # never reached: the parent kills us first
 
-    if where == "before-enqueue":
-        outbox.enqueue_resumes = stall  # type: ignore[assignment]
-    else:  # the jobs are queued in the MULTI, the EXEC (with the acks) never sent
+    real_enqueue = outbox.enqueue_resumes
 
-        def queued_then_stall(queue: object, rounds: object, pipeline: object) -> None:
-            real_enqueue(queue, rounds, pipeline)  # type: ignore[arg-type]
-            stall()
+    def queued_then_stall(queue: object, rounds: object, pipeline: object) -> None:
+        real_enqueue(queue, rounds, pipeline)  # type: ignore[arg-type]
+        stall()
 
-        real_enqueue = outbox.enqueue_resumes
-        outbox.enqueue_resumes = queued_then_stall  # type: ignore[assignment]
+    # the one-step batch (outbox) and the WATCH batch (resume_watched) both build jobs with it
+    # (before-commit: the jobs are queued in the MULTI or the step's batch, never sent)
+    doomed = stall if where == "before-enqueue" else queued_then_stall
+    outbox.enqueue_resumes = doomed  # type: ignore[assignment]
+    resume_watched.enqueue_resumes = doomed  # type: ignore[assignment]
     Resumer(broker, consumer="doomed", block_ms=None, partition=partition).run_once()
 
 
@@ -216,6 +217,7 @@ def test_a_poison_entry_does_not_stall_the_others_and_is_dead_lettered_after_fiv
         real_enqueue(queue, rounds, pipeline)
 
     monkeypatch.setattr(outbox, "enqueue_resumes", enqueue)
+    monkeypatch.setattr(resume_watched, "enqueue_resumes", enqueue)
     resumer = Resumer(broker, consumer="r", min_idle_ms=0, block_ms=None)
     assert [h.action for h in resumer.run_once()] == ["failed", "enqueued", "enqueued"]
     assert sorted(run_queue(broker).job_ids) == sorted([resume_job_id(good, 1), resume_job_id(other, 1)])  # fmt: skip
@@ -247,6 +249,7 @@ def test_an_entry_that_keeps_killing_resumers_is_dead_lettered_unhandled(
         raise AssertionError("the entry was handled again")
 
     monkeypatch.setattr(outbox, "enqueue_resumes", must_not_run)
+    monkeypatch.setattr(resume_watched, "enqueue_resumes", must_not_run)
     [handled] = Resumer(broker, consumer="r", min_idle_ms=0, block_ms=None).run_once()
     assert (handled.entry_id, handled.action) == (entry, "dead-lettered")
     [(_, letter)] = broker.dead_letters()
