@@ -148,9 +148,23 @@ def _json_messages(messages: list[ModelMessage]) -> list[Any]:
     return json.loads(ModelMessagesTypeAdapter.dump_json(messages))
 
 
+_INHERITED_LOOPS: list[asyncio.AbstractEventLoop] = []
+"""In a forked child, the loop the parent's thread had: held so the child never collects it."""
+
+
 def _forget_parent_loop() -> None:
     """In a forked child (an RQ work horse), never reuse the parent's loop: its selector and
-    self-pipe are shared with the parent."""
+    self-pipe are shared with the parent.
+
+    Nor let it be garbage-collected here: closing it (as a collected loop does) unregisters
+    its self-pipe from the epoll instance the child shares with the parent, and the parent's
+    loop would no longer wake for `call_soon_threadsafe` (a tool's worker thread reporting
+    back), so the parent's next agent run would hang.
+    """
+    with contextlib.suppress(Exception):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DeprecationWarning)
+            _INHERITED_LOOPS.append(asyncio.get_event_loop_policy().get_event_loop())
     with contextlib.suppress(Exception):
         asyncio.set_event_loop(None)
 
