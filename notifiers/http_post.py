@@ -15,7 +15,6 @@ anyway, so a second send of the same bytes is what a receiver must already toler
 from __future__ import annotations
 
 import http.client
-import re
 import select
 import socket
 import ssl
@@ -25,9 +24,6 @@ from urllib.parse import urlsplit
 
 MAX_BODY = 64 * 1024
 """Response bytes read to keep the connection; a longer answer closes it instead."""
-
-_HEADER = re.compile(r"^([^:\r\n]+?)[ \t]*:[ \t]*([^\r\n]*)", re.MULTILINE)
-"""`name: value` lines of a reply's head (obsolete folded lines are not supported)."""
 
 STALE = (http.client.RemoteDisconnected, BrokenPipeError, ConnectionResetError)
 
@@ -227,13 +223,20 @@ def _read_head(conn: Connection) -> bytes:
 
 
 def _parse_head(head: bytes) -> tuple[int, str, dict[str, str]]:
-    line, _, rest = head.partition(b"\r\n")
-    version, _, status = line.decode("latin-1").partition(" ")
+    """Status, version and `name: value` lines (names lower-cased; a line without a name is
+    skipped). Split by hand: a regex over the head was twice the time, 8% of a busy notifier."""
+    line, _, rest = head.decode("latin-1").partition("\r\n")
+    version, _, status = line.partition(" ")
     code = status[:3]
     if not version.startswith("HTTP/") or not (code.isascii() and code.isdigit()):
-        raise http.client.BadStatusLine(line.decode("latin-1"))
-    fields = _HEADER.findall(rest.decode("latin-1"))
-    return int(code), version, {name.lower(): value.strip() for name, value in fields}
+        raise http.client.BadStatusLine(line)
+    headers: dict[str, str] = {}
+    for field in rest.split("\n"):
+        name, colon, value = field.partition(":")
+        name = name.rstrip(" \t")
+        if colon and name and "\r" not in name:
+            headers[name.lower()] = value.strip()
+    return int(code), version, headers
 
 
 def _take(conn: Connection, size: int) -> bytes:

@@ -1,0 +1,85 @@
+"""The delivery hot path's hand-written pieces give what the library code they replace gave:
+signatures (standardwebhooks), Redis commands (redis-py's packing), reply heads (the regex
+the poster used), the body's head (`json.dumps`)."""
+
+from __future__ import annotations
+
+import json
+import re
+from datetime import UTC, datetime
+
+import pytest
+from redis import Redis
+from redis.exceptions import DataError
+from standardwebhooks import Webhook
+
+from notifiers.events import EVENT_TYPES, parse_entry
+from notifiers.http_post import _parse_head
+from notifiers.lean import pack
+from notifiers.webhook import Signer, _head
+from tests.fakes.harness import SECRET
+
+OLD_HEADER = re.compile(r"^([^:\r\n]+?)[ \t]*:[ \t]*([^\r\n]*)", re.MULTILINE)
+
+
+def old_parse_head(head: bytes) -> tuple[int, str, dict[str, str]]:
+    """The poster's parser before (a regex over the head)."""
+    line, _, rest = head.partition(b"\r\n")
+    version, _, status = line.decode("latin-1").partition(" ")
+    fields = OLD_HEADER.findall(rest.decode("latin-1"))
+    return int(status[:3]), version, {n.lower(): v.strip() for n, v in fields}
+
+
+@pytest.mark.parametrize(
+    "head",
+    [
+        b"HTTP/1.1 204 No Content",
+        b"HTTP/1.1 200 OK\r\ndate: Tue, 01 Dec 2026 18:05:00 GMT\r\nserver: uvicorn\r\n"
+        b"content-length: 2\r\ncontent-type: application/json",
+        b"HTTP/1.0 503 Busy\r\nRetry-After:  7 \r\nConnection: close",
+        b"HTTP/1.1 429 x\r\nX-A \t: b:c\r\nno colon here\r\nEmpty:\r\nDup: 1\r\ndup: 2",
+        b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nX-\xe9: \xff",
+    ],
+)
+def test_reply_heads_read_as_the_regex_read_them(head: bytes) -> None:
+    assert _parse_head(head) == old_parse_head(head)
+
+
+def test_signatures_are_the_packages_byte_for_byte() -> None:
+    now = datetime.now(UTC)
+    for secret in (SECRET, "whsec_" + "c2Vjb25kLXNlY3JldC1mb3Itcm90YXRpb24="):
+        for body in ('{"a": 1}', 'é"\\ \n😀' * 50, ""):
+            expected = Webhook(secret).sign("msg_1", now, body)
+            assert Signer(secret).sign("msg_1", int(now.timestamp()), body.encode()) == expected
+
+
+def test_commands_are_packed_as_redis_py_packs_them() -> None:
+    conn = Redis().connection_pool.make_connection()
+    commands = [
+        ("HGETALL", "ab:req:req_1"),
+        ("EVALSHA", "f" * 40, 2, "k:é", b"raw\x00", -7, 2.5, 1e-7, ""),
+        ("XACK", "s", "notifiers", "1-0", "2-0"),
+    ]
+    assert pack(commands) == b"".join(conn.pack_commands(commands))
+    for bad in (None, True, [1]):
+        with pytest.raises(DataError):
+            pack([("SET", "k", bad)])
+
+
+def test_the_body_head_is_what_json_dumps_writes() -> None:
+    for n, kind in enumerate(EVENT_TYPES):
+        fields = {"type": kind, "request_id": "r", "from": "a", "to": "b"}
+        event = parse_entry("s", "q", f"17357870450{n:02d}-0", fields)
+        head = json.dumps({"type": event.type, "timestamp": event.at.isoformat()})
+        assert _head(event) == f'{head[:-1]}, "data": '
+
+
+def test_history_notes_are_pydantics_text_at_whole_seconds_too() -> None:
+    from broker.models import HistoryEntry
+    from notifiers.commit import _note, _stamp
+
+    for now in (datetime(2026, 12, 1, 18, 0, 0, tzinfo=UTC), datetime.now(UTC)):
+        for detail in ("-> HTTP 204 (msg_1)", 'é"\\ \n\t\x01\x7f\u2028 😀', None):
+            expected = HistoryEntry(at=now, event="delivery_failed", channel="w:é", detail=detail)
+            got = _note(_stamp(now), "delivery_failed", "w:é", detail)
+            assert got == expected.model_dump_json(exclude_none=True)
