@@ -31,6 +31,7 @@ from notifiers.tasks import InflightEntry, Task
 
 RawEntry = tuple[Any, Any]
 PERSON_FACING = ("slack", "email", "inbox")  # skipped for a request a rule decided at create
+ROUTES_KEPT = 1024
 
 
 class Router:
@@ -52,6 +53,7 @@ class Router:
         self.report = report
         self.dead_letters = dead_letters
         self.lean = LeanRedis.for_client(broker.redis)
+        self._routes: dict[tuple[Any, ...], tuple[str, ...]] = {}
 
     def handle(self, stream: str, entries: list[RawEntry], *, claimed: bool) -> None:
         """Turn raw entries into in-flight entries and hand their tasks to the dispatcher."""
@@ -92,7 +94,24 @@ class Router:
     def route(self, event: Event, request: StoredRequest) -> list[str]:
         """The channels of the event's queue that want it, plus the request's callback webhook
         for its outcome. An ack only updates Slack messages: it is no webhook event type, and
-        mail asks for decisions only."""
+        mail asks for decisions only. Worked out once per kind of event (what `wants` and the
+        rules below look at), as a few kinds make up every entry."""
+        kind = (
+            event.queue,
+            event.type,
+            event.from_queue,
+            event.to_queue,
+            request.callback,
+            bool(event.fields.get("ruled_at_create")),
+        )
+        names = self._routes.get(kind)
+        if names is None:
+            if len(self._routes) >= ROUTES_KEPT:
+                self._routes.clear()
+            names = self._routes[kind] = tuple(self._route(event, request))
+        return list(names)
+
+    def _route(self, event: Event, request: StoredRequest) -> list[str]:
         queue = self.broker.config.queues.get(event.queue)
         names = list(queue.channels) if queue else []
         if request.callback and event.type in OUTCOME_TYPES:
