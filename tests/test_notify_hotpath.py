@@ -15,7 +15,7 @@ from redis.exceptions import DataError
 from standardwebhooks import Webhook
 
 from notifiers.events import EVENT_TYPES, parse_entry
-from notifiers.http_post import _parse_head
+from notifiers.http_post import _field, _parse_head
 from notifiers.lean import pack
 from notifiers.webhook import Signer, _head
 from tests.fakes.harness import SECRET
@@ -40,10 +40,18 @@ def old_parse_head(head: bytes) -> tuple[int, str, dict[str, str]]:
         b"HTTP/1.0 503 Busy\r\nRetry-After:  7 \r\nConnection: close",
         b"HTTP/1.1 429 x\r\nX-A \t: b:c\r\nno colon here\r\nEmpty:\r\nDup: 1\r\ndup: 2",
         b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nX-\xe9: \xff",
+        b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\nContent-Length-X: 9\r\nconnection\r: x",
+        b"HTTP/1.1 200 OK\r\nContent-Length : 3\r\nX: a\rb\r\nConnection:keep-alive",
+        b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n content-length: 7\r\nContent-Lengthy: 1",
     ],
 )
 def test_reply_heads_read_as_the_regex_read_them(head: bytes) -> None:
     assert _parse_head(head) == old_parse_head(head)
+    rest = head.decode("latin-1").partition("\r\n")[2]
+    low = "\n" + rest.lower()
+    names = ["connection", "content-length", "transfer-encoding", "retry-after", "x-a", "dup"]
+    for name in names + ["empty", "no colon here", "x-\xe9", "content", "x"]:
+        assert _field(rest, low, name) == old_parse_head(head)[2].get(name), name
 
 
 def test_signatures_are_the_packages_byte_for_byte() -> None:
