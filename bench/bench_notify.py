@@ -53,8 +53,14 @@ def start_receiver() -> tuple[subprocess.Popen[str], str]:
 
 def cpu_s(pid: int) -> float:
     """User + system CPU seconds of one process so far (Linux /proc)."""
+    return sum(cpu_split(pid))
+
+
+def cpu_split(pid: int) -> tuple[float, float]:
+    """User and system CPU seconds of one process so far (Linux /proc)."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    tick = os.sysconf("SC_CLK_TCK")
+    return int(fields[11]) / tick, int(fields[12]) / tick
 
 
 def profile(args: argparse.Namespace, pid: int) -> subprocess.Popen[bytes] | None:
@@ -135,6 +141,7 @@ def run_once(
         base = receiver_stats(receiver_url)["unique_ids"]
         spy = profile(args, fleet[0].pid)
         cpu0 = sum(cpu_s(p.pid) for p in fleet)
+        sys0 = sum(cpu_split(p.pid)[1] for p in fleet)
         broker.redis.xgroup_setid(stream, NOTIFIER_GROUP, "0")  # the clock starts now
         t0 = time.perf_counter()
         delivered_at = None
@@ -147,6 +154,7 @@ def run_once(
                 if int(broker.redis.xpending(stream, NOTIFIER_GROUP)["pending"]) == 0:
                     acked_at = now
                     cpu = sum(cpu_s(p.pid) for p in fleet) - cpu0
+                    system = sum(cpu_split(p.pid)[1] for p in fleet) - sys0
                     break
             if now - t0 > args.timeout:
                 raise SystemExit(f"timed out: {got}/{n} delivered with {procs} notifier(s)")
@@ -170,6 +178,7 @@ def run_once(
         "rate": n / (delivered_at - t0),
         "acked_s": acked_at - t0,
         "cpu_ms": cpu * 1000 / n,
+        "sys_ms": system * 1000 / n,
         "failed": stats.get("failed:webhook", 0),
         "delivered": stats.get("delivered:webhook", 0),
     }
@@ -198,6 +207,7 @@ def main() -> None:
                 print(
                     f"{procs} notifier process(es): {args.requests} delivered in {r['seconds']:.2f} s"
                     f" = {r['rate']:,.0f} requests/s; notifier CPU {r['cpu_ms']:.3f} ms per delivery"
+                    f" ({r['sys_ms']:.3f} of it system)"
                     f" (all acknowledged at {r['acked_s']:.2f} s;"
                     f" failed attempts {r['failed']}; backlog created at {r['create_rate']:,.0f}/s)",
                     flush=True,

@@ -13,6 +13,7 @@ unknown state, so the notifier is stopped (`on_fatal`) and its entries go to ano
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import queue
@@ -23,12 +24,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 
+import orjson
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from broker.client import Broker
 from broker.keys import NOTIFIER_GROUP
-from broker.models import HistoryEntry, utcnow
+from broker.models import utcnow
 from notifiers.lean import LeanRedis, LeanScript
 from notifiers.parking import ParkedStore
 from notifiers.results import DeliveryResult, ResultKind
@@ -223,19 +225,34 @@ class Committer:
 
 
 def _stamp(now: datetime) -> str:
-    """`{"at":...` as pydantic writes it for `now`: shared by every note of a batch."""
-    return HistoryEntry(at=now, event="").model_dump_json(exclude_none=True)[: -len(',"event":""}')]
+    """`{"at":...` as pydantic writes it for `now` (orjson writes UTC times as it does): shared
+    by every note of a batch."""
+    return '{"at":' + orjson.dumps(now, option=orjson.OPT_UTC_Z).decode()
 
 
 def _note(stamp: str, event: str, channel: str | None, detail: str | None) -> str:
     """`HistoryEntry(at, event, channel, detail).model_dump_json(exclude_none=True)`, the same
     text (tests/test_notify_lean.py compares them), without building a model per delivery."""
-    out = f'{stamp},"event":{_json(event)}'
+    out = f'{stamp},"event":{_text(event)}'
     if channel is not None:
-        out += f',"channel":{_json(channel)}'
+        out += f',"channel":{_text(channel)}'
     if detail is not None:
         out += f',"detail":{_json(detail)}'
     return out + "}"
 
 
-_json = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
+@functools.lru_cache(maxsize=1024)
+def _text(name: str) -> str:
+    """An event or channel name as JSON (a handful of them, each encoded once)."""
+    return _json(name)
+
+
+def _json(text: str) -> str:
+    """A string as pydantic writes it (orjson's escapes are serde's)."""
+    try:
+        return orjson.dumps(text).decode()
+    except TypeError:  # a lone surrogate: written as before (and refused when sent)
+        return _plain_json(text)
+
+
+_plain_json = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode

@@ -15,7 +15,6 @@ anyway, so a second send of the same bytes is what a receiver must already toler
 from __future__ import annotations
 
 import http.client
-import re
 import select
 import socket
 import ssl
@@ -25,9 +24,6 @@ from urllib.parse import urlsplit
 
 MAX_BODY = 64 * 1024
 """Response bytes read to keep the connection; a longer answer closes it instead."""
-
-_HEADER = re.compile(r"^([^:\r\n]+?)[ \t]*:[ \t]*([^\r\n]*)", re.MULTILINE)
-"""`name: value` lines of a reply's head (obsolete folded lines are not supported)."""
 
 STALE = (http.client.RemoteDisconnected, BrokenPipeError, ConnectionResetError)
 
@@ -60,10 +56,22 @@ class Target:
         return cls(parts.scheme, parts.hostname, port, path)
 
 
-@dataclass(frozen=True)
 class Reply:
-    status: int
-    headers: dict[str, str]  # lower-cased names
+    """A reply's status, and its head's `name: value` fields (lower-cased names) split on first
+    use: a delivery that got a 2xx never looks at them."""
+
+    __slots__ = ("status", "_rest", "_headers")
+
+    def __init__(self, status: int, rest: str) -> None:
+        self.status = status
+        self._rest = rest  # the head after its status line
+        self._headers: dict[str, str] | None = None
+
+    @property
+    def headers(self) -> dict[str, str]:
+        if self._headers is None:
+            self._headers = _fields(self._rest)
+        return self._headers
 
 
 class Connection:
@@ -169,31 +177,31 @@ def _read_reply(conn: Connection) -> tuple[Reply, bool]:
     connection: its body is read (up to MAX_BODY) so the next request can follow."""
     conn.got = False
     while True:
-        head = _read_head(conn)
-        status, version, headers = _parse_head(head)
+        status, version, rest = _status_line(_read_head(conn))
         if status >= 200 or status == 101:
             break
+    reply, low = Reply(status, rest), "\n" + rest.lower()
     keep = version == "HTTP/1.1"
-    connection = headers.get("connection", "").lower()
+    connection = (_field(rest, low, "connection") or "").lower()
     if "close" in connection:
         keep = False
     elif "keep-alive" in connection:
         keep = True
     if status in (204, 304) or 100 <= status < 200:
-        return Reply(status, headers), keep and status != 101
-    if "chunked" in headers.get("transfer-encoding", "").lower():
-        return Reply(status, headers), keep and _skip_chunked(conn)
-    length = headers.get("content-length")
+        return reply, keep and status != 101
+    if "chunked" in (_field(rest, low, "transfer-encoding") or "").lower():
+        return reply, keep and _skip_chunked(conn)
+    length = _field(rest, low, "content-length")
     if length is None:  # the body runs to the end of the connection
-        return Reply(status, headers), False
+        return reply, False
     try:
         size = int(length)
     except ValueError:
         raise http.client.HTTPException(f"bad content-length {length!r}") from None
     if size < 0 or size > MAX_BODY:  # more than we read: don't reuse it
-        return Reply(status, headers), False
+        return reply, False
     _take(conn, size)
-    return Reply(status, headers), keep
+    return reply, keep
 
 
 def _recv(conn: Connection) -> bytes:
@@ -227,13 +235,46 @@ def _read_head(conn: Connection) -> bytes:
 
 
 def _parse_head(head: bytes) -> tuple[int, str, dict[str, str]]:
-    line, _, rest = head.partition(b"\r\n")
-    version, _, status = line.decode("latin-1").partition(" ")
+    """Status, version and `name: value` fields."""
+    status, version, rest = _status_line(head)
+    return status, version, _fields(rest)
+
+
+def _status_line(head: bytes) -> tuple[int, str, str]:
+    """Status, version, and the rest of the head (its fields) as text."""
+    line, _, rest = head.decode("latin-1").partition("\r\n")
+    version, _, status = line.partition(" ")
     code = status[:3]
     if not version.startswith("HTTP/") or not (code.isascii() and code.isdigit()):
-        raise http.client.BadStatusLine(line.decode("latin-1"))
-    fields = _HEADER.findall(rest.decode("latin-1"))
-    return int(code), version, {name.lower(): value.strip() for name, value in fields}
+        raise http.client.BadStatusLine(line)
+    return int(code), version, rest
+
+
+def _fields(rest: str) -> dict[str, str]:
+    """`name: value` lines (names lower-cased; a line without a name is skipped, the last of
+    a name wins), as the regex the poster used read them (tests/test_notify_hotpath.py)."""
+    headers: dict[str, str] = {}
+    for field in rest.split("\n"):
+        name, colon, value = field.partition(":")
+        name = name.rstrip(" \t")
+        if colon and name and "\r" not in name:
+            headers[name.lower()] = value.split("\r", 1)[0].strip()
+    return headers
+
+
+def _field(rest: str, low: str, name: str) -> str | None:
+    """`_fields(rest).get(name)` without splitting every line (`low` is "\\n" + rest lower-cased):
+    the last line starting with the name, when a colon follows it; else the long way."""
+    at = low.rfind("\n" + name)
+    if at < 0:
+        return None
+    end = at + 1 + len(name)
+    colon = len(low[end:]) - len(low[end:].lstrip(" \t")) + end
+    if low.startswith(":", colon):
+        stop = low.find("\n", colon)
+        value = rest[colon : stop - 1 if stop >= 0 else None]  # `low` is one longer
+        return value.split("\r", 1)[0].strip()
+    return _fields(rest).get(name)
 
 
 def _take(conn: Connection, size: int) -> bytes:

@@ -14,7 +14,6 @@ from collections.abc import Callable
 
 from redis.exceptions import RedisError
 
-from broker.models import Request
 from notifiers.base import Channel
 from notifiers.dead_letters import DeadLetters
 from notifiers.dispatch import Dispatcher
@@ -22,11 +21,12 @@ from notifiers.events import Event, MalformedEntry
 from notifiers.inflight import Inflight
 from notifiers.parking import Parked, ParkedStore
 from notifiers.results import DeliveryResult, ResultKind
+from notifiers.stored import StoredRequest
 from notifiers.tasks import InflightEntry, Task
 
 log = logging.getLogger("notifiers")
 
-Fetch = Callable[[set[str]], tuple[dict[str, Request], dict[str, str]]]
+Fetch = Callable[[set[str]], tuple[dict[str, StoredRequest], dict[str, str]]]
 
 
 class Parker:
@@ -113,7 +113,7 @@ class Parker:
                 self.dead_letters.parked(channel, event, error)
                 self.store.remove(channel, parked.id)
                 continue
-            entry = InflightEntry(event, request, remaining={channel})
+            entry = InflightEntry(event, remaining={channel}, stored=request)
             task = Task(entry, channel, attempts=parked.attempts, defers=parked.defers)
             task.parked = parked.id
             entry.tasks.append(task)

@@ -20,9 +20,10 @@ class ResultKind(StrEnum):
     handed_on = "handed_on"  # the delivery is durably parked: the entry no longer waits for it
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True, eq=False)
 class DeliveryResult:
-    """`parked` names the parked-store record a task's result settles (None: the entry's own)."""
+    """`parked` names the parked-store record a task's result settles (None: the entry's own).
+    Never changed once made (not `frozen`: its `__init__` would be a third slower)."""
 
     entry: InflightEntry
     kind: ResultKind

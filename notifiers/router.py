@@ -12,8 +12,6 @@ from typing import Any
 from redis.exceptions import RedisError
 
 from broker.client import Broker
-from broker.models import Request
-from broker.request_hash import parse_request
 from broker.text import as_str, as_str_dict
 from notifiers.base import Channel
 from notifiers.dead_letters import DeadLetters
@@ -26,12 +24,14 @@ from notifiers.events import (
     parse_entry,
 )
 from notifiers.inflight import Inflight
-from notifiers.lean import LeanRedis, as_mapping
+from notifiers.lean import LeanRedis
 from notifiers.results import DeliveryResult, ResultKind
+from notifiers.stored import StoredRequest
 from notifiers.tasks import InflightEntry, Task
 
 RawEntry = tuple[Any, Any]
 PERSON_FACING = ("slack", "email", "inbox")  # skipped for a request a rule decided at create
+ROUTES_KEPT = 1024
 
 
 class Router:
@@ -53,6 +53,7 @@ class Router:
         self.report = report
         self.dead_letters = dead_letters
         self.lean = LeanRedis.for_client(broker.redis)
+        self._routes: dict[tuple[Any, ...], tuple[str, ...]] = {}
 
     def handle(self, stream: str, entries: list[RawEntry], *, claimed: bool) -> None:
         """Turn raw entries into in-flight entries and hand their tasks to the dispatcher."""
@@ -82,7 +83,7 @@ class Router:
                 continue
             seen = done.get(event.request_id, set())
             todo = [c for c in self.route(event, request) if event.done_field(c) not in seen]
-            entry = InflightEntry(event, request, remaining=set(todo))
+            entry = InflightEntry(event, remaining=set(todo), stored=request)
             entry.tasks = [Task(entry, channel) for channel in todo]
             self.inflight.add(entry)
             if not todo:
@@ -90,10 +91,27 @@ class Router:
             for task in entry.tasks:
                 self.dispatcher.submit(task)
 
-    def route(self, event: Event, request: Request) -> list[str]:
+    def route(self, event: Event, request: StoredRequest) -> list[str]:
         """The channels of the event's queue that want it, plus the request's callback webhook
         for its outcome. An ack only updates Slack messages: it is no webhook event type, and
-        mail asks for decisions only."""
+        mail asks for decisions only. Worked out once per kind of event (what `wants` and the
+        rules below look at), as a few kinds make up every entry."""
+        kind = (
+            event.queue,
+            event.type,
+            event.from_queue,
+            event.to_queue,
+            request.callback,
+            bool(event.fields.get("ruled_at_create")),
+        )
+        names = self._routes.get(kind)
+        if names is None:
+            if len(self._routes) >= ROUTES_KEPT:
+                self._routes.clear()
+            names = self._routes[kind] = tuple(self._route(event, request))
+        return list(names)
+
+    def _route(self, event: Event, request: StoredRequest) -> list[str]:
         queue = self.broker.config.queues.get(event.queue)
         names = list(queue.channels) if queue else []
         if request.callback and event.type in OUTCOME_TYPES:
@@ -109,20 +127,20 @@ class Router:
                 out.append(name)
         return out
 
-    def fetch(self, ids: set[str]) -> tuple[dict[str, Request], dict[str, str]]:
+    def fetch(self, ids: set[str]) -> tuple[dict[str, StoredRequest], dict[str, str]]:
         """The requests the events point at; a request that won't load is reported, not raised."""
         try:
             if self.lean is not None:
                 return self._fetch_lean(ids), {}
-            return {r.id: r for r in self.broker.get_requests(ids)}, {}
+            return {r.id: StoredRequest.of(r) for r in self.broker.get_requests(ids)}, {}
         except RedisError:
             raise
         except Exception:  # one bad request: load them one by one to find it
-            found: dict[str, Request] = {}
+            found: dict[str, StoredRequest] = {}
             problems: dict[str, str] = {}
             for rid in ids:
                 try:
-                    found[rid] = self.broker.get_request(rid)
+                    found[rid] = StoredRequest.of(self.broker.get_request(rid))
                 except RedisError:
                     raise
                 except Exception as exc:
@@ -133,16 +151,17 @@ class Router:
         if self.lean is not None:
             self.lean.close()
 
-    def _fetch_lean(self, ids: set[str]) -> dict[str, Request]:
-        """`broker.get_requests` in one write and read of the connection (notifiers.lean)."""
+    def _fetch_lean(self, ids: set[str]) -> dict[str, StoredRequest]:
+        """`broker.get_requests` in one write and read of the connection (notifiers.lean),
+        without a `Request` model unless the hash is an unusual one (notifiers.stored)."""
         key = self.broker.keys.request
         replies = self.lean.execute([("HGETALL", key(rid)) for rid in ids], retry=True)  # type: ignore[union-attr]
-        found: dict[str, Request] = {}
+        found: dict[str, StoredRequest] = {}
         for reply in replies:
             if isinstance(reply, Exception):
                 raise reply
             if reply:
-                request = parse_request(as_mapping(reply))
+                request = StoredRequest.load(_text_fields(reply))
                 found[request.id] = request
         return found
 
@@ -157,3 +176,17 @@ class Router:
         return {
             rid: {as_str(k) for k in keys} for rid, keys in zip(order, pipe.execute(), strict=True)
         }
+
+
+def _text_fields(reply: Any) -> dict[str, str]:
+    """An HGETALL reply (RESP2's flat list, RESP3's map) as text, in one pass."""
+    if isinstance(reply, dict):
+        return as_str_dict(reply)
+    pairs = iter(reply)
+    try:
+        return {
+            k.decode("utf-8", "replace"): v.decode("utf-8", "replace")
+            for k, v in zip(pairs, pairs, strict=True)
+        }
+    except AttributeError:  # already text
+        return as_str_dict(dict(zip(reply[::2], reply[1::2], strict=True)))

@@ -15,24 +15,51 @@ from typing import Any, TypeVar
 
 from broker.models import Request
 from notifiers.events import Event
+from notifiers.stored import StoredRequest
 
 T = TypeVar("T")
 
 
-@dataclass(eq=False)
 class InflightEntry:
     """One stream entry in flight; acknowledged when `remaining` is empty.
 
     Only the committer thread changes `remaining` and `acked`. `tasks` is fixed once the entry
-    is routed, so other threads may look at it (to park the slow ones).
+    is routed, so other threads may look at it (to park the slow ones). `stored` is the request
+    as the router loaded it (notifiers.stored); `request` its model, made on first use.
     """
 
-    event: Event
-    request: Request | None
-    remaining: set[str] = field(default_factory=set)
-    acked: bool = False
-    tasks: list[Task] = field(default_factory=list)
-    started: float = field(default_factory=time.monotonic)
+    __slots__ = (
+        "event",
+        "stored",
+        "_request",
+        "remaining",
+        "acked",
+        "tasks",
+        "started",
+        "__weakref__",
+    )
+
+    def __init__(
+        self,
+        event: Event,
+        request: Request | None = None,
+        remaining: set[str] | None = None,
+        *,
+        stored: StoredRequest | None = None,
+    ) -> None:
+        self.event = event
+        self.stored = stored
+        self._request = request
+        self.remaining: set[str] = set() if remaining is None else remaining
+        self.acked = False
+        self.tasks: list[Task] = []
+        self.started = time.monotonic()
+
+    @property
+    def request(self) -> Request | None:
+        if self._request is None and self.stored is not None:
+            self._request = self.stored.request
+        return self._request
 
     @property
     def key(self) -> tuple[str, str]:
@@ -47,7 +74,7 @@ class TaskState(StrEnum):
     done = "done"  # delivered, nothing to do, or dead-lettered
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class Task:
     """One delivery: an entry's event to one channel, with its attempt count and scratch space.
 

@@ -396,7 +396,8 @@ def test_router_reads_requests_as_broker_get_requests_does(broker: Broker) -> No
     assert router.lean is not None
     found, problems = router.fetch({r.id for r in made} | {"missing-1"})
     assert problems == {}
-    assert found == {r.id: r for r in broker.get_requests([r.id for r in made])}
+    got = {rid: stored.request for rid, stored in found.items()}
+    assert got == {r.id: r for r in broker.get_requests([r.id for r in made])}
 
 
 def test_poster_puts_the_same_bytes_on_the_wire_as_http_client_did(scripted: Any) -> None:
