@@ -192,11 +192,20 @@ def _redis_cpu(redis: Redis) -> float:
 
 
 def latency(
-    broker: Broker, receiver_url: str, rate: float, seconds: float, timeout: float
+    broker: Broker,
+    procs: list[Proc],
+    receiver_url: str,
+    rate: float,
+    seconds: float,
+    timeout: float,
 ) -> dict[str, Any]:
+    """Latencies at a steady `rate`, and CPU per cycle at that rate (the batches are as small
+    as they get, so a cost per message shows here rather than in the throughput phase)."""
     queue_key = run_queue(broker).key
     broker.redis.delete(queue_key)
     n = int(rate * seconds)
+    cpu_before = {p.name: p.cpu_s() for p in procs}
+    redis_before = _redis_cpu(broker.redis)
     created: dict[str, float] = {}
     start = time.perf_counter() + 0.2
     for i in range(n):
@@ -208,6 +217,8 @@ def latency(
         created[req.id] = req.created_at.timestamp()
     achieved = n / (time.perf_counter() - start)
     wait_queue_length(broker.redis, queue_key, n, timeout)
+    cpu = {p.name: p.cpu_s() - cpu_before[p.name] for p in procs}
+    cpu["redis"] = _redis_cpu(broker.redis) - redis_before
     times = get_json(f"{receiver_url}/times")["requested"]
     missing = [rid for rid in created if rid not in times]
     if missing:
@@ -224,6 +235,7 @@ def latency(
         "delivered_max_ms": round(max(delivered), 1),
         "resume_enqueued_p50_ms": round(pct(cycle, 0.5), 1),
         "resume_enqueued_p99_ms": round(pct(cycle, 0.99), 1),
+        "cpu_ms_per_cycle": {k: round(v * 1000 / n, 3) for k, v in cpu.items()},
     }
 
 
@@ -296,7 +308,7 @@ max_backoff_s = 1.0
             fast = throughput(
                 broker, procs, receiver_url, opts.cycles, opts.timeout, work / "round-trips"
             )
-            steady = latency(broker, receiver_url, opts.rate, opts.seconds, opts.timeout)
+            steady = latency(broker, procs, receiver_url, opts.rate, opts.seconds, opts.timeout)
             ceiling = raw_xadd_per_s(broker.redis, 50_000)
         finally:
             for proc in reversed(procs):
@@ -328,7 +340,7 @@ def compare_layouts(opts: argparse.Namespace) -> None:
     print(f"{os.cpu_count()} CPUs, {opts.cycles} cycles each; CPU ms per cycle by role")
     print(
         "layout (api x notifier) | Redis over | cycles/s | api | notifier | resumer | receiver "
-        "| redis | bench | all"
+        "| redis | bench | all | all at the steady rate"
     )
     rows = []
     for apis, notifiers, transport in layouts:
@@ -344,7 +356,7 @@ def compare_layouts(opts: argparse.Namespace) -> None:
             f"{apis} x {notifiers} | {transport} | {fast['cycles_per_s']:,.0f} | "
             f"{role['api']:.2f} | {role['notifier']:.2f} | {role['resumer']:.2f} | "
             f"{role['receiver']:.2f} | {role['redis']:.2f} | {role['bench']:.2f} | "
-            f"{sum(role.values()):.2f}",
+            f"{sum(role.values()):.2f} | {sum(result['steady']['cpu_ms_per_cycle'].values()):.2f}",
             flush=True,
         )
     if opts.json:
@@ -414,6 +426,8 @@ def main() -> None:
         f"created -> resume enqueued p50 {steady['resume_enqueued_p50_ms']} ms, "
         f"p99 {steady['resume_enqueued_p99_ms']} ms"
     )
+    per = ", ".join(f"{k} {v:.2f}" for k, v in steady["cpu_ms_per_cycle"].items())
+    print(f"  CPU ms per cycle at {steady['rate']:.0f}/s: {per}")
     print(f"raw pipelined XADD/s on the same Redis (ceiling): {ceiling:,.0f}")
 
 
