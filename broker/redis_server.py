@@ -230,7 +230,7 @@ class EmbeddedRedis:
             "--hash-max-ziplist-value", "1024",
             "--logfile", str(self.data_dir / "redis.log"),
         ]  # fmt: skip
-        if self.socket_path is not None:
+        if self.socket_path is not None:  # 0600 like every file here (x means nothing on a socket)
             args += ["--unixsocket", str(self.socket_path), "--unixsocketperm", "600"]
         self.process = subprocess.Popen(
             args, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
@@ -276,6 +276,8 @@ class EmbeddedRedis:
         write_private(self.data_dir / URL_FILE, self.url)
         if self.unix_url is not None:
             write_private(self.data_dir / UNIX_URL_FILE, self.unix_url)
+        else:  # one a crashed run with a socket left must not send joiners to a dead one
+            (self.data_dir / UNIX_URL_FILE).unlink(missing_ok=True)
         return self
 
     def stop(self) -> None:

@@ -314,3 +314,14 @@ def test_up_hands_its_roles_the_socket_and_shows_both_urls_masked(tmp_path: Path
     assert password not in out
     assert f"  Redis        unix://:***@{data / SOCKET_FILE}?db=0" in out
     assert "  Redis (TCP)  redis://:***@127.0.0.1:" in out
+
+
+def test_a_server_started_without_a_socket_drops_a_crashed_runs_socket_url(tmp_path: Path) -> None:
+    data = tmp_path / "redis"
+    with EmbeddedRedis(data) as crashed:
+        stale = crashed.unix_url
+    assert stale is not None
+    (data / UNIX_URL_FILE).write_text(stale)  # what a run that crashed leaves behind
+    with EmbeddedRedis(data, unix_socket=False) as server:
+        assert not (data / UNIX_URL_FILE).exists()
+        assert running_local_url(data) == server.url
