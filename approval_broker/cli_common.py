@@ -21,7 +21,7 @@ from broker.cluster import clustered
 from broker.config import Config, Settings, load_config
 from broker.errors import BrokerError, Conflict
 from broker.printable import printable
-from broker.redis_server import running_url
+from broker.redis_server import running_local_url
 
 DataDir = Annotated[
     Path | None,
@@ -73,7 +73,7 @@ def load_settings(data_dir: Path | None = None) -> tuple[Settings, Config]:
 def connect(data_dir: Path | None = None) -> Broker:
     """A broker on APPROVAL_BROKER_REDIS_URL, else on the embedded Redis that `up` is running."""
     settings, config = load_settings(data_dir)
-    url = settings.redis_url or running_url(settings.data_dir and settings.data_dir / "redis")
+    url = settings.redis_url or running_local_url(settings.data_dir and settings.data_dir / "redis")
     if not url:
         fail("no Redis: set APPROVAL_BROKER_REDIS_URL, or start `approval-broker up` first")
     if clustered(settings, config):  # the cluster for the broker's keys, RQ's own Redis

@@ -17,7 +17,7 @@ import typer
 from approval_broker.cli_common import DataDir, clear_errors, load_settings
 from broker.config import Config, Settings, check_admin_token
 from broker.links import prepare_link_secret
-from broker.redis_server import EmbeddedRedis, redact, running_url
+from broker.redis_server import EmbeddedRedis, redact, running_local_url
 
 
 def up(
@@ -43,20 +43,21 @@ def role(data_dir: Path | None, port: int | None = None) -> Iterator[tuple[Setti
     """Settings for a fleet role with `redis_url` filled in.
 
     With APPROVAL_BROKER_REDIS_URL unset, a role joins the embedded Redis that `up` runs, or
-    starts its own (and stops it on exit).
+    starts its own (and stops it on exit), over its Unix socket when it has one.
     """
     settings, config = load_settings(data_dir)
     if port is not None:
         settings.port = port
     embedded: EmbeddedRedis | None = None
     with clear_errors():
+        here = settings.data_dir and settings.data_dir / "redis"
         if not settings.redis_url:
-            settings.redis_url = running_url(settings.data_dir and settings.data_dir / "redis")
+            settings.redis_url = running_local_url(here)
         if not settings.redis_url:
-            embedded = EmbeddedRedis(settings.data_dir and settings.data_dir / "redis").start()
-            settings.redis_url = embedded.url
+            embedded = EmbeddedRedis(here).start()
+            settings.redis_url = embedded.local_url
             typer.echo(
-                f"started embedded Redis at {redact(embedded.url)} (data in {embedded.data_dir})",
+                f"started embedded Redis at {redact(embedded.local_url)} (data in {embedded.data_dir})",
                 err=True,
             )
         try:

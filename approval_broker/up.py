@@ -77,8 +77,10 @@ def banner(
     demo_runs: list[str],
     ruled_run: str | None = None,
     asked_run: str | None = None,
+    tcp_url: str | None = None,
 ) -> str:
-    """Where to click; the admin token only if `up` made it (a given one is already known)."""
+    """Where to click; the admin token only if `up` made it (a given one is already known);
+    `tcp_url`: the embedded Redis's TCP URL, beside the socket's the roles use."""
     url = f"http://{settings.host}:{settings.port}"
     token = (
         f"{admin_token}   (generated; set APPROVAL_BROKER_ADMIN_TOKEN to keep one)"
@@ -93,6 +95,8 @@ def banner(
         f"  admin token  {token}",
         f"  Redis        {redact(settings.redis_url or '')}",
     ]
+    if tcp_url:
+        lines.append(f"  Redis (TCP)  {redact(tcp_url)}   (for tools that can't use the socket)")
     if demo_runs:
         lines.append(f"  demo runs    {', '.join(demo_runs)} (their approvals wait in the inbox)")
     if ruled_run:
@@ -145,7 +149,12 @@ def run_up(settings: Settings, config: Config, *, demo: bool = False) -> None:
             embedded = EmbeddedRedis(redis_dir(settings.data_dir))
             typer.echo(f"[up] starting embedded Redis (AOF on) in {embedded.data_dir} ...")
             embedded.start()
-            settings.redis_url = embedded.url
+            settings.redis_url = embedded.local_url  # the roles run here: the Unix socket
+            if embedded.socket_path is None:
+                typer.echo(
+                    f"[up] {embedded.data_dir} is too long a path for a Unix socket: "
+                    "the roles use TCP"
+                )
         prepare_link_secret(settings, config)  # refuse now rather than restart the API forever
         generated = not settings.admin_token
         admin_token = settings.admin_token or new_token()
@@ -192,7 +201,10 @@ def run_up(settings: Settings, config: Config, *, demo: bool = False) -> None:
             demo_runs = start_demo_runs(broker)
             ruled_run = start_rule_demo_run(broker)
             asked_run = start_question_demo_run(broker)
-        typer.echo(banner(settings, admin_token, generated, demo_runs, ruled_run, asked_run))
+        tcp_url = embedded.url if embedded and embedded.unix_url else None
+        typer.echo(
+            banner(settings, admin_token, generated, demo_runs, ruled_run, asked_run, tcp_url)
+        )
         while not stop.wait(0.5):
             for child in children:
                 if child.process and child.process.poll() is not None and not stop.is_set():

@@ -2,6 +2,8 @@
 
     uv run python bench/bench_e2e.py [--cycles 5000] [--rate 100] [--seconds 10] [--json]
     uv run python bench/bench_e2e.py --layouts 1x1,1x2,2x1,2x2   # APIs x notifiers, a run each
+    uv run python bench/bench_e2e.py --redis tcp                 # loopback TCP, not the socket
+    uv run python bench/bench_e2e.py --layouts 2x2:unix,2x2:tcp  # both transports, a run each
 
 Everything runs on this machine as separate processes: an embedded Redis (AOF on), `approval-
 broker api` (x2), `approval-broker notifier` (x2), `approval-broker resumer`, and a webhook
@@ -10,7 +12,8 @@ receiver that verifies each delivery and approves it through the signed
 also sends the replies; `--receiver threaded` for tests/fakes/deciding_receiver.py). A cycle is one
 round of one run with one request; it ends when the resumer has put the run's resume job on the
 RQ queue (no agent worker runs here: executing agents is the worker fleet's cost, not the
-broker's).
+broker's). Every process (this one too) talks to Redis over its Unix socket, as `approval-broker
+up`'s roles do (`--redis tcp`: over loopback TCP, as a role given a `redis://` URL does).
 
 1. Throughput: `--cycles` requests are created first with the notifiers' group pointed past
    them; once every process is up the group is rewound and the clock starts. It stops when the
@@ -58,6 +61,7 @@ SECRET = "whsec_" + base64.b64encode(b"bench-e2e-webhook-secret-0123456").decode
 CLI = [sys.executable, "-m", "approval_broker"]
 TARGET_CYCLES = 1000.0
 TARGET_P99_MS = 50.0
+TRANSPORTS = ("unix", "tcp")
 RECEIVERS = {  # both verify every delivery with standardwebhooks and reply the same way
     "lean": [str(ROOT / "bench" / "lean_receiver.py")],
     "threaded": ["-m", "tests.fakes.deciding_receiver"],
@@ -188,11 +192,20 @@ def _redis_cpu(redis: Redis) -> float:
 
 
 def latency(
-    broker: Broker, receiver_url: str, rate: float, seconds: float, timeout: float
+    broker: Broker,
+    procs: list[Proc],
+    receiver_url: str,
+    rate: float,
+    seconds: float,
+    timeout: float,
 ) -> dict[str, Any]:
+    """Latencies at a steady `rate`, and CPU per cycle at that rate (the batches are as small
+    as they get, so a cost per message shows here rather than in the throughput phase)."""
     queue_key = run_queue(broker).key
     broker.redis.delete(queue_key)
     n = int(rate * seconds)
+    cpu_before = {p.name: p.cpu_s() for p in procs}
+    redis_before = _redis_cpu(broker.redis)
     created: dict[str, float] = {}
     start = time.perf_counter() + 0.2
     for i in range(n):
@@ -204,6 +217,8 @@ def latency(
         created[req.id] = req.created_at.timestamp()
     achieved = n / (time.perf_counter() - start)
     wait_queue_length(broker.redis, queue_key, n, timeout)
+    cpu = {p.name: p.cpu_s() - cpu_before[p.name] for p in procs}
+    cpu["redis"] = _redis_cpu(broker.redis) - redis_before
     times = get_json(f"{receiver_url}/times")["requested"]
     missing = [rid for rid in created if rid not in times]
     if missing:
@@ -220,16 +235,23 @@ def latency(
         "delivered_max_ms": round(max(delivered), 1),
         "resume_enqueued_p50_ms": round(pct(cycle, 0.5), 1),
         "resume_enqueued_p99_ms": round(pct(cycle, 0.99), 1),
+        "cpu_ms_per_cycle": {k: round(v * 1000 / n, 3) for k, v in cpu.items()},
     }
 
 
-def run_bench(opts: argparse.Namespace, apis: int, notifiers: int) -> dict[str, Any]:
-    """One full run (fresh Redis and processes): the throughput and the steady phase."""
+def run_bench(
+    opts: argparse.Namespace, apis: int, notifiers: int, transport: str
+) -> dict[str, Any]:
+    """One full run (fresh Redis and processes): the throughput and the steady phase, every
+    process on Redis over `transport` (unix: its socket; tcp: loopback)."""
     with tempfile.TemporaryDirectory(prefix="bench-e2e-") as tmp:
         work = Path(tmp)
         server = EmbeddedRedis(work / "redis").start()
         procs: list[Proc] = []
         try:
+            redis_url = server.url if transport == "tcp" else server.unix_url
+            if redis_url is None:
+                raise SystemExit(f"{server.data_dir} is too long a path for a Unix socket")
             api_ports = [free_port() for _ in range(apis)]
             env = {**os.environ, "PYTHONUNBUFFERED": "1"}
             receiver = Proc(
@@ -262,7 +284,7 @@ max_backoff_s = 1.0
 """
             )
             env |= {
-                "APPROVAL_BROKER_REDIS_URL": server.url,
+                "APPROVAL_BROKER_REDIS_URL": redis_url,
                 "APPROVAL_BROKER_CONFIG": str(config_path),
                 "APPROVAL_BROKER_DATA_DIR": str(work / "data"),
                 "APPROVAL_BROKER_NOTIFIER_BLOCK_MS": "100",
@@ -276,7 +298,7 @@ max_backoff_s = 1.0
                 *((f"notifier-{i + 1}", ["notifier"], "reading queues") for i in range(notifiers)),
                 *((f"resumer-{i + 1}", ["resumer"], "resumer") for i in range(opts.resumers)),
             ]
-            broker = Broker(Redis.from_url(server.url), load_config(config_path))
+            broker = Broker(Redis.from_url(redis_url), load_config(config_path))
             backlog_rate = make_backlog(broker, opts.cycles)
             for name, argv, _ in roles:
                 procs.append(Proc(name, [*CLI, *argv], env, work / f"{name}.log"))
@@ -286,7 +308,7 @@ max_backoff_s = 1.0
             fast = throughput(
                 broker, procs, receiver_url, opts.cycles, opts.timeout, work / "round-trips"
             )
-            steady = latency(broker, receiver_url, opts.rate, opts.seconds, opts.timeout)
+            steady = latency(broker, procs, receiver_url, opts.rate, opts.seconds, opts.timeout)
             ceiling = raw_xadd_per_s(broker.redis, 50_000)
         finally:
             for proc in reversed(procs):
@@ -295,6 +317,7 @@ max_backoff_s = 1.0
 
     return {
         "cpus": os.cpu_count(),
+        "redis": transport,
         "processes": {"api": apis, "notifier": notifiers, "resumer": opts.resumers},
         "throughput": {**fast, "backlog_created_per_s": round(backlog_rate, 1)},
         "steady": steady,
@@ -302,25 +325,38 @@ max_backoff_s = 1.0
     }
 
 
+def parse_layout(item: str, transport: str) -> tuple[int, int, str]:
+    """`2x1` (on `transport`) or `2x1:tcp` -> (APIs, notifiers, transport)."""
+    shape, _, given = item.partition(":")
+    apis, notifiers = (int(n) for n in shape.split("x"))
+    if given and given not in TRANSPORTS:
+        raise SystemExit(f"--layouts: {given!r} is not one of {', '.join(TRANSPORTS)}")
+    return apis, notifiers, given or transport
+
+
 def compare_layouts(opts: argparse.Namespace) -> None:
-    """Run each `--layouts` APIxNOTIFIERS in turn; cycles/s and CPU per cycle by role."""
-    layouts = [tuple(int(n) for n in item.split("x")) for item in opts.layouts.split(",")]
+    """Run each `--layouts` APIxNOTIFIERS[:unix|tcp] in turn; cycles/s and CPU per cycle by role."""
+    layouts = [parse_layout(item, opts.redis) for item in opts.layouts.split(",")]
     print(f"{os.cpu_count()} CPUs, {opts.cycles} cycles each; CPU ms per cycle by role")
-    print("layout (api x notifier) | cycles/s | api | notifier | resumer | receiver | redis | all")
+    print(
+        "layout (api x notifier) | Redis over | cycles/s | api | notifier | resumer | receiver "
+        "| redis | bench | all | all at the steady rate"
+    )
     rows = []
-    for apis, notifiers in layouts:
-        result = run_bench(opts, apis, notifiers)
+    for apis, notifiers, transport in layouts:
+        result = run_bench(opts, apis, notifiers, transport)
         fast = result["throughput"]
         per = fast["cpu_ms_per_cycle"]
         role = {
             r: sum(v for k, v in per.items() if k.startswith(r))
-            for r in ("api", "notifier", "resumer", "receiver", "redis")
+            for r in ("api", "notifier", "resumer", "receiver", "redis", "bench")
         }
         rows.append({"apis": apis, "notifiers": notifiers, **result})
         print(
-            f"{apis} x {notifiers} | {fast['cycles_per_s']:,.0f} | {role['api']:.2f} | "
-            f"{role['notifier']:.2f} | {role['resumer']:.2f} | {role['receiver']:.2f} | "
-            f"{role['redis']:.2f} | {sum(role.values()):.2f}",
+            f"{apis} x {notifiers} | {transport} | {fast['cycles_per_s']:,.0f} | "
+            f"{role['api']:.2f} | {role['notifier']:.2f} | {role['resumer']:.2f} | "
+            f"{role['receiver']:.2f} | {role['redis']:.2f} | {role['bench']:.2f} | "
+            f"{sum(role.values()):.2f} | {sum(result['steady']['cpu_ms_per_cycle'].values()):.2f}",
             flush=True,
         )
     if opts.json:
@@ -338,7 +374,14 @@ def main() -> None:
     parser.add_argument(
         "--layouts",
         default="",
-        help="compare process layouts, APIxNOTIFIERS separated by commas (1x1,2x2): a run each",
+        help="compare process layouts, APIxNOTIFIERS[:unix|tcp] separated by commas "
+        "(1x1,2x2:tcp): a run each",
+    )
+    parser.add_argument(
+        "--redis",
+        choices=TRANSPORTS,
+        default="unix",
+        help="how every process reaches Redis: unix (its socket, as `up`'s roles) or tcp",
     )
     parser.add_argument("--receiver-threads", type=int, default=16)
     parser.add_argument(
@@ -354,7 +397,7 @@ def main() -> None:
     if opts.layouts:
         compare_layouts(opts)
         return
-    result = run_bench(opts, opts.apis, opts.notifiers)
+    result = run_bench(opts, opts.apis, opts.notifiers, opts.redis)
     fast, steady, ceiling = result["throughput"], result["steady"], result["raw_xadd_per_s"]
     if opts.json:
         print(json.dumps(result))
@@ -362,7 +405,8 @@ def main() -> None:
     cpu = ", ".join(f"{k} {v:.1f}" for k, v in fast["cpu_s"].items())
     print(
         f"{os.cpu_count()} CPUs; {opts.apis} API, {opts.notifiers} notifier, {opts.resumers} "
-        f"resumer process(es); receiver approves every request over signed webhook replies"
+        f"resumer process(es), Redis over {opts.redis}; receiver approves every request over "
+        "signed webhook replies"
     )
     print(
         f"throughput: {fast['cycles']} cycles (created -> delivered -> decided -> resume "
@@ -382,6 +426,8 @@ def main() -> None:
         f"created -> resume enqueued p50 {steady['resume_enqueued_p50_ms']} ms, "
         f"p99 {steady['resume_enqueued_p99_ms']} ms"
     )
+    per = ", ".join(f"{k} {v:.2f}" for k, v in steady["cpu_ms_per_cycle"].items())
+    print(f"  CPU ms per cycle at {steady['rate']:.0f}/s: {per}")
     print(f"raw pipelined XADD/s on the same Redis (ceiling): {ceiling:,.0f}")
 
 

@@ -35,6 +35,10 @@ from benchlib import raw_xadd_per_s  # noqa: E402
 from broker.redis_server import EmbeddedRedis  # noqa: E402
 
 NUMBER = r"([\d,]+(?:\.\d+)?)"
+E2E_REDIS = "unix"
+"""How the e2e bench's processes reach Redis: its Unix socket, as `approval-broker up`'s roles
+do on one machine by default (`bench_e2e.py --redis tcp` for loopback TCP)."""
+TRANSPORT_NAMES = {"unix": "its Unix socket", "tcp": "loopback TCP"}
 
 
 @dataclass
@@ -281,10 +285,11 @@ def e2e_rows(text: str, ceiling: float) -> list[Row]:
         return [row("e2e: approval cycles/s", None, "/s", at_least(1000, "/s"))]
     fast, steady = data["throughput"], data["steady"]
     at = f"at {steady['rate']:.0f}/s"
+    over = TRANSPORT_NAMES.get(data.get("redis", "tcp"), data.get("redis"))
     return [
         row(
-            f"e2e: approval cycles/s, created -> delivered -> decided -> resume enqueued "
-            f"({fast['cycles_per_s'] / ceiling:.1%} of the ceiling)",
+            f"e2e: approval cycles/s, created -> delivered -> decided -> resume enqueued, "
+            f"Redis over {over} ({fast['cycles_per_s'] / ceiling:.1%} of the ceiling)",
             fast["cycles_per_s"],
             "/s",
             at_least(1000, "/s"),
@@ -345,6 +350,8 @@ def main() -> None:
         "bench_remote.py": ["--runs", "10" if quick else "50"],
         "bench_e2e.py": [
             "--json",
+            "--redis",
+            E2E_REDIS,
             "--cycles",
             "500" if quick else "5000",
             "--seconds",
@@ -369,7 +376,8 @@ def main() -> None:
 
     today = datetime.date.today().isoformat()
     print(
-        f"Benchmarks, {today}, {os.cpu_count()} CPUs, embedded Redis (AOF on), loopback"
+        f"Benchmarks, {today}, {os.cpu_count()} CPUs, embedded Redis (AOF on), loopback "
+        f"(e2e: Redis over {TRANSPORT_NAMES[E2E_REDIS]})"
         f"{' (--quick: sizes too small to quote)' if quick else ''}; "
         f"`uv run python bench/run_all.py{' --quick' if quick else ''}` "
         f"({time.monotonic() - started:.0f} s)\n"
@@ -380,7 +388,10 @@ def main() -> None:
         print("| " + " | ".join(r.cells()) + " |")
     cpu = e2e_cpu(out["bench_e2e.py"])
     if cpu:
-        print(f"\nCPU seconds per process in the e2e throughput phase: {cpu}")
+        print(
+            f"\nCPU seconds per process in the e2e throughput phase (Redis over "
+            f"{TRANSPORT_NAMES[E2E_REDIS]}): {cpu}"
+        )
 
 
 if __name__ == "__main__":

@@ -24,7 +24,7 @@ from itsdangerous import BadSignature, SignatureExpired, URLSafeTimedSerializer
 from broker.client import Broker
 from broker.config import Config, Settings
 from broker.errors import BrokerError, ConfigError
-from broker.redis_server import private_secret, redis_dir, running_url
+from broker.redis_server import private_secret, redis_dir, running_urls
 
 SECRET_ENV = "APPROVAL_BROKER_LINK_SECRET"
 SECRET_FILE = "link.secret"  # in the embedded Redis's data directory, 0600
@@ -77,7 +77,7 @@ def prepare_link_secret(settings: Settings, config: Config) -> None:
     secret = configured_secret(config)
     if secret is None:
         here = redis_dir(settings.data_dir)
-        if not settings.redis_url or running_url(here) != settings.redis_url:
+        if not settings.redis_url or settings.redis_url not in running_urls(here):
             raise ConfigError(NO_SECRET)
         secret = private_secret(here / SECRET_FILE)
     if len(secret) < MIN_SECRET_LEN:

@@ -69,6 +69,19 @@ def redis_url(redis_server: EmbeddedRedis) -> str:
 
 
 @pytest.fixture
+def redis_unix_url(redis_server: EmbeddedRedis) -> str:
+    """Like `redis_url`, over the session Redis's Unix socket (skipped if its path is too long)."""
+    db = next(_db_numbers)
+    url = redis_server.unix_url_for(db)
+    if url is None:
+        pytest.skip(f"{redis_server.data_dir} is too long a path for a Unix socket")
+    client = Redis.from_url(url)
+    client.flushdb()
+    client.close()
+    return url
+
+
+@pytest.fixture
 def redis(redis_url: str) -> Iterator[Redis]:
     client = Redis.from_url(redis_url)
     yield client
