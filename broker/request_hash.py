@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime
 from typing import Any
 
@@ -58,12 +58,15 @@ class Encoded:
     """One NewRequest encoded once: the hash fields every request made from it shares (not its
     id, `tool_call_id`, times or creator) and the typed values its `Request` is built from."""
 
-    __slots__ = ("named", "values", "texts")
+    __slots__ = ("named", "values", "texts", "_made", "_template", "_fresh")
 
     def __init__(self, named: dict[str, str], values: dict[str, Any], texts: dict[str, str]):
         self.named = named  # hash field -> value, in HSET's order
         self.values = values
         self.texts = texts  # the JSON text of each structured field, as stored
+        self._made = False
+        self._template: dict[str, Any] | None = None
+        self._fresh: tuple[tuple[str, Callable[[], Any]], ...] = ()
 
     def request(
         self,
@@ -75,9 +78,49 @@ class Encoded:
         allowed_roles: list[str],
     ) -> Request:
         """The Request just written, without reading it back: the values were validated as a
-        NewRequest, and the structured ones are fresh copies (decoded from what was stored)."""
+        NewRequest, and the structured ones are fresh copies (decoded from what was stored).
+        The first request made from it decodes them; the next ones (copies of one NewRequest)
+        copy a template decoded once, each getting its own structured values."""
+        template = self._template
+        if template is None:
+            if not self._made:
+                self._made = True
+                return _installed(
+                    self._values(
+                        request_id, tool_call_id, created_by, created_at, expires_at, allowed_roles
+                    )
+                )
+            template = self._template = self._values("", "", None, created_at, expires_at, [])
+            self._fresh = tuple(
+                (name, _copier(template[name], self.texts[name]))
+                for name in _COPIED
+                if name in self.texts
+            )
+        values = template.copy()
+        values["id"] = request_id
+        values["tool_call_id"] = tool_call_id
+        values["created_by"] = created_by
+        values["created_at"] = created_at
+        values["expires_at"] = expires_at
+        values["allowed_roles"] = list(allowed_roles)
+        values["history"] = []
+        values["approvals"] = []
+        for name, fresh in self._fresh:
+            values[name] = fresh()
+        return _installed(values)
+
+    def _values(
+        self,
+        request_id: str,
+        tool_call_id: str,
+        created_by: str | None,
+        created_at: datetime,
+        expires_at: datetime,
+        allowed_roles: list[str],
+    ) -> dict[str, Any]:
+        """Every field of a Request, in its order (`_FIELDS`), the structured ones decoded."""
         v, texts = self.values, self.texts
-        values = {  # every field of a Request, in its order (`_FIELDS`)
+        return {
             "id": request_id,
             "run_id": v["run_id"],
             "round": v["round"],
@@ -108,7 +151,10 @@ class Encoded:
             "acked_by": None,
             "acked_until": None,
         }
-        return _installed(values)
+
+
+_COPIED = ("args", "data", "metadata", "suggested_rules", "args_schema")
+"""The structured fields an `Encoded` template holds, copied for each request made from it."""
 
 
 def encode(
@@ -286,3 +332,23 @@ def _loads(text: str) -> Any:
         return orjson.loads(text)
     except orjson.JSONDecodeError:
         return json.loads(text)
+
+
+_SCALARS = frozenset({str, int, float, bool, type(None)})
+
+
+def _copier(value: Any, text: str) -> Callable[[], Any]:
+    """How each request gets its own copy of a stored JSON value (`value`, decoded from `text`):
+    the value itself when immutable, a copy of it when one level holds only immutable scalars
+    (a list of such objects: each copied), else a fresh decode of `text` (nested values)."""
+    if type(value) in _SCALARS:
+        return lambda: value
+    if type(value) in (dict, list) and _flat(value.values() if type(value) is dict else value):
+        return value.copy
+    if type(value) is list and all(type(x) is dict and _flat(x.values()) for x in value):
+        return lambda: [item.copy() for item in value]
+    return lambda: _loads(text)
+
+
+def _flat(items: Iterable[Any]) -> bool:
+    return all(type(x) in _SCALARS for x in items)
