@@ -30,7 +30,7 @@ from broker.questions import validate_question_metadata
 from broker.quorum import quorum_of
 from broker.request_hash import Encoded, decided, encode
 from broker.rule_decided import RuleVerdict, verdict_for
-from broker.rules.matching import Call, suggested_rules
+from broker.rules.matching import Call
 from broker.rules.store import RuleStore
 from broker.script_keys import ScriptKeys, create_batch_keys
 from broker.store import Store
@@ -182,11 +182,10 @@ class Creating:
             check_schema(new.args_schema)
         timeout = new.timeout_s if new.timeout_s is not None else config.timeout_for(new.queue)
         quorum = quorum_of(new, config)
-        made = suggested = None
+        made = None
         if new.kind == "approval":
-            suggested = suggested_rules(new.tool_name, new.args, run_id, agent)
             made = (new, run_id, agent, config.queue_roles(new.queue))
-        encoded = encode(new, run_id, round_no, quorum, suggested)
+        encoded = encode(new, run_id, round_no, quorum, agent)
         return _Prepared(repr(float(timeout)), quorum, encoded, made)
 
     def _verdicts(
