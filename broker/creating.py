@@ -15,8 +15,9 @@ the rules' slot. A rule revoked before a create starts is never applied by it.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime
+from operator import itemgetter
 from typing import Any
 
 import orjson
@@ -340,22 +341,35 @@ class Creating:
 
 
 def _columns(
-    prepared: list[_Prepared],
+    distinct: list[_Prepared],
 ) -> tuple[list[str], dict[int, tuple[tuple[str, ...], tuple[str, ...]]]]:
     """The hash fields sent once for the whole call (those every request has alike), and each
     distinct request's own (by `id`) as its field names and their values: what differs between
     them (args, their hash, the prompt...), sent again with every request made from it (copies
     of one request share nothing more than the call's common fields)."""
-    distinct = list({id(p): p for p in prepared}.values())
-    common = distinct[0].encoded.named
-    if len(distinct) > 1:
-        common = dict(common)
-        for p in distinct[1:]:
-            named = p.encoded.named
-            for k in [k for k, v in common.items() if named.get(k) != v]:
-                del common[k]
+    first = distinct[0].encoded.named
+    if len(distinct) == 1:
+        return [x for kv in first.items() for x in kv], {id(distinct[0]): ((), ())}
+    alike = set(first.items())
+    for p in distinct[1:]:
+        alike &= p.encoded.named.items()
+    common = [kv for kv in first.items() if kv in alike]
+    shared = {k for k, _ in common}
     own: dict[int, tuple[tuple[str, ...], tuple[str, ...]]] = {}
+    getters: dict[tuple[str, ...], tuple[tuple[str, ...], Callable[[Any], Any]]] = {}
     for p in distinct:
-        mine = [(k, v) for k, v in p.encoded.named.items() if k not in common]
-        own[id(p)] = (tuple(k for k, _ in mine), tuple(v for _, v in mine))
-    return [x for kv in common.items() for x in kv], own
+        named = p.encoded.named
+        order = tuple(named)
+        found = getters.get(order)
+        if found is None:  # requests with the same fields (in the same order) alike
+            names = tuple(k for k in order if k not in shared)
+            get = itemgetter(*names) if len(names) > 1 else _one_getter(names)
+            found = getters[order] = (names, get)
+        names, get = found
+        own[id(p)] = (names, get(named))
+    return [x for kv in common for x in kv], own
+
+
+def _one_getter(names: tuple[str, ...]) -> Callable[[Any], tuple[str, ...]]:
+    """`itemgetter` for no name or one (which it would give as a value, not a tuple)."""
+    return lambda named: tuple(named[k] for k in names)
