@@ -40,7 +40,9 @@ local req_at, cut = A.req_at, A.cut
 for j = req_at, #KEYS, 4000 do  -- one EXISTS for many; the taken one is looked for only then
   if redis.call('EXISTS', unpack(KEYS, j, math.min(j + 3999, #KEYS))) > 0 then
     for k = req_at, #KEYS do
-      if redis.call('EXISTS', KEYS[k]) == 1 then return {'duplicate', string.sub(KEYS[k], cut + 1)} end
+      if redis.call('EXISTS', KEYS[k]) == 1 then
+        return {'duplicate', string.sub(KEYS[k], cut + 1)}
+      end
     end
   end
 end
@@ -169,7 +171,7 @@ for r = req_at, #KEYS do
     t[k + 1] = expires; t[k + 2] = id
     q.waiting = q.waiting + 1
     redis.call('XADD', q.stream, '*', 'type', 'approval.requested', 'request_id', id,
-      'queue', queue)  -- as emit() does; trimmed to A.maxlen once, after the loop
+      'queue', queue)  -- emit()'s entry; the stream is trimmed to A.maxlen once, below
     if round_key then redis.call('SADD', key('pending'), id) end
   end
 end
