@@ -15,8 +15,9 @@ the rules' slot. A rule revoked before a create starts is never applied by it.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime
+from operator import itemgetter
 from typing import Any
 
 import orjson
@@ -30,7 +31,7 @@ from broker.questions import validate_question_metadata
 from broker.quorum import quorum_of
 from broker.request_hash import Encoded, decided, encode
 from broker.rule_decided import RuleVerdict, verdict_for
-from broker.rules.matching import Call, suggested_rules
+from broker.rules.matching import Call
 from broker.rules.store import RuleStore
 from broker.script_keys import ScriptKeys, create_batch_keys
 from broker.store import Store
@@ -120,19 +121,21 @@ class Creating:
         self,
         run_id: str | None,
         round_no: int,
-        built: Sequence[tuple[str, NewRequest]],
+        ids: Sequence[str],
+        news: Sequence[NewRequest],
         prepared: dict[int, _Prepared] | None = None,
     ) -> tuple[str, list[Request]]:
         """('ok', the requests), ('exists', []) for a round already registered; raises
-        InvalidInput (nothing written) for a request nothing can serve or an id taken."""
+        InvalidInput (nothing written) for a request nothing can serve or an id taken.
+        `ids[i]` is the id of `news[i]` (two lists, not pairs: no object per request)."""
         if prepared is None:
-            prepared = self.prepare(run_id, round_no, (new for _, new in built))
-        items = [(rid, new, prepared[id(new)]) for rid, new in built]
+            prepared = self.prepare(run_id, round_no, news)
+        preps = [prepared[id(new)] for new in news]
         version = self.rules.read_version() if self.cluster else self.rules.known_version()
         excluded: set[str] = set()
         for _ in range(_TRIES):
-            verdicts = self._verdicts(items, excluded, version)
-            result, variant_of = self._run(run_id, round_no, items, verdicts, version)
+            verdicts = self._verdicts(ids, news, preps, excluded, version)
+            result, variant_of = self._run(run_id, round_no, ids, news, preps, verdicts, version)
             if result[0] == "rules_changed":  # matched with an older rule set: match again
                 version = result[1].encode() if result[1] else None
             elif result[0] == "rule_changed":  # revoked or expired meanwhile: without it
@@ -159,7 +162,7 @@ class Creating:
                 expiries[variant_of[id(p)]],
                 new.allowed_roles,
             )
-            for rid, new, p in items
+            for rid, new, p in zip(ids, news, preps, strict=True)
         ]
         if decided_at is not None:  # as the step wrote them: decided, with the rule's entry
             made = [decided(r, verdicts[r.id], decided_at) if r.id in verdicts else r for r in made]
@@ -180,16 +183,17 @@ class Creating:
             check_schema(new.args_schema)
         timeout = new.timeout_s if new.timeout_s is not None else config.timeout_for(new.queue)
         quorum = quorum_of(new, config)
-        made = suggested = None
+        made = None
         if new.kind == "approval":
-            suggested = suggested_rules(new.tool_name, new.args, run_id, agent)
             made = (new, run_id, agent, config.queue_roles(new.queue))
-        encoded = encode(new, run_id, round_no, quorum, suggested)
+        encoded = encode(new, run_id, round_no, quorum, agent)
         return _Prepared(repr(float(timeout)), quorum, encoded, made)
 
     def _verdicts(
         self,
-        items: list[tuple[str, NewRequest, _Prepared]],
+        ids: Sequence[str],
+        news: Sequence[NewRequest],
+        preps: list[_Prepared],
         excluded: set[str],
         version: bytes | None,
     ) -> dict[str, RuleVerdict]:
@@ -198,7 +202,7 @@ class Creating:
         out: dict[str, RuleVerdict] = {}
         seen: dict[int, RuleVerdict | None] = {}
         covered: dict[str, bool] = {}
-        for rid, new, p in items:
+        for rid, new, p in zip(ids, news, preps, strict=True):
             if not p.approval:
                 continue
             tool = new.tool_name
@@ -218,46 +222,68 @@ class Creating:
         self,
         run_id: str | None,
         round_no: int,
-        items: list[tuple[str, NewRequest, _Prepared]],
+        ids: Sequence[str],
+        news: Sequence[NewRequest],
+        preps: list[_Prepared],
         verdicts: dict[str, RuleVerdict],
         version: bytes | None,
     ) -> tuple[list[Any], dict[int, int]]:
         """The step's reply, and the variant (timeout, queue, creator) of each `_Prepared`."""
         keys = self.store.keys
-        partition = (
-            keys.partition_of_run(run_id) if run_id else keys.partition_of_request(items[0][0])
-        )
+        partition = keys.partition_of_run(run_id) if run_id else keys.partition_of_request(ids[0])
+        distinct = {id(p): (p, new) for p, new in zip(preps, news, strict=True)}
         shared = self._shared_keys(
             partition,
             run_id,
             round_no,
-            frozenset(new.queue for _, new, _ in items),
-            frozenset(new.created_by for _, new, _ in items if new.created_by),
+            frozenset(new.queue for _, new in distinct.values()),
+            frozenset(new.created_by for _, new in distinct.values() if new.created_by),
             frozenset(v.rule_id for v in verdicts.values()),
         )
-        head = keys.request(items[0][0])[: -len(items[0][0])]  # one partition: one prefix
-        script_keys = [*shared.keys, *[head + rid for rid, _, _ in items]]
-        shared_fields, own = _columns([p for _, _, p in items])
+        head = keys.request(ids[0])[: -len(ids[0])]  # one partition: one prefix
+        script_keys = [*shared.keys, *[head + rid for rid in ids]]
+        shared_fields, own = _columns([p for p, _ in distinct.values()])
         variants: dict[tuple[str, str, str], int] = {}
         variant_of: dict[int, int] = {}
-        for _, new, p in items:
-            if id(p) not in variant_of:
-                variant = (p.timeout_s, new.queue, new.created_by or "")
-                variant_of[id(p)] = variants.setdefault(variant, len(variants))
-        argv: list[str] = [str(len(shared_fields)), *shared_fields]
+        for key, (p, new) in distinct.items():
+            variant = (p.timeout_s, new.queue, new.created_by or "")
+            variant_of[key] = variants.setdefault(variant, len(variants))
+        shapes: dict[tuple[int, tuple[str, ...]], int] = {}
+        rows: list[tuple[int, tuple[str, ...]]] = []  # each request's shape and own values
+        row_of: dict[int, tuple[int, tuple[str, ...]]] = {}
+        for rid, new, p in zip(ids, news, preps, strict=True):
+            tool_call_id = new.tool_call_id
+            if tool_call_id and tool_call_id != rid:  # a shape of its own: one field more
+                names, values = own[id(p)]
+                shape = (variant_of[id(p)], (*names, "tool_call_id"))
+                rows.append((shapes.setdefault(shape, len(shapes) + 1), (*values, tool_call_id)))
+                continue
+            row = row_of.get(id(p))
+            if row is None:
+                names, values = own[id(p)]
+                shape = (variant_of[id(p)], names)
+                row = row_of[id(p)] = (shapes.setdefault(shape, len(shapes) + 1), values)
+            rows.append(row)
+        argv: list[str] = [str(len(shared_fields)), *shared_fields, str(len(shapes))]
+        for variant_no, names in shapes:
+            argv += (str(variant_no + 1), str(len(names)), *names)
+        if len(shapes) == 1:  # one shape: each request sends only its own values
+            for _, values in rows:
+                argv += values
+        else:
+            for shape_no, values in rows:
+                argv += (str(shape_no), *values)
         rules: dict[str, Any] = {}
-        for i, (rid, new, p) in enumerate(items, start=1):
-            fields = own[id(p)]
-            if new.tool_call_id and new.tool_call_id != rid:
-                fields = (*fields, "tool_call_id", new.tool_call_id)
-            argv += (rid, str(variant_of[id(p)] + 1), str(len(fields)), *fields)
-            if rid in verdicts:
-                rules[str(i)] = verdicts[rid].lua()
+        if verdicts:
+            for i, rid in enumerate(ids, start=1):
+                if rid in verdicts:
+                    rules[str(i)] = verdicts[rid].lua()
         values: dict[str, Any] = {
-            "maxlen": self.store.maxlen,
+            "maxlen": str(self.store.maxlen),
             "round": str(round_no),
             "retention": self.store.retention,
             "req_at": len(shared.keys) + 1,
+            "cut": len(head.encode()),  # a request's id is its key past this many bytes
             "k": shared.roles,
             "streams": shared.streams,
             "r": {},
@@ -314,18 +340,36 @@ class Creating:
         return agent
 
 
-def _columns(prepared: list[_Prepared]) -> tuple[list[str], dict[int, tuple[str, ...]]]:
+def _columns(
+    distinct: list[_Prepared],
+) -> tuple[list[str], dict[int, tuple[tuple[str, ...], tuple[str, ...]]]]:
     """The hash fields sent once for the whole call (those every request has alike), and each
-    distinct request's own (by `id`): what differs between them (args, their hash, the
-    prompt...), sent again with every request made from it (copies of one request share
-    nothing more than the call's common fields)."""
-    distinct = list({id(p): p for p in prepared}.values())
-    common = dict(distinct[0].encoded.named)
+    distinct request's own (by `id`) as its field names and their values: what differs between
+    them (args, their hash, the prompt...), sent again with every request made from it (copies
+    of one request share nothing more than the call's common fields)."""
+    first = distinct[0].encoded.named
+    if len(distinct) == 1:
+        return [x for kv in first.items() for x in kv], {id(distinct[0]): ((), ())}
+    alike = set(first.items())
     for p in distinct[1:]:
+        alike &= p.encoded.named.items()
+    common = [kv for kv in first.items() if kv in alike]
+    shared = {k for k, _ in common}
+    own: dict[int, tuple[tuple[str, ...], tuple[str, ...]]] = {}
+    getters: dict[tuple[str, ...], tuple[tuple[str, ...], Callable[[Any], Any]]] = {}
+    for p in distinct:
         named = p.encoded.named
-        common = {k: v for k, v in common.items() if named.get(k) == v}
-    own = {
-        id(p): tuple(x for k, v in p.encoded.named.items() if k not in common for x in (k, v))
-        for p in distinct
-    }
-    return [x for kv in common.items() for x in kv], own
+        order = tuple(named)
+        found = getters.get(order)
+        if found is None:  # requests with the same fields (in the same order) alike
+            names = tuple(k for k in order if k not in shared)
+            get = itemgetter(*names) if len(names) > 1 else _one_getter(names)
+            found = getters[order] = (names, get)
+        names, get = found
+        own[id(p)] = (names, get(named))
+    return [x for kv in common for x in kv], own
+
+
+def _one_getter(names: tuple[str, ...]) -> Callable[[Any], tuple[str, ...]]:
+    """`itemgetter` for no name or one (which it would give as a value, not a tuple)."""
+    return lambda named: tuple(named[k] for k in names)

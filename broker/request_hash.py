@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime
 from typing import Any
 
@@ -45,6 +45,10 @@ INTERNAL_FIELDS = ("deadlines",)  # kept by the Lua steps, not part of `Request`
 
 _FIELDS = tuple(Request.model_fields)
 _FIELD_SET = frozenset(_FIELDS)
+_ALL_SET = set(_FIELDS)
+"""The `model_fields_set` of every Request built here (all fields are set): one set shared by
+all of them, as pydantic only ever adds a field's name to it (a no-op here) and copies it for
+`model_copy`; one object less per request for the garbage collector to track."""
 _set = object.__setattr__
 
 
@@ -58,12 +62,21 @@ class Encoded:
     """One NewRequest encoded once: the hash fields every request made from it shares (not its
     id, `tool_call_id`, times or creator) and the typed values its `Request` is built from."""
 
-    __slots__ = ("named", "values", "texts")
+    __slots__ = ("named", "values", "texts", "_first", "_template", "_fresh")
 
-    def __init__(self, named: dict[str, str], values: dict[str, Any], texts: dict[str, str]):
+    def __init__(
+        self,
+        named: dict[str, str],
+        values: dict[str, Any],
+        texts: dict[str, str],
+        first: dict[str, Any],
+    ) -> None:
         self.named = named  # hash field -> value, in HSET's order
         self.values = values
         self.texts = texts  # the JSON text of each structured field, as stored
+        self._first: dict[str, Any] | None = first  # structured values no request holds yet
+        self._template: dict[str, Any] | None = None
+        self._fresh: tuple[tuple[str, Callable[[], Any]], ...] = ()
 
     def request(
         self,
@@ -75,40 +88,83 @@ class Encoded:
         allowed_roles: list[str],
     ) -> Request:
         """The Request just written, without reading it back: the values were validated as a
-        NewRequest, and the structured ones are fresh copies (decoded from what was stored)."""
-        v, texts = self.values, self.texts
-        values = {  # every field of a Request, in its order (`_FIELDS`)
-            "id": request_id,
+        NewRequest, and the structured ones are its own, as read back from what was stored.
+        The first request made from it takes those decoded while encoding; the next ones
+        (copies of one NewRequest) copy a template decoded once."""
+        template = self._template
+        if template is None:
+            first = self._first
+            if first is not None:
+                self._first = None
+                values = self._values(first)
+                values["id"] = request_id
+                values["tool_call_id"] = tool_call_id
+                values["created_by"] = created_by
+                values["created_at"] = created_at
+                values["expires_at"] = expires_at
+                values["allowed_roles"] = list(allowed_roles)
+                return _installed(values)
+            structured = self._decoded()
+            template = self._template = self._values(structured)
+            self._fresh = tuple((name, _copier(value)) for name, value in structured.items())
+        values = template.copy()
+        values["id"] = request_id
+        values["tool_call_id"] = tool_call_id
+        values["created_by"] = created_by
+        values["created_at"] = created_at
+        values["expires_at"] = expires_at
+        values["allowed_roles"] = list(allowed_roles)
+        values["history"] = []
+        values["approvals"] = []
+        for name, fresh in self._fresh:
+            values[name] = fresh()
+        return _installed(values)
+
+    def _decoded(self) -> dict[str, Any]:
+        """Each structured value decoded from its stored text, as `parse_request` reads it (a
+        standalone approval's suggested rules derived from its args, as there), and an empty
+        one for a mutable field that has none: every request made from the template gets its
+        own copy of each."""
+        out = {name: _loads(text) for name, text in self.texts.items()}
+        v = self.values
+        if "suggested_rules" not in out and v["kind"] == "approval" and v["run_id"] is None:
+            out["suggested_rules"] = suggest(v["tool_name"], out["args"], None, None)
+        out.setdefault("metadata", {})
+        out.setdefault("suggested_rules", [])
+        return out
+
+    def _values(self, structured: dict[str, Any]) -> dict[str, Any]:
+        """Every field of a Request, in its order (`_FIELDS`), but the per-request ones."""
+        v = self.values
+        return {
+            "id": "",
             "run_id": v["run_id"],
             "round": v["round"],
-            "tool_call_id": tool_call_id,
+            "tool_call_id": "",
             "tool_name": v["tool_name"],
-            "args": _loads(texts["args"]),
+            "args": structured["args"],
             "args_hash": v["args_hash"],
             "kind": v["kind"],
             "prompt": v["prompt"],
-            "data": _loads(texts["data"]) if "data" in texts else None,
-            "metadata": _loads(texts["metadata"]) if "metadata" in texts else {},
+            "data": structured.get("data"),
+            "metadata": structured.get("metadata", {}),
             "queue": v["queue"],
-            "allowed_roles": list(allowed_roles),
+            "allowed_roles": [],
             "callback": v["callback"],
-            "created_at": created_at,
-            "expires_at": expires_at,
+            "created_at": None,
+            "expires_at": None,
             "status": Status.pending,
             "decision": None,
             "history": [],
-            "suggested_rules": (
-                _loads(texts["suggested_rules"]) if "suggested_rules" in texts else []
-            ),
+            "suggested_rules": structured.get("suggested_rules", []),
             "escalations": 0,
-            "args_schema": _loads(texts["args_schema"]) if "args_schema" in texts else None,
+            "args_schema": structured.get("args_schema"),
             "quorum": v["quorum"],
             "approvals": [],
-            "created_by": created_by,
+            "created_by": None,
             "acked_by": None,
             "acked_until": None,
         }
-        return _installed(values)
 
 
 def encode(
@@ -116,12 +172,16 @@ def encode(
     run_id: str | None,
     round_no: int,
     quorum: int,
-    suggested: list[dict[str, Any]] | None,
+    agent: str | None,
 ) -> Encoded:
-    """The fields of a new pending request (see the module docstring for those left out)."""
-    args_text, args_hash = canonical_args(new.args)
+    """The fields of a new pending request (see the module docstring for those left out).
+    An approval's suggested rules come from its args as the caller gave them on a run (and
+    are stored); a standalone one's from its args as stored, which is how they are derived
+    again when it is read."""
+    args_text, args_hash, args = _canonical(new.args)
     prompt = new.prompt or default_prompt(new.tool_name, new.args)
     texts = {"args": args_text}
+    first: dict[str, Any] = {"args": args}
     named = {
         "tool_name": new.tool_name,
         "args": args_text,
@@ -136,16 +196,21 @@ def encode(
         named["round"] = str(round_no)
     if new.data is not None:
         named["data"] = texts["data"] = _json(new.data)
+        first["data"] = _loads(texts["data"])
     if new.metadata:
         named["metadata"] = texts["metadata"] = _json(new.metadata)
+        first["metadata"] = _loads(texts["metadata"])
     if new.allowed_roles:
-        named["allowed_roles"] = texts["allowed_roles"] = _json(new.allowed_roles)
-    if suggested:
-        texts["suggested_rules"] = _json(suggested)
+        named["allowed_roles"] = _json(new.allowed_roles)
+    if new.kind == "approval":
+        first["suggested_rules"] = suggest(
+            new.tool_name, new.args if run_id else args, run_id, agent
+        )
         if run_id:  # a standalone approval's suggested rules are derived when read
-            named["suggested_rules"] = texts["suggested_rules"]
+            named["suggested_rules"] = texts["suggested_rules"] = _json(first["suggested_rules"])
     if new.args_schema is not None:
         named["args_schema"] = texts["args_schema"] = canonical_json(new.args_schema)
+        first["args_schema"] = _loads(texts["args_schema"])
     if new.callback:
         named["callback"] = new.callback
     if quorum != 1:
@@ -161,7 +226,7 @@ def encode(
         "callback": new.callback or None,
         "quorum": quorum,
     }
-    return Encoded(named, values, texts)
+    return Encoded(named, values, texts, first)
 
 
 _PENDING = Status.pending.value
@@ -172,18 +237,26 @@ those are written by `json`, only slower."""
 
 
 def canonical_args(args: Any) -> tuple[str, str]:
-    """`canonical_json(args)` and its sha256 (`args_hash`). orjson writes it when its text is
-    the same: what it wrote reads back equal (no type `json` refuses or writes otherwise, no
-    NaN or infinity, which it writes as null) and holds no `_UNLIKE_JSON`; else `json` does.
-    A quarter of a distinct request's encoding before."""
+    """`canonical_json(args)` and its sha256 (`args_hash`)."""
+    text, digest, _ = _canonical(args)
+    return text, digest
+
+
+def _canonical(args: Any) -> tuple[str, str, Any]:
+    """`canonical_args`, and the args decoded from that text (a fresh copy, as read back).
+    orjson writes it when its text is the same: what it wrote reads back equal (no type `json`
+    refuses or writes otherwise, no NaN or infinity, which it writes as null) and holds no
+    `_UNLIKE_JSON`; else `json` does. A quarter of a distinct request's encoding before."""
     try:
         out = orjson.dumps(args, option=orjson.OPT_SORT_KEYS)
     except TypeError:  # orjson.JSONEncodeError is one: a type or an integer it refuses
         out = None
-    if out is None or any(m in out for m in _UNLIKE_JSON) or orjson.loads(out) != args:
-        text = canonical_json(args)
-        return text, hashlib.sha256(text.encode()).hexdigest()
-    return out.decode(), hashlib.sha256(out).hexdigest()
+    if out is not None and b"e+" not in out and b"e-" not in out and b"0.0000" not in out:
+        decoded = orjson.loads(out)
+        if decoded == args:
+            return out.decode(), hashlib.sha256(out).hexdigest(), decoded
+    text = canonical_json(args)
+    return text, hashlib.sha256(text.encode()).hexdigest(), _loads(text)
 
 
 def decided(request: Request, verdict: Any, at: datetime) -> Request:
@@ -210,7 +283,7 @@ def _installed(ordered: dict[str, Any]) -> Request:
     """A Request whose `__dict__` is `ordered`: every field, in `_FIELDS`' order."""
     request = Request.__new__(Request)
     _set(request, "__dict__", ordered)
-    _set(request, "__pydantic_fields_set__", set(_FIELD_SET))
+    _set(request, "__pydantic_fields_set__", _ALL_SET)
     _set(request, "__pydantic_extra__", None)
     _set(request, "__pydantic_private__", None)
     return request
@@ -286,3 +359,24 @@ def _loads(text: str) -> Any:
         return orjson.loads(text)
     except orjson.JSONDecodeError:
         return json.loads(text)
+
+
+_SCALARS = frozenset({str, int, float, bool, type(None)})
+
+
+def _copier(value: Any) -> Callable[[], Any]:
+    """How each request gets its own copy of a structured value: the value itself when
+    immutable, a copy of it when one level holds only immutable scalars (a list of such
+    objects: each copied), else a fresh decode of its JSON text (nested values)."""
+    if type(value) in _SCALARS:
+        return lambda: value
+    if type(value) in (dict, list) and _flat(value.values() if type(value) is dict else value):
+        return value.copy
+    if type(value) is list and all(type(x) is dict and _flat(x.values()) for x in value):
+        return lambda: [item.copy() for item in value]
+    text = orjson.dumps(value)
+    return lambda: _loads(text)
+
+
+def _flat(items: Iterable[Any]) -> bool:
+    return all(type(x) in _SCALARS for x in items)

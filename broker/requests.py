@@ -57,20 +57,24 @@ class Requests:
                 if id(new) not in copies:
                     copies[id(new)] = new.model_copy(update={"created_by": created_by})
             news = [copies[id(new)] for new in news]
-        built = list(zip(new_ids("req", len(news)), news, strict=True))
-        if not built:
+        news = list(news)
+        if not news:
             return []
+        ids = new_ids("req", len(news))
         keys = self.store.keys
         if keys.partitions <= 1:
-            return self.creating.create(None, 0, built)[1]
+            return self.creating.create(None, 0, ids, news)[1]
         prepared = self.creating.prepare(None, 0, news)  # all checked before any is written
-        groups: dict[int, list[tuple[str, NewRequest]]] = {}
-        for item in built:
-            groups.setdefault(keys.partition_of_request(item[0]), []).append(item)
+        groups: dict[int, tuple[list[str], list[NewRequest]]] = {}
+        for rid, new in zip(ids, news, strict=True):
+            group = groups.setdefault(keys.partition_of_request(rid), ([], []))
+            group[0].append(rid)
+            group[1].append(new)
         made: dict[str, Request] = {}
-        for group in groups.values():
-            made |= {r.id: r for r in self.creating.create(None, 0, group, prepared)[1]}
-        return [made[rid] for rid, _ in built]
+        for group_ids, group_news in groups.values():
+            created = self.creating.create(None, 0, group_ids, group_news, prepared)[1]
+            made |= {r.id: r for r in created}
+        return [made[rid] for rid in ids]
 
     def create_round(
         self, run_id: str, round_no: int, calls: Sequence[NewRequest]
@@ -82,8 +86,8 @@ class Requests:
         """
         if not calls:
             raise InvalidInput("a round needs at least one pending call")
-        built = [(round_request_id(run_id, round_no, i), call) for i, call in enumerate(calls)]
-        code, requests = self.creating.create(run_id, round_no, built)
+        ids = [round_request_id(run_id, round_no, i) for i in range(len(calls))]
+        code, requests = self.creating.create(run_id, round_no, ids, list(calls))
         if code == "exists":
             return self.round_requests(run_id, round_no)
         return requests

@@ -11,7 +11,9 @@
 --   v = the batch's variants, a list of {timeout_s, queue, creator ('' for none)}.
 -- The hash fields are sent column-wise (`broker.request_hash.encode` made them, never decoded
 -- here): ARGV[2] = t, then t values (name, value pairs) every request of the call shares; then
--- per request: id, its variant (1-based index into A.v), n, then n values (its own pairs).
+-- s, the shapes: each a variant (1-based index into A.v), n, and the n names of the fields its
+-- requests have of their own; then per request, in KEYS' order, its shape (only when s > 1)
+-- and the values of its shape's n fields. A request's id is its key past A.cut bytes.
 -- created_at, expires_at, decided_at and the history entry's `at` are set here, on Redis's clock.
 -- A request with a rule is written already decided: it never waits, is announced only as
 -- `approval.decided` (marked `ruled_at_create`, so no person is asked), and counts a hit on the
@@ -26,14 +28,21 @@
 local round_key = key('round')
 if round_key and redis.call('EXISTS', round_key) == 1 then return {'exists'} end
 local shared_n = tonumber(ARGV[2])
-local first = 3 + shared_n  -- where the first request's id is
-local req_at = A.req_at
+local pos = 3 + shared_n
+local shape_args = {}
+for si = 1, tonumber(ARGV[pos]) do
+  local n = tonumber(ARGV[pos + 2])
+  shape_args[si] = {variant = tonumber(ARGV[pos + 1]), n = n, names = pos + 3}
+  pos = pos + 2 + n
+end
+local first = pos + 1  -- where the first request's values are
+local req_at, cut = A.req_at, A.cut
 for j = req_at, #KEYS, 4000 do  -- one EXISTS for many; the taken one is looked for only then
   if redis.call('EXISTS', unpack(KEYS, j, math.min(j + 3999, #KEYS))) > 0 then
-    local pos = first
     for k = req_at, #KEYS do
-      if redis.call('EXISTS', KEYS[k]) == 1 then return {'duplicate', ARGV[pos]} end
-      pos = pos + 3 + tonumber(ARGV[pos + 2])
+      if redis.call('EXISTS', KEYS[k]) == 1 then
+        return {'duplicate', string.sub(KEYS[k], cut + 1)}
+      end
     end
   end
 end
@@ -72,8 +81,8 @@ local out = {'ok', created, any_rule and iso(now) or ''}
 local run_requests = key('run_requests')
 local of_run = run_requests and entries(run_requests)
 local listed, expiring = entries(key('requests')), entries(key('expiry'))
--- One HSET command per variant (timeout, queue, creator), reused for every request of it: key
--- and id are set in place, the request's own pairs go after the shared ones.
+-- One HSET command per shape (a variant: timeout, queue, creator; and the names of its
+-- requests' own fields), reused for every request of it: key, id and own values set in place.
 local variants = {}
 for vi, v in ipairs(A.v) do
   local expires = stamp(now + tonumber(v[1]))
@@ -84,22 +93,42 @@ for vi, v in ipairs(A.v) do
     cmd[#cmd + 1] = creator
   end
   for j = 3, 2 + shared_n do cmd[#cmd + 1] = ARGV[j] end
-  variants[vi] = {cmd = cmd, base = #cmd, expires = expires, queue = queue, waiting = 0,
+  variants[vi] = {cmd = cmd, expires = expires, queue = queue, waiting = 0,
     by_creator = creator ~= '' and entries(key('creator:' .. creator), true) or nil,
     in_queue = entries(key('queue:' .. queue), true),
     pending = entries(key('pending:' .. queue)), stream = stream_of(queue)}
   out[#out + 1] = expires
 end
-local pos, i, ni, nx = first, 0, 0, 0  -- ni: entries in `listed`, nx: in `expiring`
-while pos <= #ARGV do
+local shapes = {}
+for si, sh in ipairs(shape_args) do
+  local q = variants[sh.variant]
+  local cmd = {unpack(q.cmd)}
+  local base = #cmd
+  for j = 0, sh.n - 1 do
+    cmd[base + 2 * j + 1] = ARGV[sh.names + j]
+    cmd[base + 2 * j + 2] = false
+  end
+  shapes[si] = {q = q, cmd = cmd, base = base, n = sh.n}
+end
+local one = #shapes == 1 and shapes[1]
+pos = first
+local i, ni, nx = 0, 0, 0  -- ni: entries in `listed`, nx: in `expiring`
+for r = req_at, #KEYS do
   i = i + 1
-  local id, q, n = ARGV[pos], variants[tonumber(ARGV[pos + 1])], tonumber(ARGV[pos + 2])
-  local rkey = KEYS[req_at + i - 1]
-  local cmd, base = q.cmd, q.base
+  local s = one
+  if not s then
+    s = shapes[tonumber(ARGV[pos])]
+    pos = pos + 1
+  end
+  local rkey = KEYS[r]
+  local id = string.sub(rkey, cut + 1)
+  local cmd, base, q = s.cmd, s.base, s.q
   cmd[2], cmd[4] = rkey, id
-  for j = 1, n do cmd[base + j] = ARGV[pos + 2 + j] end
-  pos = pos + 3 + n
-  redis.call(unpack(cmd, 1, base + n))
+  for j = 1, s.n do
+    cmd[base + 2 * j] = ARGV[pos]
+    pos = pos + 1
+  end
+  redis.call(unpack(cmd))
   local queue, expires = q.queue, q.expires
   listed[ni + 1] = created; listed[ni + 2] = id; ni = ni + 2
   local t = q.in_queue
@@ -141,13 +170,20 @@ while pos <= #ARGV do
     k = #t
     t[k + 1] = expires; t[k + 2] = id
     q.waiting = q.waiting + 1
-    redis.call('XADD', q.stream, 'MAXLEN', '~', A.maxlen, '*', 'type', 'approval.requested',
-      'request_id', id, 'queue', queue)  -- as emit() does
+    redis.call('XADD', q.stream, '*', 'type', 'approval.requested', 'request_id', id,
+      'queue', queue)  -- emit()'s entry; the stream is trimmed to A.maxlen once, below
     if round_key then redis.call('SADD', key('pending'), id) end
   end
 end
+local trimmed = {}
 for _, q in ipairs(variants) do
-  if q.waiting > 0 then tally('pending:' .. q.queue, q.waiting) end
+  if q.waiting > 0 then
+    tally('pending:' .. q.queue, q.waiting)
+    if not trimmed[q.stream] then
+      trimmed[q.stream] = true
+      redis.call('XTRIM', q.stream, 'MAXLEN', '~', A.maxlen)
+    end
+  end
 end
 for zkey, t in pairs(adds) do
   for j = 1, #t, 4000 do  -- an index no request of this call entered has none: skipped
