@@ -20,6 +20,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Annotated
 
+import orjson
 from fastapi import APIRouter, Path, Request
 from fastapi.responses import JSONResponse
 from pydantic import ValidationError
@@ -110,7 +111,50 @@ def verify(endpoint: WebhookConfig, body: bytes, headers: dict[str, str]) -> Non
     raise ApiError(401, "bad_signature", "the webhook signature is missing, wrong or too old")
 
 
+_REPLIES: dict[tuple[tuple[str, str], ...], WebhookReply] = {}
+_REPLIES_KEPT = 256
+_PLAIN = frozenset({"request_id", "outcome", "decided_by", "reason"})
+
+
+def _plain_reply(body: bytes) -> WebhookReply | None:
+    """A reply of text fields only (`{"request_id", "outcome", "decided_by"}`, what endpoints
+    send), from the same reply validated once before with another id: validating one was
+    about a sixth of the API's CPU per reply. None for anything else (the full path judges)."""
+    try:
+        given = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        return None
+    if type(given) is not dict or not given.keys() <= _PLAIN:
+        return None
+    request_id = given.pop("request_id", None)
+    if type(request_id) is not str or not 1 <= len(request_id) <= 200:
+        return None
+    if not request_id.isascii():
+        try:
+            request_id.encode()
+        except UnicodeEncodeError:
+            return None
+    if any(type(value) is not str for value in given.values()):
+        return None
+    key = tuple(sorted(given.items()))
+    template = _REPLIES.get(key)
+    if template is None:
+        try:
+            template = WebhookReply.model_validate({"request_id": "x", **given})
+        except ValueError:
+            return None
+        if len(_REPLIES) >= _REPLIES_KEPT:
+            _REPLIES.clear()
+        _REPLIES[key] = template
+    reply = template.__copy__()  # `model_copy(update=...)` would cost three times as much
+    reply.__dict__["request_id"] = request_id  # checked above as the field would check it
+    return reply
+
+
 def parse_reply(body: bytes) -> WebhookReply:
+    found = _plain_reply(body)
+    if found is not None:
+        return found
     try:  # the common, valid case in one pass; anything else gets the errors as before
         return WebhookReply.model_validate_json(body)
     except (ValueError, RecursionError):
