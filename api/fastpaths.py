@@ -41,6 +41,9 @@ REPLY = re.compile(r"/v1/webhooks/([A-Za-z0-9_.:-]{1,200})/replies")
 DECLINED = "approval_broker.declined"
 """Set in the scope of a request the fast path handed on (`api.hotfront` asks first, so the
 `FastPaths` layer inside the app must not judge it again)."""
+ANSWERING = "approval_broker.answering"
+"""Set in the scope once the fast path's own answer is being sent (after this, an error is
+not answered again)."""
 
 
 class FastPaths:
@@ -83,6 +86,7 @@ async def serve(app: Any, scope: Scope, receive: Receive, send: Send, inner: ASG
         scope[DECLINED] = True
         await inner(scope, _replay(messages, receive), send)
         return True
+    scope[ANSWERING] = True
     await response(scope, receive, send)
     return True
 

@@ -23,6 +23,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from api import fastpaths
 from api.errors import error_response
+from api.fastpaths import ANSWERING, DECLINED
 from api.limits import MAX_BODY_BYTES
 
 log = logging.getLogger("approval_broker.api")
@@ -46,18 +47,11 @@ class HotFront:
         ):
             await self.rest(scope, receive, send)
             return
-        started = False
-
-        async def watched(message: Any) -> None:
-            nonlocal started
-            started = True
-            await send(message)
-
         try:
-            if await fastpaths.serve(self.app, scope, receive, watched, self.rest):
+            if await fastpaths.serve(self.app, scope, receive, send, self.rest):
                 return
         except Exception as exc:
-            if started:
+            if DECLINED in scope or ANSWERING in scope:  # answered (or being) by someone else
                 raise
             log.error("unhandled %s in the API", type(exc).__name__, exc_info=exc)
             await error_response(500, "internal", "internal error")(scope, receive, send)
