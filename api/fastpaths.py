@@ -16,6 +16,7 @@ route would refuse.
 from __future__ import annotations
 
 import re
+from typing import Any
 
 from pydantic import ValidationError
 from starlette.concurrency import run_in_threadpool
@@ -37,6 +38,14 @@ DECISION = re.compile(r"/v1/requests/([A-Za-z0-9_.-]{1,200})/decision")
 REPLY = re.compile(r"/v1/webhooks/([A-Za-z0-9_.:-]{1,200})/replies")
 
 
+DECLINED = "approval_broker.declined"
+"""Set in the scope of a request the fast path handed on (`api.hotfront` asks first, so the
+`FastPaths` layer inside the app must not judge it again)."""
+ANSWERING = "approval_broker.answering"
+"""Set in the scope once the fast path's own answer is being sent (after this, an error is
+not answered again)."""
+
+
 class FastPaths:
     """Answer the decision and webhook-reply routes' ordinary requests; pass on the rest."""
 
@@ -44,34 +53,42 @@ class FastPaths:
         self.app = app
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or scope["method"] != "POST":
+        if (
+            scope["type"] != "http"
+            or scope["method"] != "POST"
+            or DECLINED in scope
+            or not await serve(scope["app"], scope, receive, send, self.app)
+        ):
             await self.app(scope, receive, send)
-            return
-        path: str = scope["path"]
-        decision = DECISION.fullmatch(path)
-        reply = None if decision else REPLY.fullmatch(path)
-        if decision is None and reply is None:
-            await self.app(scope, receive, send)
-            return
-        body, messages = await _read_body(receive)
-        app = scope["app"]
-        try:
-            if decision is not None:
-                response = await _decide(
-                    app.state.api, app.state.hot, scope, decision.group(1), body
-                )
-            else:
-                assert reply is not None
-                response = await _reply(app.state.api, app.state.hot, scope, reply.group(1), body)
-        except Exception as exc:  # noqa: BLE001 - mapped exactly as the router's handlers do
-            answer = known_error_response(exc)
-            if answer is None:
-                raise
-            response = answer
-        if response is None:
-            await self.app(scope, _replay(messages, receive), send)
-            return
-        await response(scope, receive, send)
+
+
+async def serve(app: Any, scope: Scope, receive: Receive, send: Send, inner: ASGIApp) -> bool:
+    """Answer a POST to a hot route of `app` (the FastAPI app), or hand it to `inner` with its
+    body; False (nothing read) for any other path."""
+    path: str = scope["path"]
+    decision = DECISION.fullmatch(path)
+    reply = None if decision else REPLY.fullmatch(path)
+    if decision is None and reply is None:
+        return False
+    body, messages = await _read_body(receive)
+    try:
+        if decision is not None:
+            response = await _decide(app.state.api, app.state.hot, scope, decision.group(1), body)
+        else:
+            assert reply is not None
+            response = await _reply(app.state.api, app.state.hot, scope, reply.group(1), body)
+    except Exception as exc:  # noqa: BLE001 - mapped exactly as the router's handlers do
+        answer = known_error_response(exc)
+        if answer is None:
+            raise
+        response = answer
+    if response is None:
+        scope[DECLINED] = True
+        await inner(scope, _replay(messages, receive), send)
+        return True
+    scope[ANSWERING] = True
+    await response(scope, receive, send)
+    return True
 
 
 async def decide(

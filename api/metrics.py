@@ -10,7 +10,7 @@ process: each replica observes the decisions it records, and Prometheus sums the
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Annotated
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import Response
@@ -128,12 +128,16 @@ class ApiMetrics:
             registry=self.registry,
         )
         self.registry.register(BrokerCollector(broker))
+        self._by_channel: dict[str, Any] = {}  # `labels(channel)` is a lock and a lookup each
 
     def observe_decision(self, request: BrokerRequest, channel: str) -> None:
         if request.decision is None or request.decision.decided_at is None:
             return
         seconds = (request.decision.decided_at - request.created_at).total_seconds()
-        self.decision_latency.labels(channel).observe(max(seconds, 0.0))
+        child = self._by_channel.get(channel)
+        if child is None:
+            child = self._by_channel[channel] = self.decision_latency.labels(channel)
+        child.observe(max(seconds, 0.0))
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

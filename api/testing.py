@@ -6,10 +6,10 @@ import threading
 import time
 from types import TracebackType
 
-import uvicorn
 from fastapi import FastAPI
 
 from api.corked import CorkedHttpToolsProtocol
+from api.hotfront import HotConfig
 from api.server import Server
 
 
@@ -17,7 +17,7 @@ class ServerThread:
     """`with ServerThread(app) as server:` serves `app` on a free loopback port at `server.url`."""
 
     def __init__(self, app: FastAPI, *, host: str = "127.0.0.1", timeout: float = 10.0) -> None:
-        config = uvicorn.Config(
+        config = HotConfig(
             app, host=host, port=0, access_log=False, log_level="warning",
             timeout_graceful_shutdown=1, http=CorkedHttpToolsProtocol,  # as api.server serves
         )  # fmt: skip

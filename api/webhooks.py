@@ -10,13 +10,17 @@ an honest retry still gets through. An endpoint decides only requests waiting in
 
 from __future__ import annotations
 
+import base64
 import binascii
+import hmac
 import json
 import logging
+import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Annotated
 
+import orjson
 from fastapi import APIRouter, Path, Request
 from fastapi.responses import JSONResponse
 from pydantic import ValidationError
@@ -61,11 +65,43 @@ def _verifier(secret: str) -> Webhook:
     return found
 
 
+TOLERANCE_S = 5 * 60
+"""`standardwebhooks`' window: a timestamp more than this off the clock is refused."""
+
+
+def _check(webhook: Webhook, body: bytes, headers: dict[str, str]) -> None:
+    """`webhook.verify(body, headers, json_parse=False)`, its steps one for one but without
+    its datetimes and its sign-then-decode round trip (about two thirds of its CPU): for a
+    timestamp of plain ASCII digits; any other goes to the package. Raises what it raises."""
+    stamp = headers.get("webhook-timestamp")
+    if not stamp or not (stamp.isascii() and stamp.isdigit()):
+        webhook.verify(body, headers, json_parse=False)
+        return
+    data = body.decode()
+    msg_id = headers.get("webhook-id")
+    passed = headers.get("webhook-signature")
+    if not (msg_id and passed):
+        raise WebhookVerificationError("Missing required headers")
+    at, now = int(stamp), time.time()
+    if at < now - TOLERANCE_S:
+        raise WebhookVerificationError("Message timestamp too old")
+    if at > now + TOLERANCE_S:
+        raise WebhookVerificationError("Message timestamp too new")
+    expected = hmac.digest(webhook._whsecret, f"{msg_id}.{at}.{data}".encode(), "sha256")
+    for versioned in passed.split(" "):
+        version, signature = versioned.split(",")
+        if version != "v1":
+            continue
+        if hmac.compare_digest(expected, base64.b64decode(signature)):
+            return
+    raise WebhookVerificationError("No matching signature found")
+
+
 def verify(endpoint: WebhookConfig, body: bytes, headers: dict[str, str]) -> None:
     """Raise 401 unless one of the endpoint's secrets signed this body, recently."""
     for secret in endpoint.secrets:
         try:
-            _verifier(secret).verify(body, headers, json_parse=False)
+            _check(_verifier(secret), body, headers)
             return
         except (WebhookVerificationError, ValueError, binascii.Error):
             continue
@@ -75,7 +111,50 @@ def verify(endpoint: WebhookConfig, body: bytes, headers: dict[str, str]) -> Non
     raise ApiError(401, "bad_signature", "the webhook signature is missing, wrong or too old")
 
 
+_REPLIES: dict[tuple[tuple[str, str], ...], WebhookReply] = {}
+_REPLIES_KEPT = 256
+_PLAIN = frozenset({"request_id", "outcome", "decided_by", "reason"})
+
+
+def _plain_reply(body: bytes) -> WebhookReply | None:
+    """A reply of text fields only (`{"request_id", "outcome", "decided_by"}`, what endpoints
+    send), from the same reply validated once before with another id: validating one was
+    about a sixth of the API's CPU per reply. None for anything else (the full path judges)."""
+    try:
+        given = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        return None
+    if type(given) is not dict or not given.keys() <= _PLAIN:
+        return None
+    request_id = given.pop("request_id", None)
+    if type(request_id) is not str or not 1 <= len(request_id) <= 200:
+        return None
+    if not request_id.isascii():
+        try:
+            request_id.encode()
+        except UnicodeEncodeError:
+            return None
+    if any(type(value) is not str for value in given.values()):
+        return None
+    key = tuple(sorted(given.items()))
+    template = _REPLIES.get(key)
+    if template is None:
+        try:
+            template = WebhookReply.model_validate({"request_id": "x", **given})
+        except ValueError:
+            return None
+        if len(_REPLIES) >= _REPLIES_KEPT:
+            _REPLIES.clear()
+        _REPLIES[key] = template
+    reply = template.__copy__()  # `model_copy(update=...)` would cost three times as much
+    reply.__dict__["request_id"] = request_id  # checked above as the field would check it
+    return reply
+
+
 def parse_reply(body: bytes) -> WebhookReply:
+    found = _plain_reply(body)
+    if found is not None:
+        return found
     try:  # the common, valid case in one pass; anything else gets the errors as before
         return WebhookReply.model_validate_json(body)
     except (ValueError, RecursionError):

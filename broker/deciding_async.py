@@ -24,7 +24,7 @@ from redis import Redis
 from redis import asyncio as aredis
 from redis.connection import Connection, UnixDomainSocketConnection
 from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import NoScriptError, ResponseError
+from redis.exceptions import NoScriptError
 
 from broker.auth import EVERY_ROLE, Principal
 from broker.connection import COUNT_ENV, RoundTrips
@@ -32,9 +32,9 @@ from broker.deciding import Decided, Deciding, person_of
 from broker.models import Decision, Outcome, Request
 from broker.printable import printable
 from broker.quorum import is_approval
+from broker.redis_wire import Wire
 from broker.request_hash import parse_flat
 from broker.scripts import sha_of, source
-from broker.text import as_str
 
 HOT = (Outcome.approved, Outcome.modified, Outcome.rejected)
 """Outcomes judged in one step; an answer (its schema) and an escalation (its chain, its
@@ -50,16 +50,18 @@ one per loop iteration (each batch holds its connection until its replies are re
 
 
 class Connections:
-    """Calls to one Redis on redis.asyncio connections, the calls of one loop tick sent together.
+    """Calls to one Redis on lean asyncio connections, the calls of one loop tick sent together.
 
     Each call is packed and queued; once per loop iteration the queue goes out on one idle
-    connection as one write (a pipeline of independent commands, not a transaction), and the
-    replies are read in order. Under load many decisions share a write and a read: in a py-spy
-    profile the socket calls that wake Redis were a third of the API's CPU, and redis-py's
-    per-command layers (pool lock, retry wrapper, encoder) another sixth. At most
+    connection as one write (a pipeline of independent commands, not a transaction), and each
+    reply goes to its call's future as it is parsed (`broker.redis_wire.Wire`). Under load many
+    decisions share a write and a read: in a py-spy profile the socket calls that wake Redis
+    were a third of the API's CPU, and redis-py's per-command layers (pool lock, retry wrapper,
+    encoder, a stream reader and a timeout per reply) much of the rest. At most
     `max_connections` are open: a batch finding none idle waits for one. A connection that
     fails fails the calls on it and is dropped; timeouts are the sync client's. `aclose`
     closes every connection, busy ones too (their calls fail), and fails what still waits.
+    `cls` says which kind the sync client's are (a Unix socket's kwargs name its `path`).
     """
 
     def __init__(
@@ -72,9 +74,9 @@ class Connections:
     ) -> None:
         self._cls, self._kwargs, self._sent = cls, kwargs, sent
         self._max = max_connections
-        self._idle: list[aredis.Connection] = []
-        self._open: set[aredis.Connection] = set()
-        self._waiting: deque[asyncio.Future[aredis.Connection]] = deque()
+        self._idle: list[Wire] = []
+        self._open: set[Wire] = set()
+        self._waiting: deque[asyncio.Future[Wire]] = deque()
         self._queue: list[tuple[bytes, asyncio.Future[Any]]] = []
         self._batches: set[asyncio.Task[None]] = set()
         self._closed = False
@@ -104,14 +106,17 @@ class Connections:
         self._batches.add(task)
         task.add_done_callback(self._batches.discard)
 
-    async def _acquire(self) -> aredis.Connection:
+    async def _acquire(self) -> Wire:
         if self._closed:  # a batch flushed after aclose: nothing goes out any more
             raise _closed_error()
-        if self._idle:
-            return self._idle.pop()
+        while self._idle:
+            conn = self._idle.pop()
+            if conn.usable:
+                return conn
+            self._open.discard(conn)  # Redis closed it while it was idle: never reused
         if len(self._open) < self._max:
             return self._new_connection()
-        waiter: asyncio.Future[aredis.Connection] = asyncio.get_running_loop().create_future()
+        waiter: asyncio.Future[Wire] = asyncio.get_running_loop().create_future()
         self._waiting.append(waiter)
         try:
             return await waiter
@@ -120,14 +125,14 @@ class Connections:
                 self._release(waiter.result())  # handed over as we were cancelled: pass it on
             raise
 
-    def _new_connection(self) -> aredis.Connection:
+    def _new_connection(self) -> Wire:
         """A connection counted as open (it connects on first use)."""
-        conn = self._cls(**self._kwargs)
+        conn = Wire(**self._kwargs)
         self._open.add(conn)
         self.opened += 1
         return conn
 
-    def _release(self, conn: aredis.Connection | None) -> None:
+    def _release(self, conn: Wire | None) -> None:
         """Hand `conn` to the next waiting batch, or keep it idle; None: it was dropped, so a
         waiting batch may open a new one."""
         while self._waiting:
@@ -140,36 +145,22 @@ class Connections:
             self._idle.append(conn)
 
     async def _send(self, batch: list[tuple[bytes, asyncio.Future[Any]]]) -> None:
-        done = 0
-        conn: aredis.Connection | None = None
+        conn: Wire | None = None
         try:
             conn = await self._acquire()
-            if not conn.is_connected:
+            if not conn.is_connected and conn.usable:  # new: it connects on first use
                 await conn.connect()
             if self._sent is not None:
                 self._sent()
-            await conn.send_packed_command([packed for packed, _ in batch], check_health=False)
-            for _, future in batch:
-                try:
-                    reply: Any = await conn.read_response()
-                except ResponseError as exc:  # an error reply: the connection is fine
-                    reply = exc
-                done += 1
-                if future.done():  # its caller went away; the reply is read all the same
-                    continue
-                if isinstance(reply, ResponseError):
-                    future.set_exception(reply)
-                else:
-                    future.set_result(reply)
+            await conn.send([packed for packed, _ in batch], [future for _, future in batch])
         except BaseException as exc:
-            for _, future in batch[done:]:
+            error = exc if isinstance(exc, Exception) else RedisConnectionError("closed")
+            for _, future in batch:
                 if not future.done():
-                    future.set_exception(
-                        exc if isinstance(exc, Exception) else RedisConnectionError("closed")
-                    )
+                    future.set_exception(error)
             if conn is not None:
                 self._open.discard(conn)
-                await conn.disconnect()
+                conn.close()
                 if not self._closed:
                     self._release(None)
             if not isinstance(exc, Exception):
@@ -177,7 +168,7 @@ class Connections:
             return
         if self._closed:
             self._open.discard(conn)
-            await conn.disconnect()
+            conn.close()
         else:
             self._release(conn)
 
@@ -199,7 +190,7 @@ class Connections:
             await asyncio.gather(*batches, return_exceptions=True)
         idle, self._idle = self._idle, []
         for conn in [*idle, *self._open]:
-            await conn.disconnect()
+            conn.close()
         self._open.clear()
 
 
@@ -327,4 +318,4 @@ class AsyncDeciding:
         except NoScriptError:  # a new or flushed Redis: load it (nothing ran) and call again
             await client.call("SCRIPT", "LOAD", source("decide"))
             reply = await client.call("EVALSHA", self._sha, len(keys), *keys, argv)
-        return [as_str(x) if isinstance(x, bytes) else x for x in reply]
+        return reply  # type: ignore[no-any-return]  # decoded as as_str does (broker.redis_wire)
