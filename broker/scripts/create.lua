@@ -181,7 +181,7 @@ for _, q in ipairs(variants) do
     tally('pending:' .. q.queue, q.waiting)
     if not trimmed[q.stream] then
       trimmed[q.stream] = true
-      redis.call('XTRIM', q.stream, 'MAXLEN', '~', A.maxlen)
+      redis.call('XTRIM', q.stream, 'MAXLEN', '~', A.maxlen, 'LIMIT', 0)  -- 0: no cap on entries evicted (the default, 100 nodes, would let a step of over 10,000 leave its stream past maxlen)
     end
   end
 end
