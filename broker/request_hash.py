@@ -28,7 +28,7 @@ from broker.models import (
     from_timestamp,
 )
 from broker.rules.matching import suggested_rules as suggest
-from broker.text import as_str_dict
+from broker.text import as_str_dict, json_loads
 
 JSON_FIELDS = (
     "args",
@@ -44,7 +44,6 @@ INTERNAL_FIELDS = ("deadlines",)  # kept by the Lua steps, not part of `Request`
 
 
 _FIELDS = tuple(Request.model_fields)
-_FIELD_SET = frozenset(_FIELDS)
 _ALL_SET = set(_FIELDS)
 """The `model_fields_set` of every Request built here (all fields are set): one set shared by
 all of them, as pydantic only ever adds a field's name to it (a no-op here) and copies it for
@@ -230,7 +229,7 @@ def encode(
 
 
 _PENDING = Status.pending.value
-_UNLIKE_JSON = (b"e+", b"e-", b"0.0000")  # checked in `canonical_args`
+_UNLIKE_JSON = (b"e+", b"e-", b"0.0000")  # checked in `_canonical`
 """Where a number orjson writes may differ from `json`'s: exponent forms, and below 1e-4
 (`json` writes `1e-05` where orjson writes `0.00001`). Also found in some strings (`"one-"`):
 those are written by `json`, only slower."""
@@ -251,8 +250,8 @@ def _canonical(args: Any) -> tuple[str, str, Any]:
         out = orjson.dumps(args, option=orjson.OPT_SORT_KEYS)
     except TypeError:  # orjson.JSONEncodeError is one: a type or an integer it refuses
         out = None
-    if out is not None and b"e+" not in out and b"e-" not in out and b"0.0000" not in out:
-        decoded = orjson.loads(out)
+    if out is not None and not any(unlike in out for unlike in _UNLIKE_JSON):
+        decoded = _loads(out)
         if decoded == args:
             return out.decode(), hashlib.sha256(out).hexdigest(), decoded
     text = canonical_json(args)
@@ -353,12 +352,9 @@ def _json(value: Any) -> str:
     return to_json(value).decode()
 
 
-def _loads(text: str) -> Any:
-    """A fresh copy of stored JSON (orjson, or json for what it refuses: integers past 64 bits)."""
-    try:
-        return orjson.loads(text)
-    except orjson.JSONDecodeError:
-        return json.loads(text)
+def _loads(text: str | bytes) -> Any:
+    """A fresh copy of stored JSON (`broker.text.json_loads`: exact for integers past 64 bits)."""
+    return json_loads(text if type(text) is str else text.decode())
 
 
 _SCALARS = frozenset({str, int, float, bool, type(None)})

@@ -24,6 +24,7 @@ from pydantic_core import to_json
 from broker.models import KINDS, Decision, HistoryEntry, Outcome, Request, Status, Vote
 from broker.models import from_timestamp as _from_timestamp
 from broker.rules.matching import suggested_rules as _suggest
+from broker.text import json_loads
 
 Values = dict[str, Any]
 
@@ -112,7 +113,7 @@ def _values(f: dict[str, str]) -> Values:
         "args_hash": f["args_hash"],
         "kind": kind,
         "prompt": get("prompt", ""),
-        "data": orjson.loads(f["data"]) if get("data") else None,
+        "data": json_loads(f["data"]) if get("data") else None,
         "metadata": _json(get("metadata"), dict, {}),
         "queue": get("queue", "default"),
         "allowed_roles": roles,
@@ -120,7 +121,7 @@ def _values(f: dict[str, str]) -> Values:
         "created_at": _from_timestamp(float(f["created_at"])),
         "expires_at": _from_timestamp(float(f["expires_at"])),
         "status": status,
-        "decision": _decision(orjson.loads(decision)) if decision else None,
+        "decision": _decision(json_loads(decision)) if decision else None,
         "history": [_entry(e) for e in history],
         "suggested_rules": rules,
         "escalations": _int(get("escalations"), 0),
@@ -138,7 +139,7 @@ def _json(text: str | None, kind: type, default: Any) -> Any:
     """Stored JSON text of the top-level type `kind`; missing or empty is the default."""
     if not text:
         return default
-    value = orjson.loads(text)
+    value = json_loads(text)
     if type(value) is not kind:
         raise _Unusual
     return value

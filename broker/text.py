@@ -6,8 +6,15 @@ else must not crash the reader (it is reported, or dead-lettered, as what it is)
 
 from __future__ import annotations
 
+import json
+import re
 from collections.abc import Mapping
-from typing import overload
+from typing import Any, overload
+
+import orjson
+
+_MAYBE_PAST_64_BITS = re.compile(r"\d{19}")
+"""A run of 19 digits: an integer that may be past 64 bits, which orjson reads as a float."""
 
 
 @overload
@@ -30,3 +37,14 @@ def as_str_dict(raw: Mapping[bytes, bytes] | Mapping[str, str] | None) -> dict[s
         return {k.decode("utf-8", "replace"): v.decode("utf-8", "replace") for k, v in raw.items()}  # type: ignore[union-attr]
     except AttributeError:  # already text (or mixed)
         return {as_str(k): as_str(v) for k, v in raw.items()}
+
+
+def json_loads(text: str) -> Any:
+    """Stored JSON, decoded by orjson; by `json` where orjson refuses it or might read an
+    integer past 64 bits as a float (any run of 19 digits, in a number or not: slower, exact)."""
+    if _MAYBE_PAST_64_BITS.search(text) is None:
+        try:
+            return orjson.loads(text)
+        except orjson.JSONDecodeError:
+            pass
+    return json.loads(text)

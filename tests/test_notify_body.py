@@ -234,3 +234,20 @@ def test_a_hash_missing_a_required_field_is_left_to_the_model(shapes_broker: Bro
 
 def test_the_keys_are_the_models_in_its_order() -> None:
     assert ORDER == (*Request.model_fields, "approvals_by_args")
+
+
+BIG = {"n": 2**70, "low": -(2**63) - 1, "edge": 2**64 - 1, "text": "order 12345678901234567890"}
+
+
+def test_integers_past_64_bits_read_back_exact_everywhere(shapes_broker: Broker) -> None:
+    # orjson reads them as floats: a reader, the API and the webhook body must show the integer
+    made = shapes_broker.create_request(NewRequest(tool_name="t", args=BIG, metadata={"m": 10**30}))
+    assert made.args == BIG and type(made.args["n"]) is int
+    stored = shapes_broker.get_request(made.id)
+    assert stored.args == BIG and type(stored.args["low"]) is int
+    assert stored.metadata == {"m": 10**30}
+    fields = fields_of(shapes_broker, made.id)
+    values = request_values(fields)
+    body = request_json(values) if values is not None else None
+    assert body == parse_request(fields).model_dump_json().encode()
+    assert b'"n":1180591620717411303424' in body and b"e+" not in body
