@@ -21,7 +21,6 @@ from typing import Any
 
 from hiredis import pack_command
 from redis import Redis
-from redis import asyncio as aredis
 from redis.connection import Connection, UnixDomainSocketConnection
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import NoScriptError
@@ -61,18 +60,17 @@ class Connections:
     `max_connections` are open: a batch finding none idle waits for one. A connection that
     fails fails the calls on it and is dropped; timeouts are the sync client's. `aclose`
     closes every connection, busy ones too (their calls fail), and fails what still waits.
-    `cls` says which kind the sync client's are (a Unix socket's kwargs name its `path`).
+    A Unix socket's `kwargs` name its `path`, TCP's `host` and `port`.
     """
 
     def __init__(
         self,
-        cls: type[aredis.Connection],
         kwargs: dict[str, Any],
         sent: Any = None,
         *,
         max_connections: int = MAX_CONNECTIONS,
     ) -> None:
-        self._cls, self._kwargs, self._sent = cls, kwargs, sent
+        self._kwargs, self._sent = kwargs, sent
         self._max = max_connections
         self._idle: list[Wire] = []
         self._open: set[Wire] = set()
@@ -119,11 +117,15 @@ class Connections:
         waiter: asyncio.Future[Wire] = asyncio.get_running_loop().create_future()
         self._waiting.append(waiter)
         try:
-            return await waiter
+            conn = await waiter
         except BaseException:
             if waiter.done() and not waiter.cancelled() and waiter.exception() is None:
                 self._release(waiter.result())  # handed over as we were cancelled: pass it on
             raise
+        if conn.usable:
+            return conn
+        self._open.discard(conn)  # Redis closed it after it was handed over: a new one instead
+        return self._new_connection()
 
     def _new_connection(self) -> Wire:
         """A connection counted as open (it connects on first use)."""
@@ -206,15 +208,12 @@ def async_twin(redis: Any, sent: Any = None) -> Connections | None:
         return None
     pool = redis.connection_pool
     kwargs: dict[str, Any] = pool.connection_kwargs
-    classes = {
-        Connection: aredis.Connection,
-        UnixDomainSocketConnection: aredis.UnixDomainSocketConnection,
-    }
-    cls = classes.get(pool.connection_class)
-    if cls is None or kwargs.get("credential_provider") is not None:
+    if pool.connection_class not in (Connection, UnixDomainSocketConnection):
+        return None  # TLS, or a connection class of the user's own
+    if kwargs.get("credential_provider") is not None:
         return None
     picked = {k: kwargs[k] for k in (*_KWARGS, *_TIMEOUTS) if kwargs.get(k) is not None}
-    return Connections(cls, picked, sent)
+    return Connections(picked, sent)
 
 
 class AsyncDeciding:

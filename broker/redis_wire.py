@@ -21,6 +21,7 @@ from typing import Any
 import hiredis
 from redis._parsers.base import BaseParser
 from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 
@@ -74,8 +75,10 @@ class Wire(asyncio.Protocol):
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         try:
             await self._hello()
-        except BaseException:
+        except BaseException as exc:
             self.close()
+            if isinstance(exc, ResponseError):  # no HELLO, an ACL without it: unavailable (503)
+                raise RedisConnectionError(f"{self.where} refused the handshake: {exc}") from exc
             raise
 
     async def _hello(self) -> None:

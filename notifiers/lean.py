@@ -107,7 +107,8 @@ class LeanScript:
 
 def pack(commands: list[Command]) -> bytes:
     """The commands in the Redis protocol, as redis-py's `pack_commands` writes them (text as
-    UTF-8, numbers as their repr) in a quarter of its time; anything else is refused as there."""
+    UTF-8, numbers as their repr) in a quarter of its time; other types as its encoder takes or
+    refuses them (`_other`)."""
     out: list[bytes] = []
     for command in commands:
         out.append(b"*%d\r\n" % len(command))
@@ -118,9 +119,29 @@ def pack(commands: list[Command]) -> bytes:
             elif kind is int or kind is float:
                 arg = repr(arg).encode()
             elif kind is not bytes:
-                raise DataError(f"Invalid input of type: {kind.__name__!r}")
+                arg = _other(arg)
             out.append(b"$%d\r\n%s\r\n" % (len(arg), arg))
     return b"".join(out)
+
+
+def _other(arg: Any) -> bytes:
+    """What redis-py's `Encoder.encode` makes of anything but plain str/int/float/bytes, in its
+    order: a memoryview or bytes subclass as is, a bool refused, an int or float subclass by
+    its repr, a str subclass (a StrEnum) as UTF-8, anything else refused."""
+    if isinstance(arg, (bytes, memoryview)):
+        return bytes(arg)
+    if isinstance(arg, bool):
+        raise DataError(
+            "Invalid input of type: 'bool'. Convert to a bytes, string, int or float first."
+        )
+    if isinstance(arg, (int, float)):
+        return repr(arg).encode()
+    if isinstance(arg, str):
+        return arg.encode()
+    raise DataError(
+        f"Invalid input of type: {type(arg).__name__!r}. "
+        "Convert to a bytes, string, int or float first."
+    )
 
 
 def as_mapping(reply: Any) -> dict[Any, Any]:

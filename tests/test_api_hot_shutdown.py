@@ -103,7 +103,7 @@ def test_hot_connections_are_closed_at_shutdown(api_broker: Broker, cfg: Config)
 def _connections(redis: Redis, cap: int) -> Connections:
     given = redis.connection_pool.connection_kwargs
     kwargs = {k: given[k] for k in ("host", "port", "password") if given.get(k) is not None}
-    return Connections(aredis.Connection, kwargs, max_connections=cap)
+    return Connections(kwargs, max_connections=cap)
 
 
 def test_a_busy_connection_is_closed_by_aclose(redis: Redis) -> None:

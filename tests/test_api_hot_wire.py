@@ -13,7 +13,6 @@ from typing import Any
 
 import pytest
 from redis import Redis
-from redis import asyncio as aredis
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import NoScriptError, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
@@ -38,7 +37,7 @@ def test_replies_come_back_in_order_decoded_and_errors_as_redis_py_raises_them(
     redis.set("t:wire:bytes", b"ok \xff")
 
     async def scenario() -> list[Any]:
-        conns = Connections(aredis.Connection, kwargs_of(redis))
+        conns = Connections(kwargs_of(redis))
         calls = [
             conns.call("SET", "t:wire:a", "1"),
             conns.call("GET", "t:wire:a"),
@@ -65,7 +64,7 @@ def test_the_handshake_names_the_client_and_selects_the_database(redis: Redis) -
     db = 3 if redis.connection_pool.connection_kwargs.get("db") != 3 else 4
 
     async def scenario() -> tuple[Any, Any]:
-        conns = Connections(aredis.Connection, kwargs_of(redis, db=db, client_name="hot-wire"))
+        conns = Connections(kwargs_of(redis, db=db, client_name="hot-wire"))
         name = await conns.call("CLIENT", "GETNAME")
         await conns.call("SET", "t:wire:db", "in 3")
         await conns.aclose()
@@ -102,7 +101,7 @@ async def _ping_db(conns: Connections) -> int:
 
 def test_a_wrong_password_fails_the_call_as_a_connection_error(redis: Redis) -> None:
     async def scenario() -> BaseException | None:
-        conns = Connections(aredis.Connection, kwargs_of(redis, password="wrong-password"))
+        conns = Connections(kwargs_of(redis, password="wrong-password"))
         try:
             await conns.call("PING")
         except Exception as exc:  # noqa: BLE001 - what it failed with
@@ -114,7 +113,25 @@ def test_a_wrong_password_fails_the_call_as_a_connection_error(redis: Redis) -> 
     failure = run(scenario())
     if failure is None:
         pytest.skip("this Redis takes any password (none is set)")
-    assert isinstance(failure, RedisConnectionError | ResponseError)
+    assert isinstance(failure, RedisConnectionError)
+
+
+def test_a_handshake_redis_refuses_is_a_connection_error_not_a_500(redis: Redis) -> None:
+    # an error reply to the handshake (here SELECT of a database Redis doesn't have; a Redis
+    # without HELLO alike): the API must answer 503 (unavailable), not an internal error
+    async def scenario() -> BaseException | None:
+        conns = Connections(kwargs_of(redis, db=99_999))
+        try:
+            await conns.call("PING")
+        except Exception as exc:  # noqa: BLE001 - what it failed with
+            return exc
+        finally:
+            await conns.aclose()
+        return None
+
+    failure = run(scenario())
+    assert isinstance(failure, RedisConnectionError), repr(failure)
+    assert "refused the handshake" in str(failure)
 
 
 def test_an_unreachable_redis_is_a_connection_error_and_the_next_call_tries_again() -> None:
@@ -123,7 +140,7 @@ def test_an_unreachable_redis_is_a_connection_error_and_the_next_call_tries_agai
         port = probe.getsockname()[1]  # nobody listens here once closed
 
     async def scenario() -> tuple[BaseException | None, int]:
-        conns = Connections(aredis.Connection, {"host": "127.0.0.1", "port": port})
+        conns = Connections({"host": "127.0.0.1", "port": port})
         failures = []
         for _ in range(2):
             try:
@@ -143,7 +160,7 @@ def test_a_reply_slower_than_the_socket_timeout_fails_and_drops_the_connection(
     redis: Redis,
 ) -> None:
     async def scenario() -> tuple[BaseException | None, float, Any, int]:
-        conns = Connections(aredis.Connection, kwargs_of(redis, socket_timeout=0.3))
+        conns = Connections(kwargs_of(redis, socket_timeout=0.3))
         loop = asyncio.get_running_loop()
         started = loop.time()
         try:
@@ -165,7 +182,7 @@ def test_a_reply_slower_than_the_socket_timeout_fails_and_drops_the_connection(
 
 def test_a_slow_reply_within_the_timeout_is_not_cut(redis: Redis) -> None:
     async def scenario() -> Any:
-        conns = Connections(aredis.Connection, kwargs_of(redis, socket_timeout=2.0))
+        conns = Connections(kwargs_of(redis, socket_timeout=2.0))
         reply = await conns.call("BLPOP", "t:wire:empty", 0.3)
         await conns.aclose()
         return reply
@@ -180,7 +197,7 @@ def _kill(redis: Redis, name: str) -> None:
 
 def test_a_connection_the_server_drops_mid_call_fails_that_call(redis: Redis) -> None:
     async def scenario() -> BaseException | None:
-        conns = Connections(aredis.Connection, kwargs_of(redis, client_name="hot-wire-kill"))
+        conns = Connections(kwargs_of(redis, client_name="hot-wire-kill"))
         call = asyncio.ensure_future(conns.call("BLPOP", "t:wire:killed", 5))
         loop = asyncio.get_running_loop()
         deadline = loop.time() + 5
@@ -203,7 +220,7 @@ def test_a_connection_the_server_drops_mid_call_fails_that_call(redis: Redis) ->
 
 def test_a_connection_dropped_while_idle_is_not_used_again(redis: Redis) -> None:
     async def scenario() -> tuple[Any, int]:
-        conns = Connections(aredis.Connection, kwargs_of(redis, client_name="hot-wire-idle"))
+        conns = Connections(kwargs_of(redis, client_name="hot-wire-idle"))
         await conns.call("PING")
         _kill(redis, "hot-wire-idle")
         loop = asyncio.get_running_loop()
@@ -217,3 +234,32 @@ def test_a_connection_dropped_while_idle_is_not_used_again(redis: Redis) -> None
         return again, opened
 
     assert run(scenario()) == ("PONG", 2)
+
+
+def test_callers_cancelled_mid_batch_leave_every_other_reply_to_its_own_caller(
+    redis: Redis,
+) -> None:
+    # a cancelled caller's reply is still read off the connection, and dropped: the replies
+    # after it must not shift onto the next callers (that would hand one decision another's)
+    async def scenario() -> tuple[dict[int, Any], list[Any], int]:
+        conns = Connections(kwargs_of(redis), max_connections=2)
+        tasks = {i: asyncio.ensure_future(conns.call("ECHO", f"reply-{i}")) for i in range(300)}
+        await asyncio.sleep(0)  # the batch is packed and written; now cancel a third of them
+        for i in range(0, 300, 3):
+            tasks[i].cancel()
+        results = await asyncio.gather(*tasks.values(), return_exceptions=True)
+        done = dict(zip(tasks, results, strict=True))
+        after = [await conns.call("ECHO", f"after-{i}") for i in range(5)]
+        opened = conns.opened
+        await conns.aclose()
+        return done, after, opened
+
+    done, after, opened = run(scenario())
+    for i, result in done.items():
+        if i % 3 == 0:
+            assert isinstance(result, asyncio.CancelledError) or result == f"reply-{i}"
+        else:
+            assert result == f"reply-{i}", (i, result)
+    assert any(isinstance(r, asyncio.CancelledError) for r in done.values())  # mid-batch
+    assert after == [f"after-{i}" for i in range(5)]
+    assert opened <= 2
