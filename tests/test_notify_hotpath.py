@@ -4,6 +4,7 @@ the poster used), the body's head (`json.dumps`)."""
 
 from __future__ import annotations
 
+import enum
 import json
 import re
 from datetime import UTC, datetime
@@ -62,6 +63,14 @@ def test_signatures_are_the_packages_byte_for_byte() -> None:
             assert Signer(secret).sign("msg_1", int(now.timestamp()), body.encode()) == expected
 
 
+class Kind(enum.StrEnum):
+    QUEUE = "queue:é"
+
+
+class Level(enum.IntEnum):
+    HIGH = 3
+
+
 def test_commands_are_packed_as_redis_py_packs_them() -> None:
     conn = Redis().connection_pool.make_connection()
     commands = [
@@ -70,7 +79,11 @@ def test_commands_are_packed_as_redis_py_packs_them() -> None:
         ("XACK", "s", "notifiers", "1-0", "2-0"),
     ]
     assert pack(commands) == b"".join(conn.pack_commands(commands))
-    for bad in (None, True, [1]):
+    odd = [("SET", Kind.QUEUE, Level.HIGH, memoryview(b"view"))]
+    assert pack(odd) == b"".join(conn.pack_commands(odd))  # subclasses as its encoder takes them
+    for bad in (None, True, [1], bytearray(b"array")):
+        with pytest.raises(DataError):
+            conn.pack_commands([("SET", "k", bad)])
         with pytest.raises(DataError):
             pack([("SET", "k", bad)])
 
