@@ -107,8 +107,9 @@ class LeanScript:
 
 def pack(commands: list[Command]) -> bytes:
     """The commands in the Redis protocol, as redis-py's `pack_commands` writes them (text as
-    UTF-8, numbers as their repr) in a quarter of its time; other types as its encoder takes or
-    refuses them (`_other`)."""
+    UTF-8, numbers as their repr) in a quarter of its time. Only plain str, int, float and bytes
+    are taken (every caller passes those): redis-py also takes some of their subclasses, and
+    writes them differently with hiredis than without, so a subclass is refused here."""
     out: list[bytes] = []
     for command in commands:
         out.append(b"*%d\r\n" % len(command))
@@ -119,29 +120,11 @@ def pack(commands: list[Command]) -> bytes:
             elif kind is int or kind is float:
                 arg = repr(arg).encode()
             elif kind is not bytes:
-                arg = _other(arg)
+                raise DataError(
+                    f"Invalid input of type: {kind.__name__!r} (plain str, int, float or bytes)"
+                )
             out.append(b"$%d\r\n%s\r\n" % (len(arg), arg))
     return b"".join(out)
-
-
-def _other(arg: Any) -> bytes:
-    """What redis-py's `Encoder.encode` makes of anything but plain str/int/float/bytes, in its
-    order: a memoryview or bytes subclass as is, a bool refused, an int or float subclass by
-    its repr, a str subclass (a StrEnum) as UTF-8, anything else refused."""
-    if isinstance(arg, (bytes, memoryview)):
-        return bytes(arg)
-    if isinstance(arg, bool):
-        raise DataError(
-            "Invalid input of type: 'bool'. Convert to a bytes, string, int or float first."
-        )
-    if isinstance(arg, (int, float)):
-        return repr(arg).encode()
-    if isinstance(arg, str):
-        return arg.encode()
-    raise DataError(
-        f"Invalid input of type: {type(arg).__name__!r}. "
-        "Convert to a bytes, string, int or float first."
-    )
 
 
 def as_mapping(reply: Any) -> dict[Any, Any]:

@@ -79,12 +79,8 @@ def test_commands_are_packed_as_redis_py_packs_them() -> None:
         ("XACK", "s", "notifiers", "1-0", "2-0"),
     ]
     assert pack(commands) == b"".join(conn.pack_commands(commands))
-    odd = [("SET", Kind.QUEUE, Level.HIGH, memoryview(b"view"))]
-    assert pack(odd) == b"".join(conn.pack_commands(odd))  # subclasses as its encoder takes them
-    for bad in (None, True, [1], bytearray(b"array")):
-        with pytest.raises(DataError):
-            conn.pack_commands([("SET", "k", bad)])
-        with pytest.raises(DataError):
+    for bad in (None, True, [1], bytearray(b"array"), Kind.QUEUE, Level.HIGH):
+        with pytest.raises(DataError):  # subclasses too: redis-py writes them two ways
             pack([("SET", "k", bad)])
 
 
