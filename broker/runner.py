@@ -24,6 +24,7 @@ import logging
 import os
 import time
 import warnings
+import weakref
 from collections.abc import Coroutine
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
@@ -148,23 +149,25 @@ def _json_messages(messages: list[ModelMessage]) -> list[Any]:
     return json.loads(ModelMessagesTypeAdapter.dump_json(messages))
 
 
+_LOOPS: weakref.WeakSet[asyncio.AbstractEventLoop] = weakref.WeakSet()
+"""Every loop `_event_loop` made, in any thread of this process."""
 _INHERITED_LOOPS: list[asyncio.AbstractEventLoop] = []
-"""In a forked child, the loop the parent's thread had: held so the child never collects it."""
+"""In a forked child, the loops the parent had made: held so the child never collects them."""
 
 
 def _forget_parent_loop() -> None:
     """In a forked child (an RQ work horse), never reuse the parent's loop: its selector and
     self-pipe are shared with the parent.
 
-    Nor let it be garbage-collected here: closing it (as a collected loop does) unregisters
-    its self-pipe from the epoll instance the child shares with the parent, and the parent's
-    loop would no longer wake for `call_soon_threadsafe` (a tool's worker thread reporting
-    back), so the parent's next agent run would hang.
+    Nor let any loop the parent made be garbage-collected here: closing one (as a collected
+    loop does) unregisters its self-pipe from the epoll instance the child shares with the
+    parent, and that loop would no longer wake for `call_soon_threadsafe` (a tool's worker
+    thread reporting back), so the parent's next agent run on it would hang. The loops of the
+    parent's other threads count too: those threads don't exist here, and what held their
+    loops (a thread-local) may be gone.
     """
     with contextlib.suppress(Exception):
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", DeprecationWarning)
-            _INHERITED_LOOPS.append(asyncio.get_event_loop_policy().get_event_loop())
+        _INHERITED_LOOPS.extend(_LOOPS)
     with contextlib.suppress(Exception):
         asyncio.set_event_loop(None)
 
@@ -183,6 +186,7 @@ def _event_loop() -> asyncio.AbstractEventLoop:
     if loop is None or loop.is_closed():
         loop = asyncio.new_event_loop()
         asyncio.set_event_loop(loop)
+    _LOOPS.add(loop)
     return loop
 
 

@@ -59,6 +59,35 @@ def test_a_forked_child_collecting_garbage_leaves_the_parents_loop_awake() -> No
     assert after, "the parent's loop no longer hears call_soon_threadsafe"
 
 
+def test_a_forked_child_leaves_the_loops_of_the_parents_other_threads_awake() -> None:
+    forked, exit_codes = threading.Event(), []
+
+    def other_thread() -> tuple[bool, bool]:
+        assert _run_sync(asyncio.sleep(0, result=True))  # its loop, held by a thread-local only
+        before = _wakes(_event_loop())
+        ready.set()
+        forked.wait(WAKE_TIMEOUT_S)
+        return before, _wakes(_event_loop())
+
+    ready = threading.Event()
+    out: list[tuple[bool, bool]] = []
+    thread = threading.Thread(target=lambda: out.append(other_thread()))
+    thread.start()
+    assert ready.wait(WAKE_TIMEOUT_S)
+    pid = os.fork()  # from this thread: the other one doesn't exist in the child
+    if pid == 0:
+        try:
+            gc.collect()
+        finally:
+            os._exit(0)
+    _, status = os.waitpid(pid, 0)
+    exit_codes.append(os.waitstatus_to_exitcode(status))
+    forked.set()
+    thread.join(WAKE_TIMEOUT_S + 10)
+    assert exit_codes == [0]
+    assert out == [(True, True)], "the other thread's loop no longer hears call_soon_threadsafe"
+
+
 def test_the_child_gets_a_loop_of_its_own() -> None:
     parent = _event_loop()
     read, write = os.pipe()
