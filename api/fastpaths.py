@@ -9,8 +9,10 @@ with the same functions the routes call (the decision service, `broker.auth`'s t
 token, another content type) is handed on untouched, body included, to the FastAPI route, so
 its 401s and 422s stay the route's own and /openapi.json still describes what answers.
 
-It sits inside `BodyLimit` (the 1 MiB cap is checked first) and never answers a request the
-route would refuse.
+It is called from `api.hotfront.HotFront`, in front of every ASGI layer: the front hands it only
+a request whose declared Content-Length is within the 1 MiB cap (a chunked or larger one goes
+through the stack, where `BodyLimit` answers 413), and it never answers a request the route
+would refuse.
 """
 
 from __future__ import annotations
@@ -228,7 +230,8 @@ def _principal(state: ApiState, scope: Scope) -> Principal | None:
 
 
 async def _read_body(receive: Receive) -> tuple[bytes, list[Message]]:
-    """The whole body (BodyLimit has capped it), and the messages to replay it from."""
+    """The whole body (within the cap: `HotFront` took only a declared length under it), and
+    the messages to replay it from."""
     messages: list[Message] = []
     chunks: list[bytes] = []
     while True:

@@ -206,6 +206,7 @@ def latency(
     n = int(rate * seconds)
     cpu_before = {p.name: p.cpu_s() for p in procs}
     redis_before = _redis_cpu(broker.redis)
+    own_before = sum(os.times()[:2])  # this process creates the requests here
     created: dict[str, float] = {}
     start = time.perf_counter() + 0.2
     for i in range(n):
@@ -219,6 +220,7 @@ def latency(
     wait_queue_length(broker.redis, queue_key, n, timeout)
     cpu = {p.name: p.cpu_s() - cpu_before[p.name] for p in procs}
     cpu["redis"] = _redis_cpu(broker.redis) - redis_before
+    cpu["bench (this process)"] = sum(os.times()[:2]) - own_before
     times = get_json(f"{receiver_url}/times")["requested"]
     missing = [rid for rid in created if rid not in times]
     if missing:
