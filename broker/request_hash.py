@@ -90,33 +90,26 @@ class Encoded:
         NewRequest, and the structured ones are its own, as read back from what was stored.
         The first request made from it takes those decoded while encoding; the next ones
         (copies of one NewRequest) copy a template decoded once."""
-        template = self._template
-        if template is None:
-            first = self._first
-            if first is not None:
-                self._first = None
-                values = self._values(first)
-                values["id"] = request_id
-                values["tool_call_id"] = tool_call_id
-                values["created_by"] = created_by
-                values["created_at"] = created_at
-                values["expires_at"] = expires_at
-                values["allowed_roles"] = list(allowed_roles)
-                return _installed(values)
-            structured = self._decoded()
-            template = self._template = self._values(structured)
-            self._fresh = tuple((name, _copier(value)) for name, value in structured.items())
-        values = template.copy()
+        template, first = self._template, self._first
+        if first is not None:
+            self._first = None
+            values = self._values(first)
+        else:
+            if template is None:
+                structured = self._decoded()
+                template = self._template = self._values(structured)
+                self._fresh = tuple((name, _copier(value)) for name, value in structured.items())
+            values = template.copy()
+            values["history"] = []
+            values["approvals"] = []
+            for name, fresh in self._fresh:
+                values[name] = fresh()
         values["id"] = request_id
         values["tool_call_id"] = tool_call_id
         values["created_by"] = created_by
         values["created_at"] = created_at
         values["expires_at"] = expires_at
         values["allowed_roles"] = list(allowed_roles)
-        values["history"] = []
-        values["approvals"] = []
-        for name, fresh in self._fresh:
-            values[name] = fresh()
         return _installed(values)
 
     def _decoded(self) -> dict[str, Any]:

@@ -99,9 +99,11 @@ async def _ping_db(conns: Connections) -> int:
     return int(info.split(" db=", 1)[1].split(" ", 1)[0])
 
 
-def test_a_wrong_password_fails_the_call_as_a_connection_error(redis: Redis) -> None:
+def ping_failure(kwargs: dict[str, Any]) -> BaseException | None:
+    """What a PING over fresh connections with `kwargs` failed with (None: it didn't)."""
+
     async def scenario() -> BaseException | None:
-        conns = Connections(kwargs_of(redis, password="wrong-password"))
+        conns = Connections(kwargs)
         try:
             await conns.call("PING")
         except Exception as exc:  # noqa: BLE001 - what it failed with
@@ -110,7 +112,11 @@ def test_a_wrong_password_fails_the_call_as_a_connection_error(redis: Redis) -> 
             await conns.aclose()
         return None
 
-    failure = run(scenario())
+    return run(scenario())
+
+
+def test_a_wrong_password_fails_the_call_as_a_connection_error(redis: Redis) -> None:
+    failure = ping_failure(kwargs_of(redis, password="wrong-password"))
     if failure is None:
         pytest.skip("this Redis takes any password (none is set)")
     assert isinstance(failure, RedisConnectionError)
@@ -119,17 +125,7 @@ def test_a_wrong_password_fails_the_call_as_a_connection_error(redis: Redis) -> 
 def test_a_handshake_redis_refuses_is_a_connection_error_not_a_500(redis: Redis) -> None:
     # an error reply to the handshake (here SELECT of a database Redis doesn't have; a Redis
     # without HELLO alike): the API must answer 503 (unavailable), not an internal error
-    async def scenario() -> BaseException | None:
-        conns = Connections(kwargs_of(redis, db=99_999))
-        try:
-            await conns.call("PING")
-        except Exception as exc:  # noqa: BLE001 - what it failed with
-            return exc
-        finally:
-            await conns.aclose()
-        return None
-
-    failure = run(scenario())
+    failure = ping_failure(kwargs_of(redis, db=99_999))
     assert isinstance(failure, RedisConnectionError), repr(failure)
     assert "refused the handshake" in str(failure)
 
