@@ -3,7 +3,7 @@ Requests of copies of one NewRequest are built from one template yet each has it
 structured values; a standalone approval's suggested rules are the ones a reader derives
 (also when the caller's args are in another order than the stored ones); a request's id is
 found in its key (a non-ASCII prefix or run id too) and a taken one is named; each stream is
-trimmed to its maxlen once per step, however large the step."""
+trimmed to its maxlen, however large the step."""
 
 from __future__ import annotations
 
@@ -126,8 +126,8 @@ def test_ids_read_from_keys_with_a_non_ascii_prefix_and_run_id(
 def test_each_stream_stays_within_its_maxlen_after_steps_larger_than_one_trims_cap(
     broker: Broker,
 ) -> None:
-    # one trim evicts at most 100 nodes (10,000 entries) unless told otherwise: a step of
-    # 12,000 on a stream of maxlen 1,000 would leave it about 1,000 over
+    # one trim evicts at most 100 nodes (10,000 entries) by default: a step of 12,000 that
+    # trimmed only once would leave its stream of maxlen 1,000 about 1,000 over
     for _ in range(2):
         broker.create_requests([NewRequest(tool_name="t", args={"i": i}) for i in range(12_000)])
     lengths = [broker.redis.xlen(keys.stream("default")) for keys in broker.keys.parts()]
