@@ -234,12 +234,6 @@ def _read_head(conn: Connection) -> bytes:
         buf += _recv(conn)
 
 
-def _parse_head(head: bytes) -> tuple[int, str, dict[str, str]]:
-    """Status, version and `name: value` fields."""
-    status, version, rest = _status_line(head)
-    return status, version, _fields(rest)
-
-
 def _status_line(head: bytes) -> tuple[int, str, str]:
     """Status, version, and the rest of the head (its fields) as text."""
     line, _, rest = head.decode("latin-1").partition("\r\n")

@@ -20,7 +20,6 @@ import http.client
 import json
 import threading
 import time
-from datetime import UTC, datetime
 
 from standardwebhooks import Webhook
 
@@ -85,14 +84,14 @@ class Signer:
 
 
 def signature_headers(
-    msg_id: str, body: str, signers: list[Webhook], now: datetime | None = None
+    msg_id: str, body: bytes, signers: list[Signer], stamp: int | None = None
 ) -> dict[str, str]:
-    """The three Standard Webhooks headers, signed now with every secret."""
-    now = now or datetime.now(UTC)
+    """The three Standard Webhooks headers, signed now (or at `stamp`) with every secret."""
+    stamp = int(time.time()) if stamp is None else stamp
     return {
         "webhook-id": msg_id,
-        "webhook-timestamp": str(int(now.timestamp())),
-        "webhook-signature": " ".join(s.sign(msg_id, now, body) for s in signers),
+        "webhook-timestamp": str(stamp),
+        "webhook-signature": " ".join(s.sign(msg_id, stamp, body) for s in signers),
     }
 
 
@@ -149,13 +148,10 @@ class WebhookChannel(Channel):
             raw = body.encode() if body is not None else entry_body(task.entry)
             task.scratch["raw"] = raw
         msg_id = task.event.webhook_id(self.name)
-        stamp = int(time.time())
-        headers = {  # as `signature_headers` gives them, signed over the bytes
+        headers = {
             "content-type": "application/json",
             "user-agent": USER_AGENT,
-            "webhook-id": msg_id,
-            "webhook-timestamp": str(stamp),
-            "webhook-signature": " ".join(s.sign(msg_id, stamp, raw) for s in self.signers),
+            **signature_headers(msg_id, raw, self.signers),
         }
         try:
             response = self.poster.post(raw, headers)

@@ -34,7 +34,7 @@ from notifiers.retry import (
 from notifiers.slack import claim_stale_s, slack_client
 from notifiers.slack_blocks import render
 from notifiers.tasks import InflightEntry, Task
-from notifiers.webhook import signature_headers, webhook_body
+from notifiers.webhook import Signer, signature_headers, webhook_body
 from tests.backends import (  # noqa: F401 - redis, broker, api_broker on both backends
     on_backend,
     on_backend_api_broker,
@@ -145,7 +145,7 @@ def test_tasks_waiting_out_one_pause_wake_at_different_times(redis: Redis) -> No
 
 def test_signature_verifies_with_standardwebhooks_for_every_secret_in_force() -> None:
     body = '{"type":"approval.requested"}'
-    headers = signature_headers("msg_1", body, [Webhook(SECRET), Webhook(OLD_SECRET)])
+    headers = signature_headers("msg_1", body.encode(), [Signer(SECRET), Signer(OLD_SECRET)])
     assert headers["webhook-id"] == "msg_1"
     assert len(headers["webhook-signature"].split(" ")) == 2
     assert all(s.startswith("v1,") for s in headers["webhook-signature"].split(" "))

@@ -16,7 +16,7 @@ from redis.exceptions import DataError
 from standardwebhooks import Webhook
 
 from notifiers.events import EVENT_TYPES, parse_entry
-from notifiers.http_post import _field, _parse_head
+from notifiers.http_post import _field, _fields, _status_line
 from notifiers.lean import pack
 from notifiers.webhook import Signer, _head
 from tests.fakes.harness import SECRET
@@ -47,8 +47,8 @@ def old_parse_head(head: bytes) -> tuple[int, str, dict[str, str]]:
     ],
 )
 def test_reply_heads_read_as_the_regex_read_them(head: bytes) -> None:
-    assert _parse_head(head) == old_parse_head(head)
-    rest = head.decode("latin-1").partition("\r\n")[2]
+    status, version, rest = _status_line(head)  # as the poster reads a reply's head
+    assert (status, version, _fields(rest)) == old_parse_head(head)
     low = "\n" + rest.lower()
     names = ["connection", "content-length", "transfer-encoding", "retry-after", "x-a", "dup"]
     for name in names + ["empty", "no colon here", "x-\xe9", "content", "x"]:
