@@ -102,6 +102,7 @@ class Creating:
         self.cluster = isinstance(store.redis, RedisCluster)
         self._agents: dict[str, str] = {}  # run id -> agent (a run's agent never changes)
         self._keys: dict[tuple[Any, ...], ScriptKeys] = {}
+        self._copy = True  # copies of a request written by COPY, until Redis refuses it once
 
     def prepare(
         self, run_id: str | None, round_no: int, news: Iterable[NewRequest]
@@ -146,7 +147,9 @@ class Creating:
             raise RulesBusy(f"create kept finding its rules changed: {result!r}")
         if result[0] == "duplicate":
             raise InvalidInput(f"request {result[1]} already exists", code="duplicate")
-        if result[0] != "ok":
+        if result[0] == "ok_whole":  # COPY refused (an ACL without +copy): whole hashes from now
+            self._copy = False
+        elif result[0] != "ok":
             return str(result[0]), []
         if verdicts and self.cluster:
             self.rules.count_hits(v for v in verdicts.values())
@@ -291,6 +294,8 @@ class Creating:
         }
         if rules:
             values["rules"] = rules
+        if self._copy:
+            values["copy"] = 1
         if run_id:
             values["run_id"] = run_id
         if not self.cluster:

@@ -10,6 +10,7 @@ its default. That is most of a pending request's memory.
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import json
 from collections.abc import Callable, Iterable, Mapping
@@ -356,15 +357,19 @@ _SCALARS = frozenset({str, int, float, bool, type(None)})
 def _copier(value: Any) -> Callable[[], Any]:
     """How each request gets its own copy of a structured value: the value itself when
     immutable, a copy of it when one level holds only immutable scalars (a list of such
-    objects: each copied), else a fresh decode of its JSON text (nested values)."""
+    objects: each copied), else a fresh decode of its JSON text (nested values; a deep copy
+    where it holds an integer past 64 bits)."""
     if type(value) in _SCALARS:
         return lambda: value
     if type(value) in (dict, list) and _flat(value.values() if type(value) is dict else value):
         return value.copy
     if type(value) is list and all(type(x) is dict and _flat(x.values()) for x in value):
         return lambda: [item.copy() for item in value]
-    text = orjson.dumps(value)
-    return lambda: _loads(text)
+    try:
+        text = orjson.dumps(value)
+    except TypeError:  # an integer past 64 bits, which orjson neither writes nor reads exactly
+        return lambda: copy.deepcopy(value)
+    return lambda: orjson.loads(text)  # orjson wrote it: no integer it would read as a float
 
 
 def _flat(items: Iterable[Any]) -> bool:

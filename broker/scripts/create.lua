@@ -8,7 +8,8 @@
 -- A (ARGV[1]): maxlen, round, run_id, retention; version: the rules' version the caller matched
 --   with ('' for none; absent: not checked here, as on a cluster); rules = {[position] = {id,
 --   effect, status, decision (JSON text), entry (JSON text)}} for requests a rule decides;
---   v = the batch's variants, a list of {timeout_s, queue, creator ('' for none)}.
+--   v = the batch's variants, a list of {timeout_s, queue, creator ('' for none)}; copy = 1:
+--   a request of a shape already written is made by COPY (below).
 -- The hash fields are sent column-wise (`broker.request_hash.encode` made them, never decoded
 -- here): ARGV[2] = t, then t values (name, value pairs) every request of the call shares; then
 -- s, the shapes: each a variant (1-based index into A.v), n, and the n names of the fields its
@@ -20,7 +21,7 @@
 -- rule (here on a single Redis; on a cluster the caller counts it in the rules' own slot).
 -- When every call of a round is so decided, the resume goes to the outbox in this step.
 -- Returns {'ok', created_at, decided_at (ISO text, when a rule decided one; else ''), expires_at of
--- each variant...}, {'exists'} when this run's round
+-- each variant...} ('ok_whole' for 'ok' when COPY was refused), {'exists'} when this run's round
 -- was already registered (a retried job), {'duplicate', id} when an id is taken,
 -- {'rules_changed', version} when the rules changed since the caller matched, or
 -- {'rule_changed', rule_id} when a chosen rule was revoked, expired or removed meanwhile
@@ -108,8 +109,15 @@ for si, sh in ipairs(shape_args) do
     cmd[base + 2 * j + 1] = ARGV[sh.names + j]
     cmd[base + 2 * j + 2] = false
   end
-  shapes[si] = {q = q, cmd = cmd, base = base, n = sh.n}
+  shapes[si] = {q = q, cmd = cmd, base = base, n = sh.n, own = {'HSET', false, 'id', false}}
+  for j = 0, sh.n - 1 do shapes[si].own[5 + 2 * j] = ARGV[sh.names + j] end
 end
+-- A request of a shape already written (and not decided by a rule) is a COPY of that hash with
+-- its id and own values set: Redis duplicates the hash's encoding in one go instead of building
+-- it field by field, and the AOF gets two short commands instead of the whole field list. When
+-- COPY is refused (an ACL without +copy), every request of the call is written whole instead and
+-- the reply says so ('ok_whole'), so the caller stops asking.
+local copying = A.copy == 1
 local one = #shapes == 1 and shapes[1]
 pos = first
 local i, ni, nx = 0, 0, 0  -- ni: entries in `listed`, nx: in `expiring`
@@ -122,13 +130,35 @@ for r = req_at, #KEYS do
   end
   local rkey = KEYS[r]
   local id = string.sub(rkey, cut + 1)
-  local cmd, base, q = s.cmd, s.base, s.q
-  cmd[2], cmd[4] = rkey, id
-  for j = 1, s.n do
-    cmd[base + 2 * j] = ARGV[pos]
-    pos = pos + 1
+  local q = s.q
+  local rule = any_rule and rules[tostring(i)]
+  local copied = false
+  if copying and s.src then
+    local done = redis.pcall('COPY', s.src, rkey)
+    if done == 1 then
+      local own = s.own
+      own[2], own[4] = rkey, id
+      for j = 1, s.n do
+        own[4 + 2 * j] = ARGV[pos]
+        pos = pos + 1
+      end
+      redis.call(unpack(own))
+      copied = true
+    else
+      copying = false
+      out[1] = 'ok_whole'
+    end
   end
-  redis.call(unpack(cmd))
+  if not copied then
+    local cmd, base = s.cmd, s.base
+    cmd[2], cmd[4] = rkey, id
+    for j = 1, s.n do
+      cmd[base + 2 * j] = ARGV[pos]
+      pos = pos + 1
+    end
+    redis.call(unpack(cmd))
+    if not rule then s.src = rkey end  -- a pristine hash of this shape: the next ones copy it
+  end
   local queue, expires = q.queue, q.expires
   listed[ni + 1] = created; listed[ni + 2] = id; ni = ni + 2
   local t = q.in_queue
@@ -144,7 +174,6 @@ for r = req_at, #KEYS do
     of_run[k + 1] = created; of_run[k + 2] = id
     redis.call('RPUSH', round_key, id)
   end
-  local rule = any_rule and rules[tostring(i)]
   if rule then
     local at = {{'decided_at', iso(now)}}
     redis.call('HSET', rkey, 'status', rule.status, 'decision', with_fields(rule.decision, at))
