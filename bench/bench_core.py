@@ -13,6 +13,8 @@ the speed of the step. Run: `uv run python bench/bench_core.py [--n 20000]`.
 from __future__ import annotations
 
 import argparse
+import gc
+import statistics
 import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -53,6 +55,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--n", type=int, default=20_000, help="requests per measurement")
     parser.add_argument("--threads", type=int, default=4)
+    parser.add_argument("--rounds", type=int, default=9, help="interleaved rounds (below)")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp, EmbeddedRedis(tmp) as server:
         redis = Redis.from_url(server.url, max_connections=64)
@@ -116,6 +119,7 @@ def main() -> None:
             f" {mixed / beside:3.0%} of the ceiling beside it) {meter.cpu}",
             flush=True,
         )
+        interleaved(redis, broker, meter, args, new)
         per_request = (mem_after - mem_before) / args.n
         print(
             f"Redis memory per pending request: {per_request:10,.0f} bytes (hash, expiry and index entries, stream entry)"
@@ -128,6 +132,55 @@ def main() -> None:
             lambda i: broker.decide(ids[i], decision, decided_by="bench"),
         )
         print(f"decisions/s, {args.threads} threads        : {decided:10,.0f}        {meter.cpu}")
+
+
+def interleaved(redis: Redis, broker: Broker, meter: Meter, args, new: NewRequest) -> None:
+    """Batched creates as a share of the ceiling measured right before and right after them,
+    over `--rounds` short rounds: each round's share is taken at one machine speed, and the
+    median of the rounds is the figure (the single measurements above drift with the machine,
+    whose speed moves by a third within seconds). Every batch is made before the first round
+    and this process's heap is then frozen (`gc.freeze`), so that neither the ceiling's client
+    nor the creating threads spend their time collecting garbage over what the bench holds;
+    the Requests each create returns are dropped at once, as a caller that needs their ids."""
+    n = max(100, args.n // 4 // 100 * 100)
+    copies = [[new] * 100] * (n // 100)
+    distinct = [
+        [
+            [
+                new.model_copy(update={"args": {**new.args, "order_id": f"I-{k}-{b}-{i}"}})
+                for i in range(100)
+            ]
+            for b in range(n // 100)
+        ]
+        for k in range(args.rounds)
+    ]
+    gc.collect()
+    gc.freeze()
+    shares: dict[str, list[float]] = {"copies": [], "distinct": []}
+    for k in range(args.rounds):
+        for kind, batches in (("copies", copies), ("distinct", distinct[k])):
+            before = raw_xadd_per_s(redis, n)
+            rate = meter.timed(
+                n // 100,
+                args.threads,
+                lambda b, batches=batches: len(broker.create_requests(batches[b])),
+                ops=n,
+            )
+            after = raw_xadd_per_s(redis, n)
+            shares[kind].append(rate / ((before + after) / 2))
+            print(
+                f"  round {k} {kind:8}: {rate:7,.0f}/s between ceilings of {before:,.0f} and"
+                f" {after:,.0f}/s  {meter.cpu}",
+                flush=True,
+            )
+    gc.unfreeze()
+    for kind, values in shares.items():
+        ordered = sorted(values)
+        print(
+            f"interleaved {kind:8}, {args.rounds} rounds : {statistics.median(values):4.0%} of the"
+            f" ceiling beside each (median; {ordered[0]:.0%}-{ordered[-1]:.0%})",
+            flush=True,
+        )
 
 
 if __name__ == "__main__":
