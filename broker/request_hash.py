@@ -245,7 +245,7 @@ def _canonical(args: Any) -> tuple[str, str, Any]:
     except TypeError:  # orjson.JSONEncodeError is one: a type or an integer it refuses
         out = None
     if out is not None and not any(unlike in out for unlike in _UNLIKE_JSON):
-        decoded = _loads(out)
+        decoded = orjson.loads(out)  # orjson wrote it: no integer it would read as a float
         if decoded == args:
             return out.decode(), hashlib.sha256(out).hexdigest(), decoded
     text = canonical_json(args)
