@@ -7,8 +7,6 @@ come back exact."""
 
 from __future__ import annotations
 
-import secrets
-import shlex
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -18,11 +16,10 @@ from redis import Redis
 from broker.client import Broker
 from broker.config import parse_config
 from broker.models import NewRequest, Request
-from broker.redis_server import EmbeddedRedis
 from broker.rules import parse_body
+from tests.acl_user import readme_user
 from tests.backends import on_backend  # noqa: F401 - redis on both backends
 
-README = Path(__file__).resolve().parent.parent / "README.md"
 CONFIG = {"queues": {"default": {}, "other": {"timeout_s": 60}}}
 PER_REQUEST = {b"id", b"tool_call_id", b"created_at", b"expires_at"}
 
@@ -161,15 +158,8 @@ def test_copies_with_an_integer_past_64_bits_come_back_exact(
 def no_copy_url(tmp_path: Path) -> Iterator[tuple[Redis, str]]:
     """An embedded Redis with the README's user but refused COPY; yields an admin client
     and that user's URL."""
-    with EmbeddedRedis(tmp_path / "redis") as server:
-        password = secrets.token_hex(16)
-        [line] = [ln for ln in README.read_text().splitlines() if ln.startswith("ACL SETUSER ")]
-        words = [password.join(w.split("PASSWORD")) for w in shlex.split(line)]
-        admin = Redis.from_url(server.url)
-        admin.execute_command(*words, "-copy")
-        admin.acl_log_reset()
-        yield admin, f"redis://approval-broker:{password}@127.0.0.1:{server.port}/0"
-        admin.close()
+    with readme_user(tmp_path / "redis", "-copy") as (_, admin, url):
+        yield admin, url
 
 
 def test_a_user_refused_copy_gets_every_request_written_whole(

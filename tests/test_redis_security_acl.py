@@ -10,7 +10,6 @@ from __future__ import annotations
 import os
 import re
 import secrets
-import shlex
 import signal
 import subprocess
 import sys
@@ -25,30 +24,18 @@ from redis.exceptions import NoPermissionError
 
 from broker.links import SECRET_ENV
 from broker.redis_server import EmbeddedRedis, free_port
+from tests.acl_user import readme_user
 from tests.conftest import wait_for
 from tests.fakes.smtp import SmtpSink
 
-README = Path(__file__).resolve().parent.parent / "README.md"
 ADMIN = "ab_test-admin-token-for-the-acl-fleet"
-
-
-def readme_acl() -> list[str]:
-    """The `ACL SETUSER approval-broker ...` line of the README, as words."""
-    [line] = [ln for ln in README.read_text().splitlines() if ln.startswith("ACL SETUSER ")]
-    return shlex.split(line)
 
 
 @pytest.fixture
 def acl_redis(tmp_path: Path) -> Iterator[tuple[EmbeddedRedis, str]]:
     """An embedded Redis with the README's user; yields it and that user's URL."""
-    with EmbeddedRedis(tmp_path / "redis") as server:
-        password = secrets.token_hex(16)
-        words = [password.join(w.split("PASSWORD")) for w in readme_acl()]
-        admin = Redis.from_url(server.url)
-        assert admin.execute_command(*words) in (b"OK", "OK", True)
-        admin.acl_log_reset()
-        yield server, f"redis://approval-broker:{password}@127.0.0.1:{server.port}/0"
-        admin.close()
+    with readme_user(tmp_path / "redis") as (server, _, url):
+        yield server, url
 
 
 def test_the_acl_user_is_refused_what_the_broker_never_needs(
