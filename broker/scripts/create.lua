@@ -105,12 +105,13 @@ for si, sh in ipairs(shape_args) do
   local q = variants[sh.variant]
   local cmd = {unpack(q.cmd)}
   local base = #cmd
+  local own = {'HSET', false, 'id', false}  -- a copy's command: its id and own values
   for j = 0, sh.n - 1 do
-    cmd[base + 2 * j + 1] = ARGV[sh.names + j]
-    cmd[base + 2 * j + 2] = false
+    local name = ARGV[sh.names + j]
+    cmd[base + 2 * j + 1], cmd[base + 2 * j + 2] = name, false
+    own[5 + 2 * j], own[6 + 2 * j] = name, false
   end
-  shapes[si] = {q = q, cmd = cmd, base = base, n = sh.n, own = {'HSET', false, 'id', false}}
-  for j = 0, sh.n - 1 do shapes[si].own[5 + 2 * j] = ARGV[sh.names + j] end
+  shapes[si] = {q = q, cmd = cmd, base = base, n = sh.n, own = own}
 end
 -- A request of a shape already written (and not decided by a rule) is a COPY of that hash with
 -- its id and own values set: Redis duplicates the hash's encoding in one go instead of building
