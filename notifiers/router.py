@@ -24,7 +24,7 @@ from notifiers.events import (
     parse_entry,
 )
 from notifiers.inflight import Inflight
-from notifiers.lean import LeanRedis
+from notifiers.lean import LeanRedis, as_mapping
 from notifiers.results import DeliveryResult, ResultKind
 from notifiers.stored import StoredRequest
 from notifiers.tasks import InflightEntry, Task
@@ -179,14 +179,15 @@ class Router:
 
 
 def _text_fields(reply: Any) -> dict[str, str]:
-    """An HGETALL reply (RESP2's flat list, RESP3's map) as text, in one pass."""
-    if isinstance(reply, dict):
-        return as_str_dict(reply)
-    pairs = iter(reply)
-    try:
-        return {
-            k.decode("utf-8", "replace"): v.decode("utf-8", "replace")
-            for k, v in zip(pairs, pairs, strict=True)
-        }
-    except AttributeError:  # already text
-        return as_str_dict(dict(zip(reply[::2], reply[1::2], strict=True)))
+    """An HGETALL reply (RESP2's flat list, RESP3's map) as text: a flat list of bytes in one
+    pass, anything else by `as_mapping` and `as_str_dict`."""
+    if not isinstance(reply, dict):
+        pairs = iter(reply)
+        try:
+            return {
+                k.decode("utf-8", "replace"): v.decode("utf-8", "replace")
+                for k, v in zip(pairs, pairs, strict=True)
+            }
+        except AttributeError:  # already text
+            pass
+    return as_str_dict(as_mapping(reply))
