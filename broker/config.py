@@ -22,6 +22,14 @@ DEFAULT_QUEUE = "default"
 DEFAULT_TIMEOUT_S = 600.0
 DEFAULT_ACK_TIMEOUT_S = 900.0
 CHANNEL_KINDS = ("inbox", "webhook", "slack", "email")
+WEBHOOK_EVENT_TYPES = (
+    "approval.requested",
+    "approval.decided",
+    "approval.escalated",
+    "approval.timed_out",
+    "approval.voted",
+)
+"""The event types a webhook endpoint is sent (`notifiers.events`; an ack is Slack's only)."""
 MIN_ADMIN_TOKEN_CHARS = 24
 
 
@@ -88,6 +96,23 @@ class WebhookConfig(_Section):
     backoff_s: Annotated[float, Field(gt=0)] = 0.5
     max_backoff_s: Annotated[float, Field(gt=0)] = 60.0
     timeout_s: Annotated[float, Field(gt=0)] = 10.0
+    events: list[str] | None = None
+    """The event types this endpoint is sent, whatever routed them (its queues' channels, a
+    request's callback); None: every type. A deciding endpoint needs `approval.requested` only."""
+
+    @field_validator("events")
+    @classmethod
+    def _known_events(cls, value: list[str] | None) -> list[str] | None:
+        if value is None:
+            return None
+        if not value:
+            raise ValueError("names no event type (leave `events` out to be sent every type)")
+        unknown = [name for name in value if name not in WEBHOOK_EVENT_TYPES]
+        if unknown:
+            raise ValueError(
+                f"unknown event type {unknown[0]!r} (expected some of {', '.join(WEBHOOK_EVENT_TYPES)})"
+            )
+        return list(dict.fromkeys(value))
 
     @field_validator("secret")
     @classmethod

@@ -118,6 +118,11 @@ class WebhookChannel(Channel):
         self._local = threading.local()
         self._posters: list[Poster] = []
         self._posters_lock = threading.Lock()
+        self._events = frozenset(config.events) if config.events is not None else None
+
+    def wants(self, event: Event) -> bool:
+        """Every event type unless the endpoint's `events` names the ones it is sent."""
+        return self._events is None or event.type in self._events
 
     @property
     def poster(self) -> Poster:

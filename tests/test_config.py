@@ -128,6 +128,18 @@ def test_no_config_means_one_inbox_queue():
             {"webhooks": {"w": {"url": "http://x", "secret": []}}},
             "webhooks.w.secret: must start with 'whsec_'",
         ),
+        (
+            {
+                "webhooks": {
+                    "w": {"url": "http://x", "secret": OPS_SECRET, "events": ["approval.acked"]}
+                }
+            },
+            "webhooks.w.events: unknown event type 'approval.acked'",
+        ),
+        (
+            {"webhooks": {"w": {"url": "http://x", "secret": OPS_SECRET, "events": []}}},
+            "webhooks.w.events: names no event type",
+        ),
     ],
 )
 def test_bad_config_is_refused_naming_the_key(raw, message):

@@ -591,6 +591,46 @@ def test_callback_webhook_gets_the_outcome(redis: Redis, receiver: WebhookReceiv
     assert got == {("approval.decided", decided.id), ("approval.timed_out", timed_out.id)}
 
 
+def test_a_webhook_is_sent_only_the_event_types_it_names(
+    redis: Redis, receiver: WebhookReceiver
+) -> None:
+    """`events` filters every delivery to an endpoint (its queues' and a callback's); an entry
+    none of its channels wants is acknowledged with nothing sent and nothing dead-lettered."""
+    broker = hook_broker(
+        redis,
+        {
+            "deciding": webhook(receiver.url("/deciding"), events=["approval.requested"]),
+            "audit": webhook(receiver.url("/audit")),
+            "outcomes": webhook(receiver.url("/outcomes"), events=["approval.timed_out"]),
+        },
+        ["webhook:deciding", "webhook:audit"],
+    )
+    with running(broker):
+        decided = broker.create_request(refund(callback="outcomes"))
+        broker.decide(decided.id, Decision(outcome=Outcome.approved), decided_by="alice")
+        timed_out = broker.create_request(refund(callback="outcomes", timeout_s=0.01))
+        wait_for(lambda: broker.sweep())
+        wait_for(lambda: len(receiver.accepted("/audit")) == 4)
+        wait_for(lambda: settled(broker))
+
+    def got(path: str) -> list[tuple[str, str]]:
+        return sorted((d.payload["type"], d.payload["data"]["id"]) for d in receiver.to(path))
+
+    assert got("/deciding") == sorted(
+        [("approval.requested", decided.id), ("approval.requested", timed_out.id)]
+    )
+    assert got("/audit") == sorted(
+        [
+            ("approval.requested", decided.id),
+            ("approval.decided", decided.id),
+            ("approval.requested", timed_out.id),
+            ("approval.timed_out", timed_out.id),
+        ]
+    )
+    assert got("/outcomes") == [("approval.timed_out", timed_out.id)]
+    assert broker.dead_letters() == []
+
+
 # ---- the loop ---------------------------------------------------------------------------
 
 

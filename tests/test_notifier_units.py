@@ -16,11 +16,11 @@ from standardwebhooks import Webhook, WebhookVerificationError
 
 from broker import slack_ids
 from broker.client import Broker
-from broker.config import SlackConfig, parse_config
+from broker.config import WEBHOOK_EVENT_TYPES, SlackConfig, parse_config
 from broker.models import Decision, HistoryEntry, Outcome, Request, Status, args_hash
 from notifiers.base import Channel
 from notifiers.dispatch import Dispatcher
-from notifiers.events import ESCALATED, REQUESTED, MalformedEntry, parse_entry
+from notifiers.events import ACKED, ESCALATED, EVENT_TYPES, REQUESTED, MalformedEntry, parse_entry
 from notifiers.mail import link_actions, parse_smtp_url
 from notifiers.mail_render import Link, render_mail
 from notifiers.parking import ParkedStore
@@ -338,3 +338,9 @@ def test_reject_modal_carries_the_request() -> None:
     view = slack_ids.reject_modal("req_9", "refund")
     assert view["callback_id"] == slack_ids.REJECT_CALLBACK
     assert view["private_metadata"] == "req_9"
+
+
+def test_the_config_knows_every_event_type_a_webhook_is_sent() -> None:
+    """`[webhooks.NAME] events` is checked against the types the notifier sends webhooks: every
+    event type but the ack (Slack's only)."""
+    assert set(WEBHOOK_EVENT_TYPES) == set(EVENT_TYPES) - {ACKED}
