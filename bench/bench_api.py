@@ -14,7 +14,7 @@ each with a few keep-alive HTTP/1.1 connections on asyncio streams, sending preb
 `--profile FILE` records the API process with py-spy (`--gil`) during the fast phase.
 
 Usage: uv run python bench/bench_api.py [--rate 100] [--seconds 10] [--burst 2000]
-       [--processes 2] [--connections 8] [--apis 2] [--webhook] [--profile api.svg]
+       [--processes 2] [--connections 32] [--apis 2] [--webhook] [--profile api.svg]
 
 `--apis N` starts N API processes (the API holds no state) and spreads the clients'
 connections over them; `--webhook` sends signed webhook replies in the fast phase instead of
@@ -77,6 +77,12 @@ APIS = 1
 them too, a second process cost more CPU per decision than it gained (quiet machine, 17:06:
 1 API 3,209 / 2,774 decisions/s at 0.23 / 0.25 ms each, 2 APIs 2,838 / 2,717 at 0.31 ms; README
 "Benchmarks"). bench_e2e runs two, where the receiver's replies come in from one loop."""
+CONNECTIONS = 32
+"""Keep-alive connections in all in the fast phase (`--connections`), so that it measures what
+the machine can carry rather than how long a decision takes: with 8 (the earlier default) the
+two cores sat partly idle (the `busy` line below) and the API read one or two requests per
+loop turn; 32 keep them busy and let the API batch its Redis calls (README "Benchmarks": 8
+and 32 connections, alternating runs)."""
 
 Result = tuple[str, float, float, int]  # request id, wall time sent, HTTP round trip, status
 
@@ -261,7 +267,7 @@ def steady(urls: list[str], redis: Redis, ids: list[str], rate: float) -> None:
 
 def burst(
     urls: list[str], redis: Redis, apis: list[subprocess.Popen[str]], counts: Path,
-    ids: list[str], opts: argparse.Namespace,
+    ids: list[str], opts: argparse.Namespace, resumer: subprocess.Popen[str],
 ) -> None:  # fmt: skip
     profiler = None
     if opts.profile:
@@ -273,6 +279,7 @@ def burst(
         time.sleep(1.0)
     pids = [api.pid for api in apis]
     cpu0 = [cpu_seconds(pid) for pid in pids]
+    resumer0 = cpu_seconds(resumer.pid)
     trips0, redis0 = sum(round_trips_of(pid, counts) for pid in pids), redis_cpu(redis)
     results, elapsed, client_s = decide_all(
         urls, ids, opts.processes, opts.connections, None, opts.webhook
@@ -280,6 +287,7 @@ def burst(
     cpus = [cpu_seconds(pid) - c for pid, c in zip(pids, cpu0, strict=True)]
     trips = sum(round_trips_of(pid, counts) for pid in pids) - trips0
     redis_s = redis_cpu(redis) - redis0
+    resumer_s = cpu_seconds(resumer.pid) - resumer0
     if profiler is not None:
         profiler.send_signal(2)  # SIGINT: py-spy writes its output and exits
         profiler.wait(30)
@@ -299,6 +307,13 @@ def burst(
     print(f"  API Redis round trips per decision: {trips / n:.2f}")
     print(f"  client processes' CPU per decision: {client_s / n * 1000:.3f} ms")
     print(f"  Redis CPU per decision: {redis_s / n * 1000:.3f} ms (the whole fleet's)")
+    print(f"  resumer CPU per decision: {resumer_s / n * 1000:.3f} ms")
+    used = cpu + resumer_s + redis_s + client_s
+    print(
+        f"  busy: {used / (elapsed * (os.cpu_count() or 1)):.0%} of the machine's"
+        f" {os.cpu_count()} CPUs (API, resumer, Redis and clients: {used / n * 1000:.3f} ms"
+        " per decision)"
+    )
 
 
 def main() -> None:
@@ -307,7 +322,9 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=10.0, help="length of the steady phase")
     parser.add_argument("--burst", type=int, default=2000, help="decisions in the fast phase")
     parser.add_argument("--processes", type=int, default=2, help="client processes, fast phase")
-    parser.add_argument("--connections", type=int, default=8, help="connections in all, fast")
+    parser.add_argument(
+        "--connections", type=int, default=CONNECTIONS, help="connections in all, fast phase"
+    )
     parser.add_argument("--clients", type=int, help=argparse.SUPPRESS)  # the old name
     parser.add_argument("--apis", type=int, default=APIS, help="API processes (stateless)")
     parser.add_argument(
@@ -328,7 +345,7 @@ def main() -> None:
             ids = make_rounds(broker, int(opts.rate * opts.seconds), "steady")
             steady(urls, redis, ids, opts.rate)
             ids = make_rounds(broker, opts.burst, "burst")
-            burst(urls, redis, apis, counts, ids, opts)
+            burst(urls, redis, apis, counts, ids, opts, resumer)
             print(f"machine: {os.cpu_count()} CPUs, {opts.apis} uvicorn process(es), embedded"
                   f" Redis, loopback; load average {os.getloadavg()[0]:.1f}")  # fmt: skip
         finally:

@@ -4,12 +4,15 @@
     uv run python bench/bench_e2e.py --layouts 1x1,1x2,2x1,2x2   # APIs x notifiers, a run each
     uv run python bench/bench_e2e.py --redis tcp                 # loopback TCP, not the socket
     uv run python bench/bench_e2e.py --layouts 2x2:unix,2x2:tcp  # both transports, a run each
+    uv run python bench/bench_e2e.py --events all                # approval.decided sent too
 
 Everything runs on this machine as separate processes: an embedded Redis (AOF on), `approval-
 broker api` (x2), `approval-broker notifier` (x2), `approval-broker resumer`, and a webhook
 receiver that verifies each delivery and approves it through the signed
 `/v1/webhooks/{name}/replies` of the API (bench/lean_receiver.py: one asyncio loop that
-also sends the replies; `--receiver threaded` for tests/fakes/deciding_receiver.py). A cycle is one
+also sends the replies; `--receiver threaded` for tests/fakes/deciding_receiver.py). Its
+endpoint is sent `approval.requested` only, what it decides on (`--events all`: every event
+type, `approval.decided` too, as before webhooks had `events`). A cycle is one
 round of one run with one request; it ends when the resumer has put the run's resume job on the
 RQ queue (no agent worker runs here: executing agents is the worker fleet's cost, not the
 broker's). Every process (this one too) talks to Redis over its Unix socket, as `approval-broker
@@ -59,6 +62,17 @@ from broker.runs import resume_job_id, run_queue  # noqa: E402
 
 SECRET = "whsec_" + base64.b64encode(b"bench-e2e-webhook-secret-0123456").decode()
 CLI = [sys.executable, "-m", "approval_broker"]
+REPLIES_IN_FLIGHT = 64
+"""Replies the receiver sends at once (`--receiver-threads`; the threaded receiver's threads).
+With 16 (the earlier default) the receiver, not the broker, set the pace: 16 replies in flight
+over a ~16 ms round trip is 1,000 cycles/s, whatever the broker could carry, and each API, the
+resumer and Redis got one or two calls per batch. With 64 the same cycles cost a third less CPU
+(README "Benchmarks": alternating runs, 16 vs 64)."""
+EVENTS = {"requested": 'events = ["approval.requested"]', "all": ""}
+"""The receiver's `[webhooks.bench] events` (`--events`). It decides, so by default it is sent
+what a deciding endpoint needs: each request as it comes (`approval.requested`), one delivery
+per cycle. `all` also sends it every `approval.decided`, as every run did before webhooks had `events`:
+two deliveries per cycle."""
 TARGET_CYCLES = 1000.0
 TARGET_P99_MS = 50.0
 TRANSPORTS = ("unix", "tcp")
@@ -283,6 +297,7 @@ roles = ["ops"]
 max_attempts = 20
 backoff_s = 0.05
 max_backoff_s = 1.0
+{EVENTS[opts.events]}
 """
             )
             env |= {
@@ -321,6 +336,8 @@ max_backoff_s = 1.0
         "cpus": os.cpu_count(),
         "redis": transport,
         "processes": {"api": apis, "notifier": notifiers, "resumer": opts.resumers},
+        "events": opts.events,
+        "replies_in_flight": opts.receiver_threads,
         "throughput": {**fast, "backlog_created_per_s": round(backlog_rate, 1)},
         "steady": steady,
         "raw_xadd_per_s": round(ceiling),
@@ -385,7 +402,18 @@ def main() -> None:
         default="unix",
         help="how every process reaches Redis: unix (its socket, as `up`'s roles) or tcp",
     )
-    parser.add_argument("--receiver-threads", type=int, default=16)
+    parser.add_argument(
+        "--receiver-threads",
+        type=int,
+        default=REPLIES_IN_FLIGHT,
+        help="replies the receiver has in flight at once (see REPLIES_IN_FLIGHT)",
+    )
+    parser.add_argument(
+        "--events",
+        choices=sorted(EVENTS),
+        default="requested",
+        help="what the receiver's endpoint is sent (see EVENTS)",
+    )
     parser.add_argument(
         "--receiver",
         choices=sorted(RECEIVERS),
@@ -408,7 +436,8 @@ def main() -> None:
     print(
         f"{os.cpu_count()} CPUs; {opts.apis} API, {opts.notifiers} notifier, {opts.resumers} "
         f"resumer process(es), Redis over {opts.redis}; receiver approves every request over "
-        "signed webhook replies"
+        f"signed webhook replies ({opts.receiver_threads} in flight); its endpoint is sent "
+        f"{opts.events} events"
     )
     print(
         f"throughput: {fast['cycles']} cycles (created -> delivered -> decided -> resume "

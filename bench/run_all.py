@@ -66,8 +66,11 @@ def number(pattern: str, text: str) -> float | None:
     return float(found.group(1).replace(",", "")) if found else None
 
 
-def run_bench(name: str, args: list[str], save: Path | None, timeout: float) -> str:
-    """Run bench/NAME with args; returns its stdout (stderr is kept in the saved copy)."""
+def run_bench(
+    name: str, args: list[str], save: Path | None, timeout: float, label: str | None = None
+) -> str:
+    """Run bench/NAME with args; returns its stdout (stderr is kept in the saved copy, named
+    `label` or NAME)."""
     command = [sys.executable, str(ROOT / "bench" / name), *args]
     print(f"running {' '.join(command[1:])} ...", file=sys.stderr, flush=True)
     started = time.monotonic()
@@ -81,7 +84,9 @@ def run_bench(name: str, args: list[str], save: Path | None, timeout: float) -> 
         err, code = f"timed out after {timeout:.0f} s", -1
     print(f"  ... {time.monotonic() - started:.0f} s, exit {code}", file=sys.stderr, flush=True)
     if save is not None:
-        (save / f"{name}.txt").write_text(f"$ {' '.join(command)}\n{out}\n--- stderr ---\n{err}")
+        (save / f"{label or name}.txt").write_text(
+            f"$ {' '.join(command)}\n{out}\n--- stderr ---\n{err}"
+        )
     if code != 0:
         print(f"  {name} failed: {(err or out).strip()[-500:]}", file=sys.stderr, flush=True)
     return out
@@ -229,7 +234,9 @@ def notify_rows(text: str) -> list[Row]:
     ]
 
 
-def api_rows(text: str) -> list[Row]:
+def api_rows(text: str, before: str) -> list[Row]:
+    """The decision figures; `before`: the fast phase again with 8 connections, as every run
+    before 32 became bench_api's default (a row of its own, without the target)."""
     return [
         row(
             "api: decision -> resume enqueued p50, 100 decisions/s",
@@ -243,12 +250,31 @@ def api_rows(text: str) -> list[Row]:
             below(10, "ms"),  # issue 18
         ),
         row(
-            "api: decisions/s over HTTP",
+            f"api: decisions/s over HTTP, {_connections(text)} connections",
             number(r"{N} decisions/s", text),
             "/s",
             at_least(2000, "/s"),  # issue 18
         ),
+        row(
+            f"api: the same, {_connections(before)} connections (the earlier default)",
+            number(r"{N} decisions/s", before),
+            "/s",
+        ),
+        *(
+            row(
+                f"api: the machine's CPUs busy in the fast phase, {_connections(t)} connections",
+                number(r"busy: {N}%", t),
+                "%",
+            )
+            for t in (text, before)
+        ),
     ]
+
+
+def _connections(text: str) -> str:
+    """How many keep-alive connections a bench_api fast phase had, as it printed them."""
+    found = re.search(r"(\d+) client processes x (\d+) keep-alive", text)
+    return str(int(found.group(1)) * int(found.group(2))) if found else "?"
 
 
 def rules_rows(text: str) -> list[Row]:
@@ -289,12 +315,18 @@ def remote_rows(text: str) -> list[Row]:
     return rows
 
 
-def e2e_rows(text: str, ceiling: float) -> list[Row]:
-    data = None
+def _e2e_json(text: str) -> dict[str, Any] | None:
     for line in reversed(text.strip().splitlines()):
         if line.startswith("{"):
-            data = json.loads(line)
-            break
+            return json.loads(line)  # type: ignore[no-any-return]
+    return None
+
+
+def e2e_rows(text: str, every_event: str, ceiling: float) -> list[Row]:
+    """The e2e figures; `every_event`: the throughput phase again as every run before this
+    pass measured it: the receiver's endpoint sent every event type (`--events all`, as before
+    webhooks had `events`) and 16 replies in flight (`--receiver-threads 16`)."""
+    data, before = _e2e_json(text), _e2e_json(every_event)
     if data is None:
         return [row("e2e: approval cycles/s", None, "/s", at_least(1000, "/s"))]
     fast, steady = data["throughput"], data["steady"]
@@ -303,10 +335,18 @@ def e2e_rows(text: str, ceiling: float) -> list[Row]:
     return [
         row(
             f"e2e: approval cycles/s, created -> delivered -> decided -> resume enqueued, "
-            f"Redis over {over} ({fast['cycles_per_s'] / ceiling:.1%} of the ceiling)",
+            f"Redis over {over}, the deciding endpoint sent `approval.requested`, "
+            f"{data.get('replies_in_flight', '?')} replies in flight "
+            f"({fast['cycles_per_s'] / ceiling:.1%} of the ceiling)",
             fast["cycles_per_s"],
             "/s",
             at_least(1000, "/s"),
+        ),
+        row(
+            "e2e: the same as measured before: the endpoint sent every event type "
+            "(`approval.decided` too: two deliveries per cycle), 16 replies in flight",
+            before["throughput"]["cycles_per_s"] if before else None,
+            "/s",
         ),
         redis_bound(fast),
         row(f"e2e: created -> webhook delivered p50 {at}", steady["delivered_p50_ms"], "ms"),
@@ -333,11 +373,14 @@ def redis_bound(fast: dict[str, Any]) -> Row:
 
 
 def e2e_cpu(text: str) -> str:
-    for line in reversed(text.strip().splitlines()):
-        if line.startswith("{"):
-            cpu = json.loads(line)["throughput"]["cpu_s"]
-            return ", ".join(f"{k} {v:.1f} s" for k, v in cpu.items())
-    return ""
+    data = _e2e_json(text)
+    if data is None:
+        return ""
+    fast = data["throughput"]
+    return ", ".join(
+        f"{k} {v:.1f} s ({v / fast['cycles'] * 1000:.2f} ms/cycle)"
+        for k, v in fast["cpu_s"].items()
+    )
 
 
 def main() -> None:
@@ -376,16 +419,31 @@ def main() -> None:
     started = time.monotonic()
     ceiling = raw_ceiling(20_000 if quick else 100_000)
     out = {name: run_bench(name, args, opts.save, opts.timeout) for name, args in benches.items()}
+    api_before = run_bench(
+        "bench_api.py",
+        ["--seconds", "2", "--burst", "300" if quick else "10000", "--connections", "8"],
+        opts.save,
+        opts.timeout,
+        "bench_api.py-8-connections",
+    )
+    e2e_before = run_bench(
+        "bench_e2e.py",
+        [*benches["bench_e2e.py"][:-2], "--seconds", "2", "--events", "all"]
+        + ["--receiver-threads", "16"],
+        opts.save,
+        opts.timeout,
+        "bench_e2e.py-every-event",
+    )
     rows = [
         Row("raw Redis ceiling: pipelined XADD/s, one client", ceiling, "/s"),
         *core_rows(out["bench_core.py"], ceiling),
         *sweep_rows(out["bench_sweep.py"]),
         *notify_rows(out["bench_notify.py"]),
         *reads_rows(out["bench_reads.py"]),
-        *api_rows(out["bench_api.py"]),
+        *api_rows(out["bench_api.py"], api_before),
         *rules_rows(out["bench_rules.py"]),
         *remote_rows(out["bench_remote.py"]),
-        *e2e_rows(out["bench_e2e.py"], ceiling),
+        *e2e_rows(out["bench_e2e.py"], e2e_before, ceiling),
     ]
 
     today = datetime.date.today().isoformat()
@@ -400,12 +458,13 @@ def main() -> None:
     print("|---|---|---|---|")
     for r in rows:
         print("| " + " | ".join(r.cells()) + " |")
-    cpu = e2e_cpu(out["bench_e2e.py"])
-    if cpu:
-        print(
-            f"\nCPU seconds per process in the e2e throughput phase (Redis over "
-            f"{TRANSPORT_NAMES[E2E_REDIS]}): {cpu}"
-        )
+    for what, text in (("", out["bench_e2e.py"]), (", as measured before", e2e_before)):
+        cpu = e2e_cpu(text)
+        if cpu:
+            print(
+                f"\nCPU seconds per process in the e2e throughput phase{what} (Redis over "
+                f"{TRANSPORT_NAMES[E2E_REDIS]}): {cpu}"
+            )
 
 
 if __name__ == "__main__":
