@@ -7,6 +7,7 @@ import json
 import logging
 import re
 import time
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -17,7 +18,7 @@ from approval_broker.cli import app
 from broker.client import Broker
 from broker.keys import NOTIFIER_GROUP
 from broker.links import read_link
-from broker.models import Decision, NewRequest, Outcome
+from broker.models import Decision, NewRequest, Outcome, Request
 from notifiers.events import parse_entry
 from notifiers.parking import Parked, ParkedStore
 from notifiers.retry import RETRY_AFTER_LIMIT_S
@@ -578,15 +579,26 @@ def test_410_disables_the_endpoint(redis: Redis, receiver: WebhookReceiver) -> N
     assert "410" in first and "disabled" in second
 
 
+def decided_and_timed_out(
+    broker: Broker, callback: str, delivered: Callable[[], bool]
+) -> tuple[Request, Request]:
+    """With a notifier running: one request with `callback` approved, one timed out, and every
+    entry handled once `delivered` holds."""
+    with running(broker):
+        decided = broker.create_request(refund(callback=callback))
+        broker.decide(decided.id, Decision(outcome=Outcome.approved), decided_by="alice")
+        timed_out = broker.create_request(refund(callback=callback, timeout_s=0.01))
+        wait_for(lambda: broker.sweep())
+        wait_for(delivered)
+        wait_for(lambda: settled(broker))
+    return decided, timed_out
+
+
 def test_callback_webhook_gets_the_outcome(redis: Redis, receiver: WebhookReceiver) -> None:
     broker = hook_broker(redis, {"cb": webhook(receiver.url("/cb"))}, ["inbox"])
-    with running(broker):
-        decided = broker.create_request(refund(callback="cb"))
-        broker.decide(decided.id, Decision(outcome=Outcome.approved), decided_by="alice")
-        timed_out = broker.create_request(refund(callback="cb", timeout_s=0.01))
-        wait_for(lambda: broker.sweep())
-        wait_for(lambda: len(receiver.accepted("/cb")) == 2)
-        wait_for(lambda: settled(broker))
+    decided, timed_out = decided_and_timed_out(
+        broker, "cb", lambda: len(receiver.accepted("/cb")) == 2
+    )
     got = {(d.payload["type"], d.payload["data"]["id"]) for d in receiver.accepted("/cb")}
     assert got == {("approval.decided", decided.id), ("approval.timed_out", timed_out.id)}
 
@@ -605,13 +617,9 @@ def test_a_webhook_is_sent_only_the_event_types_it_names(
         },
         ["webhook:deciding", "webhook:audit"],
     )
-    with running(broker):
-        decided = broker.create_request(refund(callback="outcomes"))
-        broker.decide(decided.id, Decision(outcome=Outcome.approved), decided_by="alice")
-        timed_out = broker.create_request(refund(callback="outcomes", timeout_s=0.01))
-        wait_for(lambda: broker.sweep())
-        wait_for(lambda: len(receiver.accepted("/audit")) == 4)
-        wait_for(lambda: settled(broker))
+    decided, timed_out = decided_and_timed_out(
+        broker, "outcomes", lambda: len(receiver.accepted("/audit")) == 4
+    )
 
     def got(path: str) -> list[tuple[str, str]]:
         return sorted((d.payload["type"], d.payload["data"]["id"]) for d in receiver.to(path))
