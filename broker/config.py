@@ -98,7 +98,8 @@ class WebhookConfig(_Section):
     timeout_s: Annotated[float, Field(gt=0)] = 10.0
     events: list[str] | None = None
     """The event types this endpoint is sent, whatever routed them (its queues' channels, a
-    request's callback); None: every type. A deciding endpoint needs `approval.requested` only."""
+    request's callback); None: every type. A deciding endpoint needs `approval.requested`, and
+    `approval.escalated` where requests arrive in its queue by escalation."""
 
     @field_validator("events")
     @classmethod
