@@ -71,8 +71,8 @@ resumer and Redis got one or two calls per batch. With 64 the same cycles cost a
 EVENTS = {"requested": 'events = ["approval.requested"]', "all": ""}
 """The receiver's `[webhooks.bench] events` (`--events`). It decides, so by default it is sent
 what a deciding endpoint needs: each request as it comes (`approval.requested`), one delivery
-per cycle. `all` also sends it every `approval.decided`, as every run did before webhooks had `events`:
-two deliveries per cycle."""
+per cycle. `all` also sends it every `approval.decided`, as every run did before webhooks had
+`events`: two deliveries per cycle."""
 TARGET_CYCLES = 1000.0
 TARGET_P99_MS = 50.0
 TRANSPORTS = ("unix", "tcp")

@@ -344,7 +344,8 @@ def e2e_rows(text: str, every_event: str, ceiling: float) -> list[Row]:
         ),
         row(
             "e2e: the same as measured before: the endpoint sent every event type "
-            "(`approval.decided` too: two deliveries per cycle), 16 replies in flight",
+            "(`approval.decided` too: two deliveries per cycle), "
+            f"{(before or {}).get('replies_in_flight', '?')} replies in flight",
             before["throughput"]["cycles_per_s"] if before else None,
             "/s",
         ),
@@ -392,6 +393,7 @@ def main() -> None:
     if opts.save:
         opts.save.mkdir(parents=True, exist_ok=True)
     quick = opts.quick
+    e2e_common = ["--json", "--redis", E2E_REDIS, "--cycles", "500" if quick else "5000"]
     benches = {
         "bench_core.py": ["--n", "2000" if quick else "20000"],
         "bench_sweep.py": ["--sizes", "5000,20000" if quick else "10000,100000,1000000"],
@@ -405,15 +407,7 @@ def main() -> None:
         ],
         "bench_rules.py": ["--n", "500" if quick else "3000"],
         "bench_remote.py": ["--runs", "10" if quick else "50"],
-        "bench_e2e.py": [
-            "--json",
-            "--redis",
-            E2E_REDIS,
-            "--cycles",
-            "500" if quick else "5000",
-            "--seconds",
-            "3" if quick else "10",
-        ],
+        "bench_e2e.py": [*e2e_common, "--seconds", "3" if quick else "10"],
     }
 
     started = time.monotonic()
@@ -428,8 +422,7 @@ def main() -> None:
     )
     e2e_before = run_bench(
         "bench_e2e.py",
-        [*benches["bench_e2e.py"][:-2], "--seconds", "2", "--events", "all"]
-        + ["--receiver-threads", "16"],
+        [*e2e_common, "--seconds", "2", "--events", "all", "--receiver-threads", "16"],
         opts.save,
         opts.timeout,
         "bench_e2e.py-every-event",
