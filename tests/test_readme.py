@@ -1,27 +1,26 @@
-"""The README's examples run as written: the broker.testing example, and the config examples load."""
+"""The docs' examples run as written: the broker.testing example, and every config example loads."""
 
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
 import pytest
 
 from broker.config import parse_config
-
-README = (Path(__file__).parent.parent / "README.md").read_text()
+from tests.docs_examples import blocks as code_blocks
+from tests.docs_examples import every_page, page
 
 
 def blocks(language: str) -> list[str]:
-    return re.findall(rf"```{language}\n(.*?)```", README, flags=re.S)
+    return code_blocks(every_page(), language)
 
 
 def test_the_broker_testing_example_runs_as_shown() -> None:
-    [example] = [b for b in blocks("python") if "InMemoryBroker" in b]
+    [example] = [b for b in code_blocks(page("testing.md"), "python") if "InMemoryBroker" in b]
     namespace: dict[str, object] = {}
-    exec(compile(example, "README.md", "exec"), namespace)  # noqa: S102 - our own README
+    exec(compile(example, "docs/testing.md", "exec"), namespace)  # noqa: S102 - our own docs
     tests = [v for k, v in namespace.items() if k.startswith("test_") and callable(v)]
-    assert tests, "the README example defines no test"
+    assert tests, "the docs example defines no test"
     for test in tests:
         test()
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 import re
 import threading
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
@@ -16,8 +15,9 @@ from broker.auth import hash_token
 from broker.client import Broker
 from broker.config import Config, Settings, parse_config
 from broker.remote import RemoteBroker
+from tests.docs_examples import page
 
-README = (Path(__file__).parent.parent / "README.md").read_text()
+README = page("remote-agents.md")
 
 
 @pytest.fixture
