@@ -1,7 +1,7 @@
 """`approval-broker`: run the fleet's roles and operate the broker from a shell.
 
 This module is the typer app and the entry point only; each command lives in the module of its
-concern (`cli_roles`, `cli_requests`, `cli_dead_letters`, `cli_tokens`, `cli_rules`), and what
+concern (`cli_roles`, `cli_requests`, `cli_dead_letters`, `cli_tokens`, `cli_rules`, `cli_ops`), and what
 they share in `cli_common`. Errors print one line and exit non-zero; `--help` works on every
 command.
 """
@@ -9,10 +9,12 @@ command.
 from __future__ import annotations
 
 import sys
+from importlib.metadata import version
+from typing import Annotated
 
 import typer
 
-from approval_broker import cli_dead_letters, cli_requests, cli_roles
+from approval_broker import cli_dead_letters, cli_ops, cli_requests, cli_roles
 from approval_broker.cli_rules import rules_app
 from approval_broker.cli_tokens import token_app
 
@@ -24,6 +26,28 @@ app = typer.Typer(
 )
 app.add_typer(token_app, name="token")
 app.add_typer(rules_app, name="rules")
+app.add_typer(cli_ops.config_app, name="config")
+app.add_typer(cli_ops.runs_app, name="runs")
+app.add_typer(cli_ops.webhook_app, name="webhook")
+
+
+def show_version(value: bool) -> None:
+    if value:
+        typer.echo(f"approval-broker {version('approval-broker')}")
+        raise typer.Exit()
+
+
+@app.callback()
+def options(
+    _version: Annotated[
+        bool,
+        typer.Option(
+            "--version", callback=show_version, is_eager=True, help="Print the version and exit."
+        ),
+    ] = False,
+) -> None:
+    """A queue-backed approval broker for AI agents: requests wait for a person, runs resume."""
+
 
 for command in (
     cli_roles.up,
@@ -34,6 +58,7 @@ for command in (
     cli_roles.sweeper,
     cli_requests.pending,
     cli_requests.decide,
+    cli_ops.status,
 ):
     app.command()(command)
 app.command("dead-letters")(cli_dead_letters.dead_letters)

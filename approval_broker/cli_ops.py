@@ -1,0 +1,185 @@
+"""Operator commands: check a config before deploying it, see the fleet's state, read a run,
+make a webhook secret.
+
+Each answers what an operator asks at 3 a.m. without opening Redis: `config check` loads a
+file exactly as every role does at start (the same one-line error, non-zero); `status` reads
+only (queue depths, dead letters, the notifiers' consumers, RQ's workers, Redis); `runs show`
+prints a run as `GET /v1/runs/{id}` does. None of them changes state.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import secrets
+import time
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from redis.exceptions import RedisError
+from rq import Worker
+
+from approval_broker.cli_common import DataDir, clear_errors, connect, fail
+from broker.client import Broker
+from broker.config import Config, ConfigError, Settings, load_config
+from broker.keys import NOTIFIER_GROUP
+from broker.rules.from_config import parse_config_rules
+from broker.runs import run_queue
+
+config_app = typer.Typer(help="Check a config file.", no_args_is_help=True)
+runs_app = typer.Typer(help="Agent runs on the fleet.", no_args_is_help=True)
+webhook_app = typer.Typer(help="Standard Webhooks endpoints.", no_args_is_help=True)
+
+SECRET_BYTES = 32
+"""A new `whsec_` secret's key size: the config takes 24 to 64 bytes."""
+
+
+@config_app.command("check")
+def config_check(
+    file: Annotated[
+        Path | None,
+        typer.Argument(help="The TOML file (default: APPROVAL_BROKER_CONFIG, else the defaults)."),
+    ] = None,
+) -> None:
+    """Load a config as every role does at start and print what it defines.
+
+    Exits 0 with a summary of the queues (channels, timeout, escalation), agents, approvers and
+    rules; exits 1 with the one-line error `up` would give.
+    """
+    path = file if file is not None else Settings().config
+    try:
+        config = load_config(path)
+    except ConfigError as exc:
+        fail(str(exc))
+    typer.echo(f"config {path or '(none: the defaults)'}: ok")
+    for line in summary(config):
+        typer.echo(line)
+
+
+def summary(config: Config) -> list[str]:
+    """What a config defines, one line each."""
+    lines = []
+    for name, queue in sorted(config.queues.items()):
+        then = f", then {queue.escalate_to}" if queue.escalate_to else ", then timed_out"
+        extra = f", quorum {queue.quorum}" if queue.quorum > 1 else ""
+        roles = f", roles {', '.join(queue.roles)}" if queue.roles else ""
+        lines.append(
+            f"queue {name}: {', '.join(queue.channels) or 'no channel'};"
+            f" waits {queue.timeout_s:g} s{then}{extra}{roles}"
+        )
+    for name, agent in sorted(config.agents.items()):
+        lines.append(f"agent {name}: {agent.path} (queue {agent.queue})")
+    for name, approver in sorted(config.approvers.items()):
+        lines.append(f"approver {name}: roles {', '.join(sorted(approver.roles)) or 'none'}")
+    for name in sorted(config.webhooks):
+        lines.append(f"webhook {name}: {config.webhooks[name].url}")
+    for rule in parse_config_rules(config.rules, config):
+        lines.append(f"rule {rule.id}: {rule.effect} {rule.tool}")
+    return lines
+
+
+@runs_app.command("show")
+def runs_show(
+    run_id: Annotated[str, typer.Argument(help="The run's id (run_...).")],
+    data_dir: DataDir = None,
+) -> None:
+    """Print one run as JSON: status, round, pending request ids, output or error."""
+    broker = connect(data_dir)
+    with clear_errors():
+        run = broker.get_run(run_id)
+    typer.echo(json.dumps(run.public(), indent=2))
+
+
+@webhook_app.command("secret")
+def webhook_secret() -> None:
+    """Print a fresh Standard Webhooks secret (`whsec_` and 32 random bytes, base64) for a
+    `[webhooks.NAME] secret`."""
+    typer.echo("whsec_" + base64.b64encode(secrets.token_bytes(SECRET_BYTES)).decode())
+
+
+def status(
+    as_json: Annotated[bool, typer.Option("--json", help="One JSON object.")] = False,
+    data_dir: DataDir = None,
+) -> None:
+    """The fleet at a glance: Redis, queue depths, dead letters, notifiers and agent workers."""
+    broker = connect(data_dir)
+    with clear_errors():
+        report = fleet_status(broker)
+    if as_json:
+        typer.echo(json.dumps(report, indent=2))
+        return
+    redis = report["redis"]
+    typer.echo(
+        f"redis: {redis['version']}, {redis['used_memory_human']} used,"
+        f" answered in {redis['ping_ms']:.1f} ms"
+    )
+    for name, depth in report["queues"].items():
+        typer.echo(f"queue {name}: {depth} pending")
+    typer.echo(f"agent runs queued: {report['runs_queued']}")
+    typer.echo(f"dead letters: {report['dead_letters']}")
+    for consumer in report["notifiers"]:
+        typer.echo(
+            f"notifier {consumer['name']} on {consumer['queue']}: seen"
+            f" {consumer['idle_s']:.0f} s ago, {consumer['pending']} unacknowledged"
+        )
+    if not report["notifiers"]:
+        typer.echo("notifiers: none has read yet")
+    for worker in report["workers"]:
+        typer.echo(f"worker {worker['name']}: {worker['state']}")
+    if not report["workers"]:
+        typer.echo("agent workers: none alive")
+
+
+def fleet_status(broker: Broker) -> dict[str, Any]:
+    """Read-only figures about the fleet, as `status` prints them."""
+    redis, keys = broker.redis, broker.keys
+    started = time.perf_counter()
+    redis.ping()
+    ping_ms = (time.perf_counter() - started) * 1000
+    info = redis.info("server") | redis.info("memory")
+    names = sorted(broker.config.queues)
+    depths = {name: 0 for name in names}
+    notifiers: list[dict[str, Any]] = []
+    for part in keys.parts():
+        counts = redis.hmget(part.counts, [f"pending:{n}" for n in names]) if names else []
+        for name, count in zip(names, counts, strict=True):
+            depths[name] += max(int(count or 0), 0)
+        for name in names:
+            notifiers += consumers(broker, part.stream(name), name)
+    return {
+        "redis": {
+            "version": info.get("redis_version"),
+            "used_memory_human": info.get("used_memory_human"),
+            "ping_ms": ping_ms,
+        },
+        "queues": depths,
+        "runs_queued": run_queue(broker).count,
+        "dead_letters": redis.xlen(keys.dead_letters),
+        "notifiers": notifiers,
+        "workers": [
+            {"name": w.name, "state": str(w.get_state())}
+            for w in Worker.all(connection=broker.store.rq_redis)
+        ],
+    }
+
+
+def consumers(broker: Broker, stream: str, queue: str) -> list[dict[str, Any]]:
+    """The notifier consumers of one queue's stream (none before a notifier first read it)."""
+    try:
+        found = broker.redis.xinfo_consumers(stream, NOTIFIER_GROUP)
+    except RedisError:  # no stream or no group yet
+        return []
+    return [
+        {
+            "name": as_text(c["name"]),
+            "queue": queue,
+            "idle_s": int(c["idle"]) / 1000,
+            "pending": int(c["pending"]),
+        }
+        for c in found
+    ]
+
+
+def as_text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
