@@ -1,12 +1,16 @@
-"""The decision service: every channel decides through `Deciding.decide`, so the rules match.
+"""The decision service, the one judge: every channel decides through `Deciding.decide`.
 
 REST and the inbox, Slack, email links, webhook replies and `approval-broker decide` all end
 here. It says who may decide (the request's and its queue's roles, and whether the reply came
-through a channel of the queue the request waits in now), whether a decision can apply to the
-request (the only place above the Lua step that judges that: `modified` args against the
-tool's schema, an escalation only along its queue's `escalate_to` chain), and what counts as a
-harmless repeat. The state itself (still pending, still in that queue after as many
-escalations, marker unspent) is judged by the broker's one atomic step. It never speaks HTTP and never records metrics: the API wraps it.
+through a deciding channel of the queue the request waits in now), as which person
+(`broker.persons`: one vote each, and the one who asked never approves), whether a decision
+can apply to the request (kind, `args_hash`, `modified` args against the tool's schema, an
+answer against its schema, an escalation only along its queue's `escalate_to` chain), and what
+counts as a harmless repeat; what a remembered rule covers is `broker.rules.matching`'s, fed
+the same queue roles and deciding channels. The Lua steps keep state only (still pending,
+still in that queue after as many escalations, marker unspent, one vote per person and the
+quorum count, the outbox write). Sync callers call it directly; the API runs it in a thread.
+It never speaks HTTP and never records metrics: the API wraps it.
 """
 
 from __future__ import annotations
