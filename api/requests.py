@@ -185,27 +185,12 @@ def decide_as_bearer(
     principal: Principal,
     remembered: Remember | None = None,
 ) -> Request:
-    """A bearer token's decision (with a rule to remember, or not), as the route answers it."""
-    if remembered is None:
-        return decide_rest(state, request_id, decision, principal)
+    """A bearer token's decision through the decision service, through channel `inbox` (with
+    a rule to remember, or not); a refusal for a request it may not see is 404."""
     try:
+        if remembered is None:
+            return state.decide(request_id, decision, principal, channel="rest", via=(INBOX,))
         return remember(state, request_id, decision, principal, remembered, channel="rest")
-    except Forbidden as exc:
-        raise unseen_as_missing(state, principal, request_id, exc) from None
-
-
-def decide_rest(
-    state: ApiState,
-    request_id: str,
-    decision: Decision,
-    principal: Principal,
-    current: Request | None = None,
-) -> Request:
-    """A bearer token's decision through the decision service, through channel `inbox`."""
-    try:
-        return state.decide(
-            request_id, decision, principal, channel="rest", via=(INBOX,), current=current
-        )
     except Forbidden as exc:
         raise unseen_as_missing(state, principal, request_id, exc) from None
 
