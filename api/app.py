@@ -17,7 +17,6 @@ from api import email, events, health, inbox, metrics, requests, rules, runs, sl
 from api.acks import router as acks_router
 from api.errors import install_error_handlers
 from api.events import EventsSettings, StreamSlots
-from api.fastpaths import FastPaths
 from api.headers import EmailPageHeaders
 from api.limits import BodyLimit
 from api.metrics import ApiMetrics
@@ -26,7 +25,6 @@ from api.state import ApiState, lifespan
 from api.waits import router as waits_router
 from broker.client import Broker
 from broker.config import Config, Settings
-from broker.deciding_async import AsyncDeciding
 
 ROUTERS: tuple[APIRouter, ...] = (
     health.router,
@@ -46,18 +44,15 @@ ROUTERS: tuple[APIRouter, ...] = (
 
 @asynccontextmanager
 async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
-    """The state's lifespan, then the hot path's connections and the stream reader closed."""
+    """The state's lifespan, then the stream reader closed."""
     async with lifespan(app):
         try:
             yield
         finally:
-            try:
-                await app.state.hot.aclose()
-            finally:
-                waiter = getattr(app.state, "waiter", None)
-                if waiter is not None and waiter.loop is asyncio.get_running_loop():
-                    app.state.waiter = None
-                    await waiter.aclose()
+            waiter = getattr(app.state, "waiter", None)
+            if waiter is not None and waiter.loop is asyncio.get_running_loop():
+                app.state.waiter = None
+                await waiter.aclose()
 
 
 def create_app(
@@ -78,11 +73,9 @@ def create_app(
         redoc_url=None,
     )
     app.state.api = ApiState(settings, config, broker, ApiMetrics(broker))
-    app.state.hot = AsyncDeciding(app.state.api.deciding)  # api.fastpaths' one-step decisions
     app.state.events = events_settings or EventsSettings.from_env()
     app.state.event_slots = StreamSlots(app.state.events.max_streams_per_principal)
     install_error_handlers(app)
-    app.add_middleware(FastPaths)  # innermost: after the body limit
     app.add_middleware(BodyLimit)
     app.add_middleware(EmailPageHeaders)
     for router in ROUTERS:

@@ -21,6 +21,7 @@ from broker.auth import Principal
 from broker.deciding import INBOX
 from broker.errors import Forbidden, InvalidInput, NotFound
 from broker.models import Decision, Request, Status
+from broker.rule_decisions import Remember
 
 router = APIRouter(prefix="/v1/requests", tags=["requests"])
 
@@ -170,30 +171,26 @@ async def decide(
     same step (see /v1/rules).
     """
     decision = body.to_decision()
-    if body.remember is not None:
-        try:
-            request = remember(
-                state, request_id, decision, principal, body.remember, channel="rest"
-            )
-        except Forbidden as exc:
-            raise unseen_as_missing(state, principal, request_id, exc) from None
-        return JSONResponse(request.public())
-    return JSONResponse(decide_rest(state, request_id, decision, principal).public())
+    # the decision service's Redis calls are synchronous: a thread's work, never the loop's
+    request = await run_in_threadpool(
+        decide_as_bearer, state, request_id, decision, principal, body.remember
+    )
+    return JSONResponse(request.public())
 
 
-def decide_rest(
+def decide_as_bearer(
     state: ApiState,
     request_id: str,
     decision: Decision,
     principal: Principal,
-    current: Request | None = None,
+    remembered: Remember | None = None,
 ) -> Request:
-    """A bearer token's decision through the decision service (the route's, and the hot
-    path's when its one step can't judge)."""
+    """A bearer token's decision through the decision service, through channel `inbox` (with
+    a rule to remember, or not); a refusal for a request it may not see is 404."""
     try:
-        return state.decide(
-            request_id, decision, principal, channel="rest", via=(INBOX,), current=current
-        )
+        if remembered is None:
+            return state.decide(request_id, decision, principal, channel="rest", via=(INBOX,))
+        return remember(state, request_id, decision, principal, remembered, channel="rest")
     except Forbidden as exc:
         raise unseen_as_missing(state, principal, request_id, exc) from None
 

@@ -30,6 +30,7 @@ from broker.rules import (
     RuleBody,
     RuleExists,
     RuleStore,
+    creator_channel_for,
     creator_roles_for,
     may_remember,
     parse_body,
@@ -100,7 +101,10 @@ def create_rule(
     may_remember(principal, rule_body, None, rules.config.queue_roles(rule_body.queue or ""))
     try:
         rule = rules.create(
-            rule_body, created_by=principal.name, creator_roles=creator_roles_for(principal)
+            rule_body,
+            created_by=principal.name,
+            creator_roles=creator_roles_for(principal),
+            creator_channel=creator_channel_for(principal, INBOX),  # a bearer token's channel
         )
     except RuleExists as exc:
         raise ApiError(409, exc.code, exc.detail) from None

@@ -9,7 +9,6 @@ import uvicorn
 from api.app import create_app
 from api.corked import CorkedHttpToolsProtocol
 from api.events import stop_event_streams
-from api.hotfront import HotConfig
 from broker.config import Config, Settings
 from broker.rules import sync_at_start
 
@@ -43,7 +42,7 @@ def build_server(settings: Settings, config: Config) -> Server:
     app = create_app(settings, config)
     sync_at_start(app.state.api.broker.requests.rules)  # the config's [[rules]], before serving
     # No access log: email link tokens travel in the path, and secrets stay out of logs.
-    uv_config = HotConfig(  # the hot routes in front of every layer (api.hotfront)
+    uv_config = uvicorn.Config(
         app,
         host=settings.host,
         port=settings.port,

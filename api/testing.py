@@ -6,10 +6,9 @@ import threading
 import time
 from types import TracebackType
 
+import uvicorn
 from fastapi import FastAPI
 
-from api.corked import CorkedHttpToolsProtocol
-from api.hotfront import HotConfig
 from api.server import Server
 
 
@@ -17,9 +16,9 @@ class ServerThread:
     """`with ServerThread(app) as server:` serves `app` on a free loopback port at `server.url`."""
 
     def __init__(self, app: FastAPI, *, host: str = "127.0.0.1", timeout: float = 10.0) -> None:
-        config = HotConfig(
+        config = uvicorn.Config(
             app, host=host, port=0, access_log=False, log_level="warning",
-            timeout_graceful_shutdown=1, http=CorkedHttpToolsProtocol,  # as api.server serves
+            timeout_graceful_shutdown=1,
         )  # fmt: skip
         self.server = Server(config)
         self.server.install_signal_handlers = lambda: None  # type: ignore[method-assign]

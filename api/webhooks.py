@@ -17,7 +17,6 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Annotated
 
-import orjson
 from fastapi import APIRouter, Path, Request
 from fastapi.responses import JSONResponse
 from pydantic import ValidationError
@@ -37,18 +36,6 @@ from broker.models import Request as BrokerRequest
 log = logging.getLogger("approval_broker.api")
 
 router = APIRouter(prefix="/v1/webhooks", tags=["webhooks"])
-
-
-ON_LOOP_BYTES = 64 * 1024
-"""Signature checks over at most this many bytes (body size x secrets in force) run on the
-event loop (a reply is usually under 1 KiB: tens of microseconds); larger ones in a thread,
-so a 1 MiB body signed for several secrets doesn't stall every other request meanwhile."""
-
-
-def verify_on_loop(state: ApiState, name: str, body: bytes) -> bool:
-    """Whether checking `body`'s signature for endpoint `name` is cheap enough for the loop."""
-    endpoint = state.config.webhooks.get(name)
-    return endpoint is None or len(body) * max(1, len(endpoint.secrets)) <= ON_LOOP_BYTES
 
 
 _VERIFIERS: dict[str, Webhook] = {}
@@ -76,50 +63,8 @@ def verify(endpoint: WebhookConfig, body: bytes, headers: dict[str, str]) -> Non
     raise ApiError(401, "bad_signature", "the webhook signature is missing, wrong or too old")
 
 
-_REPLIES: dict[tuple[tuple[str, str], ...], WebhookReply] = {}
-_REPLIES_KEPT = 256
-_PLAIN = frozenset({"request_id", "outcome", "decided_by", "reason"})
-
-
-def _plain_reply(body: bytes) -> WebhookReply | None:
-    """A reply of text fields only (`{"request_id", "outcome", "decided_by"}`, what endpoints
-    send), from the same reply validated once before with another id: validating one was
-    about a sixth of the API's CPU per reply. None for anything else (the full path judges)."""
-    try:
-        given = orjson.loads(body)
-    except orjson.JSONDecodeError:
-        return None
-    if type(given) is not dict or not given.keys() <= _PLAIN:
-        return None
-    request_id = given.pop("request_id", None)
-    if type(request_id) is not str or not 1 <= len(request_id) <= 200:
-        return None
-    if not request_id.isascii():
-        try:
-            request_id.encode()
-        except UnicodeEncodeError:
-            return None
-    if any(type(value) is not str for value in given.values()):
-        return None
-    key = tuple(sorted(given.items()))
-    template = _REPLIES.get(key)
-    if template is None:
-        try:
-            template = WebhookReply.model_validate({"request_id": "x", **given})
-        except ValueError:
-            return None
-        if len(_REPLIES) >= _REPLIES_KEPT:
-            _REPLIES.clear()
-        _REPLIES[key] = template
-    reply = template.__copy__()  # `model_copy(update=...)` would cost three times as much
-    reply.__dict__["request_id"] = request_id  # checked above as the field would check it
-    return reply
-
-
 def parse_reply(body: bytes) -> WebhookReply:
-    found = _plain_reply(body)
-    if found is not None:
-        return found
+    """The reply in `body`, or 422 naming the first field that is wrong."""
     try:  # the common, valid case in one pass; anything else gets the errors as before
         return WebhookReply.model_validate_json(body)
     except (ValueError, RecursionError):
@@ -150,8 +95,7 @@ class Reply:
 
 
 def prepare(state: ApiState, name: str, body: bytes, headers: Iterable[tuple[str, str]]) -> Reply:
-    """Verify and parse one reply to endpoint `name` (no Redis: api.fastpaths runs it on the
-    loop)."""
+    """Verify and parse one reply to endpoint `name` (no Redis)."""
     endpoint = state.config.webhooks.get(name)
     if endpoint is None:
         raise ApiError(404, "not_found", f"no webhook endpoint named {name!r}")
@@ -167,9 +111,11 @@ def prepare(state: ApiState, name: str, body: bytes, headers: Iterable[tuple[str
 
 
 def record(state: ApiState, given: Reply, current: BrokerRequest | None = None) -> BrokerRequest:
-    """Record a prepared reply through the decision service (sync: a thread's work)."""
+    """Record a prepared reply through the decision service (sync: a thread's work).
+
+    The judge (`broker.deciding`) says whether the endpoint may decide at all (`decides`), in
+    the request's queue, with its roles, and who the person it names counts as."""
     reply, principal, decided_by, once = given.reply, given.principal, given.decided_by, given.once
-    # an endpoint decides only requests waiting in a queue that lists it
     if reply.remember is not None:  # and keeps a policy rule with it (api/rules.py)
         return remember(
             state,
@@ -214,7 +160,11 @@ async def webhook_reply(
     request: Request,
     state: State,
 ) -> JSONResponse:
-    """A decision signed (Standard Webhooks) with endpoint `name`'s secret."""
+    """A decision signed (Standard Webhooks) with endpoint `name`'s secret.
+
+    Verifying and deciding run in a thread: the signature is an HMAC over the whole body per
+    secret in force, and the decision service's Redis calls are synchronous.
+    """
     body = await request.body()
     headers = request.headers.items()
     return JSONResponse((await run_in_threadpool(answer, state, name, body, headers)).public())

@@ -17,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from broker.errors import ConfigError
+from broker.persons import normal_address, normal_name
 
 DEFAULT_QUEUE = "default"
 DEFAULT_TIMEOUT_S = 600.0
@@ -100,6 +101,10 @@ class WebhookConfig(_Section):
     """The event types this endpoint is sent, whatever routed them (its queues' channels, a
     request's callback); None: every type. A deciding endpoint needs `approval.requested`, and
     `approval.escalated` where requests arrive in its queue by escalation."""
+    decides: bool = True
+    """Whether the endpoint's signed replies may decide (in the queues that list it, with its
+    roles). False: a notify-only endpoint (an audit log): its replies are refused (403) and no
+    rule it could have kept covers anything."""
 
     @field_validator("events")
     @classmethod
@@ -245,12 +250,39 @@ class Config(_Section):
                     raise ValueError(f"queues.{name}.escalate_to: escalation loops: {chain}")
                 seen.append(nxt)
                 nxt = self.queues[nxt].escalate_to
+        self._check_one_person_per_identity()
         for name, agent in self.agents.items():
             for key, queue_name in [("queue", agent.queue), *agent.tool_queues.items()]:
                 if queue_name not in self.queues:
                     where = "queue" if key == "queue" else f"tool_queues.{key}"
                     raise ValueError(f"agents.{name}.{where}: queue {queue_name!r} is not defined")
         return self
+
+    def _check_one_person_per_identity(self) -> None:
+        """Two approvers never share a name (after normalisation), a Slack user or an email
+        address: each is one person, whose vote counts once (`broker.persons`)."""
+        seen: dict[tuple[str, str], str] = {}
+        for name, approver in self.approvers.items():
+            for key, value in (
+                ("name", normal_name(name)),
+                ("slack_user_id", approver.slack_user_id),
+                ("email", normal_address(approver.email) if approver.email else None),
+            ):
+                if not value:
+                    continue
+                other = seen.setdefault((key, value), name)
+                if other != name:
+                    where = f"approvers.{name}" if key == "name" else f"approvers.{name}.{key}"
+                    raise ValueError(
+                        f"{where}: approver {other!r} has the same {key.replace('_', ' ')};"
+                        " one person is one approver"
+                    )
+
+    def decides_through(self, channel: str) -> bool:
+        """Whether replies through `channel` may decide: not a notify-only webhook endpoint's."""
+        kind, _, name = channel.partition(":")
+        endpoint = self.webhooks.get(name) if kind == "webhook" else None
+        return endpoint is None or endpoint.decides
 
     def channel_problem(self, channel: str) -> str | None:
         """Why a channel name such as 'slack:approvals' points at nothing, or None if it is fine."""

@@ -1,12 +1,16 @@
-"""The decision service: every channel decides through `Deciding.decide`, so the rules match.
+"""The decision service, the one judge: every channel decides through `Deciding.decide`.
 
 REST and the inbox, Slack, email links, webhook replies and `approval-broker decide` all end
 here. It says who may decide (the request's and its queue's roles, and whether the reply came
-through a channel of the queue the request waits in now), whether a decision can apply to the
-request (the only place above the Lua step that judges that: `modified` args against the
-tool's schema, an escalation only along its queue's `escalate_to` chain), and what counts as a
-harmless repeat. The state itself (still pending, still in that queue after as many
-escalations, marker unspent) is judged by the broker's one atomic step. It never speaks HTTP and never records metrics: the API wraps it.
+through a deciding channel of the queue the request waits in now), as which person
+(`broker.persons`: one vote each, and the one who asked never approves), whether a decision
+can apply to the request (kind, `args_hash`, `modified` args against the tool's schema, an
+answer against its schema, an escalation only along its queue's `escalate_to` chain), and what
+counts as a harmless repeat; what a remembered rule covers is `broker.rules.matching`'s, fed
+the same queue roles and deciding channels. The Lua steps keep state only (still pending,
+still in that queue after as many escalations, marker unspent, one vote per person and the
+quorum count, the outbox write). Sync callers call it directly; the API runs it in a thread.
+It never speaks HTTP and never records metrics: the API wraps it.
 """
 
 from __future__ import annotations
@@ -20,8 +24,10 @@ from broker.args_schema import check_args
 from broker.auth import EVERY_ROLE, Principal
 from broker.client import Broker, Once
 from broker.config import Config
+from broker.decisions import stale_args, wrong_kind
 from broker.errors import Conflict, Forbidden, InvalidInput
 from broker.models import Decision, Outcome, Request, utcnow
+from broker.persons import same_person, voter_of
 from broker.printable import printable
 from broker.questions import validate_answer
 from broker.quorum import is_approval, repeated_vote
@@ -55,14 +61,6 @@ def same_decision(stored: Decision | None, given: Decision, decided_by: str) -> 
         and stored.args == given.args
         and stored.answer == given.answer
     )
-
-
-def person_of(decided_by: str) -> str:
-    """The person behind a webhook reply (`webhook:NAME/PERSON` -> PERSON), else `decided_by`:
-    a person who asked for a call may not approve it through a webhook either."""
-    if decided_by.startswith("webhook:") and "/" in decided_by:
-        return decided_by.split("/", 1)[1]
-    return decided_by
 
 
 def repeated_escalation(request: Request, decision: Decision, decided_by: str) -> bool:
@@ -115,9 +113,20 @@ class Deciding:
     def check_may_decide(
         self, principal: Principal, request: Request, via: Collection[str]
     ) -> None:
+        self.check_channels(principal, via)
         problem = self.refusal(principal, request, via)
         if problem:
             raise Forbidden(problem)
+
+    def check_channels(self, principal: Principal, via: Collection[str]) -> None:
+        """Refuse a reply through a notify-only channel (a webhook endpoint with `decides =
+        false`) before anything is read: it decides nothing, whatever the request."""
+        refused = [c for c in via if not self.config.decides_through(c)]
+        if refused:
+            raise Forbidden(
+                f"{principal.name!r} may not decide: {refused[0]} is notify-only (its endpoint"
+                " has decides = false)"
+            )
 
     # ---- what can apply --------------------------------------------------------------------
 
@@ -160,16 +169,9 @@ class Deciding:
         if (outcome in (Outcome.approved, Outcome.modified) and not approval) or (
             outcome is Outcome.answered and approval
         ):
-            raise InvalidInput(
-                f"outcome {outcome.value!r} does not apply to a request of kind {request.kind!r}",
-                code="wrong_kind",
-            )
+            raise wrong_kind(outcome.value, request.kind)
         if decision.args_hash is not None and decision.args_hash != request.args_hash:
-            raise InvalidInput(
-                f"args_hash does not match request {request.id}'s args: the decision was made"
-                " on other args",
-                code="stale_args",
-            )
+            raise stale_args(request.id)
         if outcome is Outcome.modified and decision.args is not None:
             check_args(request.args_schema, decision.args)
         if outcome is not Outcome.escalated:
@@ -215,6 +217,8 @@ class Deciding:
         the request back instead, with nothing recorded. `once` is spent only with a decision.
         """
         decided_by = printable(decided_by or principal.name)
+        voter = voter_of(self.config, decided_by)  # one person, whatever the channel
+        self.check_channels(principal, via)
         current = current or self.broker.get_request(request_id)
         if decision.outcome is Outcome.escalated and repeated_escalation(
             current, decision, decided_by
@@ -222,7 +226,7 @@ class Deciding:
             return Decided(current, recorded=False)
         self.check_may_decide(principal, current, via)
         self.check_not_creator(principal, current, decision, decided_by)
-        if current.is_pending and repeated_vote(current, decision, decided_by):
+        if current.is_pending and repeated_vote(current, decision, voter):
             return Decided(current, recorded=False)  # the step would say 'repeat' too
         if current.is_pending:
             decision = self.check_applies(decision, current)
@@ -238,6 +242,7 @@ class Deciding:
                 current.id,
                 decision,
                 decided_by=decided_by,
+                voter=voter,
                 in_queue=current.queue,
                 in_escalation=current.escalations,
                 once=once,
@@ -247,7 +252,7 @@ class Deciding:
         except Conflict as exc:
             if exc.code == "conflict" and (
                 same_decision(exc.request.decision, decision, decided_by)
-                or repeated_vote(exc.request, decision, decided_by)
+                or repeated_vote(exc.request, decision, voter)
             ):
                 return Decided(exc.request, recorded=False)
             raise
@@ -268,14 +273,15 @@ class Deciding:
     def check_not_creator(
         self, principal: Principal, request: Request, decision: Decision, decided_by: str
     ) -> None:
-        """The one who asked for the call never approves it (the step checks again).
+        """The one who asked for the call never approves it, through any channel and under
+        any spelling of their name (`broker.persons`); the step refuses the creator's vote too.
 
         The admin token and the shell are exempt: they could write Redis anyway.
         """
         if (
             is_approval(decision)
-            and request.created_by is not None
-            and request.created_by in (decided_by, person_of(decided_by))
+            and request.created_by
+            and same_person(self.config, request.created_by, decided_by)
             and EVERY_ROLE not in principal.roles
         ):
             raise Forbidden(

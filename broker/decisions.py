@@ -36,6 +36,22 @@ _TRIES = 5
 """Calls of one step at most: the first, plus one per key it turned out to need (see `_step`)."""
 
 
+def stale_args(request_id: str) -> InvalidInput:
+    """The one text of a decision made on other args than the request's (judge and step)."""
+    return InvalidInput(
+        f"args_hash does not match request {request_id}'s args: the decision was made on"
+        " other args",
+        code="stale_args",
+    )
+
+
+def wrong_kind(outcome: str, kind: str) -> InvalidInput:
+    """The one text of an outcome that can't apply to a request's kind (judge and step)."""
+    return InvalidInput(
+        f"outcome {outcome!r} does not apply to a request of kind {kind!r}", code="wrong_kind"
+    )
+
+
 class Decisions:
     def __init__(self, store: Store, requests: Requests) -> None:
         self.store = store
@@ -47,6 +63,7 @@ class Decisions:
         decision: Decision,
         *,
         decided_by: str,
+        voter: str | None = None,
         in_queue: str | None = None,
         once: Once | None = None,
         in_escalation: int | None = None,
@@ -65,9 +82,9 @@ class Decisions:
         With `once` (a marker key and its lifetime: a webhook-id, an email link), the marker is
         checked and spent in the same atomic step; a spent one is `Conflict` code `replayed`.
 
-        An approval of a request whose `quorum` is above 1 is `decided_by`'s vote (see
-        `broker.quorum`): the request stays pending until the quorum-th person approves the
-        same args. The request's creator may
+        An approval of a request whose `quorum` is above 1 is the vote of `voter` (the person
+        `decided_by` is, as `broker.persons.voter_of` says; default `decided_by`): the request
+        stays pending until the quorum-th person approves the same args. The request's creator may
         not approve (`Forbidden`, code `creator_may_not_approve`) unless `creator_may_vote`
         (the admin, the shell). `bypass_quorum` is only for a policy rule that may (see
         `broker.quorum.rule_may_decide`). A repeated vote writes nothing and gets the request.
@@ -90,6 +107,7 @@ class Decisions:
             request_id,
             once,
             **self._decide_values(decision, decided_by, channel, creator_may_vote),
+            voter=voter or decided_by,
             in_queue=in_queue or None,
             in_escalation=in_escalation,
             bypass_quorum=bypass_quorum or None,
@@ -99,7 +117,7 @@ class Decisions:
     def _decide_values(
         self, decision: Decision, decided_by: str, channel: str | None, creator_may_vote: bool
     ) -> dict[str, Any]:
-        """decide.lua's arguments for `decision` by `decided_by` (shared with the hot path)."""
+        """decide.lua's arguments for `decision` by `decided_by`."""
         # decided_at is left out: the step sets it, on Redis's clock
         recorded = decision.model_copy(update={"decided_by": decided_by, "decided_at": None})
         return {
@@ -108,42 +126,10 @@ class Decisions:
             "decision": json.dumps(recorded.public(), separators=(",", ":"), ensure_ascii=False),
             "args_hash": decision.args_hash or None,
             "retention": self.store.retention,
-            "voter": decided_by,
             "vote_hash": args_hash(decision.args) if decision.args is not None else None,
             "channel": channel or None,
             "creator_may_vote": creator_may_vote or None,
         }
-
-    def fast_call(
-        self,
-        request_id: str,
-        decision: Decision,
-        *,
-        decided_by: str,
-        channel: str,
-        creator_may_vote: bool,
-        once: Once | None,
-        fast: dict[str, Any],
-    ) -> tuple[list[str], str]:
-        """KEYS and the one argument of a decide.lua call with `fast` checks (see that
-        script), for a caller with its own client (`broker.deciding_async`): the keys of a
-        first try of `_step` (every configured queue's stream, the run the id names)."""
-        if decision.outcome not in OUTCOME_STATUS:
-            raise ValueError(f"outcome {decision.outcome.value!r} is not for the hot path")
-        run_id = run_of_request(request_id)
-        once_key, once_ttl = once if once else (None, None)
-        keys = self.store.keys.decide_keys(request_id, run_id, self.store.config.queues, once_key)
-        values = self._decide_values(decision, decided_by, channel, creator_may_vote)
-        values = {k: v for k, v in values.items() if v is not None}
-        extra: dict[str, Any] = {"run_id": run_id} if run_id else {}
-        if once_key:
-            extra["once_ttl"] = once_ttl
-        argv = keys.args(id=request_id, maxlen=self.store.maxlen, fast=fast, **extra, **values)
-        return keys.keys, argv
-
-    def outcome(self, result: list[Any], request_id: str, decision: Decision | None) -> Request:
-        """The request a decide or escalate step replied with, or the error its code means."""
-        return self._outcome(result, request_id, decision)
 
     def escalate(
         self,
@@ -253,16 +239,9 @@ class Decisions:
             text = message.format(id=request_id, status=current.status.value, queue=current.queue)
             raise Conflict(text, request=current, code=conflict_code)
         if code == "stale_args":
-            raise InvalidInput(
-                f"args_hash does not match request {request_id}'s args: the decision was made on other args",
-                code="stale_args",
-            )
+            raise stale_args(request_id)
         if code == "wrong_kind":
-            outcome = decision.outcome.value if decision else "?"
-            raise InvalidInput(
-                f"outcome {outcome!r} does not apply to a request of kind {detail!r}",
-                code="wrong_kind",
-            )
+            raise wrong_kind(decision.outcome.value if decision else "?", detail)
         if code == "same_queue":
             current = parse_flat(fields)
             raise InvalidInput(

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 from broker.auth import Principal
 from broker.config import Config, EmailConfig
+from broker.persons import normal_address
 
 
 @dataclass(frozen=True)
@@ -26,9 +27,9 @@ class EmailDecider:
 
 def email_approver(config: Config, address: str) -> Principal | None:
     """The approver whose `email` this is (case-insensitive), or None."""
-    wanted = address.strip().casefold()
+    wanted = normal_address(address)
     for name, approver in config.approvers.items():
-        if approver.email and approver.email.strip().casefold() == wanted:
+        if approver.email and normal_address(approver.email) == wanted:
             return Principal(name, frozenset(approver.roles))
     return None
 
@@ -36,20 +37,21 @@ def email_approver(config: Config, address: str) -> Principal | None:
 def recipient_channels(email: EmailConfig, recipient: str, mapped: bool) -> list[str]:
     """The email lists (`email:NAME`) the recipient may decide through: every list that holds
     the address, and for an address no approver has, only lists with `unmapped_may_decide`."""
-    wanted = recipient.strip().casefold()
+    wanted = normal_address(recipient)
     return [
         f"email:{name}"
         for name, found in email.lists.items()
-        if any(to.strip().casefold() == wanted for to in found.to)
+        if any(normal_address(to) == wanted for to in found.to)
         and (mapped or found.unmapped_may_decide)
     ]
 
 
 def email_decider(config: Config, recipient: str) -> EmailDecider:
-    """`recipient` as a decider; an address no approver has is `email:ADDRESS` with no roles."""
+    """`recipient` as a decider; an address no approver has is `email:ADDRESS` with no roles,
+    the address case-folded: `EXT@x` and `ext@x` are one person, with one vote."""
     approver = email_approver(config, recipient)
     email = config.email
     via = recipient_channels(email, recipient, mapped=approver is not None) if email else []
     held = recipient_channels(email, recipient, mapped=True) if email else []
-    principal = approver or Principal(f"email:{recipient}", frozenset())
+    principal = approver or Principal(f"email:{normal_address(recipient)}", frozenset())
     return EmailDecider(principal, via, held, mapped=approver is not None)

@@ -24,9 +24,18 @@ from broker.decisions import OUTCOME_STATUS, Once
 from broker.errors import Conflict, InvalidInput
 from broker.ids import run_of_request
 from broker.models import Decision, HistoryEntry, Request, utcnow
+from broker.persons import voter_of
 from broker.printable import printable
 from broker.rule_decided import OUTCOME_EFFECT, verdict_for
-from broker.rules.matching import POLICY, Call, creator_roles_for, matches, may_remember
+from broker.rules.matching import (
+    POLICY,
+    Call,
+    creator_channel_for,
+    creator_roles_for,
+    in_queue,
+    matches,
+    may_remember,
+)
 from broker.rules.models import Rule, RuleBody, parse_body
 from broker.rules.records import new_rule_id, to_fields
 from broker.rules.store import RuleExists, may_bypass
@@ -113,6 +122,7 @@ class RuleDecisions:
                 code="invalid_rule",
             )
         decided_by = printable(decided_by or principal.name)
+        self.deciding.check_channels(principal, via)
         current = self.broker.get_request(request_id)
         self.deciding.check_may_decide(principal, current, via)
         self.deciding.check_not_creator(principal, current, decision, decided_by)
@@ -154,6 +164,9 @@ class RuleDecisions:
                 "created_at": utcnow(),
                 "from_request": current.id,
                 "creator_roles": creator_roles_for(principal),
+                "creator_channel": creator_channel_for(
+                    principal, self.deciding.channel_of(current, via)
+                ),
             }
         )
         siblings = self._covered_siblings(current, rule)
@@ -176,10 +189,9 @@ class RuleDecisions:
         now = self.rules.now()
         found = []
         for sibling in self.broker.get_requests(sorted(i for i in ids if i != request.id)):
-            call = replace(
-                Call.of(sibling, agent=agent_name),
-                run_id=sibling.run_id,
-                queue_roles=tuple(self.broker.config.queue_roles(sibling.queue)),
+            call = in_queue(
+                replace(Call.of(sibling, agent=agent_name), run_id=sibling.run_id),
+                self.broker.config,
             )
             quorum = int(getattr(sibling, "quorum", 1) or 1)
             if sibling.is_pending and may_bypass(rule, quorum) and matches(rule, call, now):
@@ -213,7 +225,7 @@ class RuleDecisions:
             "decision": json.dumps(recorded.public(), separators=(",", ":"), ensure_ascii=False),
             "in_queue": current.queue,
             "in_escalation": current.escalations,
-            "voter": decided_by,
+            "voter": voter_of(self.broker.config, decided_by),
             "entry": json.dumps(entry_data, separators=(",", ":")),
             "rule": {"id": rule.id, "effect": rule.effect, "fields": fields},
             "siblings": [

@@ -7,19 +7,24 @@ no person; rules survive a Redis restart (AOF)."""
 
 from __future__ import annotations
 
+import json
 import threading
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
+from fastapi.testclient import TestClient
 from pydantic_ai import Agent, DeferredToolRequests, RunContext
 from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart, ToolCallPart
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 from redis import Redis
+from standardwebhooks.webhooks import Webhook
 
-from broker.auth import Principal
+from api.app import create_app
+from broker.auth import Principal, hash_token
 from broker.client import Broker
-from broker.config import Config, parse_config
+from broker.config import Config, Settings, parse_config
 from broker.deciding import Deciding
 from broker.models import Decision, NewRequest, Outcome, RunStatus, Status
 from broker.redis_server import EmbeddedRedis
@@ -27,7 +32,7 @@ from broker.rule_decisions import RuleDecisions
 from broker.rules import parse_body, sync_at_start
 from broker.runs import run_queue, start_run
 from tests.conftest import jobs_bound_to, wait_for, work
-from tests.fakes.harness import running, webhook
+from tests.fakes.harness import SECRET, running, webhook
 from tests.fakes.slack import FakeSlack
 from tests.fakes.smtp import SmtpSink
 from tests.fakes.webhook_receiver import WebhookReceiver
@@ -284,3 +289,111 @@ def test_a_question_is_never_decided_by_a_rule_even_when_the_tool_matches(
     rules.create(parse_body({"effect": "allow", "tool": "*"}), created_by="pat")
     asked = fleet_broker.create_request(NewRequest(tool_name="ask", kind="question"))
     assert asked.status is Status.pending and asked.decision is None
+
+
+# ---- a rule covers only what its creator could decide through the channel it was made in ----
+
+ALICE = "tok-alice-rules-fleet"  # finance, no `policy`
+
+
+def channels_config() -> Config:
+    """`refunds` waits in the inbox's queue, `refunds_web` in one decided only by webhook ops."""
+    demo = {"path": "workers.demo:agent", "deps": "workers.demo:make_deps"}
+    return parse_config(
+        {
+            "queues": {"default": {"channels": ["inbox"]}, "web": {"channels": ["webhook:ops"]}},
+            "webhooks": {"ops": webhook("http://127.0.0.1:9/ops", roles=["finance"])},
+            "approvers": {"alice": {"token_sha256": hash_token(ALICE), "roles": ["finance"]}},
+            "agents": {"refunds": demo, "refunds_web": {**demo, "queue": "web"}},
+        }
+    )
+
+
+def reply_headers(body: bytes, msg_id: str) -> dict[str, str]:
+    now = datetime.now(UTC)
+    return {
+        "webhook-id": msg_id,
+        "webhook-timestamp": str(int(now.timestamp())),
+        "webhook-signature": Webhook(SECRET).sign(msg_id, now, body.decode()),
+        "content-type": "application/json",
+    }
+
+
+REFUND = "Refund $75 on order A100 because the soles came off."
+
+
+def test_a_persons_rule_never_approves_a_run_in_a_queue_they_cannot_decide_through(
+    redis: Redis,
+) -> None:
+    config = channels_config()
+    broker = Broker(redis, config, prefix="t:")
+    alice = {"Authorization": f"Bearer {ALICE}"}
+    with jobs_bound_to(broker), TestClient(create_app(Settings(), config, broker)) as api:
+        for agent in ("refunds_web", "refunds"):
+            made = api.post(
+                "/v1/rules",
+                json={"effect": "allow", "tool": "issue_refund", "agent": agent},
+                headers=alice,
+            )
+            assert made.status_code == 201, made.text
+            assert made.json()["creator_channel"] == "inbox"
+        fleet = Fleet(broker)
+        web = start_run(broker, "refunds_web", REFUND)
+        inbox = start_run(broker, "refunds", REFUND, deps={"customer": "c-2"})
+        fleet.settle()
+        [asked] = broker.round_requests(web.id, 1)
+        assert asked.queue == "web" and asked.status is Status.pending and asked.decision is None
+        assert broker.get_run(web.id).status is RunStatus.waiting
+        # alice may not decide it herself (only webhook ops decides queue web): nor may her rule
+        refused = api.post(
+            f"/v1/requests/{asked.id}/decision", json={"outcome": "approved"}, headers=alice
+        )
+        assert refused.status_code == 403, refused.text
+        # the same rule for the agent whose queue she decides through the inbox does decide
+        [ruled] = broker.round_requests(inbox.id, 1)
+        assert ruled.decision is not None and ruled.decision.rule is not None
+        assert broker.get_run(inbox.id).status is RunStatus.finished
+    assert broker.get_run(inbox.id).output["refunded"] is True
+    assert Ledger(broker.redis, "t:").get("A100") is None  # the web run refunded nothing
+
+
+def test_a_webhook_endpoints_rule_never_approves_a_run_in_a_queue_it_does_not_decide(
+    redis: Redis,
+) -> None:
+    config = channels_config()
+    broker = Broker(redis, config, prefix="t:")
+    with jobs_bound_to(broker), TestClient(create_app(Settings(), config, broker)) as api:
+        fleet = Fleet(broker)
+
+        def reply(run_id: str, agent: str, msg_id: str) -> None:
+            [asked] = broker.round_requests(run_id, 1)
+            body = json.dumps(
+                {
+                    "request_id": asked.id,
+                    "outcome": "approved",
+                    "remember": {"tool": "issue_refund", "agent": agent},
+                }
+            ).encode()
+            resp = api.post(
+                "/v1/webhooks/ops/replies", content=body, headers=reply_headers(body, msg_id)
+            )
+            assert resp.status_code == 200, resp.text
+
+        first = start_run(broker, "refunds_web", REFUND)
+        fleet.settle()
+        reply(first.id, "refunds", "msg_rule_wide")  # a rule for the inbox's queue: not its own
+        second = start_run(broker, "refunds_web", REFUND, deps={"customer": "c-3"})
+        fleet.settle()
+        reply(second.id, "refunds_web", "msg_rule_own")  # a rule for its own queue
+        fleet.settle()
+        other = start_run(broker, "refunds", REFUND, deps={"customer": "c-2"})
+        own = start_run(broker, "refunds_web", REFUND, deps={"customer": "c-4"})
+        fleet.settle()
+        [asked] = broker.round_requests(other.id, 1)
+        assert asked.queue == "default" and asked.status is Status.pending
+        assert asked.decision is None  # the endpoint's rule does not reach the inbox's queue
+        [ruled] = broker.round_requests(own.id, 1)
+        assert ruled.decision is not None and ruled.decision.decided_by.startswith("rule:")
+    rules = {r.agent: r for r in broker.requests.rules.list()}
+    assert rules["refunds"].creator_channel == "webhook:ops"
+    assert broker.get_run(own.id).status is RunStatus.finished

@@ -9,6 +9,7 @@ to a person.
 from broker.rules.from_config import parse_config_rules, sync_at_start, sync_config_rules
 from broker.rules.matching import (
     Call,
+    creator_channel_for,
     creator_roles_for,
     evaluate,
     matches,
@@ -27,6 +28,7 @@ __all__ = [
     "RuleKeys",
     "RuleStore",
     "active_match",
+    "creator_channel_for",
     "creator_roles_for",
     "evaluate",
     "matches",

@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import posixpath
 from collections.abc import Collection, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from fnmatch import fnmatchcase
 from typing import Any
 
 from broker.auth import Principal
+from broker.config import Config
 from broker.errors import Forbidden
 from broker.rules.models import COMPARISONS, Effect, Rule, RuleBody, is_number
 
@@ -35,6 +36,7 @@ class Call:
     kind: str = "approval"
     allowed_roles: tuple[str, ...] = ()
     queue_roles: tuple[str, ...] = ()  # the queue's minimum roles (`Config.queue_roles`)
+    queue_channels: tuple[str, ...] = ()  # the channels the queue is decided through
     created_by: str | None = None  # who asked for the call (a run's starter, an API caller)
 
     @classmethod
@@ -103,11 +105,27 @@ def matcher_holds(matcher: Any, value: Any) -> bool:
     return False
 
 
+def in_queue(call: Call, config: Config) -> Call:
+    """`call` with its queue's roles and channels from `config`, which matching judges by."""
+    queue = config.queues.get(call.queue)
+    return replace(
+        call,
+        queue_roles=tuple(queue.roles) if queue else (),
+        queue_channels=tuple(c for c in queue.channels if config.decides_through(c))
+        if queue
+        else (),
+    )
+
+
 def covers_roles(rule: Rule, call: Call) -> bool:
-    """A rule made without role `policy` covers only requests its creator could decide: one of
-    the queue's roles when it has any, and one of the request's `allowed_roles` when it has any."""
+    """A rule made without role `policy` covers only requests its creator could decide, through
+    the channel it was made in: one of the queue's roles when it has any, one of the request's
+    `allowed_roles` when it has any, and its channel among the queue's (`in_queue` fills both;
+    a rule kept before channels were recorded has none and is judged by roles only)."""
     if rule.creator_roles is None:
         return True
+    if rule.creator_channel is not None and rule.creator_channel not in call.queue_channels:
+        return False
     creator = set(rule.creator_roles)
     if call.queue_roles and not creator.intersection(call.queue_roles):
         return False
@@ -228,6 +246,13 @@ def may_remember(
         )
     if request is not None and not principal.may_decide(request):
         raise Forbidden(f"{principal.name!r} may not decide this request, so may not remember it")
+
+
+def creator_channel_for(principal: Principal, channel: str) -> str | None:
+    """What a new rule records of the channel it was made through: None for `policy`."""
+    if principal.has_role(POLICY):
+        return None
+    return channel
 
 
 def creator_roles_for(principal: Principal) -> list[str] | None:

@@ -127,6 +127,13 @@ class Rule(RuleBody):
         description="the roles of a creator without role policy: the rule covers only requests "
         "they could decide; null means any request",
     )
+    creator_channel: str | None = Field(
+        default=None,
+        description="the channel a creator without role policy made the rule through (inbox,"
+        " slack:NAME, email:NAME, webhook:NAME): the rule covers only requests waiting in a queue"
+        " that lists it; null on a policy rule, and on a rule kept before channels were recorded"
+        " (those are checked by roles only)",
+    )
 
     def is_active(self, now: datetime) -> bool:
         return self.revoked_at is None and (self.expires_at is None or self.expires_at > now)

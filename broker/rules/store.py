@@ -11,7 +11,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Collection, Iterable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from fnmatch import fnmatchcase
 from typing import Any
@@ -22,7 +22,7 @@ from redis.exceptions import WatchError
 from broker.config import Config
 from broker.errors import InvalidInput, NotFound
 from broker.keys import Keys
-from broker.rules.matching import Call, evaluate
+from broker.rules.matching import Call, evaluate, in_queue
 from broker.rules.models import Effect, Rule, RuleBody, is_glob
 from broker.rules.records import RuleKeys, epoch, from_fields, new_rule_id, to_fields
 
@@ -121,6 +121,7 @@ class RuleStore:
         *,
         created_by: str,
         creator_roles: list[str] | None = None,
+        creator_channel: str | None = None,
         from_request: str | None = None,
     ) -> Rule:
         """Store a new rule, indexed by its tool; one transaction, so nothing half-written."""
@@ -135,6 +136,7 @@ class RuleStore:
                 "created_at": self.now(),
                 "from_request": from_request,
                 "creator_roles": creator_roles,
+                "creator_channel": creator_channel,
             }
         )
         self.insert(rule)
@@ -372,10 +374,7 @@ class RuleStore:
         """
         if call.kind != "approval":
             return None
-        if not call.queue_roles:
-            roles = self.config.queue_roles(call.queue)
-            if roles:
-                call = replace(call, queue_roles=tuple(roles))
+        call = in_queue(call, self.config)
         bucket, globs = self._buckets(call.tool_name, version)
         found = [
             r

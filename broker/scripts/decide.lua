@@ -10,37 +10,10 @@
 --   | {'moved', queue} | {'creator'} | {'repeat'} | {'voted', count}, each followed by the
 --   request's fields; or {'not_found'}, or {'need_stream', queue} / {'need_run', run_id} (call
 --   again with those keys; nothing written).
--- The hot path (broker/deciding_async.py) adds `fast`, what the decision service would judge
--- from the stored request: `queues` (name -> true: the queues the caller may decide in, by
--- their roles and channels; absent with `any_queue`), `roles` (name -> true, to meet
--- `allowed_roles`; absent: every role), `approval`, `person` (the creator check, beside
--- `voter`) and `check_args` (modified args: only a request without an args_schema is judged
--- here). Anything else writes nothing and replies {'judge', why} with the request's fields: the
--- caller then asks the full service. With `fast`, only 'ok', 'voted' and 'repeat' are final.
 local rkey = key('req')
 local f = redis.call('HMGET', rkey, 'status', 'kind', 'args_hash', 'queue', 'run_id')
 if not f[1] then return {'not_found', ''} end
 
-local function fast_refusal(F)
-  local g = redis.call('HMGET', rkey, 'allowed_roles', 'created_by', 'args_schema')
-  if not F.any_queue and not F.queues[f[4]] then return 'queue' end
-  if F.roles and g[1] and g[1] ~= '' and g[1] ~= '[]' then
-    local met = false
-    for _, role in ipairs(cjson.decode(g[1])) do
-      if F.roles[role] then met = true break end
-    end
-    if not met then return 'roles' end
-  end
-  if F.approval and g[2] and g[2] ~= '' and (g[2] == A.voter or g[2] == F.person)
-    and not A.creator_may_vote then return 'creator' end
-  if F.check_args and g[3] and g[3] ~= '' then return 'args_schema' end
-  return nil
-end
-
-if A.fast then
-  local why = fast_refusal(A.fast)
-  if why then return reply(rkey, 'judge', why) end
-end
 if spent() then return reply(rkey, 'replayed') end
 if f[1] ~= 'pending' then return reply(rkey, 'conflict') end
 if A.in_queue and A.in_queue ~= f[4] then return reply(rkey, 'moved', f[4]) end
