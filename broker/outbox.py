@@ -1,10 +1,11 @@
 """The outbox of fully answered rounds, and the step that turns each entry into one resume job.
 
 Each entry is read through the consumer group `resumers`, its resume job is enqueued under the
-deterministic id `resume-{run_id}-{round}` (RQ refuses a second one), and only then is the entry
-acknowledged. A resumer that dies after reading leaves the entry pending; another one (or the
-same one restarted) claims it once it has been idle for `min_idle_ms`, and enqueueing it again
-is a no-op, so a crash between any two steps neither loses nor doubles a resume.
+deterministic id `resume-{run_id}-{round}` (never a second one: see `broker.resume_step`), and
+only then (or in the same EXEC) is the entry acknowledged. A resumer that dies after reading
+leaves the entry pending; another one (or the same one restarted) claims it once it has been
+idle for `min_idle_ms`, and enqueueing it again is a no-op, so a crash between any two steps
+neither loses nor doubles a resume.
 
 One bad entry can't stall the others: an error while handling an entry is logged and the entry
 is left pending (it is claimed again later), while the rest of the batch goes on; an entry that
@@ -16,8 +17,8 @@ New entries are handled as one batch (`broker.resume_step`): the job keys WATCHe
 that checks each run and claims its round (`HSETNX run:{id} claimed:N`, see `broker.live_wait`)
 and one MULTI/EXEC with RQ's own `enqueue_many` of the jobs that don't exist yet and the
 entries' acknowledgement (on a Redis Cluster, where RQ has its own Redis, the acks follow the
-EXEC). A round is never enqueued twice and there is no moment with the job enqueued and the
-entry acknowledged-or-lost. An entry the batch can't take (reclaimed, malformed, its run gone)
+EXEC). A round is never enqueued twice, and an entry is acknowledged only with or after its
+job. An entry the batch can't take (reclaimed, malformed, its run gone)
 or a batch that fails is handled entry by entry.
 
 The `approval-broker resumer` role (workers/resumer.py) runs this in a loop; `broker.testing`
