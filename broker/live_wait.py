@@ -6,10 +6,10 @@ Exactly once still holds because a completed round is *claimed* before anyone co
 The first writer owns the round; the other backs off: the resumer acknowledges the outbox entry
 without enqueueing, the live job stops and leaves the round to the resume job. A live job that
 dies after claiming is continued by its own retry (see `AgentRunner.advance`). While a live
-job waits, its deadline is on the run (`live_until:{round}`), and the resumer's step leaves a
-completed round nobody claimed alone until then (`broker/scripts/resume.lua`): the waiting job
-is woken by the same outcome and claims it first; a job that died meanwhile costs the round at
-most the rest of its wait.
+job waits, its deadline is on the run (`live_until:{round}`), and the resumer's claim step
+leaves a completed round nobody claimed alone until then (`broker/scripts/resume.lua`): the
+waiting job is woken by the same outcome and claims it first; a job that died meanwhile costs
+the round at most the rest of its wait.
 
 The wait reads the handler queues' streams (XREAD BLOCK), where every outcome is announced in
 the same atomic step that records it; it checks the round's pending set after fixing its stream
@@ -35,9 +35,9 @@ def claim_field(round_no: int) -> str:
 
 
 def live_field(round_no: int) -> str:
-    """Until when (epoch seconds) a live job waits for the round: the resumer's step leaves a
-    completed round nobody claimed alone until then, so the waiting job gets to go on with it
-    (it only needs its claim; the resumer's one-step batch would otherwise win the race)."""
+    """Until when (epoch seconds) a live job waits for the round: the resumer's claim step
+    leaves a completed round nobody claimed alone until then, so the waiting job gets to go on
+    with it (it only needs its claim; the resumer, woken by the same outcome, might win)."""
     return f"live_until:{round_no}"
 
 

@@ -1,10 +1,11 @@
 """The outbox of fully answered rounds, and the step that turns each entry into one resume job.
 
 Each entry is read through the consumer group `resumers`, its resume job is enqueued under the
-deterministic id `resume-{run_id}-{round}` (RQ refuses a second one), and only then is the entry
-acknowledged. A resumer that dies after reading leaves the entry pending; another one (or the
-same one restarted) claims it once it has been idle for `min_idle_ms`, and enqueueing it again
-is a no-op, so a crash between any two steps neither loses nor doubles a resume.
+deterministic id `resume-{run_id}-{round}` (never a second one: see `broker.resume_step`), and
+only then (or in the same EXEC) is the entry acknowledged. A resumer that dies after reading
+leaves the entry pending; another one (or the same one restarted) claims it once it has been
+idle for `min_idle_ms`, and enqueueing it again is a no-op, so a crash between any two steps
+neither loses nor doubles a resume.
 
 One bad entry can't stall the others: an error while handling an entry is logged and the entry
 is left pending (it is claimed again later), while the rest of the batch goes on; an entry that
@@ -12,13 +13,13 @@ has been delivered `max_deliveries` times and still fails goes to the dead-lette
 its last error. New entries are read in the same pass as reclaimed ones, so a poison entry
 never keeps them waiting.
 
-New entries are handled as one batch in one round trip on a single Redis: a Lua step
-(`broker.resume_step`, `scripts/resume.lua`) checks each run, claims its round (`HSETNX run:{id}
-claimed:N`, see `broker.live_wait`), writes the jobs RQ's `enqueue_many` would write for those
-that don't exist yet and acknowledges the batch, atomically. On a Redis Cluster (RQ on its own
-Redis) the batch goes the WATCH way (`broker.resume_watched`). Either way a round is never enqueued twice and there is no
-moment with the job enqueued and the entry still pending. An entry the batch can't take
-(reclaimed, malformed, its run gone) or a batch that fails is handled entry by entry.
+New entries are handled as one batch (`broker.resume_step`): the job keys WATCHed, one Lua step
+that checks each run and claims its round (`HSETNX run:{id} claimed:N`, see `broker.live_wait`)
+and one MULTI/EXEC with RQ's own `enqueue_many` of the jobs that don't exist yet and the
+entries' acknowledgement (on a Redis Cluster, where RQ has its own Redis, the acks follow the
+EXEC). A round is never enqueued twice, and an entry is acknowledged only with or after its
+job. An entry the batch can't take (reclaimed, malformed, its run gone)
+or a batch that fails is handled entry by entry.
 
 The `approval-broker resumer` role (workers/resumer.py) runs this in a loop; `broker.testing`
 runs it in-process.
@@ -39,16 +40,7 @@ from rq import Queue
 from broker import streams
 from broker.client import Broker
 from broker.keys import RESUMER_GROUP
-from broker.resume_step import (
-    JobTemplate,
-    ResumeBatch,
-    ResumeStep,
-    Round,
-    UnexpectedRQ,
-    enqueue_resumes,
-    enqueue_with_rq,
-)
-from broker.resume_watched import Handled, enqueue_watched
+from broker.resume_step import ClaimStep, Handled, Round, resume_batch
 from broker.runs import run_queue
 from broker.text import as_str, as_str_dict
 
@@ -91,8 +83,7 @@ class Resumer:
         self._claimed: set[str] = set()
         self._queue: Queue | None = None
         self._next_claim = 0.0
-        self._step: ResumeStep | None = None
-        self._step_tried = False
+        self._step: ClaimStep | None = None
         self._deferred: dict[str, tuple[dict[str, str], float]] = {}
         """Entries the step left to a live job still waiting (id -> fields, when to look again)."""
 
@@ -103,20 +94,10 @@ class Resumer:
             self._queue = run_queue(self.broker)
         return self._queue
 
-    def step(self) -> ResumeStep | None:
-        """The batch's Lua step (`broker.resume_step`); None on a cluster or an unexpected RQ."""
-        if not self._step_tried:
-            if self.broker.store.rq_redis is not self.broker.redis:
-                self._step_tried = True  # a cluster: RQ's own Redis, the WATCH path
-                return None
-            try:  # a Redis error here (RQ asks for the server's version) is tried next batch
-                template = JobTemplate.from_rq(self.queue, enqueue_with_rq)
-            except UnexpectedRQ:
-                log.warning("RQ's enqueue_many changed; resuming through RQ", exc_info=True)
-            else:
-                key_for = self.queue.job_class.key_for
-                self._step = ResumeStep(self.broker.redis, template, key_for)
-            self._step_tried = True
+    def step(self) -> ClaimStep:
+        """The batch's claim step (`broker.resume_step`), on the broker's Redis."""
+        if self._step is None:
+            self._step = ClaimStep(self.broker.redis)
         return self._step
 
     def _ensure_group(self) -> None:
@@ -294,37 +275,13 @@ class Resumer:
 
         Entries left out of the answer (their run is gone) are for `handle_safely`.
         """
-        rounds = [(f["run_id"], int(f["round"])) for _, f in entries]
-        step = self.step()
-        if step is not None:
-            return self._step_batch(entries, rounds, step)
-        out = enqueue_watched(self.broker, self.queue, self.stream, entries, rounds)
-        for h in out:
-            log.info("run %s round %s: resume %s", h.run_id, h.round, h.action)
-        return out
-
-    def _step_batch(
-        self, entries: list[tuple[str, dict[str, str]]], rounds: list[Round], step: ResumeStep
-    ) -> list[Handled]:
-        """The batch in one Lua step: checks, claims, RQ's job writes and acks, atomically."""
-        batch = ResumeBatch()
-        enqueue_resumes(self.queue, rounds, batch)  # the job data, before anything is written
-        words = step.run(
-            self.stream,
-            RESUMER_GROUP,
-            [(eid, r) for (eid, _), r in zip(entries, rounds, strict=True)],
-            [self.broker.keys.run(run_id) for run_id, _ in rounds],
-            batch,
-        )
-        out = [
-            Handled(eid, run_id, round_no, word)
-            for (eid, _), (run_id, round_no), word in zip(entries, rounds, words, strict=True)
-            if word != "gone"
-        ]
+        rounds: list[Round] = [(f["run_id"], int(f["round"])) for _, f in entries]
+        out = resume_batch(self.broker, self.queue, self.step(), self.stream, entries, rounds)
         again = time.monotonic() + DEFER_S
-        for (eid, fields), word in zip(entries, words, strict=True):
-            if word == "deferred":  # pending still: looked at again here, or reclaimed if we die
-                self._deferred[eid] = (fields, again)
+        fields_of = dict(entries)
+        for h in out:
+            if h.action == "deferred":  # still pending: looked at again, or reclaimed if we die
+                self._deferred[h.entry_id] = (fields_of[h.entry_id], again)
         if log.isEnabledFor(logging.INFO):
             for h in out:
                 log.info("run %s round %s: resume %s", h.run_id, h.round, h.action)

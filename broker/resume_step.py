@@ -1,179 +1,69 @@
-"""The resumer's batch as one Lua step (`scripts/resume.lua`) on a single Redis.
+"""The resumer's batch: claim the rounds, enqueue the missing resume jobs through RQ, acknowledge.
 
-Per batch of outbox entries the step checks each run, claims its round (`broker.live_wait`),
-writes the resume job RQ's `enqueue_many` would write unless it exists or a live job owns the
-round, and acknowledges the entries: one round trip, atomic, so nothing can create a job
-between the check and the write (no WATCH, no retry).
+Per batch of outbox entries, on a single Redis and on a cluster alike:
 
-The job hash is RQ's own: `JobTemplate` records, once, the commands `enqueue_many` sends for a
-sample job (a recording pipeline, so RQ's code decides every field) and keeps what is the same
-for every resume job; per job only the data (RQ's zlib'd JSON of the call), the description
-and the timestamps change, and the template checks that it rebuilds the sample's exactly. If
-RQ ever writes something else, the template refuses and the resumer keeps RQ's own path.
+1. WATCH the resume jobs' keys (on RQ's Redis, `broker.store.rq_redis`);
+2. one Lua step (`scripts/resume.lua`, state only) checks each run, leaves a round its live
+   job still waits for alone, claims the others for the resumer (`broker.live_wait`) and, on a
+   single Redis, reads which jobs exist already (on a cluster one pipeline on RQ's Redis does);
+3. one MULTI/EXEC on RQ's Redis: RQ's own `Queue.enqueue_many` of the jobs still missing
+   (`Queue.prepare_data` with the deterministic job id `resume-{run}-{round}`), with the
+   entries' XACK + XDEL in the same EXEC on a single Redis, right after it on a cluster.
 
-On a Redis Cluster RQ has a Redis of its own (`broker.store.rq_redis`), so the step can't span
-both; the resumer keeps its WATCH path there.
+A job another resumer creates after the WATCH (the same round announced twice, taken by two
+resumers) aborts the EXEC and the batch is looked at again: now it is a duplicate. A crash
+after the claim leaves the round claimed and the entry pending: whoever reclaims it finds the
+claim its own and no job, and enqueues it. A crash between the EXEC and a cluster's acks is
+re-read and found a duplicate. So a round is never enqueued twice and never lost, and RQ's job
+format is RQ's business: nothing here writes an RQ key except through RQ.
 """
 
 from __future__ import annotations
 
-import zlib
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from importlib.resources import files
 from typing import Any
 
+from redis.exceptions import WatchError
 from rq import Queue
-from rq.serializers import JSONSerializer
-from rq.utils import get_call_string, now, utcformat
 
+from broker.client import Broker
 from broker.jobs import resume_agent
-from broker.live_wait import RESUMER, claim_field
+from broker.keys import RESUMER_GROUP
+from broker.live_wait import RESUMER
 from broker.runs import _job_options, resume_job_id
 
 Round = tuple[str, int]  # (run id, round number)
-VARYING = ("created_at", "enqueued_at", "data", "description")
-"""The job fields the step writes per job; every other field is the template's."""
-FUNC_NAME = f"{resume_agent.__module__}.{resume_agent.__qualname__}"
-SAMPLE: Round = ("run_template", 7)
-OTHER_SAMPLE: Round = ("run_template_other", 12)
-
-
-class UnexpectedRQ(RuntimeError):
-    """RQ's `enqueue_many` wrote something the template does not rebuild."""
-
-
-class _Recorder:
-    """A stand-in pipeline that keeps the commands RQ queues on it (nothing is sent)."""
-
-    def __init__(self) -> None:
-        self.commands: list[tuple[str, tuple[Any, ...], dict[str, Any]]] = []
-
-    def __getattr__(self, name: str) -> Any:
-        def record(*args: Any, **kwargs: Any) -> _Recorder:
-            self.commands.append((name, args, kwargs))
-            return self
-
-        return record
-
-
-def job_data(round_: Round) -> bytes:
-    """RQ's `data` field of the resume job: its JSON serializer's call tuple, zlib'd."""
-    return zlib.compress(JSONSerializer.dumps((FUNC_NAME, None, round_, {})))
-
-
-def job_description(round_: Round) -> str:
-    return get_call_string(FUNC_NAME, round_, {}, max_length=75) or ""
-
-
-def _text(value: Any) -> str | bytes:
-    if isinstance(value, bytes | str):
-        return value  # str enums (RQ's JobStatus) stay str: redis-py sends their value
-    return str(value)
+WATCH_TRIES = 20
 
 
 @dataclass(frozen=True)
-class JobTemplate:
-    """The fields every resume job shares, as RQ's `enqueue_many` writes them."""
-
-    queue_key: str
-    queues_key: str
-    constant: tuple[tuple[str, Any], ...]
-
-    @classmethod
-    def from_rq(cls, queue: Queue, enqueue: Any) -> JobTemplate:
-        """Record `enqueue(queue, [round], pipeline)` (RQ's path) for two different rounds and
-        keep what they share: a field that differs between the two but is not one the step
-        fills in per job (a job-dependent option, say) is refused, never copied to every job."""
-        first = cls._recorded(queue, enqueue, SAMPLE)
-        second = cls._recorded(queue, enqueue, OTHER_SAMPLE)
-        if first != second:
-            raise UnexpectedRQ(f"enqueue_many's fields depend on the job: {first!r} vs {second!r}")
-        return cls(queue.key, queue.redis_queues_keys, first)
-
-    @staticmethod
-    def _recorded(queue: Queue, enqueue: Any, round_: Round) -> tuple[tuple[str, Any], ...]:
-        """The fields RQ writes for `round_`'s job, less those the step fills in per job."""
-        recorder = _Recorder()
-        enqueue(queue, [round_], recorder)
-        job_id = resume_job_id(*round_)
-        job_key = queue.job_class.key_for(job_id)
-        names = [name for name, _, _ in recorder.commands]
-        if names != ["sadd", "hset", "hset", "rpush"]:
-            raise UnexpectedRQ(f"enqueue_many sent {names}")
-        (_, sadd, _), (_, status, _), (_, key, mapping), (_, push, _) = recorder.commands
-        fields = dict(mapping["mapping"])
-        expected = {"data": job_data(round_), "description": job_description(round_)}
-        if (
-            sadd != (queue.redis_queues_keys, queue.key)
-            or status != (job_key, "status", fields.get("status"))
-            or key != (job_key,)
-            or push != (queue.key, job_id)
-            or any(fields.get(k) != v for k, v in expected.items())
-            or not set(VARYING) <= set(fields)
-        ):
-            raise UnexpectedRQ(f"enqueue_many wrote {recorder.commands!r}")
-        return tuple((k, _text(v)) for k, v in fields.items() if k not in VARYING)
+class Handled:
+    entry_id: str
+    run_id: str | None
+    round: int | None
+    action: str  # "enqueued" | "duplicate" | "live" | "deferred" | "dead-lettered" | "failed"
 
 
-@dataclass
-class ResumeBatch:
-    """The jobs of one step, gathered by `enqueue_resumes` (as `broker.outbox` calls it, so
-    tests can stop a resumer there) before the step runs."""
+class ClaimStep:
+    """`scripts/resume.lua` on the broker's Redis (called by SHA, loaded again if missing)."""
 
-    jobs: dict[Round, tuple[bytes, str]] = field(default_factory=dict)
-
-    def add(self, rounds: list[Round]) -> None:
-        for round_ in rounds:
-            self.jobs[round_] = (job_data(round_), job_description(round_))
-
-
-class ResumeStep:
-    """`scripts/resume.lua` on one Redis client, called by SHA (loaded again if missing)."""
-
-    def __init__(self, redis: Any, template: JobTemplate, job_key: Any) -> None:
+    def __init__(self, redis: Any) -> None:
         source = (files("broker.scripts") / "resume.lua").read_text()
         self._script = redis.register_script(source)
-        self._template = template
-        self._job_key = job_key
-        head: list[Any] = [len(template.constant)]
-        for name, value in template.constant:
-            head += [name, value]
-        self._head = head
 
-    def run(
-        self,
-        stream: str,
-        group: str,
-        entries: list[tuple[str, Round]],
-        run_keys: list[str],
-        batch: ResumeBatch,
-    ) -> list[str]:
-        """Run the step over `entries` ((entry id, round)); each entry's outcome word."""
-        t = self._template
-        keys: list[str] = [stream, t.queues_key, t.queue_key]
-        argv: list[Any] = [group, RESUMER, utcformat(now()), *self._head]
-        for (entry_id, round_), run_key in zip(entries, run_keys, strict=True):
-            job_id = resume_job_id(*round_)
-            data, description = batch.jobs[round_]
-            keys += [run_key, self._job_key(job_id)]
-            argv += [entry_id, claim_field(round_[1]), job_id, data, description]
-        reply = self._script(keys=keys, args=argv)
-        return [w.decode() if isinstance(w, bytes) else w for w in reply]
+    def run(self, run_keys: list[str], rounds: list[int], job_keys: list[str] | None) -> list[str]:
+        """Each round's word: enqueue | duplicate | live | deferred | gone (`resume.lua`)."""
+        keys = run_keys + (job_keys or [])
+        args: list[Any] = [RESUMER, "1" if job_keys is not None else "0", *rounds]
+        return [w.decode() if isinstance(w, bytes) else w for w in self._script(keys, args)]
 
 
 def enqueue_resumes(queue: Queue, rounds: list[Round], pipeline: Any) -> None:
-    """Queue the resume jobs of `rounds` on `pipeline` (RQ's enqueue_many; it checks nothing).
+    """Queue the resume jobs of `rounds` on `pipeline` with RQ's `enqueue_many`.
 
-    The caller makes sure none of them exists yet (see `broker.resume_watched`). Given the Lua
-    step's `ResumeBatch`, it builds the jobs' data for the step to write (`broker.resume_step`).
+    It checks nothing: the caller makes sure none of them exists (see `resume_batch`).
     """
-    if isinstance(pipeline, ResumeBatch):
-        pipeline.add(rounds)
-    else:
-        enqueue_with_rq(queue, rounds, pipeline)
-
-
-def enqueue_with_rq(queue: Queue, rounds: list[Round], pipeline: Any) -> None:
     if rounds:
         datas = [
             Queue.prepare_data(
@@ -191,3 +81,101 @@ def _rq_options(job_id: str) -> dict[str, Any]:
     options = _job_options(job_id)
     options["timeout"] = options.pop("job_timeout")
     return options
+
+
+def resume_batch(
+    broker: Broker,
+    queue: Queue,
+    step: ClaimStep,
+    stream: str,
+    entries: list[tuple[str, dict[str, str]]],
+    rounds: list[Round],
+) -> list[Handled]:
+    """Claim and enqueue `rounds` (one per entry) and ack their entries (see the module).
+
+    Entries whose run is gone are left out of the answer (and unacknowledged); deferred ones
+    are in it but stay pending.
+    """
+    for _ in range(WATCH_TRIES):
+        try:
+            return _try_batch(broker, queue, step, stream, entries, rounds)
+        except WatchError:  # another resumer created one of these jobs meanwhile: look again
+            continue
+    raise RuntimeError(f"the resume jobs kept changing under {WATCH_TRIES} tries")
+
+
+def _try_batch(
+    broker: Broker,
+    queue: Queue,
+    step: ClaimStep,
+    stream: str,
+    entries: list[tuple[str, dict[str, str]]],
+    rounds: list[Round],
+) -> list[Handled]:
+    redis, rq = broker.redis, broker.store.rq_redis
+    apart = rq is not redis  # a cluster: RQ's jobs on their own Redis, acked after
+    job_keys = [queue.job_class.key_for(resume_job_id(r, n)) for r, n in rounds]
+    with rq.pipeline() as tx:
+        tx.watch(*job_keys)
+        words = _claim(broker, step, rounds, None if apart else job_keys)
+        if apart:
+            _mark_existing(rq, job_keys, words)
+        out: list[Handled] = []
+        todo: list[Round] = []
+        for (entry_id, _), round_, word in zip(entries, rounds, words, strict=True):
+            if word == "gone":
+                continue
+            if word == "enqueue":
+                word = "duplicate" if round_ in todo else "enqueued"
+                if word == "enqueued":
+                    todo.append(round_)
+            out.append(Handled(entry_id, round_[0], round_[1], word))
+        acks = [h.entry_id for h in out if h.action != "deferred"]
+        if not todo and not acks:
+            return out
+        tx.multi()
+        enqueue_resumes(queue, todo, tx)
+        after = redis.pipeline(transaction=False) if apart else tx
+        if acks:
+            after.xack(stream, RESUMER_GROUP, *acks)
+            after.xdel(stream, *acks)
+        if todo or not apart:
+            tx.execute()
+        if apart and acks:  # after the jobs: a crash between re-reads the entries: duplicate
+            after.execute()
+    return out
+
+
+def _claim(
+    broker: Broker, step: ClaimStep, rounds: list[Round], job_keys: list[str] | None
+) -> list[str]:
+    """The step's words for `rounds`: one call per partition of their runs (one slot each on a
+    cluster; an outbox holds its own partition's runs, so that is one call)."""
+    keys = broker.keys
+    groups: dict[int, list[int]] = {}
+    for i, (run_id, _) in enumerate(rounds):
+        part = keys.partition_of_run(run_id) if keys.partitions > 1 else 0
+        groups.setdefault(part, []).append(i)
+    words: list[str] = [""] * len(rounds)
+    for idx in groups.values():
+        got = step.run(
+            [keys.run(rounds[i][0]) for i in idx],
+            [rounds[i][1] for i in idx],
+            None if job_keys is None else [job_keys[i] for i in idx],
+        )
+        for i, word in zip(idx, got, strict=True):
+            words[i] = word
+    return words
+
+
+def _mark_existing(rq: Any, job_keys: list[str], words: list[str]) -> None:
+    """On a cluster: a claimed round whose job exists on RQ's Redis is a duplicate."""
+    look = [i for i, w in enumerate(words) if w == "enqueue"]
+    if not look:
+        return
+    pipe = rq.pipeline(transaction=False)
+    for i in look:
+        pipe.exists(job_keys[i])
+    for i, exists in zip(look, pipe.execute(), strict=True):
+        if exists:
+            words[i] = "duplicate"

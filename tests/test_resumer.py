@@ -13,7 +13,7 @@ import pytest
 from redis.exceptions import ResponseError
 from rq import Queue
 
-from broker import outbox, resume_watched
+from broker import resume_step
 from broker.agents import register_agent
 from broker.client import Broker
 from broker.config import Config
@@ -65,17 +65,16 @@ def _crashing_resumer(
         threading.Event().wait(60)
         os._exit(3)  # never reached: the parent kills us first
 
-    real_enqueue = outbox.enqueue_resumes
+    real_enqueue = resume_step.enqueue_resumes
 
     def queued_then_stall(queue: object, rounds: object, pipeline: object) -> None:
         real_enqueue(queue, rounds, pipeline)  # type: ignore[arg-type]
         stall()
 
-    # the one-step batch (outbox) and the WATCH batch (resume_watched) both build jobs with it
-    # (before-commit: the jobs are queued in the MULTI or the step's batch, never sent)
+    # before-enqueue: the round is claimed, nothing queued; before-commit: the jobs and acks
+    # are queued in the MULTI, never sent
     doomed = stall if where == "before-enqueue" else queued_then_stall
-    outbox.enqueue_resumes = doomed  # type: ignore[assignment]
-    resume_watched.enqueue_resumes = doomed  # type: ignore[assignment]
+    resume_step.enqueue_resumes = doomed  # type: ignore[assignment]
     Resumer(broker, consumer="doomed", block_ms=None, partition=partition).run_once()
 
 
@@ -209,15 +208,14 @@ def test_a_poison_entry_does_not_stall_the_others_and_is_dead_lettered_after_fiv
 ) -> None:
     poison, good, other = (broker.create_run("refunds", "p").id for _ in range(3))
     _outbox(broker, poison, good, other)
-    real_enqueue = outbox.enqueue_resumes
+    real_enqueue = resume_step.enqueue_resumes
 
     def enqueue(queue: Queue, rounds: list[tuple[str, int]], pipeline: object) -> None:
         if any(run_id == poison for run_id, _ in rounds):  # the batch fails, then it alone
             raise RuntimeError("job payload too large")
         real_enqueue(queue, rounds, pipeline)
 
-    monkeypatch.setattr(outbox, "enqueue_resumes", enqueue)
-    monkeypatch.setattr(resume_watched, "enqueue_resumes", enqueue)
+    monkeypatch.setattr(resume_step, "enqueue_resumes", enqueue)
     resumer = Resumer(broker, consumer="r", min_idle_ms=0, block_ms=None)
     assert [h.action for h in resumer.run_once()] == ["failed", "enqueued", "enqueued"]
     assert sorted(run_queue(broker).job_ids) == sorted([resume_job_id(good, 1), resume_job_id(other, 1)])  # fmt: skip
@@ -248,8 +246,7 @@ def test_an_entry_that_keeps_killing_resumers_is_dead_lettered_unhandled(
     def must_not_run(*args: object) -> bool:
         raise AssertionError("the entry was handled again")
 
-    monkeypatch.setattr(outbox, "enqueue_resumes", must_not_run)
-    monkeypatch.setattr(resume_watched, "enqueue_resumes", must_not_run)
+    monkeypatch.setattr(resume_step, "enqueue_resumes", must_not_run)
     [handled] = Resumer(broker, consumer="r", min_idle_ms=0, block_ms=None).run_once()
     assert (handled.entry_id, handled.action) == (entry, "dead-lettered")
     [(_, letter)] = broker.dead_letters()

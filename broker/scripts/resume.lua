@@ -1,58 +1,45 @@
--- The outbox's resume step for a batch of entries, atomic (so no WATCH and no retry): per
--- entry, a run that is gone is left pending (the caller dead-letters it); otherwise the round
--- is claimed for the resumer (HSETNX, as broker.live_wait does), its RQ job is written exactly
--- as RQ's enqueue_many would (the job hash, RPUSH on the queue list, SADD of the queue) unless a live job
--- owns the round or the job exists already, and the entry is acknowledged and deleted.
+-- The resumer's claim for a batch of outbox entries: state only. It claims each completed
+-- round for the resumer and says what to do with its entry; the resume jobs themselves are
+-- enqueued afterwards by RQ's own enqueue_many (broker.resume_step), so no RQ key is written
+-- here (on a single Redis the jobs' keys are read, to skip a job that exists already).
 --
--- KEYS: outbox stream, RQ's set of queues, the queue's list, then per entry: run hash, job hash
--- ARGV: group, claimant, timestamp (created_at = enqueued_at), number of constant job fields,
---       the constant fields (name, value, ...), then per entry: entry id, claim field, job id,
---       job data (RQ's zlib'd JSON), description
--- A round nobody claimed yet whose live job still waits for it (`live_until:N` on the run, set
--- by broker.live_wait, later than Redis's clock) is left alone, entry unacknowledged: the live
--- job goes on with it in the same job, or the resumer takes it once that deadline passed.
--- Reply: one word per entry: enqueued | duplicate | live | gone | deferred
-local stream, queues, queue = KEYS[1], KEYS[2], KEYS[3]
-local group, who, at = ARGV[1], ARGV[2], ARGV[3]
-local nconst = tonumber(ARGV[4])
-local fields = {'created_at', at, 'enqueued_at', at, 'data', '', 'description', ''}
-for i = 5, 4 + 2 * nconst do
-  fields[#fields + 1] = ARGV[i]
-end
-local base = 5 + 2 * nconst
+-- KEYS: per entry its run hash, then (when ARGV[2] is '1') per entry its RQ job hash
+-- ARGV: claimant, '1' if the job keys follow else '0', then per entry its round number
+-- Per entry: a run that is gone is left alone (the caller dead-letters its entry); a round
+-- nobody claimed yet whose live job still waits for it (`live_until:N` on the run, set by
+-- broker.live_wait, later than Redis's clock) is left alone too, so the live job can go on
+-- with it in the same job (the resumer looks again once that deadline passed); otherwise the
+-- round is claimed (HSETNX claimed:N, as broker.live_wait does) and the first claimant owns it.
+-- Reply: one word per entry: enqueue (claimed, no job yet) | duplicate (claimed, its job
+-- exists) | live (a live job owns the round) | deferred | gone
+local who, with_jobs = ARGV[1], ARGV[2] == '1'
+local n = #ARGV - 2
 local clock = redis.call('TIME')
 local now = tonumber(clock[1]) + tonumber(clock[2]) / 1000000
-local out, acks, listed = {}, {}, false
-for i = 1, (#KEYS - 3) / 2 do
-  local run, job = KEYS[2 + 2 * i], KEYS[3 + 2 * i]
-  local a = base + 5 * (i - 1)
-  local entry, field, job_id = ARGV[a], ARGV[a + 1], ARGV[a + 2]
-  local live_until = redis.call('HGET', run, 'live_until:' .. string.sub(field, 9))  -- claimed:N
+local out = {}
+for i = 1, n do
+  local run, round = KEYS[i], ARGV[2 + i]
+  local field = 'claimed:' .. round
   if redis.call('EXISTS', run) == 0 then
     out[i] = 'gone'
-  elseif live_until and tonumber(live_until) > now and not redis.call('HGET', run, field) then
-    out[i] = 'deferred'
   else
-    redis.call('HSETNX', run, field, who)
-    if redis.call('HGET', run, field) ~= who then
-      out[i] = 'live'
-    elseif redis.call('EXISTS', job) == 1 then
-      out[i] = 'duplicate'
+    local owner = redis.call('HGET', run, field)
+    local live_until = redis.call('HGET', run, 'live_until:' .. round)
+    if not owner and live_until and tonumber(live_until) > now then
+      out[i] = 'deferred'
     else
-      if not listed then
-        redis.call('SADD', queues, queue)
-        listed = true
+      if not owner then
+        redis.call('HSET', run, field, who)
+        owner = who
       end
-      fields[6], fields[8] = ARGV[a + 3], ARGV[a + 4]
-      redis.call('HSET', job, unpack(fields))
-      redis.call('RPUSH', queue, job_id)
-      out[i] = 'enqueued'
+      if owner ~= who then
+        out[i] = 'live'
+      elseif with_jobs and redis.call('EXISTS', KEYS[n + i]) == 1 then
+        out[i] = 'duplicate'
+      else
+        out[i] = 'enqueue'
+      end
     end
-    acks[#acks + 1] = entry
   end
-end
-if #acks > 0 then
-  redis.call('XACK', stream, group, unpack(acks))
-  redis.call('XDEL', stream, unpack(acks))
 end
 return out
