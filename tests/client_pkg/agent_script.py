@@ -4,11 +4,10 @@ needs approval, through `BrokerApprovals`, waiting live. Prints the run's output
 import json
 import sys
 
+from approval_broker_client import BrokerApprovals, RemoteBroker
 from pydantic_ai import Agent, DeferredToolRequests
 from pydantic_ai.messages import ModelResponse, TextPart, ToolCallPart, ToolReturnPart
 from pydantic_ai.models.function import FunctionModel
-
-from approval_broker_client import BrokerApprovals, RemoteBroker
 
 
 def script(messages, info):
