@@ -20,6 +20,7 @@ from api.events import EventsSettings, StreamSlots
 from api.fastpaths import FastPaths
 from api.headers import EmailPageHeaders
 from api.limits import BodyLimit
+from api.mcp import install_mcp
 from api.metrics import ApiMetrics
 from api.openapi import install_openapi
 from api.state import ApiState, lifespan
@@ -46,8 +47,9 @@ ROUTERS: tuple[APIRouter, ...] = (
 
 @asynccontextmanager
 async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
-    """The state's lifespan, then the hot path's connections and the stream reader closed."""
-    async with lifespan(app):
+    """The state's lifespan and `/mcp`'s sessions, then the hot path's connections and the
+    stream reader closed."""
+    async with lifespan(app), app.state.mcp.running():
         try:
             yield
         finally:
@@ -87,5 +89,6 @@ def create_app(
     app.add_middleware(EmailPageHeaders)
     for router in ROUTERS:
         app.include_router(router)
+    app.state.mcp = install_mcp(app)
     install_openapi(app)
     return app

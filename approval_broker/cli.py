@@ -12,7 +12,7 @@ import sys
 
 import typer
 
-from approval_broker import cli_dead_letters, cli_requests, cli_roles
+from approval_broker import cli_dead_letters, cli_mcp, cli_requests, cli_roles
 from approval_broker.cli_rules import rules_app
 from approval_broker.cli_tokens import token_app
 
@@ -38,6 +38,7 @@ for command in (
     app.command()(command)
 app.command("dead-letters")(cli_dead_letters.dead_letters)
 app.command("redrive")(cli_dead_letters.redrive)
+app.command("mcp-gateway")(cli_mcp.mcp_gateway)
 
 
 def main() -> None:

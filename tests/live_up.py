@@ -63,9 +63,9 @@ def healthy(url: str) -> bool:
         return False
 
 
-def start_live_up(tmp_path: Path, config_toml: str = "") -> LiveUp:
+def start_live_up(tmp_path: Path, config_toml: str = "", port: int | None = None) -> LiveUp:
     """`approval-broker up --config` with `PRINCIPALS` + `config_toml`, healthy or failed."""
-    port = free_port()
+    port = port or free_port()
     config = tmp_path / "broker.toml"
     config.write_text(PRINCIPALS + config_toml)
     env = {k: v for k, v in os.environ.items() if not k.startswith("APPROVAL_BROKER_")}
@@ -84,7 +84,7 @@ def start_live_up(tmp_path: Path, config_toml: str = "") -> LiveUp:
     )
     up = LiveUp(proc, f"http://127.0.0.1:{port}", log)
     try:
-        wait_for(lambda: healthy(up.url) or proc.poll() is not None, timeout=90)
+        wait_for(lambda: healthy(up.url) or proc.poll() is not None, timeout=300)
         assert proc.poll() is None, log.read_text()
     except BaseException:
         up.stop()
