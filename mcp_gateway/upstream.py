@@ -26,11 +26,21 @@ from broker.config import McpGatewayConfig
 
 log = logging.getLogger("approval_broker.mcp_gateway")
 
-CONNECT_TIMEOUT_S = 30.0
+CONNECT_TIMEOUT_S = 120.0
+"""How long an upstream may take to start and initialize (a cold interpreter can be slow)."""
 
 
 class UpstreamError(Exception):
     """The upstream could not be reached or did not answer; the message says which and why."""
+
+
+def why(exc: BaseException) -> str:
+    """The first real error inside the task groups of the SDK's transports, as one line."""
+    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
+        exc = exc.exceptions[0]
+    if isinstance(exc, TimeoutError):
+        return "it did not answer in time"
+    return str(exc) or type(exc).__name__
 
 
 @asynccontextmanager
@@ -81,7 +91,7 @@ class Upstream:
                     await drop.wait()
         except Exception as exc:  # the SDK's and the OS's errors alike: the upstream is away
             failed.append(exc)
-            log.warning("upstream %s: %s", self.where, exc or type(exc).__name__)
+            log.warning("upstream %s: %s", self.where, why(exc))
         finally:
             if self._drop is drop:
                 self._session, self._drop = None, None
@@ -122,7 +132,9 @@ class Upstream:
                     return tools
         except Exception as exc:
             self.drop()
-            raise UpstreamError(f"the upstream MCP server ({self.where}) failed: {exc}") from exc
+            raise UpstreamError(
+                f"the upstream MCP server ({self.where}) failed: {why(exc)}"
+            ) from exc
 
     async def call_tool(self, name: str, arguments: dict[str, Any]) -> types.CallToolResult:
         session = await self.session()
@@ -131,5 +143,5 @@ class Upstream:
         except Exception as exc:
             self.drop()
             raise UpstreamError(
-                f"the upstream MCP server ({self.where}) failed on {name!r}: {exc}"
+                f"the upstream MCP server ({self.where}) failed on {name!r}: {why(exc)}"
             ) from exc
