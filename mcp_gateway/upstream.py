@@ -83,7 +83,7 @@ class Upstream:
         drop = anyio.Event()
         try:
             async with self._streams() as (read, write):
-                async with ClientSession(read, write, read_timeout_seconds=self.timeout) as s:
+                async with ClientSession(read, write) as s:
                     with anyio.fail_after(CONNECT_TIMEOUT_S):
                         await s.initialize()
                     self._session, self._drop = s, drop
@@ -106,9 +106,9 @@ class Upstream:
                 self._tasks.start_soon(self._hold, ready, failed)
                 await ready.wait()
                 if self._session is None:
-                    why = str(failed[0]) if failed and str(failed[0]) else "it did not start"
+                    reason = why(failed[0]) if failed else "it did not start"
                     raise UpstreamError(
-                        f"the upstream MCP server ({self.where}) is not reachable: {why}"
+                        f"the upstream MCP server ({self.where}) is not reachable: {reason}"
                     )
             return self._session
 
@@ -125,7 +125,8 @@ class Upstream:
             tools: list[types.Tool] = []
             cursor: str | None = None
             while True:
-                page = await session.list_tools(cursor=cursor)
+                with anyio.fail_after(CONNECT_TIMEOUT_S):
+                    page = await session.list_tools(cursor=cursor)
                 tools.extend(page.tools)
                 cursor = page.nextCursor
                 if not cursor:
@@ -139,7 +140,7 @@ class Upstream:
     async def call_tool(self, name: str, arguments: dict[str, Any]) -> types.CallToolResult:
         session = await self.session()
         try:
-            return await session.call_tool(name, arguments)
+            return await session.call_tool(name, arguments, read_timeout_seconds=self.timeout)
         except Exception as exc:
             self.drop()
             raise UpstreamError(

@@ -60,13 +60,13 @@ reason = "archiving loses nothing"
 upstream = {stdio("stdio")}
 gate = {GATE}
 token = "env:NOTES_GATEWAY_TOKEN"
-upstream_timeout_s = 3
+upstream_timeout_s = 10
 
 [mcp_gateways.notes_http]
 upstream_url = "http://127.0.0.1:{upstream_port}/mcp"
 gate = {GATE}
 token = "env:NOTES_GATEWAY_TOKEN"
-upstream_timeout_s = 3
+upstream_timeout_s = 10
 
 [mcp_gateways.notes_quick]
 upstream = {stdio("quick")}
@@ -274,7 +274,7 @@ def test_a_dead_or_silent_upstream_is_a_clear_error_and_the_gateway_keeps_servin
 ) -> None:
     async def main() -> list[types.CallToolResult]:
         async with gateway(world, name) as session:
-            results = [await session.call_tool("hang", {"seconds": 30})]
+            results = [await session.call_tool("hang", {"seconds": 120})]
             results.append(await session.call_tool("read_note", {"name": "after-hang"}))
             if name == "notes_stdio":  # an HTTP upstream that dies stays dead for the others
                 results.append(await session.call_tool("die", {}))

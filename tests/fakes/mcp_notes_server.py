@@ -12,8 +12,8 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import time
 
+import anyio
 from mcp.server.fastmcp import FastMCP
 
 parser = argparse.ArgumentParser()
@@ -58,10 +58,10 @@ def archive_note(name: str) -> str:
 
 
 @server.tool()
-def hang(seconds: float = 3600) -> str:
-    """Never answers (in time)."""
+async def hang(seconds: float = 3600) -> str:
+    """Never answers (in time); other calls are served meanwhile."""
     ran("hang", seconds=seconds)
-    time.sleep(seconds)
+    await anyio.sleep(seconds)
     return "woke up"
 
 
