@@ -16,6 +16,8 @@ from tests.live_up import ADMIN, AGENT, APPROVER, LiveUp, start_live_up
 from tests.mcp_client import body, mcp_session
 
 
+pytestmark = pytest.mark.timeout(900)  # the first test also waits for `up` to start (slow on a busy machine)
+
 @pytest.fixture(scope="module")
 def up(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveUp]:
     live = start_live_up(tmp_path_factory.mktemp("up"))
