@@ -28,7 +28,10 @@ def run(*args: str, timeout: float = 300, cwd: Path | None = None) -> str:
     return done.stdout
 
 
-pytestmark = pytest.mark.timeout(900)  # the first test also waits for `up` to start (slow on a busy machine)
+pytestmark = pytest.mark.timeout(
+    900
+)  # the first test also waits for `up` to start (slow on a busy machine)
+
 
 @pytest.fixture(scope="module")
 def venv_python(tmp_path_factory: pytest.TempPathFactory) -> Path:

@@ -83,7 +83,10 @@ def serving(url: str) -> bool:
         return False
 
 
-pytestmark = pytest.mark.timeout(900)  # the first test also waits for `up` to start (slow on a busy machine)
+pytestmark = pytest.mark.timeout(
+    900
+)  # the first test also waits for `up` to start (slow on a busy machine)
+
 
 @pytest.fixture(scope="module")
 def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:

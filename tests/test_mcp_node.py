@@ -20,7 +20,10 @@ from tests.test_mcp_gateway import World, decide, world  # noqa: F401 (the fixtu
 SCRIPT = Path(__file__).parent / "node" / "mcp_call.mjs"
 
 
-pytestmark = pytest.mark.timeout(900)  # the first test also waits for `up` to start (slow on a busy machine)
+pytestmark = pytest.mark.timeout(
+    900
+)  # the first test also waits for `up` to start (slow on a busy machine)
+
 
 @pytest.fixture(scope="module")
 def node_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:

@@ -15,8 +15,10 @@ from tests.conftest import wait_for
 from tests.live_up import ADMIN, AGENT, APPROVER, LiveUp, start_live_up
 from tests.mcp_client import body, mcp_session
 
+pytestmark = pytest.mark.timeout(
+    900
+)  # the first test also waits for `up` to start (slow on a busy machine)
 
-pytestmark = pytest.mark.timeout(900)  # the first test also waits for `up` to start (slow on a busy machine)
 
 @pytest.fixture(scope="module")
 def up(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveUp]:
