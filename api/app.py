@@ -19,6 +19,7 @@ from api.errors import install_error_handlers
 from api.events import EventsSettings, StreamSlots
 from api.headers import EmailPageHeaders
 from api.limits import BodyLimit
+from api.mcp import install_mcp
 from api.metrics import ApiMetrics
 from api.openapi import install_openapi
 from api.state import ApiState, lifespan
@@ -44,8 +45,8 @@ ROUTERS: tuple[APIRouter, ...] = (
 
 @asynccontextmanager
 async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
-    """The state's lifespan, then the stream reader closed."""
-    async with lifespan(app):
+    """The state's lifespan and `/mcp`'s sessions, then the stream reader closed."""
+    async with lifespan(app), app.state.mcp.running():
         try:
             yield
         finally:
@@ -80,5 +81,6 @@ def create_app(
     app.add_middleware(EmailPageHeaders)
     for router in ROUTERS:
         app.include_router(router)
+    app.state.mcp = install_mcp(app)
     install_openapi(app)
     return app

@@ -55,17 +55,25 @@ async def create_request(
     On the event loop (one Redis round trip); with an Idempotency-Key in the thread pool, as a
     concurrent create with the same key polls for the winner's id.
     """
+    body = checked_new_request(state, principal, body)
+    if idempotency_key is not None:
+        return await run_in_threadpool(create_request_once, state, principal, idempotency_key, body)
+    request = state.broker.create_request(body)
+    return JSONResponse(request.public(), status_code=201)
+
+
+def checked_new_request(
+    state: ApiState, principal: Principal, body: NewRequestBody
+) -> NewRequestBody:
+    """The body to create as `principal` (its `created_by`), once its roles are known ones:
+    what every way in (REST, `/mcp`) creates, so the checks can't differ."""
     unknown = sorted(set(body.allowed_roles) - state.config.known_roles())
     if unknown:
         raise InvalidInput(
             f"allowed_roles: no approver or webhook endpoint has the role(s) {', '.join(unknown)}",
             code="unknown_role",
         )
-    body = body.model_copy(update={"created_by": principal.name})
-    if idempotency_key is not None:
-        return await run_in_threadpool(create_request_once, state, principal, idempotency_key, body)
-    request = state.broker.create_request(body)
-    return JSONResponse(request.public(), status_code=201)
+    return body.model_copy(update={"created_by": principal.name})
 
 
 def visible_request(state: ApiState, principal: Principal, request_id: str) -> Request:

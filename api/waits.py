@@ -24,6 +24,7 @@ from api.follow import Fetch, waiter_for
 from api.schemas import ERRORS
 from api.state import ApiState, State
 from api.visibility import seer
+from broker.auth import Principal
 from broker.errors import NotFound
 from broker.models import Request
 
@@ -59,10 +60,19 @@ async def long_poll(
     longer pending (or S passed); the route then reads and answers it as usual. A request the
     caller may not see is not waited on (its 404 comes at once, as for an unknown id)."""
     if wait is not None:
-        found = await _fetcher(state)([request_id])
-        if not found or not seer(principal, state.config)(found[0]):
-            raise NotFound(f"no request with id {request_id!r}")
-        await waiter_for(http, state).until([request_id], wait, every=True, fetch=_fetcher(state))
+        await wait_for_outcome(http, state, principal, request_id, wait)
+
+
+async def wait_for_outcome(
+    http: HttpRequest, state: ApiState, principal: Principal, request_id: str, wait: float
+) -> None:
+    """Return once the request is no longer pending, or after `wait` seconds (at most 60);
+    NotFound at once for one `principal` may not see. `?wait=` and `/mcp` wait this way."""
+    found = await _fetcher(state)([request_id])
+    if not found or not seer(principal, state.config)(found[0]):
+        raise NotFound(f"no request with id {request_id!r}")
+    wait = min(wait, MAX_WAIT_S)
+    await waiter_for(http, state).until([request_id], wait, every=True, fetch=_fetcher(state))
 
 
 LongPoll = Annotated[None, Depends(long_poll)]

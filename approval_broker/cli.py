@@ -14,7 +14,7 @@ from typing import Annotated
 
 import typer
 
-from approval_broker import cli_dead_letters, cli_ops, cli_requests, cli_roles
+from approval_broker import cli_dead_letters, cli_mcp, cli_ops, cli_requests, cli_roles
 from approval_broker.cli_rules import rules_app
 from approval_broker.cli_tokens import token_app
 
@@ -63,6 +63,7 @@ for command in (
     app.command()(command)
 app.command("dead-letters")(cli_dead_letters.dead_letters)
 app.command("redrive")(cli_dead_letters.redrive)
+app.command("mcp-gateway")(cli_mcp.mcp_gateway)
 
 
 def main() -> None:

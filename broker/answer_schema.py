@@ -226,26 +226,3 @@ def validate(schema: dict[str, Any], answer: Any) -> tuple[dict[str, Any], dict[
             )
         lines.append(f"answer{_path(error.path)}: {error.message}")
     return {}, problems, "; ".join(lines[:3])
-
-
-def _scalar(value: Any) -> str:
-    if isinstance(value, bool):
-        return "yes" if value else "no"
-    if isinstance(value, str):
-        return value
-    return json.dumps(value, ensure_ascii=False)
-
-
-def render(schema: dict[str, Any], answer: dict[str, Any]) -> str:
-    """One line per field, `Label: value`, in the schema's order; fields left empty are omitted."""
-    props = schema.get("properties", {}) if isinstance(schema, dict) else {}
-    lines = []
-    for name in [*props, *(k for k in answer if k not in props)]:
-        if name not in answer or answer[name] is None:
-            continue
-        prop = props.get(name) if isinstance(props.get(name), dict) else {}
-        label = str(prop.get("title") or name)
-        value = answer[name]
-        text = ", ".join(map(_scalar, value)) if isinstance(value, list) else _scalar(value)
-        lines.append(f"{label}: {text}")
-    return "\n".join(lines)

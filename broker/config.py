@@ -199,6 +199,33 @@ class AgentConfig(_Section):
     unanswered: Annotated[str, Field(pattern="^(reject|raise)$")] = "reject"  # on a new prompt
 
 
+class McpGatewayConfig(_Section):
+    """`[mcp_gateways.NAME]`: an MCP server whose gated tool calls need a person's approval
+    (served by `approval-broker mcp-gateway NAME`). `token` may be `env:NAME`; it is read by
+    the gateway when it starts, never by the broker's other roles."""
+
+    upstream: list[Annotated[str, Field(min_length=1)]] | None = Field(
+        default=None, min_length=1, description="the upstream MCP server's stdio command"
+    )
+    upstream_url: Annotated[str, Field(pattern=r"^https?://")] | None = Field(
+        default=None, description="or the upstream's Streamable HTTP endpoint"
+    )
+    gate: list[Annotated[str, Field(min_length=1)]] = Field(
+        default_factory=lambda: ["*"], description="tool-name globs that need approval"
+    )
+    queue: str = DEFAULT_QUEUE
+    broker_url: Annotated[str, Field(pattern=r"^https?://")] | None = None
+    token: str | None = None
+    timeout_s: Annotated[float, Field(gt=0, le=365 * 86400)] | None = None
+    upstream_timeout_s: Annotated[float, Field(gt=0, le=3600)] = 60.0
+
+    @model_validator(mode="after")
+    def _one_upstream(self) -> McpGatewayConfig:
+        if (self.upstream is None) == (self.upstream_url is None):
+            raise ValueError("give exactly one of upstream (a command) and upstream_url")
+        return self
+
+
 class BrokerSection(_Section):
     max_rounds: Annotated[int, Field(ge=1)] = 10
     stream_maxlen: Annotated[int, Field(ge=1000)] = 1_000_000
@@ -216,6 +243,7 @@ class Config(_Section):
     email: EmailConfig | None = None
     approvers: dict[str, ApproverConfig] = Field(default_factory=dict)
     agents: dict[str, AgentConfig] = Field(default_factory=dict)
+    mcp_gateways: dict[str, McpGatewayConfig] = Field(default_factory=dict)
     rules: list[Any] = Field(
         default_factory=list,
         description="[[rules]]: the operator's policy rules (checked by broker.rules.from_config)",
@@ -283,6 +311,15 @@ class Config(_Section):
         kind, _, name = channel.partition(":")
         endpoint = self.webhooks.get(name) if kind == "webhook" else None
         return endpoint is None or endpoint.decides
+
+    @model_validator(mode="after")
+    def _check_mcp_gateways(self) -> Config:
+        for name, gateway in self.mcp_gateways.items():
+            if gateway.queue not in self.queues:
+                raise ValueError(
+                    f"mcp_gateways.{name}.queue: queue {gateway.queue!r} is not defined"
+                )
+        return self
 
     def channel_problem(self, channel: str) -> str | None:
         """Why a channel name such as 'slack:approvals' points at nothing, or None if it is fine."""

@@ -10,9 +10,9 @@ reads on resume. Nothing here decides, stores or renders for a channel.
 
 from __future__ import annotations
 
-import json
 from typing import Annotated, Any
 
+from approval_broker_client.answers import answer_text as answer_text  # re-exported
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from broker import answer_schema
@@ -294,33 +294,3 @@ def validate_answer(request_metadata: dict[str, Any], answer: Any) -> Any:
             raise InvalidAnswer(detail, field=next(iter(fields), None), problems=fields)
         return filled
     return answer
-
-
-def _line(question: str, choices: list[str]) -> str:
-    joiner = " " if question.rstrip().endswith(("?", ":")) else ": "
-    return f"{question.rstrip()}{joiner}{', '.join(choices)}"
-
-
-def answer_text(metadata: dict[str, Any], answer: Any) -> str:
-    """What the model reads: `Which auth method? OAuth 2.0`, one line per question.
-
-    Own text shows as `Other: ...`; a schema answer is one `Label: value` line per field.
-    Never raises: an answer that doesn't fit (recorded before it was checked) is shown as JSON.
-    """
-    try:
-        if "questions" in metadata and isinstance(answer, dict):
-            lines = []
-            for item in answer.get("answers", []):
-                choices = [str(s) for s in item.get("selected") or []]
-                if item.get("other"):
-                    choices.append(f"Other: {item['other']}")
-                lines.append(_line(str(item.get("question", "")), choices))
-            if lines:
-                return "\n".join(lines)
-        if "answer_schema" in metadata and isinstance(answer, dict):
-            text = answer_schema.render(metadata["answer_schema"], answer)
-            if text:
-                return text
-    except (AttributeError, TypeError):
-        pass
-    return answer if isinstance(answer, str) else json.dumps(answer, ensure_ascii=False)

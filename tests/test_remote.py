@@ -28,8 +28,13 @@ from broker.auth import hash_token
 from broker.client import Broker
 from broker.config import Config, Settings, parse_config
 from broker.errors import Conflict, Forbidden, InvalidInput, NotFound
-from broker.models import Request
-from broker.remote import AsyncRemoteBroker, BrokerApprovals, RemoteBroker, Unauthorized
+from broker.remote import (
+    AsyncRemoteBroker,
+    BrokerApprovals,
+    RemoteBroker,
+    Request,
+    Unauthorized,
+)
 from broker.results import RoundNotReady
 from tests.conftest import wait_for
 

@@ -223,8 +223,8 @@ backoff_s = 0.05
             run_id = remote.start_run(AGENT_NAME, prompt)
             quick = remote.create_request(NewRequest(tool_name="t", queue="quick"))
             [timed_out] = remote.wait_for([quick.id], 30)
-            assert timed_out.status is Status.timed_out
-            wait_for(lambda: remote.get_run(run_id).status is RunStatus.finished, timeout=60)
+            assert timed_out.status == Status.timed_out  # the client's own Status, by value
+            wait_for(lambda: remote.get_run(run_id).status == RunStatus.finished, timeout=60)
             run = remote.get_run(run_id)
         assert run.output and run.output["refunded"] is True, run
         [request] = broker.get_requests(list(receiver.answered))

@@ -1,18 +1,34 @@
-"""Python for agents and apps outside the fleet: a client of the HTTP API, and a pydantic-ai
-capability that asks people through it.
+"""Python for agents and apps outside the fleet, kept under its old name.
 
-    from broker.remote import AsyncRemoteBroker, BrokerApprovals, RemoteBroker
+The code lives in the `approval-broker-client` distribution (`clients/python/`, import
+`approval_broker_client`), which installs without the server; this package re-exports it so
+`from broker.remote import RemoteBroker` keeps working.
 """
 
-from broker.remote.approvals import BrokerApprovals, request_ids
-from broker.remote.client import AsyncRemoteBroker, RemoteBroker
-from broker.remote.errors import RemoteError, Unauthorized
+from approval_broker_client import (
+    AsyncRemoteBroker,
+    BrokerApprovals,
+    Decision,
+    NewRequest,
+    RemoteBroker,
+    RemoteError,
+    Request,
+    Run,
+    Unauthorized,
+    request_ids,
+)
+from approval_broker_client.errors import error_for
 
 __all__ = [
     "AsyncRemoteBroker",
     "BrokerApprovals",
+    "Decision",
+    "NewRequest",
     "RemoteBroker",
     "RemoteError",
+    "Request",
+    "Run",
     "Unauthorized",
+    "error_for",
     "request_ids",
 ]

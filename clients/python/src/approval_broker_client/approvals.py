@@ -3,10 +3,11 @@
 Any `Agent(..., capabilities=[BrokerApprovals(client, queue=..., live_wait_s=...)])`, running in
 any process, sends each round's deferred tool calls (approvals, questions, external calls) as
 broker requests, waits up to `live_wait_s` for their outcomes, and hands back
-`DeferredToolResults` for what was decided (the fleet's mapping, `broker.results`). The calls
-still pending end the run as `DeferredToolRequests`, each noting its request id in its metadata,
-so `client.results_for(output)` resumes it later. Creates are idempotent on the agent run and
-the tool call id (`Idempotency-Key`), so a retried round never asks twice.
+`DeferredToolResults` for what was decided. The calls still pending end the run as
+`DeferredToolRequests`, each noting its request id in its metadata, so
+`client.results_for(output)` resumes it later. Creates are idempotent on the agent run and the
+tool call id (`Idempotency-Key`), so a retried round never asks twice. Needs the `pydantic-ai`
+extra.
 """
 
 from __future__ import annotations
@@ -21,11 +22,10 @@ from typing import Any
 from pydantic_ai import DeferredToolRequests, DeferredToolResults, RunContext
 from pydantic_ai.capabilities import AbstractCapability
 
-from broker.config import AgentConfig
-from broker.models import NewRequest, Request
-from broker.pending_calls import new_requests
-from broker.remote.client import META_KEY, AsyncRemoteBroker, RemoteBroker, request_ids
-from broker.results import results_for
+from approval_broker_client.client import AsyncRemoteBroker, RemoteBroker
+from approval_broker_client.deferred import META_KEY, new_requests, request_ids
+from approval_broker_client.models import NewRequest, Request
+from approval_broker_client.results import results_for
 
 __all__ = ["BrokerApprovals", "request_ids"]
 
@@ -44,9 +44,9 @@ class BrokerApprovals(AbstractCapability[Any]):
     within `live_wait_s`, and let the rest end the run as `DeferredToolRequests`.
 
     `client` is a `RemoteBroker` or an `AsyncRemoteBroker`. `queue` is the handler queue (a tool
-    may name its own in the metadata it raises with, as on the fleet; `tool_queues` per tool),
-    `agent` names the agent on the requests. Put it first among deferred-call handlers (or
-    alone), so the calls it leaves pending carry their request ids.
+    may name its own in the metadata it raises with; `tool_queues` per tool), `agent` names the
+    agent on the requests. Put it first among deferred-call handlers (or alone), so the calls it
+    leaves pending carry their request ids.
     """
 
     client: RemoteBroker | AsyncRemoteBroker
@@ -72,13 +72,11 @@ class BrokerApprovals(AbstractCapability[Any]):
             yield client
 
     def _news(self, ctx: RunContext[Any], requests: DeferredToolRequests) -> list[NewRequest]:
-        spec = AgentConfig(
-            path="broker.remote:BrokerApprovals", queue=self.queue, tool_queues=self.tool_queues
-        )
         origin = {"agent": self.agent, "run_id": ctx.run_id}
+        news = new_requests(requests, ctx.messages, queue=self.queue, tool_queues=self.tool_queues)
         return [
             new.model_copy(update={"metadata": {**new.metadata, REMOTE_META: origin}})
-            for new in new_requests(requests, spec, ctx.messages)
+            for new in news
         ]
 
     async def handle_deferred_tool_calls(

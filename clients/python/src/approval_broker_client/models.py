@@ -1,0 +1,171 @@
+"""The API's data as an app sees it: requests, decisions and runs, as REST returns them.
+
+The client's own models, so an app never imports the server. Models read from answers keep
+fields a newer broker adds (`extra="allow"`); models an app sends are checked before sending.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from enum import StrEnum
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, JsonValue, model_validator
+
+Kind = Literal["approval", "question", "external"]
+
+
+class Status(StrEnum):
+    pending = "pending"
+    approved = "approved"
+    modified = "modified"
+    rejected = "rejected"
+    answered = "answered"
+    timed_out = "timed_out"
+
+
+class Outcome(StrEnum):
+    approved = "approved"
+    modified = "modified"
+    rejected = "rejected"
+    answered = "answered"
+    escalated = "escalated"
+    timed_out = "timed_out"  # recorded by the broker's sweeper; never sent by a caller
+
+
+class RunStatus(StrEnum):
+    queued = "queued"
+    running = "running"
+    waiting = "waiting"
+    finished = "finished"
+    failed = "failed"
+
+
+class Decision(BaseModel):
+    """What a person (or a rule) answered; `decided_by`/`decided_at` are set by the broker."""
+
+    model_config = ConfigDict(extra="allow")
+
+    outcome: Outcome
+    reason: str | None = Field(default=None, max_length=10_000)
+    args: dict[str, JsonValue] | None = None
+    answer: JsonValue = None
+    target: str | None = Field(default=None, max_length=200)
+    args_hash: str | None = Field(default=None, max_length=128)
+    metadata: dict[str, JsonValue] | None = None
+    decided_by: str | None = None
+    decided_at: datetime | None = None
+    rule: str | None = None
+
+    @model_validator(mode="after")
+    def _check_shape(self) -> Decision:
+        if self.outcome is Outcome.modified and self.args is None:
+            raise ValueError("a 'modified' decision needs 'args', the arguments to run with")
+        if self.outcome is not Outcome.modified and self.args is not None:
+            raise ValueError("'args' only goes with the 'modified' outcome")
+        if self.outcome is not Outcome.escalated and self.target is not None:
+            raise ValueError("'target' only goes with the 'escalated' outcome")
+        return self
+
+
+class HistoryEntry(BaseModel):
+    """One thing that happened to a request besides its decision (an escalation, a delivery)."""
+
+    model_config = ConfigDict(extra="allow")
+
+    at: datetime
+    event: str
+    by: str | None = None
+    from_queue: str | None = None
+    to_queue: str | None = None
+    reason: str | None = None
+    channel: str | None = None
+    detail: str | None = None
+    rule: str | None = None
+
+
+class Vote(BaseModel):
+    """One person's approval of a request that needs several (its `quorum`)."""
+
+    model_config = ConfigDict(extra="allow")
+
+    by: str
+    at: datetime
+    args_hash: str
+    channel: str = ""
+
+
+class Request(BaseModel):
+    """A request for a person's decision on one tool call, as `GET /v1/requests/{id}` returns it."""
+
+    model_config = ConfigDict(extra="allow")
+
+    id: str
+    run_id: str | None = None
+    round: int = 0
+    tool_call_id: str
+    tool_name: str
+    args: dict[str, JsonValue] = Field(default_factory=dict)
+    args_hash: str
+    kind: Kind = "approval"
+    prompt: str = ""
+    data: JsonValue = None
+    metadata: dict[str, JsonValue] = Field(default_factory=dict)
+    queue: str = "default"
+    allowed_roles: list[str] = Field(default_factory=list)
+    callback: str | None = None
+    created_at: datetime
+    expires_at: datetime
+    status: Status = Status.pending
+    decision: Decision | None = None
+    history: list[HistoryEntry] = Field(default_factory=list)
+    suggested_rules: list[dict[str, JsonValue]] = Field(default_factory=list)
+    escalations: int = 0
+    args_schema: dict[str, JsonValue] | None = None
+    quorum: int = 1
+    approvals: list[Vote] = Field(default_factory=list)
+    approvals_by_args: dict[str, int] = Field(default_factory=dict)
+    created_by: str | None = None
+    acked_by: str | None = None
+    acked_until: datetime | None = None
+
+    @property
+    def is_pending(self) -> bool:
+        return self.status is Status.pending
+
+    def public(self) -> dict[str, Any]:
+        return self.model_dump(mode="json")
+
+
+class NewRequest(BaseModel):
+    """What an app sends to create a request; the broker fills in the rest."""
+
+    tool_name: str = Field(min_length=1, max_length=200)
+    args: dict[str, JsonValue] = Field(default_factory=dict)
+    kind: Kind = "approval"
+    prompt: str | None = Field(default=None, max_length=20_000)
+    data: JsonValue = None
+    metadata: dict[str, JsonValue] = Field(default_factory=dict)
+    queue: str = Field(default="default", min_length=1, max_length=200)
+    timeout_s: float | None = Field(default=None, gt=0, le=365 * 86400)
+    allowed_roles: list[str] = Field(default_factory=list)
+    callback: str | None = None
+    tool_call_id: str | None = Field(default=None, max_length=200)
+    args_schema: dict[str, JsonValue] | None = None
+    quorum: int | None = Field(default=None, ge=1)
+
+
+class Run(BaseModel):
+    """An agent run on the broker's fleet, as `GET /v1/runs/{id}` returns it."""
+
+    model_config = ConfigDict(extra="allow")
+
+    id: str
+    agent: str
+    status: RunStatus = RunStatus.queued
+    round: int = 0
+    pending: list[str] = Field(default_factory=list)
+    output: JsonValue = None
+    error: str | None = None
+    created_at: datetime
+    updated_at: datetime
