@@ -13,10 +13,8 @@ whose answer is the one every channel gets (issue 18; `tests/test_hotapi.py`).
 from __future__ import annotations
 
 import asyncio
-import os
 from collections import deque
 from collections.abc import Collection, Sequence
-from pathlib import Path
 from typing import Any
 
 from hiredis import pack_command
@@ -26,7 +24,6 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import NoScriptError
 
 from broker.auth import EVERY_ROLE, Principal
-from broker.connection import COUNT_ENV, RoundTrips
 from broker.deciding import Decided, Deciding, person_of
 from broker.models import Decision, Outcome, Request
 from broker.printable import printable
@@ -226,8 +223,6 @@ class AsyncDeciding:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._redis: Connections | None = None
         self._who: dict[tuple[frozenset[str], tuple[str, ...]], dict[str, Any]] = {}
-        counting = os.environ.get(COUNT_ENV)
-        self._round_trips = RoundTrips.shared(Path(counting)) if counting else None
 
     def client(self) -> Connections | None:
         """The client of the running loop (a test client may run each request on a new one)."""
@@ -306,10 +301,7 @@ class AsyncDeciding:
         return found
 
     def _count(self) -> None:
-        """One round trip more, for the benchmarks (`broker.connection.RoundTrips`)."""
-        if self._round_trips is not None:
-            with self._round_trips._lock:
-                self._round_trips.round_trips += 1
+        """Round trips are counted by the benchmarks from Redis's side (`bench/benchlib.py`)."""
 
     async def _evalsha(self, client: Connections, keys: list[str], argv: str) -> list[Any]:
         try:
