@@ -49,6 +49,9 @@ async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
     """The state's lifespan, then the hot path's connections and the stream reader closed."""
     async with lifespan(app):
         try:
+            url = getattr(app.state, "listening_url", None)
+            if url:  # api.server's socket listens already: connections queue until we serve
+                print(f"API listening on {url}", flush=True)
             yield
         finally:
             try:
