@@ -329,6 +329,38 @@ def test_the_checks_see_what_they_must() -> None:
         assert expected in text, text
 
 
+RQ_WORKER_CODE = {"rq.worker", "rq.worker_pool", "rq.Worker", "rq.SimpleWorker", "rq.WorkerPool"}
+
+
+def rq_worker_imports(name: str, tree: ast.Module) -> Iterator[str]:
+    """RQ's worker code imported (import-linter can't forbid an external package's submodule)."""
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            hits = [a.name for a in node.names if a.name in RQ_WORKER_CODE]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            hits = [node.module] if node.module in RQ_WORKER_CODE else []
+            hits += [f"{node.module}.{a.name}" for a in node.names]
+            hits = [h for h in hits if h in RQ_WORKER_CODE]
+        else:
+            continue
+        for hit in hits:
+            yield f"{name}:{node.lineno}: {hit} (RQ worker code)"
+
+
+BROKER_FILES = [p for p in FILES if rel(p).startswith("broker/")]
+
+
+@pytest.mark.parametrize("path", BROKER_FILES, ids=[rel(p) for p in BROKER_FILES])
+def test_broker_imports_no_rq_worker_code(path: Path) -> None:
+    """DESIGN: the worker process is `workers/`; `broker/` enqueues and reads jobs only."""
+    assert list(rq_worker_imports(rel(path), parsed(path))) == []
+
+
+def test_the_rq_worker_check_sees_a_worker_import() -> None:
+    tree = ast.parse("from rq import Queue, Worker\nimport rq.worker\n")
+    assert len(list(rq_worker_imports("broker/sample.py", tree))) == 2
+
+
 @pytest.mark.skipif(shutil.which("lint-imports") is None, reason="import-linter not installed")
 def test_package_layering_holds() -> None:
     """import-linter's contracts in pyproject.toml (`[tool.importlinter]`)."""
