@@ -69,7 +69,7 @@ class EventsSettings:
     """Knobs of the event stream; tests shorten `heartbeat_s`, operators set the cap by env."""
 
     heartbeat_s: float = 15.0
-    block_ms: int = 1000  # one XREAD's wait: far below redis-py's 5 s socket timeout
+    block_ms: int = 1000  # one XREAD's wait: below half the API client's 3 s socket timeout
     max_streams_per_principal: int = 10
     retry_ms: int = 2000  # what EventSource waits before reconnecting
 
