@@ -48,6 +48,9 @@ async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
     """The state's lifespan and `/mcp`'s sessions, then the stream reader closed."""
     async with lifespan(app), app.state.mcp.running():
         try:
+            url = getattr(app.state, "listening_url", None)
+            if url:  # api.server's socket listens already: connections queue until we serve
+                print(f"API listening on {url}", flush=True)
             yield
         finally:
             waiter = getattr(app.state, "waiter", None)

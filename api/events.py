@@ -19,9 +19,9 @@ import asyncio
 import logging
 import os
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
-from typing import Annotated
+from typing import Annotated, Protocol
 
 from fastapi import APIRouter, Depends, Header, Query, Request
 from fastapi.sse import EventSourceResponse, ServerSentEvent
@@ -69,7 +69,7 @@ class EventsSettings:
     """Knobs of the event stream; tests shorten `heartbeat_s`, operators set the cap by env."""
 
     heartbeat_s: float = 15.0
-    block_ms: int = 1000  # one XREAD's wait: far below redis-py's 5 s socket timeout
+    block_ms: int = 1000  # one XREAD's wait: below half the API client's 3 s socket timeout
     max_streams_per_principal: int = 10
     retry_ms: int = 2000  # what EventSource waits before reconnecting
 
@@ -89,7 +89,12 @@ class StreamSlots:
 
     limit: int
     open: dict[str, int] = field(default_factory=dict)
-    stopping: bool = False  # the server is shutting down: open streams end at their next turn
+    exiting: Callable[[], bool] = field(default=lambda: False)
+    """True once the server is shutting down: open streams end at their next turn."""
+
+    @property
+    def stopping(self) -> bool:
+        return self.exiting()
 
     def acquire(self, name: str) -> bool:
         if self.open.get(name, 0) >= self.limit:
@@ -105,13 +110,17 @@ class StreamSlots:
             self.open.pop(name, None)
 
 
-def stop_event_streams(app: object, stopping: bool = True) -> None:
-    """Tell `app`'s open streams to end (api.server calls it when shutdown begins), so they
-    don't hold the graceful shutdown until it gives up and cancels them with a traceback.
-    `stopping=False` (at startup) lets a restarted server stream again."""
+class _Exiting(Protocol):
+    should_exit: bool
+
+
+def end_event_streams_with(app: object, server: _Exiting) -> None:
+    """End `app`'s open streams once `server` (a `uvicorn.Server`) starts shutting down, so
+    they don't hold the graceful shutdown until it gives up and cancels them with a traceback.
+    A stream looks at each turn (at most `block_ms` apart, a second by default)."""
     slots = getattr(getattr(app, "state", None), "event_slots", None)
     if isinstance(slots, StreamSlots):
-        slots.stopping = stopping
+        slots.exiting = lambda: server.should_exit
 
 
 def _wanted(fields: dict[str, str]) -> bool:

@@ -2,7 +2,9 @@
 
 A redis.asyncio client is bound to the event loop it first ran on, so the API builds its own
 from the broker's sync client (or from APPROVAL_BROKER_REDIS_URL): a single-node client on a
-single Redis, a cluster client when the broker's client is a `RedisCluster`.
+single Redis, a cluster client when the broker's client is a `RedisCluster`. Either has the
+impatient client's connect and socket timeouts (`broker.connection`): a stalled Redis costs a
+read an error after a bounded wait, never the event loop.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from redis.cluster import RedisCluster
 
 from broker.client import Broker
 from broker.config import Settings
+from broker.connection import async_options, connect_async
 
 AsyncRedis = aredis.Redis | AsyncRedisCluster
 _KWARGS = ("host", "port", "db", "username", "password", "path")
@@ -29,21 +32,31 @@ def async_client(settings: Settings, broker: Broker) -> AsyncRedis:
     if isinstance(broker.redis, RedisCluster):
         if settings.redis_url:
             return AsyncRedisCluster.from_url(
-                settings.redis_url, max_connections=CLUSTER_CONNECTIONS
+                settings.redis_url, max_connections=CLUSTER_CONNECTIONS, **_cluster_timeouts()
             )
         node = broker.redis.get_default_node() or broker.redis.get_nodes()[0]
         given: dict[str, Any] = broker.redis.nodes_manager.connection_kwargs
         picked = {k: given[k] for k in _CLUSTER_KWARGS if given.get(k) is not None}
         return AsyncRedisCluster(
-            host=node.host, port=node.port, max_connections=CLUSTER_CONNECTIONS, **picked
+            host=node.host,
+            port=node.port,
+            max_connections=CLUSTER_CONNECTIONS,
+            **picked,
+            **_cluster_timeouts(),
         )
     if settings.redis_url:
-        return aredis.Redis.from_url(settings.redis_url)
+        return connect_async(settings.redis_url)
     kwargs: dict[str, Any] = broker.redis.connection_pool.connection_kwargs
     chosen = {k: kwargs[k] for k in _KWARGS if kwargs.get(k) is not None}
     if "path" in chosen:
         chosen["unix_socket_path"] = chosen.pop("path")
-    return aredis.Redis(**chosen)
+    return aredis.Redis(**chosen, **async_options())
+
+
+def _cluster_timeouts() -> dict[str, Any]:
+    """The impatient timeouts for a cluster client (it keeps its own retry across nodes)."""
+    options = async_options()
+    return {k: options[k] for k in ("socket_connect_timeout", "socket_timeout")}
 
 
 def socket_timeout(client: AsyncRedis) -> float | None:

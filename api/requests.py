@@ -52,13 +52,13 @@ async def create_request(
     `allowed_roles` may name only roles that some approver or webhook endpoint holds: a role
     nobody has would leave the request for the admin alone.
 
-    On the event loop (one Redis round trip); with an Idempotency-Key in the thread pool, as a
-    concurrent create with the same key polls for the winner's id.
+    The Redis step runs in the thread pool (the sync client blocks; its socket timeout bounds a
+    stalled Redis to a 503), never on the event loop.
     """
     body = checked_new_request(state, principal, body)
     if idempotency_key is not None:
         return await run_in_threadpool(create_request_once, state, principal, idempotency_key, body)
-    request = state.broker.create_request(body)
+    request = await run_in_threadpool(state.broker.create_request, body)
     return JSONResponse(request.public(), status_code=201)
 
 

@@ -1,60 +1,75 @@
-"""`approval-broker api`: the app under uvicorn."""
+"""`approval-broker api`: the app on stock uvicorn (`uvicorn.Config`, `uvicorn.Server`).
+
+The listening socket is bound by uvicorn's own `Config.bind_socket` (SO_REUSEADDR, so a restart
+right after a crash finds its port free while old connections sit in TIME_WAIT) and listens
+before the app starts, so "API listening on URL" (printed by the app's start-up, port 0
+included) is true the moment it is printed. Open event streams end as soon as the server starts
+shutting down (they watch `Server.should_exit`), rather than hold the graceful shutdown to its
+limit.
+
+Connections: uvicorn closes an idle keep-alive connection after `KEEP_ALIVE_S`; it has no
+deadline for a connection that never completes a request head (see docs: put a reverse proxy
+with a header timeout in front of an API reachable from untrusted networks).
+"""
 
 from __future__ import annotations
 
 import gc
+import socket
 
 import uvicorn
+from fastapi import FastAPI
 
 from api.app import create_app
-from api.corked import CorkedHttpToolsProtocol
-from api.events import stop_event_streams
+from api.events import end_event_streams_with
 from broker.config import Config, Settings
 from broker.rules import sync_at_start
 
-
-class Server(uvicorn.Server):
-    """A uvicorn server that says where it listens once it really does (port 0 included), and
-    ends open event streams as soon as it starts shutting down."""
-
-    async def startup(self, sockets: list | None = None) -> None:  # type: ignore[type-arg]
-        stop_event_streams(self.config.app, stopping=False)
-        await super().startup(sockets)
-        gc.freeze()  # start-up's objects live for ever: full collections need not scan them again
-        if self.started:
-            print(f"API listening on {self.url}", flush=True)
-
-    async def shutdown(self, sockets: list | None = None) -> None:  # type: ignore[type-arg]
-        """End open event streams first: they would hold the graceful shutdown to its limit."""
-        stop_event_streams(self.config.app)
-        await super().shutdown(sockets)
-
-    @property
-    def url(self) -> str:
-        host, port = self.config.host, self.config.port
-        for server in self.servers:
-            for sock in server.sockets:
-                port = sock.getsockname()[1]
-        return f"http://{host}:{port}"
+KEEP_ALIVE_S = 5
+"""An idle keep-alive connection is closed after this (uvicorn's default, set explicitly)."""
+GRACEFUL_SHUTDOWN_S = 5
 
 
-def build_server(settings: Settings, config: Config) -> Server:
-    app = create_app(settings, config)
-    sync_at_start(app.state.api.broker.requests.rules)  # the config's [[rules]], before serving
+def uvicorn_config(app: FastAPI, host: str, port: int, *, graceful_s: int) -> uvicorn.Config:
+    """The one uvicorn configuration of the API (the server and `api.testing` share it)."""
     # No access log: email link tokens travel in the path, and secrets stay out of logs.
-    uv_config = uvicorn.Config(
+    return uvicorn.Config(
         app,
-        host=settings.host,
-        port=settings.port,
+        host=host,
+        port=port,
         access_log=False,
         log_level="warning",
-        timeout_graceful_shutdown=5,
+        timeout_keep_alive=KEEP_ALIVE_S,
+        timeout_graceful_shutdown=graceful_s,
         loop="uvloop",
-        http=CorkedHttpToolsProtocol,  # httptools, one socket write per response
+        http="httptools",
     )
-    return Server(uv_config)
+
+
+def listening_url(sock: socket.socket, host: str) -> str:
+    return f"http://{host}:{sock.getsockname()[1]}"
+
+
+def bound_socket(config: uvicorn.Config) -> socket.socket:
+    """The API's socket, bound (uvicorn's way) and listening: connections queue from now on."""
+    sock = config.bind_socket()
+    sock.listen(config.backlog)
+    return sock
+
+
+def build_server(settings: Settings, config: Config) -> tuple[uvicorn.Server, socket.socket]:
+    app = create_app(settings, config)
+    sync_at_start(app.state.api.broker.requests.rules)  # the config's [[rules]], before serving
+    uv_config = uvicorn_config(app, settings.host, settings.port, graceful_s=GRACEFUL_SHUTDOWN_S)
+    server = uvicorn.Server(uv_config)
+    end_event_streams_with(app, server)
+    sock = bound_socket(uv_config)
+    app.state.listening_url = listening_url(sock, settings.host)  # printed at start-up
+    return server, sock
 
 
 def serve(settings: Settings, config: Config) -> None:
     """Serve on settings.host:settings.port until interrupted."""
-    build_server(settings, config).run()
+    server, sock = build_server(settings, config)
+    gc.freeze()  # start-up's objects live for ever: full collections need not scan them again
+    server.run(sockets=[sock])

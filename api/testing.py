@@ -9,25 +9,24 @@ from types import TracebackType
 import uvicorn
 from fastapi import FastAPI
 
-from api.server import Server
+from api.events import end_event_streams_with
+from api.server import bound_socket, listening_url, uvicorn_config
 
 
 class ServerThread:
-    """`with ServerThread(app) as server:` serves `app` on a free loopback port at `server.url`."""
+    """`with ServerThread(app) as server:` serves `app` on a free loopback port at `server.url`,
+    configured as `api.server` serves it (stock uvicorn; signals stay the main thread's)."""
 
     def __init__(self, app: FastAPI, *, host: str = "127.0.0.1", timeout: float = 10.0) -> None:
-        config = uvicorn.Config(
-            app, host=host, port=0, access_log=False, log_level="warning",
-            timeout_graceful_shutdown=1,
-        )  # fmt: skip
-        self.server = Server(config)
-        self.server.install_signal_handlers = lambda: None  # type: ignore[method-assign]
-        self.thread = threading.Thread(target=self.server.run, daemon=True)
+        config = uvicorn_config(app, host, 0, graceful_s=1)
+        self.server = uvicorn.Server(config)
+        end_event_streams_with(app, self.server)
+        self.socket = bound_socket(config)
+        self.url = listening_url(self.socket, host)
+        self.thread = threading.Thread(
+            target=self.server.run, kwargs={"sockets": [self.socket]}, daemon=True
+        )
         self.timeout = timeout
-
-    @property
-    def url(self) -> str:
-        return self.server.url
 
     def start(self) -> ServerThread:
         self.thread.start()
@@ -41,6 +40,7 @@ class ServerThread:
     def stop(self) -> None:
         self.server.should_exit = True
         self.thread.join(self.timeout)
+        self.socket.close()
 
     def __enter__(self) -> ServerThread:
         return self.start()

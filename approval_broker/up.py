@@ -17,10 +17,13 @@ from dataclasses import dataclass, field
 
 import typer
 from redis import Redis
+from redis.exceptions import ResponseError
 
 from broker.auth import new_token
 from broker.client import Broker
+from broker.cluster import clustered
 from broker.config import Config, Settings
+from broker.connection import connect
 from broker.errors import BrokerError
 from broker.links import prepare_link_secret
 from broker.redis_server import EmbeddedRedis, redact, redis_dir
@@ -126,14 +129,38 @@ def wait_healthy(url: str, timeout: float = 30.0) -> bool:
 
 
 def check_port_free(host: str, port: int) -> None:
-    """Refuse to start when the API's port is taken, rather than restart the API forever."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+    """Refuse to start when the API's port is taken, rather than restart the API forever.
+
+    Bound as uvicorn binds it (SO_REUSEADDR): a port whose old connections sit in TIME_WAIT
+    after a crash is free to listen on, and the API starts at once rather than a minute later.
+    """
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             s.bind((host, port))
         except OSError:
             raise BrokerError(
                 f"{host}:{port} is already in use (another approval-broker?); pass --port"
             ) from None
+
+
+ONE_REDIS = (
+    "`up` runs on one Redis; for a cluster start the roles (api, worker, notifier, sweeper) "
+    "as docs say (Redis Cluster)"
+)
+
+
+def check_single_redis(settings: Settings, config: Config, redis: Redis) -> None:
+    """Refuse a Redis Cluster in one line (its MOVED replies would otherwise surface raw)."""
+    if clustered(settings, config):
+        raise BrokerError(ONE_REDIS)
+    try:
+        enabled = redis.info("cluster").get("cluster_enabled")
+    except ResponseError:  # a Redis that doesn't know the section (or renamed INFO): no cluster
+        return
+    if enabled in (1, "1"):
+        raise BrokerError(ONE_REDIS)
 
 
 def run_up(settings: Settings, config: Config, *, demo: bool = False) -> None:
@@ -145,6 +172,8 @@ def run_up(settings: Settings, config: Config, *, demo: bool = False) -> None:
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())
     try:
+        if settings.redis_url:
+            check_single_redis(settings, config, connect(settings.redis_url))
         if not settings.redis_url:
             embedded = EmbeddedRedis(redis_dir(settings.data_dir))
             typer.echo(f"[up] starting embedded Redis (AOF on) in {embedded.data_dir} ...")
@@ -174,7 +203,7 @@ def run_up(settings: Settings, config: Config, *, demo: bool = False) -> None:
         demo_runs: list[str] = []
         ruled_run: str | None = None
         asked_run: str | None = None
-        broker = Broker(Redis.from_url(settings.redis_url), config, prefix=settings.key_prefix)
+        broker = Broker(connect(settings.redis_url), config, prefix=settings.key_prefix)
         sync_at_start(broker.requests.rules)  # the config's [[rules]], before any run starts
         if demo:
             from workers.demo import add_demo_rule, register_demo

@@ -7,7 +7,7 @@ registers one-request rounds of many runs, then decides them over HTTP:
    sending it to the resume job being enqueued on RQ by the resumer (RQ's `enqueued_at`), and
    the HTTP round trip;
 2. as fast as the clients can, reporting decisions/s, the API process's CPU per decision and
-   its Redis round trips per decision (`APPROVAL_BROKER_COUNT_ROUND_TRIPS`), and Redis's CPU.
+   the Redis round trips per decision (all clients, as Redis counts them), and Redis's CPU.
 
 The clients are lean so they don't eat the CPU they measure: separate processes (default 2),
 each with a few keep-alive HTTP/1.1 connections on asyncio streams, sending prebuilt bytes.
@@ -33,7 +33,6 @@ import statistics
 import subprocess
 import time
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -43,7 +42,7 @@ from benchlib import (
     enqueued_at,
     make_rounds,
     pct,
-    round_trips_of,
+    redis_round_trips,
     start_api,
     start_role,
     stop_roles,
@@ -52,7 +51,6 @@ from redis import Redis
 from standardwebhooks import Webhook
 
 from broker.auth import hash_token
-from broker.connection import COUNT_ENV
 from broker.runs import resume_job_id
 
 TOKEN = "bench-token"
@@ -266,7 +264,7 @@ def steady(urls: list[str], redis: Redis, ids: list[str], rate: float) -> None:
 
 
 def burst(
-    urls: list[str], redis: Redis, apis: list[subprocess.Popen[str]], counts: Path,
+    urls: list[str], redis: Redis, apis: list[subprocess.Popen[str]],
     ids: list[str], opts: argparse.Namespace, resumer: subprocess.Popen[str],
 ) -> None:  # fmt: skip
     profiler = None
@@ -280,12 +278,12 @@ def burst(
     pids = [api.pid for api in apis]
     cpu0 = [cpu_seconds(pid) for pid in pids]
     resumer0 = cpu_seconds(resumer.pid)
-    trips0, redis0 = sum(round_trips_of(pid, counts) for pid in pids), redis_cpu(redis)
+    trips0, redis0 = redis_round_trips(redis), redis_cpu(redis)
     results, elapsed, client_s = decide_all(
         urls, ids, opts.processes, opts.connections, None, opts.webhook
     )
     cpus = [cpu_seconds(pid) - c for pid, c in zip(pids, cpu0, strict=True)]
-    trips = sum(round_trips_of(pid, counts) for pid in pids) - trips0
+    trips = redis_round_trips(redis) - trips0 - 1  # less the INFO that read trips0
     redis_s = redis_cpu(redis) - redis0
     resumer_s = cpu_seconds(resumer.pid) - resumer0
     if profiler is not None:
@@ -304,7 +302,7 @@ def burst(
         each = " + ".join(f"{c / n * 1000:.3f}" for c in cpus)
         print(f"  API process CPU per decision: {cpu / n * 1000:.3f} ms ({each} by process;"
               f" one core's worth: {n / cpu:.0f} decisions/s)")  # fmt: skip
-    print(f"  API Redis round trips per decision: {trips / n:.2f}")
+    print(f"  Redis round trips per decision (API and resumer): {trips / n:.2f}")
     print(f"  client processes' CPU per decision: {client_s / n * 1000:.3f} ms")
     print(f"  Redis CPU per decision: {redis_s / n * 1000:.3f} ms (the whole fleet's)")
     print(f"  resumer CPU per decision: {resumer_s / n * 1000:.3f} ms")
@@ -337,15 +335,14 @@ def main() -> None:
         opts.connections = opts.clients
 
     with bench_site(CONFIG) as (env, redis, broker, tmp):
-        counts = tmp / "round-trips"
-        started = [start_api({**env, COUNT_ENV: str(counts)}) for _ in range(opts.apis)]
+        started = [start_api(env) for _ in range(opts.apis)]
         apis, urls = [api for api, _ in started], [url for _, url in started]
         resumer, _ = start_role(["resumer"], env, "resumer ready")
         try:
             ids = make_rounds(broker, int(opts.rate * opts.seconds), "steady")
             steady(urls, redis, ids, opts.rate)
             ids = make_rounds(broker, opts.burst, "burst")
-            burst(urls, redis, apis, counts, ids, opts, resumer)
+            burst(urls, redis, apis, ids, opts, resumer)
             print(f"machine: {os.cpu_count()} CPUs, {opts.apis} uvicorn process(es), embedded"
                   f" Redis, loopback; load average {os.getloadavg()[0]:.1f}")  # fmt: skip
         finally:

@@ -26,8 +26,8 @@ up`'s roles do (`--redis tcp`: over loopback TCP, as a role given a `redis://` U
    job enqueued (RQ's `enqueued_at`). p50/p99.
 
 CPU seconds per process during the throughput phase are printed too (and CPU ms per cycle),
-with each role's Redis round trips per cycle (counted by `broker.connection` when
-`APPROVAL_BROKER_COUNT_ROUND_TRIPS` is set, as here; the API's redis.asyncio client is not).
+with the Redis round trips per cycle of all roles together, as Redis counts them
+(`benchlib.redis_round_trips`: INFO stats, nothing counted inside the broker).
 """
 
 from __future__ import annotations
@@ -50,11 +50,10 @@ from redis import Redis
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from benchlib import enqueued_at, make_rounds, pct, raw_xadd_per_s  # noqa: E402
+from benchlib import enqueued_at, make_rounds, pct, raw_xadd_per_s, redis_round_trips  # noqa: E402
 
 from broker.client import Broker  # noqa: E402
 from broker.config import load_config  # noqa: E402
-from broker.connection import COUNT_ENV  # noqa: E402
 from broker.keys import NOTIFIER_GROUP  # noqa: E402
 from broker.models import NewRequest  # noqa: E402
 from broker.redis_server import EmbeddedRedis, free_port  # noqa: E402
@@ -112,21 +111,6 @@ class Proc:
         fields = stat[stat.rindex(")") + 2 :].split()
         return sum(int(x) for x in fields[11:13]) / os.sysconf("SC_CLK_TCK")
 
-    def round_trips(self, where: Path) -> int:
-        """The role's Redis round trips so far (it writes them on SIGUSR1); 0 if it can't say."""
-        path = where / f"{self.process.pid}.json"
-        if not path.exists():
-            return 0  # not a Redis client (the receiver)
-        path.unlink()
-        self.process.send_signal(signal.SIGUSR1)
-        deadline = time.monotonic() + 5
-        while time.monotonic() < deadline:
-            try:
-                return int(json.loads(path.read_text())["round_trips"])
-            except (OSError, ValueError, KeyError):
-                time.sleep(0.01)
-        return 0
-
     def stop(self) -> None:
         if self.process.poll() is None:
             self.process.send_signal(signal.SIGTERM)
@@ -170,13 +154,13 @@ def make_backlog(broker: Broker, n: int) -> float:
 
 
 def throughput(
-    broker: Broker, procs: list[Proc], receiver_url: str, n: int, timeout: float, counts: Path
+    broker: Broker, procs: list[Proc], receiver_url: str, n: int, timeout: float
 ) -> dict[str, Any]:
     """Rewind the notifiers' group onto the backlog and time it until every resume is enqueued."""
     stream = broker.keys.stream("default")
     queue_key = run_queue(broker).key
     cpu_before = {p.name: p.cpu_s() for p in procs}
-    trips_before = {p.name: p.round_trips(counts) for p in procs}
+    trips_before = redis_round_trips(broker.redis)
     own_before = sum(os.times()[:2])
     redis_before = _redis_cpu(broker.redis)
     base = get_json(f"{receiver_url}/stats").get("reply_200", 0)
@@ -187,7 +171,7 @@ def throughput(
     cpu = {p.name: round(p.cpu_s() - cpu_before[p.name], 2) for p in procs}
     cpu["redis"] = round(_redis_cpu(broker.redis) - redis_before, 2)
     cpu["bench (this process)"] = round(sum(os.times()[:2]) - own_before, 2)
-    trips = {p.name: p.round_trips(counts) - trips_before[p.name] for p in procs}
+    trips = {"all roles": redis_round_trips(broker.redis) - trips_before - 1}  # less one INFO
     replies = get_json(f"{receiver_url}/stats").get("reply_200", 0) - base
     return {
         "cycles": n,
@@ -305,7 +289,6 @@ max_backoff_s = 1.0
                 "APPROVAL_BROKER_CONFIG": str(config_path),
                 "APPROVAL_BROKER_DATA_DIR": str(work / "data"),
                 "APPROVAL_BROKER_NOTIFIER_BLOCK_MS": "100",
-                COUNT_ENV: str(work / "round-trips"),
             }
             roles: list[tuple[str, list[str], str]] = [
                 *(
@@ -322,9 +305,7 @@ max_backoff_s = 1.0
             for proc, (_, _, ready) in zip(procs[1:], roles, strict=True):
                 proc.wait_for(ready)
 
-            fast = throughput(
-                broker, procs, receiver_url, opts.cycles, opts.timeout, work / "round-trips"
-            )
+            fast = throughput(broker, procs, receiver_url, opts.cycles, opts.timeout)
             steady = latency(broker, procs, receiver_url, opts.rate, opts.seconds, opts.timeout)
             ceiling = raw_xadd_per_s(broker.redis, 50_000)
         finally:

@@ -37,6 +37,13 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 from redis.retry import Retry
 
 from broker.config import Config, Settings
+from broker.connection import (
+    CONNECT_TIMEOUT_S,
+    PATIENT_CONNECT_TIMEOUT_S,
+    PATIENT_SOCKET_TIMEOUT_S,
+    SOCKET_TIMEOUT_S,
+    impatient_options,
+)
 from broker.errors import BrokerError
 
 WAIT_TIMEOUT_MS = 1000
@@ -126,9 +133,13 @@ def connect_cluster(url: str, *, patient: bool = False) -> RedisCluster:
     Replies stay bytes, as the single-node client's do.
     """
     if not patient:
-        return RedisCluster.from_url(url)
+        return RedisCluster.from_url(
+            url, socket_connect_timeout=CONNECT_TIMEOUT_S, socket_timeout=SOCKET_TIMEOUT_S
+        )
     return PatientCluster.from_url(
         url,
+        socket_connect_timeout=PATIENT_CONNECT_TIMEOUT_S,
+        socket_timeout=PATIENT_SOCKET_TIMEOUT_S,
         retry=Retry(ExponentialBackoff(cap=2.0, base=0.05), 3, supported_errors=_TRANSIENT),
     )
 
@@ -147,9 +158,11 @@ def rq_connection(
             "RQ runs on a separate single Redis, not on the cluster"
         )
     if not patient:
-        return Redis.from_url(url)
+        return Redis.from_url(url, **impatient_options())
     return Redis.from_url(
         url,
+        socket_connect_timeout=PATIENT_CONNECT_TIMEOUT_S,
+        socket_timeout=PATIENT_SOCKET_TIMEOUT_S,
         retry=Retry(ExponentialBackoff(cap=2.0, base=0.05), 25),
         retry_on_error=[BusyLoadingError, RedisConnectionError, RedisTimeoutError],
     )

@@ -1,95 +1,83 @@
-"""The one way to open a Redis client for the broker, impatient or riding out restarts.
+"""The one way to open a Redis client for the broker: impatient (API, CLI) or patient (roles).
 
-For benchmarks, `APPROVAL_BROKER_COUNT_ROUND_TRIPS=DIR` makes every client opened here count
-its round trips (one per command sent alone, one per pipeline) and write the process's total to
-`DIR/{pid}.json` on SIGUSR1 (about once a second where it can't take that signal). Off, it
-costs nothing.
+Every client has a connect and a socket timeout, so a Redis that stalls (paused, overloaded,
+a network path that drops packets) costs a caller a bounded wait and an error, never a hang:
+
+- an impatient client (the API's, the CLI's) gives up after `SOCKET_TIMEOUT_S` per command and
+  retries only a broken connection, once and at once (a pooled connection Redis closed by
+  restarting); a timed-out command is never repeated, as it may have run;
+- a patient client (the background roles) waits longer per command and rides out a restart:
+  each command is retried with back-off, a bounded number of times (about half a minute).
+
+A blocking read (XREAD BLOCK) must block for less than its client's socket timeout.
 """
 
 from __future__ import annotations
 
-import json
-import os
-import signal
-import threading
-from pathlib import Path
 from typing import Any
 
 from redis import Redis
-from redis.backoff import ExponentialBackoff
+from redis import asyncio as aredis
+from redis.asyncio.retry import Retry as AsyncRetry
+from redis.backoff import ExponentialBackoff, NoBackoff
 from redis.exceptions import BusyLoadingError
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 from redis.retry import Retry
 
-COUNT_ENV = "APPROVAL_BROKER_COUNT_ROUND_TRIPS"
+CONNECT_TIMEOUT_S = 1.0
+"""Opening a connection (TCP or Unix socket): a live Redis on the same network takes
+milliseconds; a host that doesn't answer is given up on after this."""
+SOCKET_TIMEOUT_S = 3.0
+"""One command of an impatient client (the API answers 503 after it): well above any command
+the API sends (each is one short step) and above its blocking reads (1 s), well below five
+seconds. `/healthz` has its own, shorter bound (`api.health`)."""
+PATIENT_CONNECT_TIMEOUT_S = 5.0
+PATIENT_SOCKET_TIMEOUT_S = 30.0
+"""One command of a patient client: its blocking reads (notifier `block_ms`, the resumer's and
+live waits' reads) block for well under this; RQ raises it for its own dequeue as it needs."""
+PATIENT_RETRIES = 25
+PATIENT_ERRORS = [BusyLoadingError, RedisConnectionError, RedisTimeoutError]
+
+
+def impatient_options() -> dict[str, Any]:
+    """Keyword arguments for an impatient sync client (also what `connect` uses)."""
+    return {
+        "socket_connect_timeout": CONNECT_TIMEOUT_S,
+        "socket_timeout": SOCKET_TIMEOUT_S,
+        "retry": Retry(NoBackoff(), 1, supported_errors=(RedisConnectionError,)),
+    }
 
 
 def connect(url: str, *, patient: bool = False) -> Redis:
     """A Redis client for `url` (without `decode_responses`: the broker decodes what it reads).
 
     A `patient` client (the background roles) rides out a Redis restart: each command is retried
-    with back-off for about half a minute while Redis is unreachable or loading.
+    with back-off for about half a minute while Redis is unreachable, stalled or loading.
     """
     if not patient:
-        client = Redis.from_url(url)
-    else:
-        client = Redis.from_url(
-            url,
-            retry=Retry(ExponentialBackoff(cap=2.0, base=0.05), 25),
-            retry_on_error=[BusyLoadingError, RedisConnectionError, RedisTimeoutError],
-        )
-    if os.environ.get(COUNT_ENV):
-        RoundTrips.shared(Path(os.environ[COUNT_ENV])).watch(client)
-    return client
+        return Redis.from_url(url, **impatient_options())
+    return Redis.from_url(
+        url,
+        socket_connect_timeout=PATIENT_CONNECT_TIMEOUT_S,
+        socket_timeout=PATIENT_SOCKET_TIMEOUT_S,
+        retry=Retry(ExponentialBackoff(cap=2.0, base=0.05), PATIENT_RETRIES),
+        retry_on_error=PATIENT_ERRORS,
+    )
 
 
-class RoundTrips:
-    """Counts the round trips of a process's clients (benchmarks only)."""
+def async_options() -> dict[str, Any]:
+    """Keyword arguments for an impatient asyncio client (also what `connect_async` uses)."""
+    return {
+        "socket_connect_timeout": CONNECT_TIMEOUT_S,
+        "socket_timeout": SOCKET_TIMEOUT_S,
+        "retry": AsyncRetry(NoBackoff(), 1, supported_errors=(RedisConnectionError,)),
+    }
 
-    _shared: RoundTrips | None = None
 
-    def __init__(self, out: Path) -> None:
-        self.out = out
-        self.round_trips = 0
-        self._lock = threading.Lock()
-        out.mkdir(parents=True, exist_ok=True)
-        self.write()
-        if threading.current_thread() is threading.main_thread():
-            signal.signal(signal.SIGUSR1, lambda *_: self.write())
-        else:
-            threading.Thread(target=self._write_loop, name="round-trips", daemon=True).start()
+def connect_async(url: str) -> aredis.Redis:
+    """An asyncio client for `url` with the impatient client's timeouts and retry.
 
-    @classmethod
-    def shared(cls, out: Path) -> RoundTrips:
-        if cls._shared is None:
-            cls._shared = cls(out)
-        return cls._shared
-
-    def watch(self, client: Redis) -> None:
-        pool = client.connection_pool
-        make = pool.make_connection
-
-        def make_connection() -> Any:
-            connection = make()
-            send = connection.send_packed_command
-
-            def counted(command: Any, check_health: bool = True) -> None:
-                with self._lock:
-                    self.round_trips += 1
-                send(command, check_health)
-
-            connection.send_packed_command = counted
-            return connection
-
-        pool.make_connection = make_connection  # type: ignore[method-assign]
-
-    def write(self) -> None:
-        path = self.out / f"{os.getpid()}.json"
-        path.with_suffix(".tmp").write_text(json.dumps({"round_trips": self.round_trips}))
-        path.with_suffix(".tmp").replace(path)
-
-    def _write_loop(self) -> None:
-        while True:
-            self.write()
-            threading.Event().wait(1.0)
+    A redis.asyncio client is bound to the event loop it first runs on: make one per loop.
+    """
+    return aredis.Redis.from_url(url, **async_options())

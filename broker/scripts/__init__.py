@@ -63,7 +63,8 @@ class Scripts:
         self._lock = threading.Lock()
         self._fallback: dict[str, Script] | None = None
         self.keys: Keys | None = None  # the Store's, so `note(args=...)` names keys alike
-        if not _watch_connections(redis):
+        self._loader = _watch_connections(redis)
+        if self._loader is None:
             self._fallback = {n: redis.register_script(t) for n, t in self._sources.items()}
 
     def run(
@@ -103,7 +104,7 @@ class Scripts:
 
     def _call(self, name: str, keys: list[str], argv: list[str], client: Any) -> Any:
         if not self._loaded:
-            if getattr(self._redis.connection_pool, _LOADED, False):
+            if self._loader is not None and self._loader.loaded:
                 self._loaded = True  # another Broker on this client loaded them
             else:
                 self.load()
@@ -125,7 +126,8 @@ class Scripts:
                 pipe.script_load(text)
             pipe.execute()
             self._loaded = True
-            setattr(self._redis.connection_pool, _LOADED, True)
+            if self._loader is not None:
+                self._loader.loaded = True
 
     def note(
         self,
@@ -149,10 +151,15 @@ class Scripts:
 
 
 class _Loader:
-    """Loads every script on a connection as it (re)connects; one for all pools, so a Broker
-    made per job on a shared client adds nothing (redis-py keeps callbacks as weak methods)."""
+    """Sets up each connection of one client as it (re)connects: redis-py's own handshake, then
+    every script loaded. One per client, so a Broker made per job on a shared client adds
+    nothing; `loaded` says some Broker on the client has loaded them already."""
 
-    def on_connect(self, connection: Any) -> None:
+    def __init__(self) -> None:
+        self.loaded = False
+
+    def __call__(self, connection: Any) -> None:
+        connection.on_connect()
         try:
             for name in NAMES:
                 connection.send_command("SCRIPT", "LOAD", source(name))
@@ -163,35 +170,25 @@ class _Loader:
             raise
 
 
-_LOADER = _Loader()
-_WATCHED = "_approval_broker_scripts"
-_LOADED = "_approval_broker_scripts_loaded"
+_CONNECT_FUNC = "redis_connect_func"
 
 
-def _watch_connections(redis: Any) -> bool:
-    """Load the scripts on every connection `redis`'s pool makes or re-makes; False if it can't.
+def _watch_connections(redis: Any) -> _Loader | None:
+    """Load the scripts on every connection `redis` makes from now on; None if it can't.
 
-    redis-py runs connect callbacks after each (re)connect, before the command that needed it.
+    Through redis-py's `redis_connect_func` connection option (what a connection runs instead
+    of its handshake, after each (re)connect, before the command that needed it), set in the
+    client's connection options as redis-py's own `set_retry` sets its retry. Connections
+    already open need nothing: the first call loads the scripts into Redis (`Scripts.load`).
     """
-    pool = getattr(redis, "connection_pool", None)
-    if type(redis) is not Redis or pool is None or not hasattr(pool, "make_connection"):
-        return False
-    if getattr(pool, _WATCHED, False):
-        return True
-    existing = [
-        *getattr(pool, "_available_connections", []),
-        *getattr(pool, "_in_use_connections", []),
-        *getattr(pool, "_connections", []),
-    ]
-    for connection in existing:
-        connection.register_connect_callback(_LOADER.on_connect)
-    make = pool.make_connection
-
-    def make_connection() -> Any:
-        connection = make()
-        connection.register_connect_callback(_LOADER.on_connect)
-        return connection
-
-    pool.make_connection = make_connection
-    setattr(pool, _WATCHED, True)
-    return True
+    if type(redis) is not Redis:
+        return None
+    options: dict[str, Any] = redis.get_connection_kwargs()
+    current = options.get(_CONNECT_FUNC)
+    if isinstance(current, _Loader):
+        return current
+    if current is not None:  # someone else's set-up: leave it, use redis-py's `Script`s
+        return None
+    loader = _Loader()
+    options[_CONNECT_FUNC] = loader
+    return loader
