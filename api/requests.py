@@ -51,8 +51,10 @@ async def create_request(
     `allowed_roles` may name only roles that some approver or webhook endpoint holds: a role
     nobody has would leave the request for the admin alone.
 
-    On the event loop (one Redis round trip); with an Idempotency-Key in the thread pool, as a
-    concurrent create with the same key polls for the winner's id.
+    In the thread pool: the create checks the request's schemas (`answer_schema`,
+    `args_schema`: bounded in size, depth and work, see `broker.schema_safety`) and calls
+    Redis, neither of which may hold the event loop; with an Idempotency-Key a concurrent
+    create with the same key polls for the winner's id there too.
     """
     unknown = sorted(set(body.allowed_roles) - state.config.known_roles())
     if unknown:
@@ -63,7 +65,7 @@ async def create_request(
     body = body.model_copy(update={"created_by": principal.name})
     if idempotency_key is not None:
         return await run_in_threadpool(create_request_once, state, principal, idempotency_key, body)
-    request = state.broker.create_request(body)
+    request = await run_in_threadpool(state.broker.create_request, body)
     return JSONResponse(request.public(), status_code=201)
 
 
@@ -167,18 +169,20 @@ async def decide(
 
     A bearer token decides through the `inbox` channel: only requests whose queue lists
     `inbox` (the admin token: any request). With `remember`, the policy rule is kept in the
-    same step (see /v1/rules).
+    same step (see /v1/rules). In the thread pool: the decision service checks answers and
+    `modified` args against the request's schemas and calls Redis.
     """
     decision = body.to_decision()
     if body.remember is not None:
         try:
-            request = remember(
-                state, request_id, decision, principal, body.remember, channel="rest"
+            request = await run_in_threadpool(
+                remember, state, request_id, decision, principal, body.remember, channel="rest"
             )
         except Forbidden as exc:
             raise unseen_as_missing(state, principal, request_id, exc) from None
         return JSONResponse(request.public())
-    return JSONResponse(decide_rest(state, request_id, decision, principal).public())
+    done = await run_in_threadpool(decide_rest, state, request_id, decision, principal)
+    return JSONResponse(done.public())
 
 
 def decide_rest(
