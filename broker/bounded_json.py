@@ -5,14 +5,15 @@ webhook endpoint goes through `loads` (or `check`, for a value a framework alrea
 a document nested thousands deep or a megabyte where a few hundred bytes belong is a clear
 `TooLarge` / `TooDeep` (both `InvalidInput`, HTTP 422) instead of a `RecursionError`, a 500 or
 a slow walk later. The depth is measured without recursion. orjson parses (it refuses NaN and
-Infinity, and stops at its own nesting limit with an error, never a crash); text with an
-integer past 64 bits, which orjson refuses, is read again by `json` once the depth is known to
-be in bounds. Nothing here knows a route or a channel.
+Infinity, and stops at its own nesting limit with an error, never a crash); text that may
+hold an integer past 64 bits, which orjson reads as a float, is read by `json` once its depth
+is known to be in bounds. Nothing here knows a route or a channel.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 import orjson
@@ -23,6 +24,10 @@ MAX_DEPTH = 64
 """Arrays and objects inside one another: no payload the broker reads needs more than a few."""
 MAX_BYTES = 1024 * 1024
 """The API's body limit: a document larger than this is refused before it is parsed."""
+
+
+_MAYBE_PAST_64_BITS = re.compile(rb"[0-9]{19}")
+"""A run of 19 digits: an integer orjson would read as a float (as `broker.text` says)."""
 
 
 class TooDeep(InvalidInput):
@@ -110,15 +115,18 @@ def loads(
     data = raw.encode() if isinstance(raw, str) else raw
     if len(data) > max_bytes:
         raise TooLarge(f"{what}: {len(data)} bytes; at most {max_bytes}")
+    exact = _MAYBE_PAST_64_BITS.search(data) is not None  # orjson would read a float
+    if not exact:
+        try:
+            return check(orjson.loads(data), what, max_depth=max_depth)
+        except orjson.JSONDecodeError:
+            pass  # not JSON, or past orjson's own nesting limit: say which
+    if _scan_depth(data, max_depth) > max_depth:
+        raise TooDeep(f"{what}: nested more than {max_depth} deep")
     try:
-        value = orjson.loads(data)
-    except orjson.JSONDecodeError:
-        if _scan_depth(data, max_depth) > max_depth:
-            raise TooDeep(f"{what}: nested more than {max_depth} deep") from None
-        try:  # integers past 64 bits, which orjson refuses and JSON allows
-            value = json.loads(data, parse_constant=_no_constant)
-        except (ValueError, UnicodeDecodeError, RecursionError):
-            raise InvalidInput(f"{what}: not valid JSON", code="invalid_json") from None
+        value = json.loads(data, parse_constant=_no_constant)
+    except (ValueError, UnicodeDecodeError, RecursionError):
+        raise InvalidInput(f"{what}: not valid JSON", code="invalid_json") from None
     return check(value, what, max_depth=max_depth)
 
 
