@@ -1,9 +1,9 @@
 """The text of an approval mail, in plain text and HTML, from Jinja2 templates.
 
-Requester text is cleaned before it reaches a mail: C0 control characters and the invisible
-bidi controls (U+200E/F, U+202A-202E, U+2066-2069) are taken out of the subject and of every
-name shown, so a prompt can't fold a header or make a name read backwards; the prompt in the
-body keeps its line breaks; in the arguments the bidi controls are shown as `\\uXXXX`.
+Requester text is cleaned before it reaches a mail (`broker.printable`, as in Slack): control
+characters and the invisible bidi controls are taken out of the subject and of every name
+shown, so a prompt can't fold a header or make a name read backwards; the prompt in the body
+keeps its line breaks; in the arguments those characters are shown as `\\uXXXX`.
 """
 
 from __future__ import annotations
@@ -16,6 +16,8 @@ from jinja2 import Environment, PackageLoader, StrictUndefined, select_autoescap
 
 from broker.config import Config
 from broker.models import Request
+from broker.printable import BIDI_CONTROLS as BIDI_CONTROLS  # re-exported for tests
+from broker.printable import lines, one_line, shown
 from notifiers.wording import clip, deciders, title
 
 _env = Environment(
@@ -26,23 +28,6 @@ _env = Environment(
     lstrip_blocks=True,
     keep_trailing_newline=True,
 )
-
-BIDI_CONTROLS = frozenset([0x200E, 0x200F, *range(0x202A, 0x202F), *range(0x2066, 0x206A)])
-_CONTROLS = frozenset([*range(0x20), 0x7F])
-_ONE_LINE = {c: " " for c in _CONTROLS} | dict.fromkeys(BIDI_CONTROLS)
-_LINES = {c: v for c, v in _ONE_LINE.items() if chr(c) not in "\n\t"}
-_SHOW_BIDI = {c: f"\\u{c:04x}" for c in BIDI_CONTROLS}
-
-
-def one_line(text: str) -> str:
-    """`text` as one line of visible characters: controls out, whitespace runs made one space."""
-    return " ".join(text.translate(_ONE_LINE).split())
-
-
-def lines(text: str) -> str:
-    """`text` without control characters other than line breaks and tabs."""
-    return text.replace("\r\n", "\n").translate(_LINES)
-
 
 _LABELS = {
     "approve": "Approve",
@@ -76,7 +61,7 @@ def render_mail(
 ) -> tuple[str, str, str]:
     """(subject, plain text, HTML) of the mail asking `recipient` to decide `request`; with
     `refusal` (why they may not decide it), a mail for their information, without links."""
-    args = json.dumps(request.args, indent=2, ensure_ascii=False).translate(_SHOW_BIDI)
+    args = shown(json.dumps(request.args, indent=2, ensure_ascii=False))
     context = {
         "prompt": lines(request.prompt),
         "tool": one_line(request.tool_name),
