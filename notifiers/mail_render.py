@@ -4,6 +4,12 @@ Requester text is cleaned before it reaches a mail (`broker.printable`, as in Sl
 characters and the invisible bidi controls are taken out of the subject and of every name
 shown, so a prompt can't fold a header or make a name read backwards; the prompt in the body
 keeps its line breaks; in the arguments those characters are shown as `\\uXXXX`.
+
+A mail's size is bounded whatever the request holds: the arguments are shown up to
+`MAX_ARGS_SHOWN` characters and the prompt up to `MAX_PROMPT_SHOWN`, each cut with "…" and a
+note saying how much more there is and where to read all of it (the page each link opens, and
+the inbox at the email config's `public_url`). The plain-text and HTML parts carry the same
+cut text, so one mail is a few tens of KiB at most.
 """
 
 from __future__ import annotations
@@ -28,6 +34,19 @@ _env = Environment(
     lstrip_blocks=True,
     keep_trailing_newline=True,
 )
+
+MAX_ARGS_SHOWN = 4000
+"""Characters of the arguments' JSON a mail shows; the rest is on the request's pages."""
+MAX_PROMPT_SHOWN = 8000
+"""Characters of the prompt a mail shows."""
+
+
+def _cut(text: str, limit: int) -> tuple[str, int]:
+    """(`text` clipped to `limit` characters with "…", how many characters were left out)."""
+    if len(text) <= limit:
+        return text, 0
+    return clip(text, limit), len(text) - (limit - 1)
+
 
 _LABELS = {
     "approve": "Approve",
@@ -61,16 +80,23 @@ def render_mail(
 ) -> tuple[str, str, str]:
     """(subject, plain text, HTML) of the mail asking `recipient` to decide `request`; with
     `refusal` (why they may not decide it), a mail for their information, without links."""
-    args = shown(json.dumps(request.args, indent=2, ensure_ascii=False))
+    args, args_cut = _cut(
+        shown(json.dumps(request.args, indent=2, ensure_ascii=False)), MAX_ARGS_SHOWN
+    )
+    prompt, prompt_cut = _cut(lines(request.prompt), MAX_PROMPT_SHOWN)
+    public = (config.email.public_url if config.email else "http://127.0.0.1:8000").rstrip("/")
     context = {
-        "prompt": lines(request.prompt),
+        "prompt": prompt,
+        "prompt_cut": prompt_cut,
+        "args_cut": args_cut,
+        "inbox_url": f"{public}/",
         "tool": one_line(request.tool_name),
         "run": one_line(request.run_id) if request.run_id else "(none)",
         "request_id": one_line(request.id),
         "queue": one_line(request.queue),
         "recipient": recipient,
         "links": links,
-        "args": clip(args, 20_000),
+        "args": args,
         "deciders": one_line(deciders(config, request)),
         "expires": request.expires_at.strftime("%Y-%m-%d %H:%M UTC"),
         "links_until": links_until.strftime("%Y-%m-%d %H:%M UTC"),
