@@ -16,7 +16,6 @@ from redis import Redis
 from broker.client import Broker
 from broker.config import parse_config
 from broker.models import NewRequest
-
 from tests.conftest import wait_for
 from tests.fakes.harness import running
 from tests.fakes.smtp import SmtpSink
