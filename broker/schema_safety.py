@@ -388,7 +388,8 @@ def check_schema(schema: Any, where: str, code: str) -> None:
 
 
 @lru_cache(maxsize=256)
-def _compiled(text: str) -> Validator:
+def compiled(text: str) -> Validator:
+    """The validator of one schema (by its compact JSON), made once per distinct schema."""
     schema = json.loads(text)
     return _draft(schema)(schema, registry=_NOTHING_REMOTE)
 
@@ -404,7 +405,7 @@ def errors(schema: Mapping[str, Any], instance: Any, what: str, code: str) -> li
         raise InvalidInput(f"{what}: {size} bytes of JSON; at most {MAX_INSTANCE_BYTES}", code=code)
     if depth_of(instance, MAX_INSTANCE_DEPTH) > MAX_INSTANCE_DEPTH:
         raise InvalidInput(f"{what}: nested more than {MAX_INSTANCE_DEPTH} deep", code=code)
-    validator = _compiled(json.dumps(schema, separators=(",", ":"), ensure_ascii=False))
+    validator = compiled(json.dumps(schema, separators=(",", ":"), ensure_ascii=False))
     _meter.left, _meter.deadline = WORK_BUDGET, time.monotonic() + DEADLINE_S
     try:
         return list(validator.iter_errors(instance))
