@@ -416,5 +416,10 @@ def errors(schema: Mapping[str, Any], instance: Any, what: str, code: str) -> li
             f"{what}: checking it against the schema takes more than the broker allows"
             " (a schema whose references loop, or too much work)"
         ) from None
+    except (re2.error, referencing.exceptions.Unresolvable):  # a schema stored before the checks
+        raise InvalidInput(
+            f"{what}: the schema has a regex RE2 can't run or a reference outside itself",
+            code=code,
+        ) from None
     finally:
         _meter.left = None

@@ -365,3 +365,14 @@ def test_an_instance_over_its_caps_is_refused() -> None:
         deep = [deep]
     with pytest.raises(InvalidInput, match="nested more than 32 deep"):
         schema_safety.errors(schema, {"a": deep}, "modified args", "invalid_args")
+
+
+def test_a_schema_stored_before_these_checks_is_a_422_when_applied_not_a_500() -> None:
+    """Requests made before the checks may hold a remote `$ref` or a backreference."""
+    for schema in (
+        {"type": "object", "properties": {"to": {"$ref": "https://example.com/s.json"}}},
+        {"type": "object", "properties": {"to": {"pattern": "(a)\\1"}}},
+    ):
+        with pytest.raises(InvalidInput) as err:
+            check_args(schema, {"to": "aa"})
+        assert err.value.code == "invalid_args"
