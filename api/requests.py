@@ -52,8 +52,10 @@ async def create_request(
     `allowed_roles` may name only roles that some approver or webhook endpoint holds: a role
     nobody has would leave the request for the admin alone.
 
-    The Redis step runs in the thread pool (the sync client blocks; its socket timeout bounds a
-    stalled Redis to a 503), never on the event loop.
+    In the thread pool: the create checks the request's schemas (`answer_schema`,
+    `args_schema`: bounded in size, depth and work, see `broker.schema_safety`) and calls
+    Redis, neither of which may hold the event loop; with an Idempotency-Key a concurrent
+    create with the same key polls for the winner's id there too.
     """
     body = checked_new_request(state, principal, body)
     if idempotency_key is not None:
@@ -176,7 +178,8 @@ async def decide(
 
     A bearer token decides through the `inbox` channel: only requests whose queue lists
     `inbox` (the admin token: any request). With `remember`, the policy rule is kept in the
-    same step (see /v1/rules).
+    same step (see /v1/rules). In the thread pool: the decision service checks answers and
+    `modified` args against the request's schemas and calls Redis.
     """
     decision = body.to_decision()
     # the decision service's Redis calls are synchronous: a thread's work, never the loop's

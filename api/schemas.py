@@ -20,24 +20,29 @@ from pydantic import (
     model_validator,
 )
 
+from broker.bounded_json import MAX_DEPTH
 from broker.models import Decision, NewRequest, Request
 
 
 def check_json_safe(value: Any, where: str = "body") -> None:
-    """Raise ValueError for a non-finite float or a string that is not valid Unicode."""
-    stack: list[tuple[Any, str]] = [(value, where)]
+    """Raise ValueError for a non-finite float, a string that is not valid Unicode, or
+    arrays and objects nested deeper than `bounded_json.MAX_DEPTH` (the body as a whole)."""
+    stack: list[tuple[Any, str, int]] = [(value, where, 0)]
     while stack:
-        item, path = stack.pop()
+        item, path, depth = stack.pop()
         if isinstance(item, float) and not math.isfinite(item):
             raise ValueError(f"{path}: numbers must be finite")
         if isinstance(item, str):
             _check_text(item, path)
-        elif isinstance(item, dict):
-            for k, v in item.items():
-                _check_text(str(k), path)
-                stack.append((v, f"{path}.{k}"))
-        elif isinstance(item, list):
-            stack.extend((v, f"{path}[{i}]") for i, v in enumerate(item))
+        elif isinstance(item, dict | list):
+            if depth >= MAX_DEPTH:
+                raise ValueError(f"{where}: nested more than {MAX_DEPTH} deep")
+            if isinstance(item, dict):
+                for k, v in item.items():
+                    _check_text(str(k), path)
+                    stack.append((v, f"{path}.{k}", depth + 1))
+            else:
+                stack.extend((v, f"{path}[{i}]", depth + 1) for i, v in enumerate(item))
 
 
 def _check_text(text: str, path: str) -> None:

@@ -1,18 +1,20 @@
 """The shapes of Slack's interaction payloads, and reading values out of them.
 
 Only the fields the broker uses are modelled; anything else Slack sends is ignored. A payload
-that is not the form field `payload` holding a JSON object is a 400.
+that is not the form field `payload` holding a JSON object, or one nested deeper or larger than
+`broker.bounded_json` allows, is a 400.
 """
 
 from __future__ import annotations
 
-import json
 from typing import Any, Literal
 from urllib.parse import parse_qs
 
 from pydantic import BaseModel
 
 from api.errors import ApiError
+from broker import bounded_json
+from broker.errors import InvalidInput
 
 
 class SlackUser(BaseModel):
@@ -54,8 +56,10 @@ def parse_payload(body: bytes) -> dict[str, Any]:
     """The JSON object in the form field `payload`; else 400."""
     try:
         fields = parse_qs(body.decode("utf-8"), strict_parsing=True)
-        payload = json.loads(fields["payload"][0])
-    except (ValueError, KeyError, IndexError):
+        payload = bounded_json.loads(fields["payload"][0], "payload")
+    except (bounded_json.TooDeep, bounded_json.TooLarge) as exc:
+        raise ApiError(400, "bad_request", exc.detail) from None
+    except (ValueError, KeyError, IndexError, InvalidInput):
         raise ApiError(400, "bad_request", "expected a form field 'payload' holding JSON") from None
     if not isinstance(payload, dict):
         raise ApiError(400, "bad_request", "the payload must be a JSON object")

@@ -22,6 +22,7 @@ from broker.auth import Principal
 from broker.config import SlackConfig
 from broker.errors import BrokerError, Conflict
 from broker.models import Request as BrokerRequest
+from broker.printable import lines
 
 log = logging.getLogger("approval_broker.api")
 
@@ -39,7 +40,10 @@ class SlackReply:
 
 
 def notice(text: str, error: str | None = None) -> dict[str, Any]:
-    """An ephemeral message body (also what is posted to the response_url)."""
+    """An ephemeral message body (also what is posted to the response_url). Its text may
+    echo requester text (a refusal's detail): controls and bidi characters are dropped and
+    mrkdwn's &, < and > escaped, as in every Slack message."""
+    text = lines(text).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
     body: dict[str, Any] = {"response_type": "ephemeral", "replace_original": False, "text": text}
     if error:
         body["error"] = error

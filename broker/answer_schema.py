@@ -2,9 +2,11 @@
 
 A form in any channel (inbox, Slack modal, email page) has to render the schema as inputs, so
 only a subset is accepted: an object whose properties are strings, numbers, integers, booleans,
-an enum, or an array of an enum, with `required`, `default`, `title` and `description`. The
-schema itself is checked with the `jsonschema` library against its meta-schema; answers are
-validated with it too. Nothing here decides a request or knows a channel.
+an enum, or an array of an enum, with `required`, `default`, `title` and `description` (and
+the field keywords in `_FIELD_KEYS`). The schema is checked, and answers are validated, by
+`broker.schema_safety`: `jsonschema` with `pattern` on RE2, size and depth caps and a work
+budget, so no schema or answer can hold a thread for long. Nothing here decides a request or
+knows a channel.
 """
 
 from __future__ import annotations
@@ -15,9 +17,8 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from jsonschema import Draft202012Validator
-from jsonschema.exceptions import SchemaError
-from jsonschema.validators import validator_for
 
+from broker import schema_safety
 from broker.errors import InvalidInput
 from broker.json_keyed import cached_by_json
 
@@ -148,18 +149,13 @@ def _checked(schema: Any, where: str) -> tuple[FormField, ...]:
 
 
 def _check_schema(schema: Any, where: str) -> list[FormField]:
-    if not isinstance(schema, dict):
-        raise _fail(where, "must be a JSON Schema object")
-    draft = validator_for(schema, default=Draft202012Validator)
-    try:
-        draft.check_schema(schema)
-    except SchemaError as exc:
-        raise _fail(
-            f"{where}{_path(exc.path)}", f"not a valid JSON Schema: {exc.message}"
-        ) from None
+    schema_safety.check_bounds(schema, where, "invalid_question")
     unknown = sorted(set(schema) - _ROOT_KEYS)
     if unknown:
         raise _fail(where, f"unsupported keyword {unknown[0]!r}")
+    found = schema_safety.check_shape(schema, where, "invalid_question")
+    if not isinstance(schema.get("additionalProperties", False), bool):
+        raise _fail(f"{where}.additionalProperties", "must be true or false (fields can't nest)")
     if schema.get("type") != "object":
         raise _fail(f"{where}.type", "must be 'object' (an answer is an object of fields)")
     props = schema.get("properties")
@@ -177,10 +173,6 @@ def _check_schema(schema: Any, where: str) -> list[FormField]:
         if not name or len(name) > MAX_NAME:
             raise _fail(at, f"a field name must have 1 to {MAX_NAME} characters")
         kind = _field_kind(at, prop)
-        if "default" in prop:
-            errors = list(draft(prop).iter_errors(prop["default"]))
-            if errors:
-                raise _fail(f"{at}.default", errors[0].message)
         enum = prop.get("enum") or (prop.get("items") or {}).get("enum") or ()
         fields.append(
             FormField(
@@ -194,6 +186,15 @@ def _check_schema(schema: Any, where: str) -> list[FormField]:
                 choices=tuple(enum),
             )
         )
+    # the shape is a form's: now its regexes (on RE2) and defaults
+    schema_safety.check_references(schema, found, "invalid_question")
+    for field in fields:
+        if field.has_default:
+            at = f"{where}.properties.{field.name}.default"
+            prop = props[field.name]
+            errors = schema_safety.errors(prop, field.default, at, "invalid_question")
+            if errors:
+                raise _fail(at, errors[0].message)
     return fields
 
 
@@ -210,8 +211,11 @@ def validate(schema: dict[str, Any], answer: Any) -> tuple[dict[str, Any], dict[
     for name, prop in schema.get("properties", {}).items():
         if name not in filled and isinstance(prop, dict) and "default" in prop:
             filled[name] = copy.deepcopy(prop["default"])
-    validator = validator_for(schema, default=Draft202012Validator)(schema)
-    errors = sorted(validator.iter_errors(filled), key=lambda e: list(map(str, e.path)))
+    try:
+        found = schema_safety.errors(schema, filled, "answer", "invalid_answer")
+    except InvalidInput as exc:  # over the caps, or too costly: it doesn't count either
+        return {}, {"": exc.detail}, exc.detail
+    errors = sorted(found, key=lambda e: list(map(str, e.path)))
     if not errors:
         return filled, {}, ""
     problems: dict[str, str] = {}

@@ -3,7 +3,10 @@
 A person who modifies a call's args gives the agent's tool what it will run with; without this,
 anything would pass and the tool would fail (or worse, run) on args it never accepts. The schema
 is the tool's JSON Schema (pydantic-ai's `parameters_json_schema`, or `args_schema` given to
-`POST /v1/requests`). This module only judges; it never stores anything.
+`POST /v1/requests`). The schema is checked, and args are validated, by
+`broker.schema_safety` (the keywords it lists, regexes on RE2, size and depth caps and a work
+budget), so neither can hold a thread for long. This module only judges; it never stores
+anything.
 """
 
 from __future__ import annotations
@@ -11,14 +14,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from jsonschema import Draft202012Validator
-from jsonschema.exceptions import SchemaError, best_match
+from jsonschema.exceptions import best_match
 
+from broker import schema_safety
 from broker.errors import InvalidInput
 from broker.json_keyed import cached_by_json
-from broker.models import canonical_json
 
-MAX_SCHEMA_BYTES = 64 * 1024
+MAX_SCHEMA_BYTES = schema_safety.MAX_SCHEMA_BYTES
 """A schema is stored with each request: one this large is a mistake, not a tool."""
 
 
@@ -31,20 +33,7 @@ def check_schema(schema: Mapping[str, Any]) -> None:
 
 @cached_by_json()
 def _checked(schema: Any) -> None:
-    size = len(canonical_json(schema).encode())
-    if size > MAX_SCHEMA_BYTES:
-        raise InvalidInput(
-            f"args_schema is {size} bytes; at most {MAX_SCHEMA_BYTES} are kept",
-            code="invalid_schema",
-        )
-    try:
-        Draft202012Validator.check_schema(schema)
-    except SchemaError as exc:
-        where = "/".join(str(p) for p in exc.absolute_path) or "(top)"
-        raise InvalidInput(
-            f"args_schema is not a JSON Schema (at {where}): {exc.message}",
-            code="invalid_schema",
-        ) from None
+    schema_safety.check_schema(schema, "args_schema", "invalid_schema")
     kind = schema.get("type")
     if kind is not None and kind != "object":
         raise InvalidInput(
@@ -53,18 +42,13 @@ def _checked(schema: Any) -> None:
         )
 
 
-@cached_by_json()
-def _validator(schema: Any) -> Draft202012Validator:
-    """One compiled validator per distinct schema."""
-    return Draft202012Validator(schema)
-
-
 def check_args(schema: Mapping[str, Any] | None, args: Mapping[str, Any]) -> None:
     """Refuse `args` that don't meet `schema` (422 `invalid_args`, naming the field); no
     schema: anything goes, as before schemas were stored."""
     if schema is None:
         return
-    error = best_match(_validator(schema).iter_errors(dict(args)))
+    found = schema_safety.errors(schema, dict(args), "modified args", "invalid_args")
+    error = best_match(found)
     if error is None:
         return
     path = [str(p) for p in error.absolute_path]

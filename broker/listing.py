@@ -13,12 +13,15 @@ from __future__ import annotations
 import base64
 import binascii
 import json
+import math
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cached_property
 
 from redis.commands.core import Script
 
+from broker import bounded_json
 from broker.errors import InvalidInput
 from broker.keys import Keys
 from broker.models import Request, Status
@@ -60,15 +63,40 @@ def encode_cursor(index: str, score: str, rid: str) -> str:
     return base64.urlsafe_b64encode(raw).decode().rstrip("=")
 
 
+_SCORE = re.compile(r"-?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][-+]?[0-9]+)?", re.ASCII)
+"""A sorted-set score as Redis writes it (finite: no `nan`, `inf`, hex or spaces)."""
+_ID = re.compile(r"[A-Za-z0-9_.-]{1,200}", re.ASCII)
+MAX_CURSOR = 1000
+"""Characters of a cursor: the ones this listing gives are about a hundred."""
+
+
+def _not_a_cursor() -> InvalidInput:
+    return InvalidInput("cursor: not a cursor this listing gave", code="bad_cursor")
+
+
 def decode_cursor(cursor: str, index: str) -> tuple[str, str]:
-    """(score, id) of a cursor made for `index`; InvalidInput for any other text."""
+    """(score, id) of a cursor made for `index`; InvalidInput (`bad_cursor`, 422) for any other
+    text: bad base64, not a JSON list of three strings, a score that isn't a finite number as
+    Redis writes one, an id no request could have, or too long. A cursor is a client's text:
+    nothing of it reaches Redis unchecked."""
+    if len(cursor) > MAX_CURSOR:
+        raise _not_a_cursor()
     try:
         raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
-        got_index, score, rid = json.loads(raw)
-        float(score)
-    except (binascii.Error, ValueError, TypeError, UnicodeDecodeError):
-        raise InvalidInput("cursor: not a cursor this listing gave", code="bad_cursor") from None
-    if got_index != index or not isinstance(rid, str) or not isinstance(score, str):
+        parts = bounded_json.loads(raw, "cursor", max_bytes=MAX_CURSOR, max_depth=1)
+    except (binascii.Error, ValueError, InvalidInput):
+        raise _not_a_cursor() from None
+    if not isinstance(parts, list) or len(parts) != 3 or not all(isinstance(p, str) for p in parts):
+        raise _not_a_cursor()
+    got_index, score, rid = parts
+    if (
+        _SCORE.fullmatch(score) is None
+        or len(score) > 40
+        or not math.isfinite(float(score))
+        or _ID.fullmatch(rid) is None
+    ):
+        raise _not_a_cursor()
+    if got_index != index:
         raise InvalidInput(
             "cursor: it was made for other filters; start again without it", code="bad_cursor"
         )

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from broker.printable import one_line
+
 ALWAYS = "always"  # action_id of the button
 ALWAYS_CALLBACK = "always_rule"  # callback_id of the modal
 RULE_BLOCK, RULE_ACTION = "rule", "rule_choice"
@@ -33,7 +35,7 @@ def rule_text(rule: dict[str, Any]) -> str:
 
 
 def _option(text: str, value: str) -> dict[str, Any]:
-    return {"text": {"type": "plain_text", "text": text[:75]}, "value": value}
+    return {"text": {"type": "plain_text", "text": one_line(text)[:75]}, "value": value}
 
 
 def always_modal(

@@ -20,6 +20,7 @@ from typing import Any
 from broker.answer_forms import error_inputs, field_input, other_input, question_input, read_answer
 from broker.answer_schema import FormField, check_schema
 from broker.models import Request
+from broker.printable import lines, one_line
 from broker.questions import InvalidAnswer, Question, questions_of
 
 ANSWER_FORM = "answer_form"  # action_id of the "Answer…" button; its value is the request id
@@ -36,7 +37,8 @@ Block = dict[str, Any]
 
 
 def _escape(text: str) -> str:
-    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+    """mrkdwn-escaped requester text, without control or bidi characters (as in every channel)."""
+    return lines(text).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
 
 
 def _clip(text: str, limit: int) -> str:
@@ -44,7 +46,7 @@ def _clip(text: str, limit: int) -> str:
 
 
 def _plain(text: str, limit: int = MAX_TEXT) -> dict[str, str]:
-    return {"type": "plain_text", "text": _clip(text, limit) or " "}
+    return {"type": "plain_text", "text": _clip(one_line(text), limit) or " "}
 
 
 def _option(text: str, value: str, description: str | None = None) -> Block:

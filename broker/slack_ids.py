@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from broker.printable import one_line
+
 APPROVE = "approve"
 REJECT = "reject"
 ESCALATE = "escalate"
@@ -57,7 +59,7 @@ def reject_modal(request_id: str, tool_name: str, channel_id: str | None = None)
             {
                 "type": "input",
                 "block_id": REJECT_REASON_BLOCK,
-                "label": {"type": "plain_text", "text": f"Why reject {tool_name[:100]}?"},
+                "label": {"type": "plain_text", "text": f"Why reject {one_line(tool_name)[:100]}?"},
                 "element": {
                     "type": "plain_text_input",
                     "action_id": REJECT_REASON_ACTION,

@@ -1,9 +1,15 @@
 """The text of an approval mail, in plain text and HTML, from Jinja2 templates.
 
-Requester text is cleaned before it reaches a mail: C0 control characters and the invisible
-bidi controls (U+200E/F, U+202A-202E, U+2066-2069) are taken out of the subject and of every
-name shown, so a prompt can't fold a header or make a name read backwards; the prompt in the
-body keeps its line breaks; in the arguments the bidi controls are shown as `\\uXXXX`.
+Requester text is cleaned before it reaches a mail (`broker.printable`, as in Slack): control
+characters and the invisible bidi controls are taken out of the subject and of every name
+shown, so a prompt can't fold a header or make a name read backwards; the prompt in the body
+keeps its line breaks; in the arguments those characters are shown as `\\uXXXX`.
+
+A mail's size is bounded whatever the request holds: the arguments are shown up to
+`MAX_ARGS_SHOWN` characters and the prompt up to `MAX_PROMPT_SHOWN`, each cut with "…" and a
+note saying how much more there is and where to read all of it (the page each link opens, and
+the inbox at the email config's `public_url`). The plain-text and HTML parts carry the same
+cut text, so one mail is a few tens of KiB at most.
 """
 
 from __future__ import annotations
@@ -16,6 +22,8 @@ from jinja2 import Environment, PackageLoader, StrictUndefined, select_autoescap
 
 from broker.config import Config
 from broker.models import Request
+from broker.printable import BIDI_CONTROLS as BIDI_CONTROLS  # re-exported for tests
+from broker.printable import lines, one_line, shown
 from notifiers.wording import clip, deciders, title
 
 _env = Environment(
@@ -27,21 +35,17 @@ _env = Environment(
     keep_trailing_newline=True,
 )
 
-BIDI_CONTROLS = frozenset([0x200E, 0x200F, *range(0x202A, 0x202F), *range(0x2066, 0x206A)])
-_CONTROLS = frozenset([*range(0x20), 0x7F])
-_ONE_LINE = {c: " " for c in _CONTROLS} | dict.fromkeys(BIDI_CONTROLS)
-_LINES = {c: v for c, v in _ONE_LINE.items() if chr(c) not in "\n\t"}
-_SHOW_BIDI = {c: f"\\u{c:04x}" for c in BIDI_CONTROLS}
+MAX_ARGS_SHOWN = 4000
+"""Characters of the arguments' JSON a mail shows; the rest is on the request's pages."""
+MAX_PROMPT_SHOWN = 8000
+"""Characters of the prompt a mail shows."""
 
 
-def one_line(text: str) -> str:
-    """`text` as one line of visible characters: controls out, whitespace runs made one space."""
-    return " ".join(text.translate(_ONE_LINE).split())
-
-
-def lines(text: str) -> str:
-    """`text` without control characters other than line breaks and tabs."""
-    return text.replace("\r\n", "\n").translate(_LINES)
+def _cut(text: str, limit: int) -> tuple[str, int]:
+    """(`text` clipped to `limit` characters with "…", how many characters were left out)."""
+    if len(text) <= limit:
+        return text, 0
+    return clip(text, limit), len(text) - (limit - 1)
 
 
 _LABELS = {
@@ -76,16 +80,23 @@ def render_mail(
 ) -> tuple[str, str, str]:
     """(subject, plain text, HTML) of the mail asking `recipient` to decide `request`; with
     `refusal` (why they may not decide it), a mail for their information, without links."""
-    args = json.dumps(request.args, indent=2, ensure_ascii=False).translate(_SHOW_BIDI)
+    args, args_cut = _cut(
+        shown(json.dumps(request.args, indent=2, ensure_ascii=False)), MAX_ARGS_SHOWN
+    )
+    prompt, prompt_cut = _cut(lines(request.prompt), MAX_PROMPT_SHOWN)
+    public = (config.email.public_url if config.email else "http://127.0.0.1:8000").rstrip("/")
     context = {
-        "prompt": lines(request.prompt),
+        "prompt": prompt,
+        "prompt_cut": prompt_cut,
+        "args_cut": args_cut,
+        "inbox_url": f"{public}/",
         "tool": one_line(request.tool_name),
         "run": one_line(request.run_id) if request.run_id else "(none)",
         "request_id": one_line(request.id),
         "queue": one_line(request.queue),
         "recipient": recipient,
         "links": links,
-        "args": clip(args, 20_000),
+        "args": args,
         "deciders": one_line(deciders(config, request)),
         "expires": request.expires_at.strftime("%Y-%m-%d %H:%M UTC"),
         "links_until": links_until.strftime("%Y-%m-%d %H:%M UTC"),

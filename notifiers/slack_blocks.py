@@ -3,9 +3,12 @@
 Pure functions of the request and config, so the same request always renders the same way,
 whichever notifier renders it. Ids of buttons and inputs come from `broker.slack_ids`.
 
-Every text a requester could have written (prompt, tool name, arguments, reasons, role names)
-goes through `escape` wherever Slack reads mrkdwn, fallback text included, so it can't mention
-`<!channel>` or disguise a link as `<https://evil|bank.com>`; plain_text fields show it as is.
+Every text a requester could have written (prompt, tool name, arguments, reasons, role names,
+questions and options) goes through `escape` wherever Slack reads mrkdwn, fallback text
+included, so it can't mention `<!channel>` or disguise a link as `<https://evil|bank.com>`;
+`escape` and the plain_text fields also drop control and bidi characters as email does
+(`broker.printable`), so `wire\u202emoney` can't read as another word; in the arguments they
+are shown as `\\uXXXX`.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from broker import slack_always as always
 from broker import slack_ids as ids
 from broker.config import Config
 from broker.models import HistoryEntry, Request, Status
+from broker.printable import lines, one_line, shown
 from broker.questions import answer_text, has_form, is_structured, questions_of
 from broker.slack_forms import ANSWER_FORM
 from notifiers import wording
@@ -38,8 +42,8 @@ _OUTCOME_LINE = {
 
 def escape(text: str) -> str:
     """Slack mrkdwn treats &, < and > as control characters: these three, and only these, are
-    escaped (Slack's "Escaping text" rules)."""
-    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+    escaped (Slack's "Escaping text" rules); control and bidi characters are dropped first."""
+    return lines(text).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
 
 
 def slack_date(when: datetime) -> str:
@@ -85,7 +89,7 @@ def _section(text: str) -> Block:
 def _button(text: str, action_id: str, request_id: str, style: str | None = None) -> Block:
     button: Block = {
         "type": "button",
-        "text": {"type": "plain_text", "text": clip(text, 75)},
+        "text": {"type": "plain_text", "text": clip(one_line(text), 75)},
         "action_id": action_id,
         "value": request_id,
     }
@@ -102,12 +106,12 @@ def _last_escalation(request: Request) -> HistoryEntry | None:
 def describe(request: Request, config: Config) -> list[Block]:
     """The part that never changes: the prompt, the tool call and its context."""
     fields = [
-        f"*Tool*\n`{escape(request.tool_name)}`",
-        f"*Run*\n{'`' + escape(request.run_id) + '`' if request.run_id else '(none)'}",
+        f"*Tool*\n`{escape(one_line(request.tool_name))}`",
+        f"*Run*\n{'`' + escape(one_line(request.run_id)) + '`' if request.run_id else '(none)'}",
         f"*Who may decide*\n{deciders(config, request)}",
         f"*Expires*\n{slack_date(request.expires_at)}",
     ]
-    args = json.dumps(request.args, indent=2, ensure_ascii=False)
+    args = shown(json.dumps(request.args, indent=2, ensure_ascii=False))
     return [
         {
             "type": "header",
@@ -225,11 +229,11 @@ def outcome_blocks(request: Request, config: Config) -> list[Block]:
         if decision.reason:
             line += f"\n>{escape(decision.reason)}"
         if decision.args is not None:
-            changed = json.dumps(decision.args, ensure_ascii=False)
+            changed = shown(json.dumps(decision.args, ensure_ascii=False))
             line += f"\n*New arguments* `{escape(clip(changed, 1500))}`"
         if decision.answer is not None and is_structured(request.metadata):
-            shown = answer_text(request.metadata, decision.answer)
-            quoted = "\n".join(f">{escape(row)}" for row in clip(shown, 1500).splitlines())
+            read = answer_text(request.metadata, decision.answer)
+            quoted = "\n".join(f">{escape(row)}" for row in clip(read, 1500).splitlines())
             line += f"\n*Answer*\n{quoted}"
         elif decision.answer is not None:
             answer = json.dumps(decision.answer, ensure_ascii=False)
@@ -261,7 +265,7 @@ def render(request: Request, config: Config, channel: str) -> tuple[str, list[Bl
     is escaped like everywhere else: a prompt saying `<!channel>` must not page a channel.
     """
     blocks = describe(request, config)
-    tool = escape(request.tool_name)
+    tool = escape(one_line(request.tool_name))
     if not request.is_pending:
         blocks += outcome_blocks(request, config)
         status = request.status.value.replace("_", " ")

@@ -4,9 +4,8 @@ a bad one is refused every time (a refusal is never remembered as a pass)."""
 from __future__ import annotations
 
 import pytest
-from jsonschema import Draft202012Validator
 
-from broker import answer_schema, args_schema, questions
+from broker import answer_schema, args_schema, questions, schema_safety
 from broker.errors import InvalidInput
 
 
@@ -24,16 +23,16 @@ def counting(monkeypatch: pytest.MonkeyPatch, owner: object, name: str) -> list[
 
 def test_an_args_schema_is_checked_once_and_its_validator_compiled_once(monkeypatch):
     schema = {"type": "object", "properties": {"amount_unique_1": {"type": "number"}}}
-    checks = counting(monkeypatch, Draft202012Validator, "check_schema")
+    checks = counting(monkeypatch, schema_safety, "check_schema")
     for _ in range(3):
         args_schema.check_schema(dict(schema))
     assert len(checks) == 1
-    misses = args_schema._validator.cache_info().misses
+    misses = schema_safety.compiled.cache_info().misses
     args_schema.check_args(schema, {"amount_unique_1": 3})
     with pytest.raises(InvalidInput) as caught:
         args_schema.check_args(dict(schema), {"amount_unique_1": "three"})
     assert caught.value.code == "invalid_args"
-    assert args_schema._validator.cache_info().misses - misses == 1  # compiled for the first only
+    assert schema_safety.compiled.cache_info().misses - misses == 1  # compiled for the first only
 
 
 def test_a_bad_args_schema_is_refused_every_time():
