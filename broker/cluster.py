@@ -79,29 +79,47 @@ class PatientCluster(RedisCluster):
 
     redis-py retries a command whose node refused the connection at once, re-reading the slot
     map each time: its attempts are spent in milliseconds, while the cluster still names the
-    dead master for the seconds until a replica is promoted. This retries with a backoff.
+    dead master for the seconds until a replica is promoted. This retries with a backoff,
+    around the client's public `execute_command` (every command method goes through it).
     """
 
-    def _internal_execute_command(self, *args: Any, **kwargs: Any) -> Any:
-        return _patiently(lambda: super(PatientCluster, self)._internal_execute_command(*args, **kwargs))  # fmt: skip
+    def execute_command(self, *args: Any, **kwargs: Any) -> Any:
+        return _patiently(lambda: super(PatientCluster, self).execute_command(*args, **kwargs))  # fmt: skip
 
     def pipeline(self, transaction: Any = None, shard_hint: Any = None) -> ClusterPipeline:
         pipe = super().pipeline(transaction=transaction, shard_hint=shard_hint)
-        pipe.__class__ = PatientPipeline  # the same object, only `execute` patient (no state)
+        pipe.__class__ = PatientPipeline  # the same object, its two public methods patient
         return pipe
 
 
 class PatientPipeline(ClusterPipeline):
-    """A cluster pipeline that sends its queued commands again after a failover's error."""
+    """A cluster pipeline that sends its queued commands again after a failover's error.
+
+    It keeps its own list of what was queued (through the public `execute_command`, which
+    every command method calls), because a failed `execute` resets the pipeline: before each
+    retry the same commands are queued again, in order.
+    """
+
+    def execute_command(self, *args: Any, **kwargs: Any) -> Any:
+        if not hasattr(self, "patient_queue"):
+            self.patient_queue: list[tuple[tuple[Any, ...], dict[str, Any]]] = []
+        self.patient_queue.append((args, kwargs))
+        return super().execute_command(*args, **kwargs)
 
     def execute(self, raise_on_error: bool = True) -> list[Any]:
-        strategy = self._execution_strategy
-        queued = list(strategy.command_queue)
+        queued = list(getattr(self, "patient_queue", []))
+        self.patient_queue = []
+        first = True
 
-        def again() -> None:
-            strategy.command_queue = list(queued)
+        def send() -> list[Any]:
+            nonlocal first
+            if not first:  # the failed try reset the pipeline: queue the same commands again
+                for args, kwargs in queued:
+                    ClusterPipeline.execute_command(self, *args, **kwargs)
+            first = False
+            return ClusterPipeline.execute(self, raise_on_error)
 
-        return _patiently(lambda: ClusterPipeline.execute(self, raise_on_error), again)
+        return _patiently(send)
 
 
 class ClusterConfigError(BrokerError):
