@@ -25,10 +25,11 @@ import os
 import time
 import warnings
 import weakref
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
+import anyio.to_thread
 import httpx
 from pydantic_ai import CallToolsNode, DeferredToolRequests, DeferredToolResults, ModelRequestNode
 from pydantic_ai.exceptions import (
@@ -190,8 +191,32 @@ def _event_loop() -> asyncio.AbstractEventLoop:
     return loop
 
 
+CoroutineRunner = Callable[[Coroutine[Any, Any, Any]], Any]
+"""Runs an agent's coroutine to its end from a job's thread and returns its result (or raises)."""
+
+_coroutine_runner: CoroutineRunner | None = None
+
+
+def run_coroutines_with(runner: CoroutineRunner | None) -> None:
+    """Make `runner` run every agent coroutine of this process (None: this thread's own loop).
+
+    The worker process installs its shared event loop here, so that the jobs of all its slots
+    advance their runs on one loop; `broker.testing` and in-process test workers keep a loop
+    per thread.
+    """
+    global _coroutine_runner
+    _coroutine_runner = runner
+
+
 def _run_sync(coro: Coroutine[Any, Any, _T]) -> _T:
+    if _coroutine_runner is not None:
+        return _coroutine_runner(coro)  # type: ignore[no-any-return]
     return _event_loop().run_until_complete(coro)
+
+
+async def _off_loop(fn: Callable[..., _T], *args: Any) -> _T:
+    """A blocking call (sync Redis) from the agent's coroutine, in a thread: never on the loop."""
+    return await anyio.to_thread.run_sync(fn, *args)
 
 
 def _may_run_tools(agent_run: AgentRun[Any, Any], node: CallToolsNode[Any, Any]) -> bool:
@@ -330,7 +355,7 @@ class AgentRunner:
                     node = await agent_run.next(node)
                     continue
                 marker = Pause(round_no, _json_messages(agent_run.all_messages()), stage=TOOLS)
-                self.broker.save_messages(run_id, marker.dump())
+                await _off_loop(self.broker.save_messages, run_id, marker.dump())
                 try:
                     node = await agent_run.next(node)
                 except Exception as exc:
@@ -343,7 +368,7 @@ class AgentRunner:
                 if isinstance(node, ModelRequestNode):  # the tools returned; the model is next
                     messages = [*agent_run.all_messages(), node.request]
                     checkpoint = Pause(round_no, _json_messages(messages), stage=CONTINUE)
-                    self.broker.save_messages(run_id, checkpoint.dump())
+                    await _off_loop(self.broker.save_messages, run_id, checkpoint.dump())
             result = agent_run.result
         if result is None:  # pragma: no cover - an End node always carries the result
             raise RunFailed(f"the agent of run {run_id} ended without a result")
