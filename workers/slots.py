@@ -33,6 +33,7 @@ from redis.exceptions import RedisError
 from rq import SimpleWorker
 from rq.job import Job
 from rq.queue import Queue
+from rq.registry import StartedJobRegistry
 from rq.scheduler import RQScheduler
 from rq.serializers import JSONSerializer
 from rq.timeouts import TimerDeathPenalty
@@ -188,6 +189,14 @@ class Slots:
                 worker.maintain_heartbeats(job)
 
     def _maintain(self) -> None:
+        # abandoned jobs first, with a death penalty that works off the main thread (RQ's
+        # registry would arm SIGALRM around their failure callback); then RQ's whole pass
+        StartedJobRegistry(
+            self.queue_name,
+            connection=self.connection,
+            serializer=JSONSerializer,
+            death_penalty_class=TimerDeathPenalty,
+        ).cleanup()
         self.workers[0].clean_registries()
 
     def _schedule(self) -> None:
