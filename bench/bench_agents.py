@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import hashlib
 import json
 import os
 import secrets
@@ -47,9 +48,9 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
 from benchlib import pct  # noqa: E402
+from fake_agents import ran_key  # noqa: E402
 
 from broker.redis_server import free_port, running_local_url  # noqa: E402
-from fake_agents import ran_key  # noqa: E402
 
 CONFIG = """
 [queues.default]
@@ -65,6 +66,8 @@ deps = "fake_agents:deps"
 """
 POLL_S = 0.05
 """How often a run in the throughput phases is polled (GET /v1/runs/{id})."""
+PHASE_TIMEOUT_S = 300.0
+"""A phase that takes longer is reported as it stands, not waited for."""
 QUIET_POLL_S = 0.002
 """How often the one run of the latency phase is polled."""
 
@@ -77,19 +80,22 @@ Flow = Callable[[str], Awaitable[float]]
 class Up:
     """`approval-broker up` in a temp dir, and an HTTP client of its API."""
 
-    def __init__(self, tmp: Path) -> None:
+    def __init__(self, tmp: Path, code: Path = ROOT) -> None:
         self.tmp = tmp
         tmp.mkdir(parents=True, exist_ok=True)
         self.port = free_port()
         self.token = secrets.token_urlsafe(32)
-        (tmp / "broker.toml").write_text(CONFIG)
-        env = {
-            k: v for k, v in os.environ.items() if not k.startswith("APPROVAL_BROKER_")
-        }
+        self.deciders = [secrets.token_urlsafe(32) for _ in range(2)]
+        approvers = "".join(
+            f'\n[approvers.decider{i}]\ntoken_sha256 = "{hashlib.sha256(t.encode()).hexdigest()}"\n'
+            for i, t in enumerate(self.deciders)
+        )
+        (tmp / "broker.toml").write_text(CONFIG + approvers)
+        env = {k: v for k, v in os.environ.items() if not k.startswith("APPROVAL_BROKER_")}
         env |= {
             "APPROVAL_BROKER_CONFIG": str(tmp / "broker.toml"),
             "APPROVAL_BROKER_ADMIN_TOKEN": self.token,
-            "PYTHONPATH": os.pathsep.join([str(ROOT / "bench"), str(ROOT)]),
+            "PYTHONPATH": os.pathsep.join([str(ROOT / "bench"), str(code)]),
             "BENCH_MODEL_SLEEP_S": os.environ.get("BENCH_MODEL_SLEEP_S", "1.0"),
         }
         self.log = (tmp / "up.log").open("w")
@@ -134,6 +140,15 @@ class Up:
                 return int(line.split()[1]) / 1024
         return 0.0
 
+    def cpu_s(self) -> float:
+        """CPU seconds of the worker process and the children it reaped (work horses)."""
+        pid = self.worker_pid()
+        if pid is None:
+            return 0.0
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        ticks = sum(int(x) for x in fields[11:15])  # utime stime cutime cstime
+        return ticks / os.sysconf("SC_CLK_TCK")
+
     def tool_ran(self, run_id: str) -> int:
         assert self.redis is not None
         return int(self.redis.get(ran_key("ab:", run_id)) or 0)
@@ -171,9 +186,11 @@ class BrokerSide:
                 raise SystemExit(f"run {run_id} failed: {run.get('error')}")
             await asyncio.sleep(poll)
 
-    async def decide(self, request_id: str) -> int:
+    async def decide(self, request_id: str, token: str | None = None) -> int:
         r = await self.client.post(
-            f"/v1/requests/{request_id}/decision", json={"outcome": "approved"}
+            f"/v1/requests/{request_id}/decision",
+            json={"outcome": "approved"},
+            headers={"Authorization": f"Bearer {token}"} if token else None,
         )
         return r.status_code
 
@@ -195,7 +212,8 @@ class BrokerSide:
     async def race(self) -> dict[str, Any]:
         run_id = await self.start("fast")
         run = await self.until(run_id, {"waiting"}, QUIET_POLL_S)
-        codes = await asyncio.gather(*(self.decide(run["pending"][0]) for _ in range(2)))
+        request_id = run["pending"][0]  # two people, each with a token of their own
+        codes = await asyncio.gather(*(self.decide(request_id, t) for t in self.up.deciders))
         await self.until(run_id, {"finished"}, QUIET_POLL_S)
         return {"tool_ran": self.up.tool_ran(run_id), "http": sorted(codes)}
 
@@ -325,7 +343,7 @@ async def pg_saver(uri: str) -> AsyncIterator[Any]:
     from psycopg_pool import AsyncConnectionPool
 
     kwargs = {"autocommit": True, "prepare_threshold": 0, "row_factory": dict_row}
-    async with AsyncConnectionPool(uri, min_size=4, max_size=20, kwargs=kwargs, open=False) as pool:
+    async with AsyncConnectionPool(uri, min_size=4, max_size=50, kwargs=kwargs, open=False) as pool:
         saver = AsyncPostgresSaver(pool)  # type: ignore[arg-type]
         await saver.setup()
         yield saver
@@ -350,7 +368,7 @@ async def throughput(side: Any, agent: str, n: int) -> float:
 
 async def latency(side: Any, n: int) -> tuple[float, float]:
     took = [await side.cycle("fast", QUIET_POLL_S) for _ in range(n)]
-    return pct(took, 50) * 1000, pct(took, 99) * 1000
+    return pct(took, 0.50) * 1000, pct(took, 0.99) * 1000
 
 
 async def slow_broker(side: BrokerSide, n: int) -> dict[str, float]:
@@ -381,7 +399,7 @@ async def slow_broker(side: BrokerSide, n: int) -> dict[str, float]:
 
 async def measure(args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
     out: dict[str, Any] = {}
-    up = Up(tmp / "up")
+    up = Up(tmp / "up", args.broker_code)
     limits = httpx.Limits(max_connections=64, max_keepalive_connections=64)
     headers = {"Authorization": f"Bearer {up.token}"}
     try:
@@ -391,15 +409,22 @@ async def measure(args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
             await up.ready(client)
             side = BrokerSide(up, client)
             await throughput(side, "fast", 20)  # warm up
+            cpu = up.cpu_s()
             b: dict[str, Any] = {"runs_per_s": await throughput(side, "fast", args.runs)}
+            b["worker_cpu_ms_per_cycle"] = (up.cpu_s() - cpu) * 1000 / args.runs
+            note("broker throughput", b)
             b["p50_ms"], b["p99_ms"] = await latency(side, args.latency)
+            note("broker latency", b)
             b["race"] = await side.race()
             if args.slow_runs:
                 b["slow"] = await slow_broker(side, args.slow_runs)
+            note("broker done", b)
             out["approval-broker"] = b
     finally:
         up.stop()
 
+    if args.broker_only:
+        return out
     with postgres(Path(tempfile.gettempdir())) as uri:
         async with pg_saver(uri) as saver:
             out["LangGraph + PostgresSaver"] = await langgraph_phases(saver, args)
@@ -412,15 +437,27 @@ async def langgraph_phases(saver: Any, args: argparse.Namespace) -> dict[str, An
     side = LangGraphSide(saver)
     await throughput(side, "fast", 20)
     r: dict[str, Any] = {"runs_per_s": await throughput(side, "fast", args.runs)}
+    note("throughput", r)
     r["p50_ms"], r["p99_ms"] = await latency(side, args.latency)
+    note("latency", r)
     r["race"] = await side.race()
     if args.slow_runs:
         slow = LangGraphSide(saver, slow_s=args.slow_s)
         began = time.perf_counter()
-        await asyncio.gather(*(slow.cycle("slow", POLL_S) for _ in range(args.slow_runs)))
+        cycles = asyncio.gather(*(slow.cycle("slow", POLL_S) for _ in range(args.slow_runs)))
+        try:
+            await asyncio.wait_for(cycles, PHASE_TIMEOUT_S)
+        except TimeoutError:
+            note("slow phase timed out", {})
         took = time.perf_counter() - began
         r["slow"] = {"seconds": took, "runs_per_s": args.slow_runs / took}
+    note("done", r)
     return r
+
+
+def note(what: str, figures: dict[str, Any]) -> None:
+    """Progress on stderr (a long run shows where it is)."""
+    print(f"  {what}: {json.dumps(figures, default=str)[:300]}", file=sys.stderr, flush=True)
 
 
 def table(res: dict[str, Any]) -> str:
@@ -428,8 +465,12 @@ def table(res: dict[str, Any]) -> str:
     rows = [
         "| | " + " | ".join(names) + " |",
         "|---|" + "---|" * len(names),
-        "| runs/s, whole cycle, started at once | " + " | ".join(f"{res[n]['runs_per_s']:.1f}" for n in names) + " |",  # fmt: skip
-        "| decision -> run finished, p50 / p99 | " + " | ".join(f"{res[n]['p50_ms']:.1f} / {res[n]['p99_ms']:.1f} ms" for n in names) + " |",  # fmt: skip
+        "| runs/s, whole cycle, started at once | "
+        + " | ".join(f"{res[n]['runs_per_s']:.1f}" for n in names)
+        + " |",  # fmt: skip
+        "| decision -> run finished, p50 / p99 | "
+        + " | ".join(f"{res[n]['p50_ms']:.1f} / {res[n]['p99_ms']:.1f} ms" for n in names)
+        + " |",  # fmt: skip
     ]
     race = []
     for n in names:
@@ -440,6 +481,7 @@ def table(res: dict[str, Any]) -> str:
     if all("slow" in res[n] for n in names):
         rows.append("| slow model (1 s/call, 2 calls), runs/s | " + " | ".join(f"{res[n]['slow']['runs_per_s']:.1f} ({res[n]['slow']['seconds']:.1f} s)" for n in names) + " |")  # fmt: skip
         s = res[names[0]]["slow"]
+        rows.append(f"| worker CPU per cycle | {res[names[0]]['worker_cpu_ms_per_cycle']:.1f} ms |" + " |" * (len(names) - 1))  # fmt: skip
         rows.append(f"| worker memory per run in flight | {s['mb_per_run_in_flight']:.2f} MB ({s['rss_base_mb']:.0f} -> {s['rss_peak_mb']:.0f} MB, {s['in_flight_at_peak']} in flight) |" + " |" * (len(names) - 1))  # fmt: skip
     return "\n".join(rows)
 
@@ -451,6 +493,11 @@ def main() -> None:
     parser.add_argument("--slow-runs", type=int, default=200, help="0 skips the slow phase")
     parser.add_argument("--slow-s", type=float, default=1.0, help="sleep per model call")
     parser.add_argument("--json", action="store_true")
+    parser.add_argument(
+        "--broker-code", type=Path, default=ROOT,
+        help="run `up` from this checkout instead (to compare worker designs)",
+    )  # fmt: skip
+    parser.add_argument("--broker-only", action="store_true", help="skip the LangGraph side")
     args = parser.parse_args()
     os.environ["BENCH_MODEL_SLEEP_S"] = str(args.slow_s)
     tmp = Path(tempfile.mkdtemp(prefix="bench-agents-"))
@@ -462,6 +509,8 @@ def main() -> None:
         print(json.dumps(res))
         return
     print(table(res))
+    if args.broker_only:
+        return
     b, pg = res["approval-broker"], res["LangGraph + PostgresSaver"]
     print(f"\ncycles/s vs LangGraph+Postgres: {b['runs_per_s'] / pg['runs_per_s']:.2f}x (target >= 2x); "
           f"p50 {b['p50_ms']:.1f} ms vs {pg['p50_ms']:.1f} ms (target <= 15 ms and <= Postgres)")  # fmt: skip

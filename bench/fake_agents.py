@@ -38,9 +38,7 @@ def deps(ctx: DepsContext) -> Counter:
 
 
 def _answer(messages: list[ModelMessage]) -> ModelResponse:
-    returned = any(
-        isinstance(p, ToolReturnPart) for m in messages for p in getattr(m, "parts", [])
-    )
+    returned = any(isinstance(p, ToolReturnPart) for m in messages for p in getattr(m, "parts", []))
     if not returned:
         return ModelResponse(parts=[ToolCallPart("refund", {"order": "A1", "amount": 5})])
     return ModelResponse(parts=[TextPart("refunded")])
