@@ -22,7 +22,8 @@ import pytest
 from redis import Redis
 
 from broker.client import Broker
-from broker.config import load_config
+from broker.config import load_config, parse_config
+from broker.errors import ConfigError
 from broker.models import RunStatus
 from broker.runs import start_run
 from tests.conftest import wait_for
@@ -171,3 +172,26 @@ def test_a_worker_killed_with_many_runs_in_flight_loses_none_and_runs_no_tool_tw
     wait_for(lambda: all_final(broker, runs), timeout=budget)
     assert statuses(broker, runs) == [RunStatus.finished] * len(runs)
     assert [effects(broker, r) for r in runs] == [1] * len(runs)
+
+
+@pytest.mark.parametrize(
+    ("section", "where"),
+    [
+        ({"concurrency": 0}, "workers.concurrency"),
+        ({"concurrency": "many"}, "workers.concurrency"),
+        ({"run_timeout_s": -1}, "workers.run_timeout_s"),
+        ({"loop_block_s": 0}, "workers.loop_block_s"),
+        ({"threads": 4}, "workers.threads"),
+    ],
+)
+def test_a_bad_workers_section_is_refused_in_one_line(
+    section: dict[str, object], where: str
+) -> None:
+    with pytest.raises(ConfigError) as caught:
+        parse_config({"workers": section}, "broker.toml")
+    message = str(caught.value)
+    assert message.startswith(f"broker.toml: {where}: ") and "\n" not in message
+
+
+def test_the_workers_section_defaults_to_fifty_runs_at_once() -> None:
+    assert parse_config({}).workers.concurrency == 50
