@@ -31,15 +31,25 @@ from typing import Any, TypeVar
 
 import anyio.to_thread
 import httpx
-from pydantic_ai import CallToolsNode, DeferredToolRequests, DeferredToolResults, ModelRequestNode
+from pydantic_ai import (
+    ApprovalRequired,
+    CallDeferred,
+    CallToolsNode,
+    DeferredToolRequests,
+    DeferredToolResults,
+    ModelRequestNode,
+    RunContext,
+)
+from pydantic_ai.capabilities import AbstractCapability
 from pydantic_ai.exceptions import (
     ModelAPIError,
     ModelHTTPError,
     ModelQuotaExceededError,
     ModelRequestRejectedError,
 )
-from pydantic_ai.messages import ModelMessage, ModelMessagesTypeAdapter
+from pydantic_ai.messages import ModelMessage, ModelMessagesTypeAdapter, ToolCallPart
 from pydantic_ai.run import AgentRun, AgentRunResult
+from pydantic_ai.tools import ToolDefinition
 from pydantic_core import to_jsonable_python
 from pydantic_graph import End
 from redis.exceptions import ConnectionError as RedisConnectionError
@@ -240,6 +250,44 @@ def _may_run_tools(agent_run: AgentRun[Any, Any], node: CallToolsNode[Any, Any])
     return any(d is not None and d.kind not in _NO_EFFECT_KINDS for d in defs)
 
 
+def tools_field(marker: Pause) -> str:
+    """The run-hash field counting the tools with effects that started in the marked step."""
+    return f"tools:{marker.round}:{len(marker.messages)}"
+
+
+class ToolGuard(AbstractCapability[Any]):
+    """Counts, in the run's hash, each tool with effects as it starts within a marked step.
+
+    A worker that dies inside a tool step leaves the marker; the next attempt takes the step
+    again only if no such tool had started (a tool that defers, asking for approval, ran
+    nothing), and fails the run otherwise, as a tool never runs twice.
+    """
+
+    def __init__(self, broker: Broker, run_id: str) -> None:
+        self.broker = broker
+        self.key = broker.keys.run(run_id)
+        self.field: str | None = None
+
+    async def wrap_tool_execute(
+        self,
+        ctx: RunContext[Any],
+        *,
+        call: ToolCallPart,
+        tool_def: ToolDefinition,
+        args: Any,
+        handler: Any,
+    ) -> Any:
+        field = self.field
+        if field is None or tool_def.kind in _NO_EFFECT_KINDS:
+            return await handler(args)
+        await _off_loop(self.broker.redis.hincrby, self.key, field, 1)
+        try:
+            return await handler(args)
+        except (ApprovalRequired, CallDeferred):  # deferred before any effect
+            await _off_loop(self.broker.redis.hincrby, self.key, field, -1)
+            raise
+
+
 class AgentRunner:
     """Runs registered agents for runs stored in the broker (used by RQ jobs and broker.testing)."""
 
@@ -301,6 +349,13 @@ class AgentRunner:
     ) -> tuple[str | None, list[ModelMessage] | None, DeferredToolResults | None]:
         """Where this attempt starts: (prompt, history, deferred results)."""
         if pause is not None and pause.round == round_no and pause.stage == TOOLS:
+            if not int(fields.get(tools_field(pause)) or 0):
+                # the worker died in the step, but before any tool with effects started:
+                # take the step again from where it began
+                results = None
+                if pause.calls:  # it was the step applying round `round_no`'s outcomes
+                    results = results_for(self.broker.round_requests(run_id, round_no))
+                return None, pause.history(), results
             raise RunFailed(
                 f"run {run_id} was interrupted in round {round_no} while its tools were running "
                 "(the worker died, or Redis failed before their results were saved); tools are "
@@ -327,7 +382,8 @@ class AgentRunner:
         if results is not None:
             kwargs["deferred_tool_results"] = results
         self.broker.update_run(run_id, status=RunStatus.running)
-        result = _run_sync(self._drive(run_id, round_no, loaded, prompt, kwargs))
+        applying = [] if results is None or pause is None else pause.calls
+        result = _run_sync(self._drive(run_id, round_no, loaded, prompt, kwargs, applying))
         output = result.output
         if isinstance(output, DeferredToolRequests):
             return self._pause(run_id, round_no + 1, loaded, output, result.all_messages())
@@ -346,15 +402,24 @@ class AgentRunner:
         loaded: LoadedAgent,
         prompt: str | None,
         kwargs: dict[str, Any],
+        applying: list[dict[str, Any]],
     ) -> AgentRunResult[Any]:
-        """Run the agent to its end, saving a marker before and a checkpoint after tool steps."""
-        async with loaded.agent.iter(prompt, **kwargs) as agent_run:
+        """Run the agent to its end, saving a marker before and a checkpoint after tool steps.
+
+        `applying` is the round's calls when this attempt starts by applying their outcomes: the
+        first marker keeps them, so a step taken again applies them again.
+        """
+        guard = ToolGuard(self.broker, run_id)
+        async with loaded.agent.iter(prompt, capabilities=[guard], **kwargs) as agent_run:
             node = agent_run.next_node
             while not isinstance(node, End):
                 if not (isinstance(node, CallToolsNode) and _may_run_tools(agent_run, node)):
                     node = await agent_run.next(node)
                     continue
-                marker = Pause(round_no, _json_messages(agent_run.all_messages()), stage=TOOLS)
+                messages = _json_messages(agent_run.all_messages())
+                marker = Pause(round_no, messages, calls=applying, stage=TOOLS)
+                applying = []
+                guard.field = tools_field(marker)
                 await _off_loop(self.broker.save_messages, run_id, marker.dump())
                 try:
                     node = await agent_run.next(node)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import time
 
-from pydantic_ai import Agent, RunContext
+from pydantic_ai import Agent, ApprovalRequired, DeferredToolRequests, RunContext
 from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart, ToolCallPart
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 
@@ -68,3 +68,23 @@ async def _blocking_script(messages: list[ModelMessage], info: AgentInfo) -> Mod
 
 
 blocking_agent = Agent(FunctionModel(_blocking_script))
+
+
+async def _refund_script(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+    if not _returns(messages):
+        return ModelResponse(parts=[ToolCallPart("refund", {"order": "A1"})])
+    return ModelResponse(parts=[TextPart("refunded")])
+
+
+refund_agent = Agent(
+    FunctionModel(_refund_script), deps_type=Recorder, output_type=[str, DeferredToolRequests]
+)
+
+
+@refund_agent.tool
+def refund(ctx: RunContext[Recorder], order: str) -> str:
+    """Needs a person's approval first; records each real execution."""
+    if not ctx.tool_call_approved:
+        raise ApprovalRequired()
+    ctx.deps.add({"tool": "refund", "call": ctx.tool_call_id})
+    return "refunded"
