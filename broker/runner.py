@@ -31,25 +31,15 @@ from typing import Any, TypeVar
 
 import anyio.to_thread
 import httpx
-from pydantic_ai import (
-    ApprovalRequired,
-    CallDeferred,
-    CallToolsNode,
-    DeferredToolRequests,
-    DeferredToolResults,
-    ModelRequestNode,
-    RunContext,
-)
-from pydantic_ai.capabilities import AbstractCapability
+from pydantic_ai import CallToolsNode, DeferredToolRequests, DeferredToolResults, ModelRequestNode
 from pydantic_ai.exceptions import (
     ModelAPIError,
     ModelHTTPError,
     ModelQuotaExceededError,
     ModelRequestRejectedError,
 )
-from pydantic_ai.messages import ModelMessage, ModelMessagesTypeAdapter, ToolCallPart
+from pydantic_ai.messages import ModelMessage, ModelMessagesTypeAdapter
 from pydantic_ai.run import AgentRun, AgentRunResult
-from pydantic_ai.tools import ToolDefinition
 from pydantic_core import to_jsonable_python
 from pydantic_graph import End
 from redis.exceptions import ConnectionError as RedisConnectionError
@@ -64,6 +54,7 @@ from broker.models import NewRequest, RunStatus
 from broker.new_prompt import prompt_field
 from broker.pending_calls import BadCallMetadata, new_requests, tool_schemas
 from broker.results import RoundNotReady, results_for
+from broker.tool_guard import NO_EFFECT_KINDS, ToolGuard, tools_field
 
 log = logging.getLogger("broker.runner")
 
@@ -79,8 +70,6 @@ TOOLS = "tools"
 CONTINUE = "continue"
 """Stage of a round whose tools have returned: `messages` is the checkpoint to continue from."""
 
-_NO_EFFECT_KINDS = frozenset({"output", "external", "unapproved"})
-"""Tool kinds whose calls don't run user code in a tool step (they end, defer or ask)."""
 
 _T = TypeVar("_T")
 
@@ -247,45 +236,7 @@ def _may_run_tools(agent_run: AgentRun[Any, Any], node: CallToolsNode[Any, Any])
         defs = [manager.get_tool_def(call.tool_name) for call in calls]
     except (AttributeError, ValueError):
         return True
-    return any(d is not None and d.kind not in _NO_EFFECT_KINDS for d in defs)
-
-
-def tools_field(marker: Pause) -> str:
-    """The run-hash field counting the tools with effects that started in the marked step."""
-    return f"tools:{marker.round}:{len(marker.messages)}"
-
-
-class ToolGuard(AbstractCapability[Any]):
-    """Counts, in the run's hash, each tool with effects as it starts within a marked step.
-
-    A worker that dies inside a tool step leaves the marker; the next attempt takes the step
-    again only if no such tool had started (a tool that defers, asking for approval, ran
-    nothing), and fails the run otherwise, as a tool never runs twice.
-    """
-
-    def __init__(self, broker: Broker, run_id: str) -> None:
-        self.broker = broker
-        self.key = broker.keys.run(run_id)
-        self.field: str | None = None
-
-    async def wrap_tool_execute(
-        self,
-        ctx: RunContext[Any],
-        *,
-        call: ToolCallPart,
-        tool_def: ToolDefinition,
-        args: Any,
-        handler: Any,
-    ) -> Any:
-        field = self.field
-        if field is None or tool_def.kind in _NO_EFFECT_KINDS:
-            return await handler(args)
-        await _off_loop(self.broker.redis.hincrby, self.key, field, 1)
-        try:
-            return await handler(args)
-        except (ApprovalRequired, CallDeferred):  # deferred before any effect
-            await _off_loop(self.broker.redis.hincrby, self.key, field, -1)
-            raise
+    return any(d is not None and d.kind not in NO_EFFECT_KINDS for d in defs)
 
 
 class AgentRunner:
@@ -349,7 +300,7 @@ class AgentRunner:
     ) -> tuple[str | None, list[ModelMessage] | None, DeferredToolResults | None]:
         """Where this attempt starts: (prompt, history, deferred results)."""
         if pause is not None and pause.round == round_no and pause.stage == TOOLS:
-            if not int(fields.get(tools_field(pause)) or 0):
+            if not int(fields.get(tools_field(pause.round, len(pause.messages))) or 0):
                 # the worker died in the step, but before any tool with effects started:
                 # take the step again from where it began
                 results = None
@@ -419,7 +370,7 @@ class AgentRunner:
                 messages = _json_messages(agent_run.all_messages())
                 marker = Pause(round_no, messages, calls=applying, stage=TOOLS)
                 applying = []
-                guard.field = tools_field(marker)
+                guard.field = tools_field(round_no, len(messages))
                 await _off_loop(self.broker.save_messages, run_id, marker.dump())
                 try:
                     node = await agent_run.next(node)

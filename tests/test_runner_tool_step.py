@@ -18,8 +18,9 @@ from pydantic_ai import CallToolsNode
 from broker.agents import register_agent
 from broker.client import Broker
 from broker.models import Decision, RunStatus
-from broker.runner import TOOLS, Pause, _json_messages, tools_field
+from broker.runner import TOOLS, Pause, _json_messages
 from broker.runs import start_run
+from broker.tool_guard import tools_field
 from tests.conftest import work
 from tests.slots_support import refund_agent
 from tests.test_workers_support import Recorder, recorder_for
@@ -41,7 +42,7 @@ def _died_in_the_step(broker: Broker, recorder: Recorder, tools_started: int) ->
     marker = Pause(0, asyncio.run(_messages_before_the_tool_step(recorder)), stage=TOOLS)
     broker.save_messages(run.id, marker.dump())
     broker.update_run(run.id, status=RunStatus.running)
-    broker.redis.hset(broker.keys.run(run.id), tools_field(marker), tools_started)
+    broker.redis.hset(broker.keys.run(run.id), tools_field(0, len(marker.messages)), tools_started)
     return run.id
 
 
