@@ -49,6 +49,9 @@ MAINTENANCE_S = 15.0
 """How often this process offers to clean RQ's registries (one process at a time does it)."""
 SCHEDULE_S = 1.0
 """How often the scheduler moves due retries back onto the queue (when it holds the lock)."""
+UPKEEP_LOCK = "approval-broker:worker-upkeep:{queue}"
+"""Held (on RQ's Redis) by the one worker process recovering jobs right now."""
+UPKEEP_LOCK_S = 30
 IDLE_POLL_S = 2
 """How long a slot blocks on an empty queue before it checks whether to stop."""
 
@@ -91,6 +94,11 @@ class Slots:
             )
             for i in range(concurrency)
         ]
+        # runs no job: RQ's maintenance calls reach a worker object whose execution is unset
+        self.upkeep = SlotWorker(
+            [queue_name], name=f"{base}.upkeep", connection=connection, serializer=JSONSerializer
+        )
+        self.upkeep_token = base
         self.scheduler = RQScheduler([queue_name], connection=connection, serializer=JSONSerializer)
         self.stop = threading.Event()
         self._busy = 0
@@ -189,15 +197,30 @@ class Slots:
                 worker.maintain_heartbeats(job)
 
     def _maintain(self) -> None:
-        # abandoned jobs first, with a death penalty that works off the main thread (RQ's
-        # registry would arm SIGALRM around their failure callback); then RQ's whole pass
-        StartedJobRegistry(
-            self.queue_name,
-            connection=self.connection,
-            serializer=JSONSerializer,
-            death_penalty_class=TimerDeathPenalty,
-        ).cleanup()
-        self.workers[0].clean_registries()
+        """Recover the jobs of dead processes: abandoned ones (their heartbeat ran out) and ones
+        dequeued but never started (left in RQ's intermediate queue).
+
+        Under a lock of its own with a short TTL: RQ's maintenance lock lives 15 minutes, so
+        a worker SIGKILLed while holding it would stop every recovery for that long. Abandoned
+        jobs are cleaned with a death penalty that works off the main thread (RQ's registry
+        would arm SIGALRM around their failure callback); then RQ's own pass, under its lock,
+        for the rest.
+        """
+        lock = UPKEEP_LOCK.format(queue=self.queue_name)
+        if not self.connection.set(lock, self.upkeep_token, nx=True, ex=UPKEEP_LOCK_S):
+            return
+        try:
+            StartedJobRegistry(
+                self.queue_name,
+                connection=self.connection,
+                serializer=JSONSerializer,
+                death_penalty_class=TimerDeathPenalty,
+            ).cleanup()
+            queue = self.upkeep.queues[0]
+            queue.intermediate_queue.cleanup(self.upkeep, queue)
+            self.upkeep.clean_registries()
+        finally:
+            self.connection.delete(lock)
 
     def _schedule(self) -> None:
         if self.scheduler.acquire_locks():
