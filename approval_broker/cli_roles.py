@@ -93,13 +93,19 @@ def api(
 def worker(
     resumer: Annotated[bool, typer.Option(help="Also run the resumer in this process.")] = True,
     burst: Annotated[bool, typer.Option(help="Exit when the queue is empty.")] = False,
+    concurrency: Annotated[
+        int | None,
+        typer.Option(
+            min=1, max=1000, help="Agent runs at once in this process ([workers] concurrency, 50)."
+        ),
+    ] = None,
     data_dir: DataDir = None,
 ) -> None:
-    """Run an RQ agent worker on queue `agent-runs` (and, by default, the resumer)."""
+    """Run an agent worker on queue `agent-runs`: many runs at once (and, by default, the resumer)."""
     from workers.worker import run_worker
 
     with role(data_dir) as (settings, config):
-        run_worker(settings, config, with_resumer=resumer, burst=burst)
+        run_worker(settings, config, with_resumer=resumer, burst=burst, concurrency=concurrency)
 
 
 def resumer(data_dir: DataDir = None) -> None:

@@ -315,6 +315,33 @@ def remote_rows(text: str) -> list[Row]:
     return rows
 
 
+def agents_rows(text: str) -> list[Row]:
+    """The whole agent cycle beside LangGraph (bench_agents.py --json)."""
+    lines = [line for line in text.splitlines() if line.startswith("{")]
+    res: dict[str, Any] = json.loads(lines[-1]) if lines else {}
+    ours, pg = res.get("approval-broker", {}), res.get("LangGraph + PostgresSaver", {})
+    rows = [
+        row(f"agents: whole cycles/s, 200 at once, {name}", r.get("runs_per_s"), "/s")
+        for name, r in res.items()
+    ]
+    if ours and pg:
+        twice = 2 * pg["runs_per_s"]
+        rows.append(
+            row("agents: whole cycles/s, approval-broker", ours["runs_per_s"], "/s",
+                (f">= {twice:,.1f} /s (2x LangGraph+Postgres)", lambda v: v >= twice))
+        )  # fmt: skip
+        cap = min(15.0, pg["p50_ms"])
+        rows.append(
+            row("agents: decision -> run finished p50, approval-broker", ours["p50_ms"], "ms",
+                (f"<= {cap:.1f} ms", lambda v: v <= cap))
+        )  # fmt: skip
+    slow = ours.get("slow", {})
+    rows.append(row("agents: slow model, 200 runs, seconds", slow.get("seconds"), "s", below(15, "s")))  # fmt: skip
+    mb = slow.get("mb_per_run_in_flight")
+    rows.append(row("agents: worker memory per run in flight", mb, "MB", ("<= 2 MB", lambda v: v <= 2)))  # fmt: skip
+    return rows
+
+
 def _e2e_json(text: str) -> dict[str, Any] | None:
     for line in reversed(text.strip().splitlines()):
         if line.startswith("{"):
@@ -408,6 +435,8 @@ def main() -> None:
         "bench_rules.py": ["--n", "500" if quick else "3000"],
         "bench_remote.py": ["--runs", "10" if quick else "50"],
         "bench_e2e.py": [*e2e_common, "--seconds", "3" if quick else "10"],
+        "bench_agents.py": ["--json", "--latency", "10" if quick else "50"]
+        + (["--runs", "50", "--slow-runs", "50"] if quick else []),
     }
 
     started = time.monotonic()
@@ -437,6 +466,7 @@ def main() -> None:
         *rules_rows(out["bench_rules.py"]),
         *remote_rows(out["bench_remote.py"]),
         *e2e_rows(out["bench_e2e.py"], e2e_before, ceiling),
+        *agents_rows(out["bench_agents.py"]),
     ]
 
     today = datetime.date.today().isoformat()

@@ -233,10 +233,19 @@ class BrokerSection(_Section):
     redis_cluster: bool = False  # as APPROVAL_BROKER_REDIS_CLUSTER=1
 
 
+class WorkersSection(_Section):
+    """`[workers]`: how an `approval-broker worker` process runs agent runs."""
+
+    concurrency: Annotated[int, Field(ge=1, le=1000)] = 50  # runs at once per worker process
+    run_timeout_s: Annotated[float, Field(gt=0, le=3600)] = 600.0  # one round of one run, at most
+    loop_block_s: Annotated[float, Field(ge=0.5, le=600)] = 10.0  # sync code holding the loop
+
+
 class Config(_Section):
     """The whole TOML config, checked for dangling names and escalation loops."""
 
     broker: BrokerSection = Field(default_factory=BrokerSection)
+    workers: WorkersSection = Field(default_factory=WorkersSection)
     queues: dict[str, QueueConfig] = Field(default_factory=dict)
     webhooks: dict[str, WebhookConfig] = Field(default_factory=dict)
     slack: SlackConfig | None = None

@@ -5,9 +5,9 @@ jobs by the functions themselves and never by a string pointing into `workers`. 
 process (workers/worker.py) binds its broker with `bind`; a job run anywhere else builds one
 from the APPROVAL_BROKER_* environment on the job's own connection.
 
-A job that ends without the runner recording the outcome (its work horse was SIGKILLed or ran
-out of memory, or RQ found it abandoned) would leave the run `running` for ever; `mark_failed`
-(RQ's `on_failure` callback) and the worker's work-horse-killed handler (`fail_run_of`) fail the
+A job that ends without the runner recording the outcome (its worker process was SIGKILLed or
+ran out of memory, so RQ found it abandoned) would leave the run `running` for ever;
+`mark_failed` (RQ's `on_failure` callback, which RQ also runs for an abandoned job) fails the
 run then, once no attempt is left.
 """
 
@@ -35,7 +35,7 @@ _bound: Broker | None = None
 
 
 def bind(broker: Broker | None) -> None:
-    """Make `broker` the one the jobs of this process (and its forked work horses) use."""
+    """Make `broker` the one the jobs of this process use."""
     global _bound
     _bound = broker
 

@@ -25,10 +25,11 @@ import os
 import time
 import warnings
 import weakref
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
+import anyio.to_thread
 import httpx
 from pydantic_ai import CallToolsNode, DeferredToolRequests, DeferredToolResults, ModelRequestNode
 from pydantic_ai.exceptions import (
@@ -53,6 +54,7 @@ from broker.models import NewRequest, RunStatus
 from broker.new_prompt import prompt_field
 from broker.pending_calls import BadCallMetadata, new_requests, tool_schemas
 from broker.results import RoundNotReady, results_for
+from broker.tool_guard import NO_EFFECT_KINDS, ToolGuard, tools_field
 
 log = logging.getLogger("broker.runner")
 
@@ -68,8 +70,6 @@ TOOLS = "tools"
 CONTINUE = "continue"
 """Stage of a round whose tools have returned: `messages` is the checkpoint to continue from."""
 
-_NO_EFFECT_KINDS = frozenset({"output", "external", "unapproved"})
-"""Tool kinds whose calls don't run user code in a tool step (they end, defer or ask)."""
 
 _T = TypeVar("_T")
 
@@ -190,8 +190,32 @@ def _event_loop() -> asyncio.AbstractEventLoop:
     return loop
 
 
+CoroutineRunner = Callable[[Coroutine[Any, Any, Any]], Any]
+"""Runs an agent's coroutine to its end from a job's thread and returns its result (or raises)."""
+
+_coroutine_runner: CoroutineRunner | None = None
+
+
+def run_coroutines_with(runner: CoroutineRunner | None) -> None:
+    """Make `runner` run every agent coroutine of this process (None: this thread's own loop).
+
+    The worker process installs its shared event loop here, so that the jobs of all its slots
+    advance their runs on one loop; `broker.testing` and in-process test workers keep a loop
+    per thread.
+    """
+    global _coroutine_runner
+    _coroutine_runner = runner
+
+
 def _run_sync(coro: Coroutine[Any, Any, _T]) -> _T:
+    if _coroutine_runner is not None:
+        return _coroutine_runner(coro)  # type: ignore[no-any-return]
     return _event_loop().run_until_complete(coro)
+
+
+async def _off_loop(fn: Callable[..., _T], *args: Any) -> _T:
+    """A blocking call (sync Redis) from the agent's coroutine, in a thread: never on the loop."""
+    return await anyio.to_thread.run_sync(fn, *args)
 
 
 def _may_run_tools(agent_run: AgentRun[Any, Any], node: CallToolsNode[Any, Any]) -> bool:
@@ -212,7 +236,7 @@ def _may_run_tools(agent_run: AgentRun[Any, Any], node: CallToolsNode[Any, Any])
         defs = [manager.get_tool_def(call.tool_name) for call in calls]
     except (AttributeError, ValueError):
         return True
-    return any(d is not None and d.kind not in _NO_EFFECT_KINDS for d in defs)
+    return any(d is not None and d.kind not in NO_EFFECT_KINDS for d in defs)
 
 
 class AgentRunner:
@@ -276,6 +300,13 @@ class AgentRunner:
     ) -> tuple[str | None, list[ModelMessage] | None, DeferredToolResults | None]:
         """Where this attempt starts: (prompt, history, deferred results)."""
         if pause is not None and pause.round == round_no and pause.stage == TOOLS:
+            if not int(fields.get(tools_field(pause.round, len(pause.messages))) or 0):
+                # the worker died in the step, but before any tool with effects started:
+                # take the step again from where it began
+                results = None
+                if pause.calls:  # it was the step applying round `round_no`'s outcomes
+                    results = results_for(self.broker.round_requests(run_id, round_no))
+                return None, pause.history(), results
             raise RunFailed(
                 f"run {run_id} was interrupted in round {round_no} while its tools were running "
                 "(the worker died, or Redis failed before their results were saved); tools are "
@@ -302,7 +333,8 @@ class AgentRunner:
         if results is not None:
             kwargs["deferred_tool_results"] = results
         self.broker.update_run(run_id, status=RunStatus.running)
-        result = _run_sync(self._drive(run_id, round_no, loaded, prompt, kwargs))
+        applying = [] if results is None or pause is None else pause.calls
+        result = _run_sync(self._drive(run_id, round_no, loaded, prompt, kwargs, applying))
         output = result.output
         if isinstance(output, DeferredToolRequests):
             return self._pause(run_id, round_no + 1, loaded, output, result.all_messages())
@@ -321,16 +353,25 @@ class AgentRunner:
         loaded: LoadedAgent,
         prompt: str | None,
         kwargs: dict[str, Any],
+        applying: list[dict[str, Any]],
     ) -> AgentRunResult[Any]:
-        """Run the agent to its end, saving a marker before and a checkpoint after tool steps."""
-        async with loaded.agent.iter(prompt, **kwargs) as agent_run:
+        """Run the agent to its end, saving a marker before and a checkpoint after tool steps.
+
+        `applying` is the round's calls when this attempt starts by applying their outcomes: the
+        first marker keeps them, so a step taken again applies them again.
+        """
+        guard = ToolGuard(self.broker, run_id)
+        async with loaded.agent.iter(prompt, capabilities=[guard], **kwargs) as agent_run:
             node = agent_run.next_node
             while not isinstance(node, End):
                 if not (isinstance(node, CallToolsNode) and _may_run_tools(agent_run, node)):
                     node = await agent_run.next(node)
                     continue
-                marker = Pause(round_no, _json_messages(agent_run.all_messages()), stage=TOOLS)
-                self.broker.save_messages(run_id, marker.dump())
+                messages = _json_messages(agent_run.all_messages())
+                marker = Pause(round_no, messages, calls=applying, stage=TOOLS)
+                applying = []
+                guard.field = tools_field(round_no, len(messages))
+                await _off_loop(self.broker.save_messages, run_id, marker.dump())
                 try:
                     node = await agent_run.next(node)
                 except Exception as exc:
@@ -343,7 +384,7 @@ class AgentRunner:
                 if isinstance(node, ModelRequestNode):  # the tools returned; the model is next
                     messages = [*agent_run.all_messages(), node.request]
                     checkpoint = Pause(round_no, _json_messages(messages), stage=CONTINUE)
-                    self.broker.save_messages(run_id, checkpoint.dump())
+                    await _off_loop(self.broker.save_messages, run_id, checkpoint.dump())
             result = agent_run.result
         if result is None:  # pragma: no cover - an End node always carries the result
             raise RunFailed(f"the agent of run {run_id} ended without a result")

@@ -7,8 +7,9 @@ under the job id `resume-{run_id}-{round}`, so the same round can never be enque
 
 Every job carries `on_failure=Callback(broker.jobs.mark_failed)`: when its last attempt ends
 without the runner recording the outcome (RQ finds it abandoned, or recording failed), the run
-is failed instead of staying `running`. A work horse killed outright (SIGKILL, out of memory)
-runs no callback; the worker's `work_horse_killed_handler` covers that (workers/worker.py).
+is failed instead of staying `running`. A worker process killed outright (SIGKILL, out of
+memory) runs no callback: its jobs stop beating, RQ finds them abandoned and retries them, and
+on the last attempt runs this callback (workers/slots.py).
 """
 
 from __future__ import annotations

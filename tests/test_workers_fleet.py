@@ -1,7 +1,7 @@
-"""A real `approval-broker worker` process (RQ's forking Worker, resumer inside) on a real Redis.
+"""A real `approval-broker worker` process (many runs on one event loop, resumer inside) on a real Redis.
 
 The agent comes from the config (`[agents.refunds]`); the test process only starts runs and
-decides, as the API would, and reads the demo ledger the forked work horse wrote.
+decides, as the API would, and reads the demo ledger the worker process wrote.
 """
 
 from __future__ import annotations

@@ -6,6 +6,11 @@ happened. Retries are made due at once (as RQ's scheduler does after the back-of
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -18,9 +23,9 @@ from broker.models import Decision, RunStatus
 from broker.runner import AgentRunner
 from broker.runs import resume_job_id, run_job_id, run_queue, start_run
 from tests.test_workers_e2e import Fleet
-from tests.test_workers_support import FAIL_AFTER, Recorder, recorder_for
+from tests.test_workers_support import FAIL_AFTER, MAY_DIE, Recorder, recorder_for
 from workers import jobs
-from workers.worker import make_worker
+from workers.slots import HEARTBEAT_TTL_S
 
 SUPPORT = "tests.test_workers_support"
 
@@ -52,9 +57,28 @@ def retry_now(broker: Broker, job_id: str) -> None:
     queue.enqueue_job(job)
 
 
-def work_forked(broker: Broker) -> None:
-    """RQ's forking Worker, as `approval-broker worker` runs it, until the queue is empty."""
-    make_worker(broker).work(burst=True, logging_level="ERROR")
+def work_in_a_worker_process(broker: Broker, redis_url: str, tmp_path: Path) -> None:
+    """`approval-broker worker --burst` in a process of its own, which the agents may SIGKILL;
+    then RQ's maintenance pass, as a live worker runs it once the dead one's heartbeat is over."""
+    env = {
+        **os.environ,
+        "APPROVAL_BROKER_REDIS_URL": redis_url,
+        "APPROVAL_BROKER_KEY_PREFIX": broker.keys.prefix,
+        MAY_DIE: "1",
+    }
+    env.pop("APPROVAL_BROKER_CONFIG", None)
+    cli = Path(sys.executable).parent / "approval-broker"
+    with (tmp_path / "worker.log").open("a") as log:
+        subprocess.run(
+            [str(cli), "worker", "--burst", "--no-resumer"],
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            timeout=120,
+            check=False,
+        )
+    started = run_queue(broker).started_job_registry
+    started.cleanup(timestamp=time.time() + HEARTBEAT_TTL_S + 1)
 
 
 def last_attempt(broker: Broker, job_id: str) -> None:
@@ -114,16 +138,16 @@ def test_a_tool_that_fails_after_its_effect_is_not_retried(
     assert ran(tools) == ["send"]
 
 
-def test_a_horse_killed_while_a_tool_ran_fails_the_run_on_retry_instead_of_rerunning(
-    broker: Broker, fleet: Fleet, tools: Recorder
+def test_a_worker_killed_while_a_tool_ran_fails_the_run_on_retry_instead_of_rerunning(
+    broker: Broker, fleet: Fleet, tools: Recorder, redis_url: str, tmp_path: Path
 ) -> None:
     run = start_run(broker, "dying_tool", "Ship order A1.")
-    work_forked(broker)  # the horse dies right after `ship` had its effect
+    work_in_a_worker_process(broker, redis_url, tmp_path)  # dies right after `ship`'s effect
     assert ran(tools) == ["ship"]
     assert broker.get_run(run.id).status is RunStatus.running  # retries are left: not failed yet
 
     retry_now(broker, run_job_id(run.id))
-    work_forked(broker)
+    fleet.work()
     run = broker.get_run(run.id)
     assert run.status is RunStatus.failed
     assert "interrupted in round 0 while its tools were running" in (run.error or "")
@@ -133,15 +157,15 @@ def test_a_horse_killed_while_a_tool_ran_fails_the_run_on_retry_instead_of_rerun
 # ---- issue 2: jobs that end without the runner ---------------------------------------------------
 
 
-def test_a_horse_killed_on_its_last_attempt_fails_the_run(
-    broker: Broker, fleet: Fleet, tools: Recorder
+def test_a_worker_killed_on_its_last_attempt_fails_the_run(
+    broker: Broker, fleet: Fleet, tools: Recorder, redis_url: str, tmp_path: Path
 ) -> None:
     run = start_run(broker, "killed", "anything")
     last_attempt(broker, run_job_id(run.id))
-    work_forked(broker)
+    work_in_a_worker_process(broker, redis_url, tmp_path)  # the agent SIGKILLs its worker
     run = broker.get_run(run.id)
     assert run.status is RunStatus.failed
-    assert run.error is not None and "died (signal 9" in run.error
+    assert run.error is not None and "its worker stopped reporting" in run.error
     assert run_queue(broker).failed_job_registry.get_job_ids() == [run_job_id(run.id)]
 
 

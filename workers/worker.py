@@ -1,50 +1,41 @@
-"""The `approval-broker worker` role: an RQ worker on queue `agent-runs`, plus the resumer.
+"""The `approval-broker worker` role: many agent runs at once in one process, plus the resumer.
 
-Each job runs in a forked work horse (RQ's default), so an agent that crashes or hangs takes
-down only its own job; a horse that dies on its job's last attempt fails the run
-(`workers.jobs.horse_killed`). The scheduler is on, so retries with back-off come back on time.
+The process loads the registered agents once, then takes jobs from the RQ queue `agent-runs`
+in `concurrency` slots (`workers.slots`: RQ SimpleWorkers on threads, no fork per job) and
+advances every job's run on one event loop on its main thread (`workers.shared_loop`). A run
+that raises, hangs or blocks the loop fails on its own with its cause; the others go on.
+
+Isolation from crashes is by process: run several workers (`up` runs one), and a worker that is
+SIGKILLed or runs out of memory stops beating, so RQ finds its jobs abandoned and retries them
+on the workers left (the runner's markers make sure no tool runs twice).
+
+SIGINT/SIGTERM stop taking jobs and let the runs in flight finish; a second one exits at once
+(the runs in flight are then retried elsewhere, as after a crash).
 """
 
 from __future__ import annotations
 
+import asyncio
+import logging
+import os
+import signal
 import threading
-import time
-
-from redis.exceptions import RedisError
-from rq import Worker
-from rq.serializers import JSONSerializer
 
 from broker.agent_loader import AgentLoadError, load_agent
 from broker.client import Broker
 from broker.config import Config, Settings
 from broker.errors import BrokerError
 from broker.rules import sync_at_start
+from broker.runner import run_coroutines_with
 from broker.runs import RUN_QUEUE, known_agents
 from workers import jobs
 from workers.resumer import Resumer
-
-# RQ re-queues the job of a killed work horse in its maintenance pass: every minute, not ten.
-MAINTENANCE_INTERVAL_S = 60
-
-
-def make_worker(broker: Broker, worker_class: type[Worker] = Worker) -> Worker:
-    return worker_class(
-        [RUN_QUEUE],
-        connection=broker.store.rq_redis,  # RQ's own Redis when the broker's is a cluster
-        serializer=JSONSerializer,
-        work_horse_killed_handler=jobs.horse_killed,
-        maintenance_interval=MAINTENANCE_INTERVAL_S,
-    )
-
-
-def stop_requested(worker: Worker) -> bool:
-    """Did SIGINT/SIGTERM ask this worker to stop? (RQ records the time of a warm shutdown
-    request, busy or not; it has no public accessor for it.)"""
-    return worker._shutdown_requested_date is not None or worker._stop_requested
+from workers.shared_loop import SharedLoop
+from workers.slots import Slots
 
 
 def preload(broker: Broker) -> list[str]:
-    """Import every registered agent once before forking, so each job starts warm.
+    """Import every registered agent once, so that no job pays for it.
 
     Returns one line per agent that can't be loaded here (its runs will fail with that error).
     """
@@ -54,23 +45,28 @@ def preload(broker: Broker) -> list[str]:
             load_agent(broker, name)
         except (AgentLoadError, BrokerError) as exc:
             problems.append(str(exc))
-    # what every job needs and would otherwise build again in each forked horse (~60 ms)
-    import anyio._backends._asyncio  # noqa: F401
     from pydantic_ai.messages import ModelMessagesTypeAdapter
 
     ModelMessagesTypeAdapter.validate_json(ModelMessagesTypeAdapter.dump_json([]))
     return problems
 
 
-def run_worker(settings: Settings, config: Config, *, with_resumer: bool, burst: bool) -> None:
+def run_worker(
+    settings: Settings,
+    config: Config,
+    *,
+    with_resumer: bool,
+    burst: bool,
+    concurrency: int | None = None,
+) -> None:
     """Work jobs until stopped (SIGINT/SIGTERM), or until the queue is empty with `burst`."""
     broker = Broker.from_settings(settings, config, patient=True)
     sync_at_start(broker.requests.rules)  # the config's [[rules]], before the first round
     jobs.bind(broker)
+    logging.getLogger("rq.worker").setLevel(logging.WARNING)  # a line per job is too many
     stop = threading.Event()
     thread: threading.Thread | None = None
     if with_resumer:
-        # its own connection: the work horse is forked while this thread may hold the pool
         resumer = Resumer(Broker.from_settings(settings, config, patient=True))
         thread = threading.Thread(
             target=resumer.run_forever, args=(stop,), name="resumer", daemon=True
@@ -78,26 +74,48 @@ def run_worker(settings: Settings, config: Config, *, with_resumer: bool, burst:
         thread.start()
     for problem in preload(broker):
         print(f"warning: {problem}", flush=True)
-    worker = make_worker(broker)
-    print(
-        f"worker ready on queue {RUN_QUEUE}" + (" (with the resumer)" if with_resumer else ""),
-        flush=True,
-    )
+    section = config.workers
+    slots_n = concurrency or section.concurrency
+    shared = SharedLoop(run_timeout_s=section.run_timeout_s, loop_block_s=section.loop_block_s)
+    run_coroutines_with(shared.run)
     try:
-        while True:
-            try:
-                worker.work(burst=burst, with_scheduler=True, logging_level="INFO")
-                problem = "stopped on an error"
-            except RedisError as exc:
-                problem = f"Redis failed ({exc})"
-            # RQ's loop also ends, without raising, on an error it can't handle (Redis gone
-            # longer than the client's retries): start a fresh worker unless told to stop
-            if burst or stop_requested(worker):
-                break
-            print(f"worker: {problem}; starting again in 2 s", flush=True)
-            time.sleep(2)
-            worker = make_worker(broker)
+        asyncio.run(_serve(broker, shared, slots_n, burst=burst, with_resumer=with_resumer))
     finally:
+        run_coroutines_with(None)
         stop.set()
         if thread is not None:
             thread.join(timeout=5)
+
+
+async def _serve(
+    broker: Broker, shared: SharedLoop, concurrency: int, *, burst: bool, with_resumer: bool
+) -> None:
+    """The main thread's loop: serve the slots' runs until they have all ended."""
+    loop = asyncio.get_running_loop()
+    shared.attach(loop)
+    slots = Slots(RUN_QUEUE, broker.store.rq_redis, concurrency)
+    signals = {"n": 0}
+
+    def on_signal() -> None:
+        signals["n"] += 1
+        if signals["n"] == 1:
+            print(f"worker: stopping; waiting for {slots.busy} run(s) in flight", flush=True)
+            slots.stop.set()
+        else:
+            print("worker: stopping now; the runs in flight will be retried", flush=True)
+            os._exit(1)
+
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, on_signal)
+    try:
+        await asyncio.to_thread(slots.start, burst=burst)
+        print(
+            f"worker ready on queue {RUN_QUEUE}: {concurrency} runs at once"
+            + (" (with the resumer)" if with_resumer else ""),
+            flush=True,
+        )
+        await asyncio.to_thread(slots.join)
+    finally:
+        slots.stop.set()
+        await asyncio.to_thread(slots.close)
+        shared.close()

@@ -1,0 +1,520 @@
+"""The whole approval cycle of an agent run, beside LangGraph's interrupt()/Command(resume=...).
+
+    uv run --group bench python bench/bench_agents.py [--runs 200] [--latency 50] [--json]
+
+One cycle: a run starts, its (fake, instant) model calls a tool that needs approval, the run
+pauses durably, a decision arrives, the run resumes, the tool runs once, the run finishes.
+
+* approval-broker: `approval-broker up` (embedded Redis, API, one worker with default settings,
+  notifier, sweeper) as the user runs it; runs started over `POST /v1/runs`, decided over
+  `POST /v1/requests/{id}/decision`, followed over `GET /v1/runs/{id}` (bench/fake_agents.py).
+* LangGraph: a graph `model -> approval (interrupt) -> model`, resumed with `Command(resume=...)`,
+  on `AsyncPostgresSaver` (a PostgreSQL this script starts: Debian's postgresql, a temp dir, a
+  free loopback port, fsync on) and on `AsyncSqliteSaver` (a temp file), in this process.
+
+Printed: runs/s with `--runs` started at once (each approved as soon as it waits); decision ->
+run finished one at a time, p50/p99; the double-approve race (two deciders approve one paused
+run at once: how often the tool ran, the HTTP codes); and a slow-model phase (each model call
+sleeps `--slow-s` asynchronously, two calls per run): runs/s and, for the broker, the worker's
+memory per run in flight (RSS growth / runs in flight at the peak).
+
+Other processes on the machine share its cores: figures are as measured, in one run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import hashlib
+import json
+import os
+import secrets
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
+from typing import Any, TypedDict
+
+import httpx
+from redis import Redis
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+
+from benchlib import pct  # noqa: E402
+from fake_agents import ran_key  # noqa: E402
+
+from broker.redis_server import free_port, running_local_url  # noqa: E402
+
+CONFIG = """
+[queues.default]
+channels = ["inbox"]
+
+[agents.fast]
+path = "fake_agents:fast"
+deps = "fake_agents:deps"
+
+[agents.slow]
+path = "fake_agents:slow"
+deps = "fake_agents:deps"
+"""
+POLL_S = 0.05
+"""How often a run in the throughput phases is polled (GET /v1/runs/{id})."""
+PHASE_TIMEOUT_S = 300.0
+"""A phase that takes longer is reported as it stands, not waited for."""
+QUIET_POLL_S = 0.002
+"""How often the one run of the latency phase is polled."""
+
+Flow = Callable[[str], Awaitable[float]]
+
+
+# ---- approval-broker on `up` ------------------------------------------------------------------
+
+
+class Up:
+    """`approval-broker up` in a temp dir, and an HTTP client of its API."""
+
+    def __init__(self, tmp: Path, code: Path = ROOT) -> None:
+        self.tmp = tmp
+        tmp.mkdir(parents=True, exist_ok=True)
+        self.port = free_port()
+        self.token = secrets.token_urlsafe(32)
+        self.deciders = [secrets.token_urlsafe(32) for _ in range(2)]
+        approvers = "".join(
+            f'\n[approvers.decider{i}]\ntoken_sha256 = "{hashlib.sha256(t.encode()).hexdigest()}"\n'
+            for i, t in enumerate(self.deciders)
+        )
+        (tmp / "broker.toml").write_text(CONFIG + approvers)
+        env = {k: v for k, v in os.environ.items() if not k.startswith("APPROVAL_BROKER_")}
+        env |= {
+            "APPROVAL_BROKER_CONFIG": str(tmp / "broker.toml"),
+            "APPROVAL_BROKER_ADMIN_TOKEN": self.token,
+            "PYTHONPATH": os.pathsep.join([str(ROOT / "bench"), str(code)]),
+            "BENCH_MODEL_SLEEP_S": os.environ.get("BENCH_MODEL_SLEEP_S", "1.0"),
+        }
+        self.log = (tmp / "up.log").open("w")
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "approval_broker", "up", "--port", str(self.port),
+             "--data-dir", str(tmp / "data")],
+            env=env, stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True,
+        )  # fmt: skip
+        self.base = f"http://127.0.0.1:{self.port}"
+        self.redis: Redis | None = None
+
+    async def ready(self, client: httpx.AsyncClient, timeout: float = 120) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            with contextlib.suppress(httpx.HTTPError):
+                if (await client.get("/healthz")).status_code == 200 and self.worker_pid():
+                    if "worker ready" in (self.tmp / "up.log").read_text():
+                        url = running_local_url(self.tmp / "data" / "redis")
+                        assert url, "no embedded Redis found"
+                        self.redis = Redis.from_url(url)
+                        return
+            await asyncio.sleep(0.2)
+        raise SystemExit(f"`up` did not come up; see {self.tmp / 'up.log'}")
+
+    def worker_pid(self) -> int | None:
+        for stat in Path("/proc").glob("[0-9]*/stat"):
+            with contextlib.suppress(OSError):
+                fields = stat.read_text().rsplit(")", 1)[1].split()
+                if int(fields[1]) != self.process.pid:
+                    continue
+                cmd = (stat.parent / "cmdline").read_bytes().split(b"\0")
+                if b"worker" in cmd:
+                    return int(stat.parent.name)
+        return None
+
+    def rss_mb(self) -> float:
+        pid = self.worker_pid()
+        if pid is None:
+            return 0.0
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+        return 0.0
+
+    def cpu_s(self) -> float:
+        """CPU seconds of the worker process and the children it reaped (work horses)."""
+        pid = self.worker_pid()
+        if pid is None:
+            return 0.0
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        ticks = sum(int(x) for x in fields[11:15])  # utime stime cutime cstime
+        return ticks / os.sysconf("SC_CLK_TCK")
+
+    def tool_ran(self, run_id: str) -> int:
+        assert self.redis is not None
+        return int(self.redis.get(ran_key("ab:", run_id)) or 0)
+
+    def stop(self) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.process.pid, signal.SIGTERM)
+        try:
+            self.process.wait(30)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.process.pid, signal.SIGKILL)
+            self.process.wait()
+        self.log.close()
+
+
+class BrokerSide:
+    def __init__(self, up: Up, client: httpx.AsyncClient) -> None:
+        self.up = up
+        self.client = client
+        self.in_flight = 0
+        self.peak = 0
+
+    async def start(self, agent: str) -> str:
+        r = await self.client.post("/v1/runs", json={"agent": agent, "prompt": "Refund A1."})
+        r.raise_for_status()
+        return str(r.json()["run_id"])
+
+    async def until(self, run_id: str, statuses: set[str], poll: float) -> dict[str, Any]:
+        while True:
+            r = await self.client.get(f"/v1/runs/{run_id}")
+            run = r.json()
+            if run["status"] in statuses:
+                return dict(run)
+            if run["status"] == "failed":
+                raise SystemExit(f"run {run_id} failed: {run.get('error')}")
+            await asyncio.sleep(poll)
+
+    async def decide(self, request_id: str, token: str | None = None) -> int:
+        r = await self.client.post(
+            f"/v1/requests/{request_id}/decision",
+            json={"outcome": "approved"},
+            headers={"Authorization": f"Bearer {token}"} if token else None,
+        )
+        return r.status_code
+
+    async def cycle(self, agent: str, poll: float) -> float:
+        """One whole cycle; returns decision -> finished, in seconds."""
+        run_id = await self.start(agent)
+        self.in_flight += 1
+        self.peak = max(self.peak, self.in_flight)
+        try:
+            run = await self.until(run_id, {"waiting"}, poll)
+            began = time.perf_counter()
+            code = await self.decide(run["pending"][0])
+            assert code == 200, code
+            await self.until(run_id, {"finished"}, poll)
+            return time.perf_counter() - began
+        finally:
+            self.in_flight -= 1
+
+    async def race(self) -> dict[str, Any]:
+        run_id = await self.start("fast")
+        run = await self.until(run_id, {"waiting"}, QUIET_POLL_S)
+        request_id = run["pending"][0]  # two people, each with a token of their own
+        codes = await asyncio.gather(*(self.decide(request_id, t) for t in self.up.deciders))
+        await self.until(run_id, {"finished"}, QUIET_POLL_S)
+        return {"tool_ran": self.up.tool_ran(run_id), "http": sorted(codes)}
+
+
+# ---- LangGraph ----------------------------------------------------------------------------------
+
+
+class GraphState(TypedDict, total=False):
+    prompt: str
+    approved: bool
+    output: str
+
+
+class LangGraphSide:
+    """A model -> approval (interrupt) -> model graph on a checkpointer; the tool counts runs."""
+
+    def __init__(self, checkpointer: Any, slow_s: float = 0.0) -> None:
+        from langgraph.config import get_config
+        from langgraph.graph import END, START, StateGraph
+        from langgraph.types import interrupt
+
+        self.ran: dict[str, int] = {}
+        self.slow_s = slow_s
+        ran = self.ran
+
+        async def model(state: GraphState) -> GraphState:
+            if self.slow_s:
+                await asyncio.sleep(self.slow_s)
+            return {}
+
+        async def approval(state: GraphState) -> GraphState:
+            decision = interrupt({"tool": "refund", "args": {"order": "A1", "amount": 5}})
+            if decision.get("outcome") == "approved":  # the tool
+                tid = get_config()["configurable"]["thread_id"]
+                ran[tid] = ran.get(tid, 0) + 1
+            return {"approved": True}
+
+        async def answer(state: GraphState) -> GraphState:
+            if self.slow_s:
+                await asyncio.sleep(self.slow_s)
+            return {"output": "refunded"}
+
+        g = StateGraph(GraphState)
+        g.add_node("model", model)
+        g.add_node("approval", approval)
+        g.add_node("answer", answer)
+        g.add_edge(START, "model")
+        g.add_edge("model", "approval")
+        g.add_edge("approval", "answer")
+        g.add_edge("answer", END)
+        self.graph = g.compile(checkpointer=checkpointer)
+        self.in_flight = 0
+        self.peak = 0
+
+    async def cycle(self, agent: str, poll: float) -> float:
+        from langgraph.types import Command
+
+        tid = secrets.token_hex(8)
+        config = {"configurable": {"thread_id": tid}}
+        self.in_flight += 1
+        self.peak = max(self.peak, self.in_flight)
+        try:
+            out = await self.graph.ainvoke({"prompt": "Refund A1."}, config)
+            assert "__interrupt__" in out, out
+            began = time.perf_counter()
+            done = await self.graph.ainvoke(Command(resume={"outcome": "approved"}), config)
+            assert done.get("output") == "refunded", done
+            return time.perf_counter() - began
+        finally:
+            self.in_flight -= 1
+
+    async def race(self) -> dict[str, Any]:
+        from langgraph.types import Command
+
+        tid = secrets.token_hex(8)
+        config = {"configurable": {"thread_id": tid}}
+        await self.graph.ainvoke({"prompt": "Refund A1."}, config)
+
+        async def approve() -> str:
+            try:
+                await self.graph.ainvoke(Command(resume={"outcome": "approved"}), config)
+                return "ok"
+            except Exception as exc:  # noqa: BLE001 - reported, not hidden
+                return type(exc).__name__
+
+        results = await asyncio.gather(approve(), approve())
+        return {"tool_ran": self.ran.get(tid, 0), "results": sorted(results)}
+
+
+@contextlib.contextmanager
+def postgres(tmp: Path) -> Any:
+    """A throwaway PostgreSQL (fsync on) on a free loopback port; yields its URI."""
+    found = sorted(Path("/usr/lib/postgresql").glob("*/bin/initdb"))
+    if not found:
+        raise SystemExit(
+            "PostgreSQL is not installed: apt-get update && apt-get install -y postgresql"
+        )
+    bin_dir = found[-1].parent
+    tmp = Path(tempfile.mkdtemp(prefix="bench-pg-", dir=tmp))
+    tmp.chmod(0o755)
+    data = tmp / "pg"
+    data.mkdir()
+    port = free_port()
+    as_user: list[str] = []
+    if os.geteuid() == 0:  # initdb refuses root
+        shutil.chown(tmp, "postgres")
+        shutil.chown(data, "postgres")
+        as_user = ["runuser", "-u", "postgres", "--"]
+    run = [*as_user]
+    subprocess.run([*run, str(bin_dir / "initdb"), "-D", str(data), "-A", "trust", "-U", "bench"],
+                   check=True, stdout=subprocess.DEVNULL)  # fmt: skip
+    opts = f"-p {port} -k {tmp} -c listen_addresses=127.0.0.1 -c fsync=on -c max_connections=200"
+    subprocess.run([*run, str(bin_dir / "pg_ctl"), "-D", str(data), "-o", opts, "-w",
+                    "-l", str(tmp / "pg.log"), "start"], check=True, stdout=subprocess.DEVNULL)  # fmt: skip
+    try:
+        yield f"postgresql://bench@127.0.0.1:{port}/postgres"
+    finally:
+        subprocess.run([*run, str(bin_dir / "pg_ctl"), "-D", str(data), "-m", "fast", "stop"],
+                       check=False, stdout=subprocess.DEVNULL)  # fmt: skip
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+@contextlib.asynccontextmanager
+async def pg_saver(uri: str) -> AsyncIterator[Any]:
+    from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
+    from psycopg.rows import dict_row
+    from psycopg_pool import AsyncConnectionPool
+
+    kwargs = {"autocommit": True, "prepare_threshold": 0, "row_factory": dict_row}
+    async with AsyncConnectionPool(uri, min_size=4, max_size=50, kwargs=kwargs, open=False) as pool:
+        saver = AsyncPostgresSaver(pool)  # type: ignore[arg-type]
+        await saver.setup()
+        yield saver
+
+
+@contextlib.asynccontextmanager
+async def sqlite_saver(path: Path) -> AsyncIterator[Any]:
+    from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
+
+    async with AsyncSqliteSaver.from_conn_string(str(path)) as saver:
+        yield saver
+
+
+# ---- the phases -----------------------------------------------------------------------------------
+
+
+async def throughput(side: Any, agent: str, n: int) -> float:
+    began = time.perf_counter()
+    await asyncio.gather(*(side.cycle(agent, POLL_S) for _ in range(n)))
+    return n / (time.perf_counter() - began)
+
+
+async def latency(side: Any, n: int) -> tuple[float, float]:
+    took = [await side.cycle("fast", QUIET_POLL_S) for _ in range(n)]
+    return pct(took, 0.50) * 1000, pct(took, 0.99) * 1000
+
+
+async def slow_broker(side: BrokerSide, n: int) -> dict[str, float]:
+    base = side.up.rss_mb()
+    peak_rss = base
+    peak_flight = 0
+    done = asyncio.Event()
+
+    async def sample() -> None:
+        nonlocal peak_rss, peak_flight
+        while not done.is_set():
+            rss = side.up.rss_mb()
+            if rss > peak_rss:
+                peak_rss, peak_flight = rss, side.in_flight
+            await asyncio.sleep(0.1)
+
+    sampler = asyncio.create_task(sample())
+    began = time.perf_counter()
+    await asyncio.gather(*(side.cycle("slow", POLL_S) for _ in range(n)))
+    took = time.perf_counter() - began
+    done.set()
+    await sampler
+    per_run = (peak_rss - base) / peak_flight if peak_flight else 0.0
+    return {"seconds": took, "runs_per_s": n / took, "rss_base_mb": base,
+            "rss_peak_mb": peak_rss, "in_flight_at_peak": peak_flight,
+            "mb_per_run_in_flight": per_run}  # fmt: skip
+
+
+async def measure(args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    up = Up(tmp / "up", args.broker_code)
+    limits = httpx.Limits(max_connections=64, max_keepalive_connections=64)
+    headers = {"Authorization": f"Bearer {up.token}"}
+    try:
+        async with httpx.AsyncClient(
+            base_url=up.base, headers=headers, limits=limits, timeout=60
+        ) as client:
+            await up.ready(client)
+            side = BrokerSide(up, client)
+            await throughput(side, "fast", 20)  # warm up
+            cpu = up.cpu_s()
+            b: dict[str, Any] = {"runs_per_s": await throughput(side, "fast", args.runs)}
+            b["worker_cpu_ms_per_cycle"] = (up.cpu_s() - cpu) * 1000 / args.runs
+            note("broker throughput", b)
+            b["p50_ms"], b["p99_ms"] = await latency(side, args.latency)
+            note("broker latency", b)
+            b["race"] = await side.race()
+            if args.slow_runs:
+                b["slow"] = await slow_broker(side, args.slow_runs)
+            note("broker done", b)
+            out["approval-broker"] = b
+    finally:
+        up.stop()
+
+    if args.broker_only:
+        return out
+    with postgres(Path(tempfile.gettempdir())) as uri:
+        async with pg_saver(uri) as saver:
+            out["LangGraph + PostgresSaver"] = await langgraph_phases(saver, args)
+    async with sqlite_saver(tmp / "lg.sqlite") as saver:
+        out["LangGraph + SqliteSaver"] = await langgraph_phases(saver, args)
+    return out
+
+
+async def langgraph_phases(saver: Any, args: argparse.Namespace) -> dict[str, Any]:
+    side = LangGraphSide(saver)
+    await throughput(side, "fast", 20)
+    r: dict[str, Any] = {"runs_per_s": await throughput(side, "fast", args.runs)}
+    note("throughput", r)
+    r["p50_ms"], r["p99_ms"] = await latency(side, args.latency)
+    note("latency", r)
+    r["race"] = await side.race()
+    if args.slow_runs:
+        slow = LangGraphSide(saver, slow_s=args.slow_s)
+        began = time.perf_counter()
+        cycles = asyncio.gather(*(slow.cycle("slow", POLL_S) for _ in range(args.slow_runs)))
+        try:
+            await asyncio.wait_for(cycles, PHASE_TIMEOUT_S)
+        except TimeoutError:
+            note("slow phase timed out", {})
+        took = time.perf_counter() - began
+        r["slow"] = {"seconds": took, "runs_per_s": args.slow_runs / took}
+    note("done", r)
+    return r
+
+
+def note(what: str, figures: dict[str, Any]) -> None:
+    """Progress on stderr (a long run shows where it is)."""
+    print(f"  {what}: {json.dumps(figures, default=str)[:300]}", file=sys.stderr, flush=True)
+
+
+def table(res: dict[str, Any]) -> str:
+    names = list(res)
+    rows = [
+        "| | " + " | ".join(names) + " |",
+        "|---|" + "---|" * len(names),
+        "| runs/s, whole cycle, started at once | "
+        + " | ".join(f"{res[n]['runs_per_s']:.1f}" for n in names)
+        + " |",  # fmt: skip
+        "| decision -> run finished, p50 / p99 | "
+        + " | ".join(f"{res[n]['p50_ms']:.1f} / {res[n]['p99_ms']:.1f} ms" for n in names)
+        + " |",  # fmt: skip
+    ]
+    race = []
+    for n in names:
+        r = res[n]["race"]
+        how = r.get("http") or r.get("results")
+        race.append(f"tool ran {r['tool_ran']}x, {'+'.join(map(str, how))}")
+    rows.append("| two deciders approve one paused run | " + " | ".join(race) + " |")
+    if all("slow" in res[n] for n in names):
+        rows.append("| slow model (1 s/call, 2 calls), runs/s | " + " | ".join(f"{res[n]['slow']['runs_per_s']:.1f} ({res[n]['slow']['seconds']:.1f} s)" for n in names) + " |")  # fmt: skip
+        s = res[names[0]]["slow"]
+        rows.append(f"| worker CPU per cycle | {res[names[0]]['worker_cpu_ms_per_cycle']:.1f} ms |" + " |" * (len(names) - 1))  # fmt: skip
+        rows.append(f"| worker memory per run in flight | {s['mb_per_run_in_flight']:.2f} MB ({s['rss_base_mb']:.0f} -> {s['rss_peak_mb']:.0f} MB, {s['in_flight_at_peak']} in flight) |" + " |" * (len(names) - 1))  # fmt: skip
+    return "\n".join(rows)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=200, help="runs started at once")
+    parser.add_argument("--latency", type=int, default=50, help="one-at-a-time cycles")
+    parser.add_argument("--slow-runs", type=int, default=200, help="0 skips the slow phase")
+    parser.add_argument("--slow-s", type=float, default=1.0, help="sleep per model call")
+    parser.add_argument("--json", action="store_true")
+    parser.add_argument(
+        "--broker-code", type=Path, default=ROOT,
+        help="run `up` from this checkout instead (to compare worker designs)",
+    )  # fmt: skip
+    parser.add_argument("--broker-only", action="store_true", help="skip the LangGraph side")
+    args = parser.parse_args()
+    os.environ["BENCH_MODEL_SLEEP_S"] = str(args.slow_s)
+    tmp = Path(tempfile.mkdtemp(prefix="bench-agents-"))
+    try:
+        res = asyncio.run(measure(args, tmp))
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    if args.json:
+        print(json.dumps(res))
+        return
+    print(table(res))
+    if args.broker_only:
+        return
+    b, pg = res["approval-broker"], res["LangGraph + PostgresSaver"]
+    print(f"\ncycles/s vs LangGraph+Postgres: {b['runs_per_s'] / pg['runs_per_s']:.2f}x (target >= 2x); "
+          f"p50 {b['p50_ms']:.1f} ms vs {pg['p50_ms']:.1f} ms (target <= 15 ms and <= Postgres)")  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()

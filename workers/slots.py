@@ -1,0 +1,227 @@
+"""A worker process's slots: threads that each take one RQ job at a time, without forking.
+
+Each slot is an RQ `SimpleWorker` (RQ's documented worker that runs a job in its own process)
+driven through RQ's public worker API: `dequeue_job_and_maintain_ttl` takes a job (through the
+intermediate queue, so a job dequeued by a process that dies is recovered),
+`execute_job` runs it with RQ's own bookkeeping (started registry, results, `Retry`, the
+failure callback). The job's agent coroutine runs on the process's shared loop
+(`workers.shared_loop`); the slot's thread only waits for it, so N slots cost N mostly idle
+threads and one loop.
+
+What a forking worker got from its horse, a slot gets otherwise:
+
+* job timeouts: RQ's `TimerDeathPenalty` (the death penalty RQ documents for workers that
+  don't fork), behind the shared loop's own, shorter, per-run deadline;
+* heartbeats: one thread keeps every busy slot's execution alive in RQ's started registry with
+  a short TTL, so when the whole process is SIGKILLed, its jobs are found abandoned within
+  `HEARTBEAT_TTL_S` and retried (RQ's `Retry`) by the maintenance of any live worker;
+* maintenance and the scheduler (retries after their back-off) run in that same thread, with
+  RQ's public `clean_registries` and `RQScheduler.enqueue_scheduled_jobs` under its lock.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import threading
+import time
+import uuid
+
+from redis import Redis
+from redis.exceptions import RedisError
+from rq import SimpleWorker
+from rq.job import Job
+from rq.queue import Queue
+from rq.registry import StartedJobRegistry
+from rq.scheduler import RQScheduler
+from rq.serializers import JSONSerializer
+from rq.timeouts import TimerDeathPenalty
+
+log = logging.getLogger("workers.slots")
+
+HEARTBEAT_S = 5.0
+"""How often a busy slot's execution heartbeat is renewed."""
+HEARTBEAT_TTL_S = 30
+"""How long a job of a process that stopped beating stays `started` before it counts as
+abandoned (then RQ retries it)."""
+MAINTENANCE_S = 15.0
+"""How often this process offers to clean RQ's registries (one process at a time does it)."""
+SCHEDULE_S = 1.0
+"""How often the scheduler moves due retries back onto the queue (when it holds the lock)."""
+UPKEEP_LOCK = "approval-broker:worker-upkeep:{queue}"
+"""Held (on RQ's Redis) by the one worker process recovering jobs right now."""
+UPKEEP_LOCK_S = 30
+IDLE_POLL_S = 2
+"""How long a slot blocks on an empty queue before it checks whether to stop."""
+
+
+class SlotWorker(SimpleWorker):
+    """RQ's SimpleWorker with a death penalty that works off the main thread, a short heartbeat
+    TTL, and a record of the job it is running (for the heartbeat thread)."""
+
+    death_penalty_class = TimerDeathPenalty
+
+    def __init__(self, *args: object, **kwargs: object) -> None:
+        super().__init__(*args, **kwargs)  # type: ignore[arg-type]
+        self.running: Job | None = None
+
+    def get_heartbeat_ttl(self, job: Job) -> int:
+        return HEARTBEAT_TTL_S
+
+    def execute_job(self, job: Job, queue: Queue) -> None:
+        self.running = job
+        try:
+            super().execute_job(job, queue)
+        finally:
+            self.running = None
+
+
+class Slots:
+    """N slot threads on one queue, plus the thread that beats, cleans and schedules for them."""
+
+    def __init__(self, queue_name: str, connection: Redis, concurrency: int) -> None:
+        self.queue_name = queue_name
+        self.connection = connection
+        base = f"{os.getpid()}.{uuid.uuid4().hex[:8]}"
+        self.workers = [
+            SlotWorker(
+                [queue_name],
+                name=f"{base}.{i}",
+                connection=connection,
+                serializer=JSONSerializer,
+                log_job_description=False,
+            )
+            for i in range(concurrency)
+        ]
+        # runs no job: RQ's maintenance calls reach a worker object whose execution is unset
+        self.upkeep = SlotWorker(
+            [queue_name], name=f"{base}.upkeep", connection=connection, serializer=JSONSerializer
+        )
+        self.upkeep_token = base
+        self.scheduler = RQScheduler([queue_name], connection=connection, serializer=JSONSerializer)
+        self.stop = threading.Event()
+        self._busy = 0
+        self._busy_lock = threading.Lock()
+        self._threads: list[threading.Thread] = []
+
+    @property
+    def busy(self) -> int:
+        """Slots running a job right now."""
+        with self._busy_lock:
+            return self._busy
+
+    def start(self, *, burst: bool = False) -> None:
+        for worker in self.workers:
+            worker.register_birth()
+        self._maintain()  # before the first job: recover what a dead process left
+        for i, worker in enumerate(self.workers):
+            t = threading.Thread(target=self._slot, args=(worker, burst), name=f"slot-{i}")
+            t.start()
+            self._threads.append(t)
+        threading.Thread(target=self._keeper, name="slot-keeper", daemon=True).start()
+
+    def join(self, timeout: float | None = None) -> bool:
+        """Wait for every slot to end (after `stop` or, in burst mode, an empty queue)."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        for t in self._threads:
+            t.join(None if deadline is None else max(0.0, deadline - time.monotonic()))
+        return not any(t.is_alive() for t in self._threads)
+
+    def close(self) -> None:
+        self.stop.set()
+        with contextlib.suppress(RedisError):
+            self.scheduler.release_locks()
+        for worker in self.workers:
+            with contextlib.suppress(RedisError):
+                worker.register_death()
+
+    # ---- a slot ------------------------------------------------------------------------------
+
+    def _slot(self, worker: SlotWorker, burst: bool) -> None:
+        backoff = 1.0
+        while not self.stop.is_set():
+            try:
+                if burst:
+                    result = worker.dequeue_job_and_maintain_ttl(None)
+                else:
+                    result = worker.dequeue_job_and_maintain_ttl(IDLE_POLL_S, IDLE_POLL_S)
+                backoff = 1.0
+            except RedisError as exc:
+                log.warning("slot %s: Redis failed (%s); trying again in %.0f s", worker.name, exc, backoff)  # fmt: skip
+                self.stop.wait(backoff)
+                backoff = min(backoff * 2, 30.0)
+                continue
+            if result is None:
+                if burst and self.busy == 0:
+                    return
+                if burst:
+                    self.stop.wait(0.05)  # others' jobs may still enqueue more
+                continue
+            job, queue = result
+            with self._busy_lock:
+                self._busy += 1
+            try:
+                worker.execute_job(job, queue)
+            except Exception:  # RQ records a job's own failure; this is its bookkeeping failing
+                log.exception("slot %s: job %s could not be run or recorded", worker.name, job.id)
+            finally:
+                with self._busy_lock:
+                    self._busy -= 1
+
+    # ---- beats, maintenance, scheduler ---------------------------------------------------------
+
+    def _keeper(self) -> None:
+        last_beat = last_clean = time.monotonic()
+        while not self.stop.wait(SCHEDULE_S):
+            now = time.monotonic()
+            try:
+                self._schedule()
+                if now - last_beat >= HEARTBEAT_S:
+                    last_beat = now
+                    self._beat()
+                if now - last_clean >= MAINTENANCE_S:
+                    last_clean = now
+                    self._maintain()
+            except RedisError as exc:
+                log.warning("worker upkeep: Redis failed (%s); trying again", exc)
+            except Exception:
+                log.exception("worker upkeep failed; trying again")
+
+    def _beat(self) -> None:
+        for worker in self.workers:
+            job = worker.running
+            if job is None:
+                continue
+            with contextlib.suppress(AttributeError, RedisError):  # the job may end meanwhile
+                worker.maintain_heartbeats(job)
+
+    def _maintain(self) -> None:
+        """Recover the jobs of dead processes: abandoned ones (their heartbeat ran out) and ones
+        dequeued but never started (left in RQ's intermediate queue).
+
+        Under a lock of its own with a short TTL: RQ's maintenance lock lives 15 minutes, so
+        a worker SIGKILLed while holding it would stop every recovery for that long. Abandoned
+        jobs are cleaned with a death penalty that works off the main thread (RQ's registry
+        would arm SIGALRM around their failure callback); then RQ's own pass, under its lock,
+        for the rest.
+        """
+        lock = UPKEEP_LOCK.format(queue=self.queue_name)
+        if not self.connection.set(lock, self.upkeep_token, nx=True, ex=UPKEEP_LOCK_S):
+            return
+        try:
+            StartedJobRegistry(
+                self.queue_name,
+                connection=self.connection,
+                serializer=JSONSerializer,
+                death_penalty_class=TimerDeathPenalty,
+            ).cleanup()
+            queue = self.upkeep.queues[0]
+            queue.intermediate_queue.cleanup(self.upkeep, queue)
+            self.upkeep.clean_registries()
+        finally:
+            self.connection.delete(lock)
+
+    def _schedule(self) -> None:
+        if self.scheduler.acquire_locks():
+            self.scheduler.enqueue_scheduled_jobs()
