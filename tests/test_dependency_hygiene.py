@@ -33,7 +33,15 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-PACKAGES = ("broker", "api", "notifiers", "workers", "approval_broker")
+PACKAGES = (
+    "broker",
+    "api",
+    "notifiers",
+    "workers",
+    "approval_broker",
+    "mcp_gateway",
+    "clients/python/approval_broker_client",
+)
 OURS = {*PACKAGES, "tests", "bench", "clients", "approval_broker_client"}
 
 INTERNAL_MODULES = ("uvicorn.protocols", "uvicorn.lifespan", "uvicorn.loops", "redis._parsers")
@@ -54,9 +62,11 @@ RQ_PUBLIC = {
     "rq.suspension",
     "rq.worker_pool",
     "rq.cron",
+    "rq.scheduler",
 }
 """RQ modules its documentation names (python-rq.org: jobs, queues, workers, registries,
-results, exceptions, serializers, retries, groups, cron); `rq.utils` and the rest are internal."""
+results, exceptions, serializers, retries, groups, cron, and the scheduler a worker runs with
+`--with-scheduler`, `RQScheduler`); `rq.utils` and the rest are internal."""
 
 DOCUMENTED_UNDERSCORE = {
     "_exit",  # os._exit: documented
