@@ -36,7 +36,7 @@ from notifiers.retry import (
     pause_delay,
 )
 from notifiers.tasks import InflightEntry, Task
-from notifiers.webhook_http import AnswerTooLarge, Sender, UnusableURL
+from notifiers.webhook_http import AnswerTooLarge, Sender, UnusableURL, tls_context
 
 USER_AGENT = "approval-broker-webhooks/1"
 DISABLED_CACHE_S = 1.0
@@ -113,6 +113,7 @@ class WebhookChannel(Channel):
         self._senders: list[Sender] = []
         self._senders_lock = threading.Lock()
         self._events = frozenset(config.events) if config.events is not None else None
+        tls_context()  # loaded now, not on a delivery's deadline
 
     def wants(self, event: Event) -> bool:
         """Every event type unless the endpoint's `events` names the ones it is sent."""

@@ -20,6 +20,7 @@ import asyncio
 import functools
 import ssl
 import threading
+import time
 from dataclasses import dataclass
 
 import httpx
@@ -85,17 +86,19 @@ class Sender:
         Raises `TimeoutError` (the deadline passed), `AnswerTooLarge`, or `httpx.HTTPError`
         (could not connect, the connection broke, the answer was not HTTP).
         """
+        deadline = time.monotonic() + self.deadline_s  # making the client counts too
         with self._lock:
             if self._closed:
                 raise httpx.TransportError("this delivery thread's client is closed")
             if self._runner is None:
                 self._runner = asyncio.Runner()
                 self._client = _client(self.deadline_s)
-            return self._runner.run(self._post(body, headers))
+            return self._runner.run(self._post(body, headers, deadline))
 
-    async def _post(self, body: bytes, headers: dict[str, str]) -> Answer:
+    async def _post(self, body: bytes, headers: dict[str, str], deadline: float) -> Answer:
         assert self._client is not None
-        async with asyncio.timeout(self.deadline_s):
+        loop = asyncio.get_running_loop()
+        async with asyncio.timeout_at(loop.time() + deadline - time.monotonic()):
             async with self._client.stream(
                 "POST", self.url, content=body, headers=headers
             ) as response:
