@@ -15,6 +15,7 @@ honoured, and every try of one delivery carries the same `webhook-id` and body.
 from __future__ import annotations
 
 import base64
+import json
 import socket
 import threading
 import time
@@ -271,7 +272,7 @@ def _task(rid: str, channel: str) -> Task:
     event = parse_entry("s", "default", "1-0", {"type": REQUESTED, "request_id": rid})
     entry = InflightEntry(event, Request.model_construct(id=rid))
     task = Task(entry, channel)
-    task.scratch["body"] = '{"type": "approval.requested", "data": {"id": "%s"}}' % rid
+    task.scratch["body"] = json.dumps({"type": "approval.requested", "data": {"id": rid}})
     entry.tasks = [task]
     return task
 
