@@ -354,7 +354,8 @@ def test_a_hostile_endpoint_fails_within_its_deadline_and_another_keeps_its_pace
         assert run.dispatcher.load(bad.name) == 0
         # the healthy endpoint got every delivery, each promptly, all along
         assert n >= 1 and len(healthy.got) == n
-        assert max(latencies) < 1.0, max(latencies)
+        # a delivery stuck behind the hostile one would take its whole deadline
+        assert max(latencies) < DEADLINE_S, latencies
         if behaviour == "redirect":  # not followed: the healthy server saw none of its bodies
             assert all(b"bad-" not in body for _, body in healthy.got)
             assert hostile.requests == 2 * ATTEMPTS
