@@ -109,7 +109,6 @@ class WebhookChannel(Channel):
         self.state = state
         self.signers = [Signer(secret) for secret in config.secrets]
         self._disabled: tuple[float, str | None] = (-DISABLED_CACHE_S, None)
-        self._local = threading.local()
         self._senders: list[Sender] = []
         self._senders_lock = threading.Lock()
         self._events = frozenset(config.events) if config.events is not None else None
@@ -121,15 +120,14 @@ class WebhookChannel(Channel):
 
     @property
     def sender(self) -> Sender:
-        """This thread's client for the endpoint (made on first use); `UnusableURL` for a URL
-        no try could reach."""
-        sender: Sender | None = getattr(self._local, "sender", None)
-        if sender is None:
-            sender = Sender(self.config.url, self.config.timeout_s)
-            self._local.sender = sender
-            with self._senders_lock:
-                self._senders.append(sender)
-        return sender
+        """The endpoint's client (made on first use); `UnusableURL` for a URL no try could
+        reach."""
+        with self._senders_lock:
+            if not self._senders:
+                self._senders.append(
+                    Sender(self.config.url, self.config.timeout_s, connections=self.concurrency)
+                )
+            return self._senders[0]
 
     def disabled_reason(self) -> str | None:
         """Whether some notifier switched this endpoint off; looked up at most once a second."""
