@@ -9,8 +9,8 @@ registers one-request rounds of many runs, then decides them over HTTP:
 2. as fast as the clients can, reporting decisions/s, the API process's CPU per decision and
    the Redis round trips per decision (all clients, as Redis counts them), and Redis's CPU.
 
-The clients are lean so they don't eat the CPU they measure: separate processes (default 2),
-each with a few keep-alive HTTP/1.1 connections on asyncio streams, sending prebuilt bytes.
+The clients are separate processes (default 2) so they don't share the API's loop, each an
+`httpx.AsyncClient` per API with a few kept-alive connections, requests prepared beforehand.
 `--profile FILE` records the API process with py-spy (`--gil`) during the fast phase.
 
 Usage: uv run python bench/bench_api.py [--rate 100] [--seconds 10] [--burst 2000]
@@ -34,8 +34,8 @@ import subprocess
 import time
 from datetime import UTC, datetime
 from typing import Any
-from urllib.parse import urlsplit
 
+import httpx
 from benchlib import (
     bench_site,
     cpu_seconds,
@@ -85,55 +85,41 @@ and 32 connections, alternating runs)."""
 Result = tuple[str, float, float, int]  # request id, wall time sent, HTTP round trip, status
 
 
-def request_bytes(host: str, request_id: str, webhook: bool = False) -> bytes:
-    """A REST decision, or (`webhook`) a reply signed as bench/lean_receiver.py signs one."""
+Prepared = tuple[int, str, str, dict[str, str], bytes]  # index, request id, path, headers, body
+
+
+def prepare(request_id: str, webhook: bool = False) -> tuple[str, dict[str, str], bytes]:
+    """A REST decision, or (`webhook`) a reply signed as bench/webhook_receiver.py signs one:
+    (path, headers, body)."""
     if not webhook:
-        return (
-            f"POST /v1/requests/{request_id}/decision HTTP/1.1\r\nHost: {host}\r\n"
-            f"Authorization: Bearer {TOKEN}\r\nContent-Type: application/json\r\n"
-            f"Content-Length: {len(BODY)}\r\n\r\n"
-        ).encode() + BODY
+        headers = {"authorization": f"Bearer {TOKEN}", "content-type": "application/json"}
+        return f"/v1/requests/{request_id}/decision", headers, BODY
     body = json.dumps({"request_id": request_id, "outcome": "approved", "decided_by": "bot"})
     msg_id, now = f"msg_reply_{request_id}", datetime.now(UTC)
-    return (
-        f"POST /v1/webhooks/bench/replies HTTP/1.1\r\nHost: {host}\r\n"
-        f"content-type: application/json\r\nwebhook-id: {msg_id}\r\n"
-        f"webhook-timestamp: {int(now.timestamp())}\r\n"
-        f"webhook-signature: {Webhook(SECRET).sign(msg_id, now, body)}\r\n"
-        f"Content-Length: {len(body)}\r\n\r\n{body}"
-    ).encode()
+    headers = {
+        "content-type": "application/json",
+        "webhook-id": msg_id,
+        "webhook-timestamp": str(int(now.timestamp())),
+        "webhook-signature": Webhook(SECRET).sign(msg_id, now, body),
+    }
+    return "/v1/webhooks/bench/replies", headers, body.encode()
 
 
 async def _connection(
-    streams: tuple[asyncio.StreamReader, asyncio.StreamWriter],
-    jobs: list[tuple[int, str, bytes]],
-    start: float,
-    rate: float | None,
+    client: httpx.AsyncClient, jobs: list[Prepared], start: float, rate: float | None
 ) -> list[Result]:
-    """One keep-alive connection sending its decisions in turn (paced when `rate`)."""
-    reader, writer = streams
+    """One client connection's share of the decisions, sent in turn (paced when `rate`)."""
     out: list[Result] = []
-    try:
-        for i, request_id, raw in jobs:
-            if rate:
-                delay = start + i / rate - time.time()
-                if delay > 0:
-                    await asyncio.sleep(delay)
-            wall, t0 = time.time(), time.perf_counter()
-            writer.write(raw)
-            head = await reader.readuntil(b"\r\n\r\n")
-            length = 0
-            for line in head.split(b"\r\n")[1:]:
-                name, _, value = line.partition(b":")
-                if name.strip().lower() == b"content-length":
-                    length = int(value)
-            body = await reader.readexactly(length)
-            status = int(head.split(b" ", 2)[1])
-            out.append((request_id, wall, time.perf_counter() - t0, status))
-            if status != 200:
-                raise SystemExit(f"decision failed: {status} {body[:200]!r}")
-    finally:
-        writer.close()
+    for i, request_id, path, headers, body in jobs:
+        if rate:
+            delay = start + i / rate - time.time()
+            if delay > 0:
+                await asyncio.sleep(delay)
+        wall, t0 = time.time(), time.perf_counter()
+        response = await client.post(path, headers=headers, content=body)
+        out.append((request_id, wall, time.perf_counter() - t0, response.status_code))
+        if response.status_code != 200:
+            raise SystemExit(f"decision failed: {response.status_code} {response.text[:200]!r}")
     return out
 
 
@@ -152,29 +138,35 @@ def client_process(
     turn to each of `urls`), waits at `ready` for the others and for `go`, then they share
     `jobs` from wall time `start`; puts (its results, the wall time the last one came back, its
     CPU seconds meanwhile) on `results`."""
-    targets = [urlsplit(url) for url in urls]
 
     async def run() -> list[Result]:
         shares = [jobs[c::connections] for c in range(connections)]
         shares = [share for share in shares if share]
-        prepared, streams = [], []
-        for c, share in enumerate(shares):
-            target = targets[c % len(targets)]
-            host, port = target.hostname or "127.0.0.1", target.port or 80
-            prepared.append([(i, rid, request_bytes(host, rid, webhook)) for i, rid in share])
-            streams.append(await asyncio.open_connection(host, port))
-        loop = asyncio.get_running_loop()
-        await loop.run_in_executor(None, ready.wait)
-        await loop.run_in_executor(None, go.wait)
-        begin = start.value
-        await asyncio.sleep(max(0.0, begin - time.time()))
-        cpu0[0] = time.process_time()
-        done = await asyncio.gather(
-            *(
-                _connection(s, share, begin, rate)
-                for s, share in zip(streams, prepared, strict=True)
+        per_url = -(-len(shares) // len(urls))  # connections per API, rounded up
+        limits = httpx.Limits(max_connections=per_url, max_keepalive_connections=per_url)
+        clients = [
+            httpx.AsyncClient(base_url=url, limits=limits, timeout=60.0, trust_env=False)
+            for url in urls
+        ]
+        prepared = [[(i, rid, *prepare(rid, webhook)) for i, rid in share] for share in shares]
+        try:
+            for client in clients:  # connected before the clock starts
+                await asyncio.gather(*(client.get("/healthz") for _ in range(per_url)))
+            loop = asyncio.get_running_loop()
+            await loop.run_in_executor(None, ready.wait)
+            await loop.run_in_executor(None, go.wait)
+            begin = start.value
+            await asyncio.sleep(max(0.0, begin - time.time()))
+            cpu0[0] = time.process_time()
+            done = await asyncio.gather(
+                *(
+                    _connection(clients[c % len(clients)], share, begin, rate)
+                    for c, share in enumerate(prepared)
+                )
             )
-        )
+        finally:
+            for client in clients:
+                await client.aclose()
         return [r for results in done for r in results]
 
     cpu0 = [0.0]

@@ -9,8 +9,9 @@
 Everything runs on this machine as separate processes: an embedded Redis (AOF on), `approval-
 broker api` (x2), `approval-broker notifier` (x2), `approval-broker resumer`, and a webhook
 receiver that verifies each delivery and approves it through the signed
-`/v1/webhooks/{name}/replies` of the API (bench/lean_receiver.py: one asyncio loop that
-also sends the replies; `--receiver threaded` for tests/fakes/deciding_receiver.py). Its
+`/v1/webhooks/{name}/replies` of the API (bench/webhook_receiver.py: Starlette on uvicorn,
+replying with httpx from the same loop; `--receiver threaded` for
+tests/fakes/deciding_receiver.py). Its
 endpoint is sent `approval.requested` only, what it decides on (`--events all`: every event
 type, `approval.decided` too, as before webhooks had `events`). A cycle is one
 round of one run with one request; it ends when the resumer has put the run's resume job on the
@@ -76,7 +77,7 @@ TARGET_CYCLES = 1000.0
 TARGET_P99_MS = 50.0
 TRANSPORTS = ("unix", "tcp")
 RECEIVERS = {  # both verify every delivery with standardwebhooks and reply the same way
-    "lean": [str(ROOT / "bench" / "lean_receiver.py")],
+    "stock": [str(ROOT / "bench" / "webhook_receiver.py")],
     "threaded": ["-m", "tests.fakes.deciding_receiver"],
 }
 
@@ -398,8 +399,9 @@ def main() -> None:
     parser.add_argument(
         "--receiver",
         choices=sorted(RECEIVERS),
-        default="lean",
-        help="lean: bench/lean_receiver.py on asyncio; threaded: the tests' http.server one",
+        default="stock",
+        help="stock: bench/webhook_receiver.py (Starlette on uvicorn); threaded: the tests'"
+        " http.server one",
     )
     parser.add_argument("--timeout", type=float, default=300.0)
     parser.add_argument("--json", action="store_true", help="print one JSON object at the end")

@@ -5,8 +5,8 @@
 The e2e bench's processes make about 1.5-2 round trips per approval cycle each way; this
 measures the transport alone, where a loaded machine moves it least: CPU µs per round trip of
 the client (this process, one thread) and of Redis (`INFO cpu`), for a batch of `--batch`
-small commands (HGET of a 10-field hash) written in one send and read back, on one redis-py
-connection (hiredis parser), as `notifiers/lean.py` sends its batches. TCP and Unix runs
+small commands (HGET of a 10-field hash) sent as one redis-py pipeline (hiredis parser), as the
+notifier sends its batches. TCP and Unix runs
 alternate, `--repeats` of each; the medians are printed.
 """
 
@@ -36,20 +36,21 @@ def redis_cpu(client: Redis) -> float:
 def one_run(url: str, monitor: Redis, n: int, batch: int) -> tuple[float, float]:
     """(client µs, Redis µs) per round trip of `batch` HGETs over `url`."""
     client = Redis.from_url(url)
-    conn = client.connection_pool.make_connection()
-    packed = conn.pack_commands([("HGET", "bench:h", f"f{i % 10}") for i in range(batch)])
+    fields = [f"f{i % 10}" for i in range(batch)]
+
+    def round_trip() -> None:
+        pipe = client.pipeline(transaction=False)
+        for name in fields:
+            pipe.hget("bench:h", name)
+        pipe.execute()
+
     for _ in range(200):  # connect and warm up
-        conn.send_packed_command(packed)
-        for _ in range(batch):
-            conn.read_response()
+        round_trip()
     redis_before, cpu_before = redis_cpu(monitor), time.process_time()
     for _ in range(n):
-        conn.send_packed_command(packed)
-        for _ in range(batch):
-            conn.read_response()
+        round_trip()
     cpu = time.process_time() - cpu_before
     redis = redis_cpu(monitor) - redis_before
-    conn.disconnect()
     client.close()
     return cpu / n * 1e6, redis / n * 1e6
 

@@ -25,13 +25,14 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 import orjson
+from redis import Redis
+from redis.commands.core import Script
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from broker.client import Broker
 from broker.keys import NOTIFIER_GROUP
 from broker.models import utcnow
-from notifiers.lean import LeanRedis, LeanScript
 from notifiers.parking import ParkedStore
 from notifiers.results import DeliveryResult, ResultKind
 from notifiers.scripts import source
@@ -72,8 +73,8 @@ class Committer:
         self.on_acked = on_acked
         self.store = store
         self.on_fatal = on_fatal
-        lean = LeanRedis.for_client(broker.redis) if broker.keys.partitions <= 1 else None
-        self._step = LeanScript(lean, source("commit")) if lean is not None else None
+        single = isinstance(broker.redis, Redis) and broker.keys.partitions <= 1
+        self._step = broker.redis.register_script(source("commit")) if single else None
         self._queue: queue.SimpleQueue[DeliveryResult] = queue.SimpleQueue()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="notify-commit", daemon=True)
@@ -86,8 +87,6 @@ class Committer:
         """Write everything reported so far, then stop."""
         self._stop.set()
         self._thread.join(timeout)
-        if self._step is not None:
-            self._step.lean.close()
 
     def _loop(self) -> None:
         while True:
@@ -170,7 +169,7 @@ class Committer:
         else:
             self._write_pipeline(plan)
 
-    def _write_step(self, plan: Plan, step: LeanScript) -> None:
+    def _write_step(self, plan: Plan, step: Script) -> None:
         """The batch as one step (notifiers/scripts/commit.lua): one command, not about four per
         delivery; the same writes in the same order as `_write_pipeline`."""
         keys = self.broker.keys
@@ -190,7 +189,7 @@ class Committer:
             args += ids
         if len(names) == 0:
             return
-        refused, first = step(names, args)
+        refused, first = step(keys=names, args=args)
         if int(refused):
             log.error(
                 "Redis refused %d delivery bookkeeping writes (dropped, not repeated): %s",
@@ -232,7 +231,7 @@ def _stamp(now: datetime) -> str:
 
 def _note(stamp: str, event: str, channel: str | None, detail: str | None) -> str:
     """`HistoryEntry(at, event, channel, detail).model_dump_json(exclude_none=True)`, the same
-    text (tests/test_notify_lean.py compares them), without building a model per delivery."""
+    text (tests/test_notify_batches.py compares them), without building a model per delivery."""
     out = f'{stamp},"event":{_text(event)}'
     if channel is not None:
         out += f',"channel":{_text(channel)}'

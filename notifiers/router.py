@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from redis import Redis
 from redis.exceptions import RedisError
 
 from broker.client import Broker
@@ -24,7 +25,6 @@ from notifiers.events import (
     parse_entry,
 )
 from notifiers.inflight import Inflight
-from notifiers.lean import LeanRedis, as_mapping
 from notifiers.results import DeliveryResult, ResultKind
 from notifiers.stored import StoredRequest
 from notifiers.tasks import InflightEntry, Task
@@ -52,7 +52,7 @@ class Router:
         self.dispatcher = dispatcher
         self.report = report
         self.dead_letters = dead_letters
-        self.lean = LeanRedis.for_client(broker.redis)
+        self._plain = isinstance(broker.redis, Redis)  # one Redis: stored fields, no models
         self._routes: dict[tuple[Any, ...], tuple[str, ...]] = {}
 
     def handle(self, stream: str, entries: list[RawEntry], *, claimed: bool) -> None:
@@ -130,8 +130,8 @@ class Router:
     def fetch(self, ids: set[str]) -> tuple[dict[str, StoredRequest], dict[str, str]]:
         """The requests the events point at; a request that won't load is reported, not raised."""
         try:
-            if self.lean is not None:
-                return self._fetch_lean(ids), {}
+            if self._plain:
+                return self._fetch_stored(ids), {}
             return {r.id: StoredRequest.of(r) for r in self.broker.get_requests(ids)}, {}
         except RedisError:
             raise
@@ -148,20 +148,20 @@ class Router:
             return found, problems
 
     def close(self) -> None:
-        if self.lean is not None:
-            self.lean.close()
+        """Nothing of its own to release (the broker's client is shared)."""
 
-    def _fetch_lean(self, ids: set[str]) -> dict[str, StoredRequest]:
-        """`broker.get_requests` in one write and read of the connection (notifiers.lean),
-        without a `Request` model unless the hash is an unusual one (notifiers.stored)."""
+    def _fetch_stored(self, ids: set[str]) -> dict[str, StoredRequest]:
+        """`broker.get_requests` as one pipeline of HGETALLs, without a `Request` model unless
+        the hash is an unusual one (notifiers.stored). Reads only: the client's retry policy
+        may send it again."""
         key = self.broker.keys.request
-        replies = self.lean.execute([("HGETALL", key(rid)) for rid in ids], retry=True)  # type: ignore[union-attr]
+        pipe = self.broker.redis.pipeline(transaction=False)
+        for rid in ids:
+            pipe.hgetall(key(rid))
         found: dict[str, StoredRequest] = {}
-        for reply in replies:
-            if isinstance(reply, Exception):
-                raise reply
+        for reply in pipe.execute():
             if reply:
-                request = StoredRequest.load(_text_fields(reply))
+                request = StoredRequest.load(as_str_dict(reply))
                 found[request.id] = request
         return found
 
@@ -176,18 +176,3 @@ class Router:
         return {
             rid: {as_str(k) for k in keys} for rid, keys in zip(order, pipe.execute(), strict=True)
         }
-
-
-def _text_fields(reply: Any) -> dict[str, str]:
-    """An HGETALL reply (RESP2's flat list, RESP3's map) as text: a flat list of bytes in one
-    pass, anything else by `as_mapping` and `as_str_dict`."""
-    if not isinstance(reply, dict):
-        pairs = iter(reply)
-        try:
-            return {
-                k.decode("utf-8", "replace"): v.decode("utf-8", "replace")
-                for k, v in zip(pairs, pairs, strict=True)
-            }
-        except AttributeError:  # already text
-            pass
-    return as_str_dict(as_mapping(reply))

@@ -6,21 +6,20 @@ force, so receivers keep verifying during a secret rotation. 410 Gone switches t
 off; anything else that is not 2xx is retried with back-off, then dead-lettered. A 429 or 503
 with Retry-After pauses the whole endpoint for that long (capped), as Slack's 429 does.
 
-Requests go out over raw keep-alive sockets, one connection per delivery thread
-(notifiers.http_post): webhook throughput is CPU-bound. The body is built from the stored
-request without a `Request` model (notifiers.stored, broker.request_json).
+Requests go out with httpx (notifiers.webhook_http): one overall deadline per delivery (the
+endpoint's `timeout_s`), a bounded answer, no redirects followed, proxies from the environment.
+The body is built from the stored request without a `Request` model (notifiers.stored,
+broker.request_json).
 """
 
 from __future__ import annotations
 
-import base64
-import hashlib
-import hmac
-import http.client
 import json
 import threading
 import time
+from datetime import UTC, datetime
 
+import httpx
 from standardwebhooks import Webhook
 
 from broker.config import WebhookConfig
@@ -28,7 +27,6 @@ from broker.models import Request
 from notifiers.base import Channel
 from notifiers.delivery_state import DeliveryState
 from notifiers.events import EVENT_TYPES, Event
-from notifiers.http_post import Poster, UnusableURL
 from notifiers.retry import (
     GiveUp,
     Retry,
@@ -38,6 +36,7 @@ from notifiers.retry import (
     pause_delay,
 )
 from notifiers.tasks import InflightEntry, Task
+from notifiers.webhook_http import AnswerTooLarge, Sender, UnusableURL, tls_context
 
 USER_AGENT = "approval-broker-webhooks/1"
 DISABLED_CACHE_S = 1.0
@@ -68,19 +67,14 @@ def _head(event: Event) -> str:
 
 
 class Signer:
-    """`standardwebhooks.Webhook.sign` over the body's bytes with the HMAC key set up once: the
-    same signature (tests/test_notify_hotpath.py compares them), without a string copy of the
-    body and a new HMAC per delivery."""
+    """One secret's Standard Webhooks signature of a body, by `standardwebhooks.Webhook.sign`."""
 
     def __init__(self, secret: str) -> None:
-        key = Webhook(secret)._whsecret  # the package's own reading of the secret
-        self._mac = hmac.new(key, digestmod=hashlib.sha256)
+        self._webhook = Webhook(secret)
 
     def sign(self, msg_id: str, timestamp: int, body: bytes) -> str:
-        mac = self._mac.copy()
-        mac.update(b"%s.%d." % (msg_id.encode(), timestamp))
-        mac.update(body)
-        return "v1," + base64.b64encode(mac.digest()).decode()
+        at = datetime.fromtimestamp(timestamp, UTC)
+        return self._webhook.sign(msg_id, at, body.decode("utf-8"))
 
 
 def signature_headers(
@@ -115,25 +109,25 @@ class WebhookChannel(Channel):
         self.state = state
         self.signers = [Signer(secret) for secret in config.secrets]
         self._disabled: tuple[float, str | None] = (-DISABLED_CACHE_S, None)
-        self._local = threading.local()
-        self._posters: list[Poster] = []
-        self._posters_lock = threading.Lock()
+        self._senders: list[Sender] = []
+        self._senders_lock = threading.Lock()
         self._events = frozenset(config.events) if config.events is not None else None
+        tls_context()  # loaded now, not on a delivery's deadline
 
     def wants(self, event: Event) -> bool:
         """Every event type unless the endpoint's `events` names the ones it is sent."""
         return self._events is None or event.type in self._events
 
     @property
-    def poster(self) -> Poster:
-        """This thread's keep-alive connection to the endpoint (made on first use)."""
-        poster: Poster | None = getattr(self._local, "poster", None)
-        if poster is None:
-            poster = Poster(self.config.url, self.config.timeout_s)
-            self._local.poster = poster
-            with self._posters_lock:
-                self._posters.append(poster)
-        return poster
+    def sender(self) -> Sender:
+        """The endpoint's client (made on first use); `UnusableURL` for a URL no try could
+        reach."""
+        with self._senders_lock:
+            if not self._senders:
+                self._senders.append(
+                    Sender(self.config.url, self.config.timeout_s, connections=self.concurrency)
+                )
+            return self._senders[0]
 
     def disabled_reason(self) -> str | None:
         """Whether some notifier switched this endpoint off; looked up at most once a second."""
@@ -156,22 +150,25 @@ class WebhookChannel(Channel):
         headers = {
             "content-type": "application/json",
             "user-agent": USER_AGENT,
+            "accept-encoding": "identity",
             **signature_headers(msg_id, raw, self.signers),
         }
         try:
-            response = self.poster.post(raw, headers)
+            answer = self.sender.post(raw, headers)
         except UnusableURL as exc:
             raise GiveUp(f"{self.name} has an unusable URL: {exc}") from None
-        except (OSError, http.client.HTTPException) as exc:
+        except TimeoutError:
+            raise Retry(f"no whole answer within {self.config.timeout_s:g}s") from None
+        except (httpx.HTTPError, AnswerTooLarge, OSError) as exc:
             raise Retry(f"{type(exc).__name__}: {exc or 'no detail'}") from None
-        status = response.status
+        status = answer.status
         if 200 <= status < 300:
             return f"{task.event.type} -> HTTP {status} ({msg_id})"
         if status == 410:
             self.state.disable(self.name, "the endpoint answered 410 Gone")
             self._disabled = (time.monotonic(), "the endpoint answered 410 Gone")
             raise GiveUp(f"{self.name} answered 410 Gone; the endpoint is now disabled")
-        retry_after = parse_retry_after(response.headers.get("retry-after"))
+        retry_after = parse_retry_after(answer.retry_after)
         if retry_after is not None and status in (429, 503):
             # the endpoint is overloaded, not just this delivery: pause all of its tasks
             retry_after = cap_retry_after(retry_after)
@@ -180,7 +177,7 @@ class WebhookChannel(Channel):
         raise Retry(f"HTTP {status} from {self.name}", retry_after=retry_after)
 
     def close(self) -> None:
-        with self._posters_lock:
-            posters, self._posters = self._posters, []
-        for poster in posters:
-            poster.close()
+        with self._senders_lock:
+            senders, self._senders = self._senders, []
+        for sender in senders:
+            sender.close()

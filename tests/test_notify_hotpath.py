@@ -1,58 +1,19 @@
 """The delivery hot path's hand-written pieces give what the library code they replace gave:
-signatures (standardwebhooks), Redis commands (redis-py's packing), reply heads (the regex
-the poster used), the body's head (`json.dumps`)."""
+signatures (standardwebhooks, over the body's bytes), the body's head (`json.dumps`), history
+notes (pydantic), routes worked out once per kind of event."""
 
 from __future__ import annotations
 
-import enum
 import json
-import re
 from datetime import UTC, datetime
 from typing import Any
 
-import pytest
 from redis import Redis
-from redis.exceptions import DataError
 from standardwebhooks import Webhook
 
 from notifiers.events import EVENT_TYPES, parse_entry
-from notifiers.http_post import _field, _fields, _status_line
-from notifiers.lean import pack
 from notifiers.webhook import Signer, _head
 from tests.fakes.harness import SECRET
-
-OLD_HEADER = re.compile(r"^([^:\r\n]+?)[ \t]*:[ \t]*([^\r\n]*)", re.MULTILINE)
-
-
-def old_parse_head(head: bytes) -> tuple[int, str, dict[str, str]]:
-    """The poster's parser before (a regex over the head)."""
-    line, _, rest = head.partition(b"\r\n")
-    version, _, status = line.decode("latin-1").partition(" ")
-    fields = OLD_HEADER.findall(rest.decode("latin-1"))
-    return int(status[:3]), version, {n.lower(): v.strip() for n, v in fields}
-
-
-@pytest.mark.parametrize(
-    "head",
-    [
-        b"HTTP/1.1 204 No Content",
-        b"HTTP/1.1 200 OK\r\ndate: Tue, 01 Dec 2026 18:05:00 GMT\r\nserver: uvicorn\r\n"
-        b"content-length: 2\r\ncontent-type: application/json",
-        b"HTTP/1.0 503 Busy\r\nRetry-After:  7 \r\nConnection: close",
-        b"HTTP/1.1 429 x\r\nX-A \t: b:c\r\nno colon here\r\nEmpty:\r\nDup: 1\r\ndup: 2",
-        b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nX-\xe9: \xff",
-        b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\nContent-Length-X: 9\r\nconnection\r: x",
-        b"HTTP/1.1 200 OK\r\nContent-Length : 3\r\nX: a\rb\r\nConnection:keep-alive",
-        b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n content-length: 7\r\nContent-Lengthy: 1",
-    ],
-)
-def test_reply_heads_read_as_the_regex_read_them(head: bytes) -> None:
-    status, version, rest = _status_line(head)  # as the poster reads a reply's head
-    assert (status, version, _fields(rest)) == old_parse_head(head)
-    low = "\n" + rest.lower()
-    names = ["connection", "content-length", "transfer-encoding", "retry-after", "x-a", "dup"]
-    for name in names + ["empty", "no colon here", "x-\xe9", "content", "x"]:
-        assert _field(rest, low, name) == old_parse_head(head)[2].get(name), name
 
 
 def test_signatures_are_the_packages_byte_for_byte() -> None:
@@ -61,27 +22,6 @@ def test_signatures_are_the_packages_byte_for_byte() -> None:
         for body in ('{"a": 1}', 'é"\\ \n😀' * 50, ""):
             expected = Webhook(secret).sign("msg_1", now, body)
             assert Signer(secret).sign("msg_1", int(now.timestamp()), body.encode()) == expected
-
-
-class Kind(enum.StrEnum):
-    QUEUE = "queue:é"
-
-
-class Level(enum.IntEnum):
-    HIGH = 3
-
-
-def test_commands_are_packed_as_redis_py_packs_them() -> None:
-    conn = Redis().connection_pool.make_connection()
-    commands = [
-        ("HGETALL", "ab:req:req_1"),
-        ("EVALSHA", "f" * 40, 2, "k:é", b"raw\x00", -7, 2.5, 1e-7, ""),
-        ("XACK", "s", "notifiers", "1-0", "2-0"),
-    ]
-    assert pack(commands) == b"".join(conn.pack_commands(commands))
-    for bad in (None, True, [1], bytearray(b"array"), Kind.QUEUE, Level.HIGH):
-        with pytest.raises(DataError):  # subclasses too: redis-py writes them two ways
-            pack([("SET", "k", bad)])
 
 
 def test_the_body_head_is_what_json_dumps_writes() -> None:

@@ -103,7 +103,11 @@ def approve_everything(url: str, stop: threading.Event) -> None:
 def test_the_fleet_quickstart_runs_as_written(live_up: str) -> None:
     [shell] = [b for b in blocks(README, "sh") if "PYTHONPATH=." in b]
     start, read = [line for line in shell.splitlines() if line.startswith("curl")]
-    start += " " + shell.splitlines()[shell.splitlines().index(start) + 1].strip()
+    start = (
+        start.removesuffix("\\").rstrip()
+        + " "
+        + shell.splitlines()[shell.splitlines().index(start) + 1].strip()
+    )
     env = {**os.environ, "TOKEN": ADMIN}
     started = subprocess.run(
         ["bash", "-c", start.replace("localhost:8000", live_up)],

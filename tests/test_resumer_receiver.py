@@ -1,4 +1,4 @@
-"""bench/lean_receiver.py, the e2e bench's webhook receiver: verifies, records, replies signed."""
+"""bench/webhook_receiver.py, the e2e bench's webhook receiver: verifies, records, replies signed."""
 
 from __future__ import annotations
 
@@ -48,7 +48,7 @@ def receiver() -> Iterator[tuple[str, int]]:
     FakeApi.replies = []
     threading.Thread(target=api.serve_forever, daemon=True).start()
     proc = subprocess.Popen(
-        [sys.executable, str(ROOT / "bench" / "lean_receiver.py"), "--secret", SECRET,
+        [sys.executable, str(ROOT / "bench" / "webhook_receiver.py"), "--secret", SECRET,
          "--api", f"http://127.0.0.1:{api.server_address[1]}", "--endpoint", "bench"],
         stdout=subprocess.PIPE, text=True, cwd=ROOT,
     )  # fmt: skip

@@ -1,17 +1,15 @@
-"""The benchmark's deciding webhook receiver: one event loop, no threads (asyncio on uvloop).
+"""The benchmark's deciding webhook receiver: a small Starlette app on uvicorn, one event loop.
 
 It does what `tests.fakes.deciding_receiver` does for the e2e benchmark: verifies every delivery
 with `standardwebhooks`, records when each request's `approval.requested` first arrived, and
 answers it with a reply signed with the endpoint's secret, POSTed to
 `/v1/webhooks/{endpoint}/replies` on the API processes in turn (a connection error or 5xx goes
 to the next after a short back-off; a 409 is the answer; one `webhook-id` for all tries of a
-reply). Only the machinery is lean, since the receiver shares the benchmark's two cores: the
-deliveries are parsed by httptools in a bare asyncio protocol (no ASGI server), and the
-replies go out from the same loop over kept-alive connections (bench/async_http.py) instead
-of a thread pool (16 threads and httpcore's pool were most of its CPU), so what the benchmark
-measures is the broker, not the fake.
+reply). Stock parts only: uvicorn parses the deliveries, an `httpx.AsyncClient` per API sends
+the replies from the same loop (no thread pool), so the receiver takes little of the
+benchmark's two cores.
 
-    python bench/lean_receiver.py --secret whsec_... --api http://127.0.0.1:8001 [--api ...]
+    python bench/webhook_receiver.py --secret whsec_... --api http://127.0.0.1:8001 [--api ...]
 
 `GET /stats` gives counts (`reply_200`, ...), `GET /times` when each request arrived and was
 answered (epoch seconds).
@@ -21,25 +19,27 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
-import signal
 import socket
 import sys
 import time
 from collections import Counter
+from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-import httptools
+import httpx
 import orjson
-import uvloop
+import uvicorn
 from standardwebhooks import Webhook, WebhookVerificationError
+from starlette.applications import Starlette
+from starlette.requests import Request as StarletteRequest
+from starlette.responses import JSONResponse, PlainTextResponse, Response
+from starlette.routing import Route
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from async_http import Clients  # noqa: E402
 
 from tests.fakes.deciding_receiver import Policy, mix_policy, parse_mix  # noqa: E402
 
@@ -47,7 +47,7 @@ REQUESTED = "approval.requested"
 GIVE_UP_AFTER_S = 120.0
 
 
-class LeanReceiver:
+class Receiver:
     """Verifies deliveries and answers first `approval.requested` events, all on one loop."""
 
     def __init__(
@@ -64,7 +64,9 @@ class LeanReceiver:
         self.endpoint = endpoint
         self.policy = policy
         self.decided_by = decided_by
-        self.clients = Clients(api_urls)
+        self.api_urls = api_urls
+        self._clients: list[httpx.AsyncClient] = []
+        self._next = 0
         self.counts: Counter[str] = Counter()
         self.requested_at: dict[str, float] = {}
         self.answered_at: dict[str, float] = {}
@@ -118,14 +120,15 @@ class LeanReceiver:
             while True:
                 tries += 1
                 now = datetime.now(UTC)
-                headers = (
-                    f"content-type: application/json\r\nwebhook-id: {msg_id}\r\n"
-                    f"webhook-timestamp: {int(now.timestamp())}\r\n"
-                    f"webhook-signature: {self.webhook.sign(msg_id, now, body)}\r\n"
-                )
+                headers = {
+                    "content-type": "application/json",
+                    "webhook-id": msg_id,
+                    "webhook-timestamp": str(int(now.timestamp())),
+                    "webhook-signature": self.webhook.sign(msg_id, now, body),
+                }
                 try:
-                    status, data = await self.clients.post(path, headers, raw)
-                except (OSError, asyncio.IncompleteReadError, ValueError) as exc:
+                    status, data = await self._post(path, headers, raw)
+                except httpx.HTTPError as exc:
                     status, data = 0, {"error": type(exc).__name__}
                 if status == 200:
                     self._done(rid, 200)
@@ -148,6 +151,29 @@ class LeanReceiver:
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 1.0)
 
+    async def _post(
+        self, path: str, headers: dict[str, str], body: bytes
+    ) -> tuple[int, dict[str, Any]]:
+        """POST to the API processes in turn; (status, its JSON object or {})."""
+        if not self._clients:
+            limits = httpx.Limits(max_connections=self._concurrency)
+            self._clients = [
+                httpx.AsyncClient(base_url=url, timeout=30.0, limits=limits, trust_env=False)
+                for url in self.api_urls
+            ]
+        client = self._clients[self._next % len(self._clients)]
+        self._next += 1
+        response = await client.post(path, headers=headers, content=body)
+        try:
+            data = orjson.loads(response.content) if response.content else {}
+        except orjson.JSONDecodeError:
+            data = {}
+        return response.status_code, data if isinstance(data, dict) else {}
+
+    async def close(self) -> None:
+        for client in self._clients:
+            await client.aclose()
+
     def _done(self, rid: str, status: int) -> None:
         self.answered_at[rid] = time.time()
         self.counts[f"reply_{status}"] += 1
@@ -164,79 +190,43 @@ class LeanReceiver:
         return {"requested": dict(self.requested_at), "answered": dict(self.answered_at)}
 
 
-REASONS = {200: "OK", 204: "No Content", 400: "Bad Request", 401: "Unauthorized", 404: "Not Found"}
+def app(receiver: Receiver) -> Starlette:
+    """Deliveries are POSTed to any path; `GET /stats` and `GET /times` read the counts."""
+
+    async def deliver(request: StarletteRequest) -> Response:
+        if request.method != "POST":
+            return PlainTextResponse("not found", status_code=404)
+        status = receiver.receive(dict(request.headers), await request.body())
+        return Response(status_code=status)
+
+    async def stats(request: StarletteRequest) -> Response:
+        return JSONResponse(receiver.stats())
+
+    async def times(request: StarletteRequest) -> Response:
+        return JSONResponse(receiver.times())
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        yield
+        await receiver.close()
+
+    return Starlette(
+        routes=[
+            Route("/stats", stats, methods=["GET"]),
+            Route("/times", times, methods=["GET"]),
+            Route("/{path:path}", deliver, methods=["GET", "POST"]),
+        ],
+        lifespan=lifespan,
+    )
 
 
-def response(status: int, body: bytes = b"", *, close: bool = False) -> bytes:
-    head = f"HTTP/1.1 {status} {REASONS.get(status, 'Unknown')}\r\ncontent-length: {len(body)}\r\n"
-    return (head + ("connection: close\r\n" if close else "") + "\r\n").encode() + body
-
-
-CANNED = {status: response(status) for status in (204, 400, 401)}
-
-
-class HookServer(asyncio.Protocol):
-    """One HTTP/1.1 connection (keep-alive, no pipelining needed), parsed by httptools.
-
-    The deliveries' only work is the receiver's: uvicorn's ASGI cycle (scope, receive/send
-    messages, header lists) was most of the receiver's CPU beside the signature checks.
-    """
-
-    def __init__(self, receiver: LeanReceiver) -> None:
-        self.receiver = receiver
-        self.parser = httptools.HttpRequestParser(self)
-        self.transport: asyncio.Transport | None = None
-        self.url = b""
-        self.headers: dict[str, str] = {}
-        self.body: list[bytes] = []
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = transport  # type: ignore[assignment]
-
-    def data_received(self, data: bytes) -> None:
-        try:
-            self.parser.feed_data(data)
-        except httptools.HttpParserError:
-            assert self.transport is not None
-            self.transport.write(response(400, close=True))
-            self.transport.close()
-
-    def on_message_begin(self) -> None:
-        self.url, self.headers, self.body = b"", {}, []
-
-    def on_url(self, url: bytes) -> None:
-        self.url += url
-
-    def on_header(self, name: bytes, value: bytes) -> None:
-        self.headers[name.decode("latin-1").lower()] = value.decode("latin-1")
-
-    def on_body(self, body: bytes) -> None:
-        self.body.append(body)
-
-    def on_message_complete(self) -> None:
-        assert self.transport is not None
-        if self.parser.get_method() == b"POST":
-            status = self.receiver.receive(self.headers, b"".join(self.body))
-            out = CANNED.get(status) or response(status)
-        else:
-            path = self.url.split(b"?", 1)[0]
-            if path == b"/stats":
-                out = response(200, json.dumps(self.receiver.stats()).encode())
-            elif path == b"/times":
-                out = response(200, json.dumps(self.receiver.times()).encode())
-            else:
-                out = response(404, b"not found")
-        self.transport.write(out)
-        if not self.parser.should_keep_alive():
-            self.transport.close()
-
-
-async def serve(receiver: LeanReceiver, sock: socket.socket) -> None:
-    loop = asyncio.get_running_loop()
-    server = await loop.create_server(lambda: HookServer(receiver), sock=sock, backlog=2048)
+async def serve(receiver: Receiver, sock: socket.socket) -> None:
+    config = uvicorn.Config(
+        app(receiver), loop="uvloop", http="httptools", log_level="warning", backlog=2048
+    )
+    server = uvicorn.Server(config)
     print(f"listening on http://127.0.0.1:{sock.getsockname()[1]}", flush=True)
-    async with server:
-        await server.serve_forever()
+    await server.serve(sockets=[sock])
 
 
 def main() -> None:
@@ -247,7 +237,7 @@ def main() -> None:
     parser.add_argument("--mix", default="approve=1")
     parser.add_argument("--threads", type=int, default=16, help="replies in flight at once")
     args = parser.parse_args()
-    receiver = LeanReceiver(
+    receiver = Receiver(
         args.secret,
         args.api,
         endpoint=args.endpoint,
@@ -257,10 +247,8 @@ def main() -> None:
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))
     sock.listen(2048)
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
-    uvloop.install()
     try:
-        asyncio.run(serve(receiver, sock))
+        asyncio.run(serve(receiver, sock))  # uvicorn stops on SIGTERM and SIGINT
     except KeyboardInterrupt:
         pass
 
