@@ -25,6 +25,7 @@ from broker.deciding import Deciding
 from broker.email_deciders import email_decider
 from broker.links import new_nonce, sign_link
 from broker.models import Request, utcnow
+from broker.persons import normal_address
 from broker.rule_decisions import run_rule_index
 from broker.text import as_str
 from notifiers.base import Channel
@@ -116,7 +117,11 @@ class EmailChannel(Channel):
         timeout_s: float,
     ) -> None:
         super().__init__(name, policy=policy, concurrency=concurrency)
-        self.recipients = list(dict.fromkeys(recipients))
+        # one mail per person: addresses that differ only in case are one mailbox, one vote
+        first: dict[str, str] = {}
+        for address in recipients:
+            first.setdefault(normal_address(address), address)
+        self.recipients = list(first.values())
         self.email = email
         self.broker = broker
         self.config = config
