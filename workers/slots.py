@@ -49,8 +49,9 @@ MAINTENANCE_S = 15.0
 """How often this process offers to clean RQ's registries (one process at a time does it)."""
 SCHEDULE_S = 1.0
 """How often the scheduler moves due retries back onto the queue (when it holds the lock)."""
-UPKEEP_LOCK = "approval-broker:worker-upkeep:{queue}"
-"""Held (on RQ's Redis) by the one worker process recovering jobs right now."""
+UPKEEP_LOCK = "rq:approval-broker:upkeep:{queue}"
+"""Held (on RQ's Redis) by the one worker process recovering jobs right now; under `rq:`,
+where the broker's Redis user may write RQ's keys (the ACL in docs/security.md)."""
 UPKEEP_LOCK_S = 30
 IDLE_POLL_S = 2
 """How long a slot blocks on an empty queue before it checks whether to stop."""
