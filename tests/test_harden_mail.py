@@ -3,10 +3,8 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
 from typing import Any
 
-import pytest
 from redis import Redis
 
 from broker.client import Broker
@@ -24,13 +22,6 @@ FINANCE = "fin@example.com"  # approver with finance
 OPS = "ops@example.com"  # approver with ops only
 STRANGER = "stranger@example.com"  # no approver has it
 OPEN_STRANGER = "open@example.com"  # no approver has it, on a list that lets such decide
-
-
-@pytest.fixture
-def smtp() -> Iterator[SmtpSink]:
-    server = SmtpSink().start()
-    yield server
-    server.stop()
 
 
 def make_broker(redis: Redis, smtp: SmtpSink, queue_roles: list[str] | None = None) -> Broker:

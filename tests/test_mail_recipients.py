@@ -6,8 +6,6 @@ Votes already count once per person (`broker.persons`); here the notifier sends 
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
 from redis import Redis
 
@@ -17,13 +15,6 @@ from broker.models import NewRequest
 from tests.conftest import wait_for
 from tests.fakes.harness import running
 from tests.fakes.smtp import SmtpSink
-
-
-@pytest.fixture
-def smtp() -> Iterator[SmtpSink]:
-    server = SmtpSink().start()
-    yield server
-    server.stop()
 
 
 @pytest.fixture

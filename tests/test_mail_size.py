@@ -8,8 +8,6 @@ start of the arguments, says how much more there is, and points at the full requ
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
 from redis import Redis
 
@@ -25,13 +23,6 @@ APPROVER = "fin@example.com"
 ONLOOKER = "someone@example.com"
 MAX_MAIL_BYTES = 48 * 1024
 MAX_ARGS_SHOWN = 4000  # notifiers.mail_render.MAX_ARGS_SHOWN
-
-
-@pytest.fixture
-def smtp() -> Iterator[SmtpSink]:
-    server = SmtpSink().start()
-    yield server
-    server.stop()
 
 
 @pytest.fixture

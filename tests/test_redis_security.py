@@ -14,7 +14,6 @@ import stat
 import subprocess
 import sys
 import threading
-from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -257,13 +256,6 @@ def test_the_api_and_the_notifier_refuse_to_start_without_a_link_secret(
 
 
 # ---- the whole of `up` --------------------------------------------------------------------
-
-
-@pytest.fixture
-def smtp() -> Iterator[SmtpSink]:
-    sink = SmtpSink().start()
-    yield sink
-    sink.stop()
 
 
 def test_up_keeps_its_redis_private_and_its_link_secret_out_of_redis(

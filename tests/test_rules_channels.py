@@ -5,10 +5,8 @@ carries "Approve, and the same for the rest of this run", whose link does the sa
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
 from typing import Any
 
-import pytest
 from fastapi.testclient import TestClient
 from redis import Redis
 
@@ -93,13 +91,6 @@ def test_slack_always_opens_the_modal_and_its_submission_keeps_the_rule(
 
 
 PUBLIC = "http://testserver"
-
-
-@pytest.fixture
-def smtp() -> Iterator[SmtpSink]:
-    server = SmtpSink().start()
-    yield server
-    server.stop()
 
 
 def test_the_mail_link_approves_and_keeps_the_same_for_the_rest_of_the_run(
