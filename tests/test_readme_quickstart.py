@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import re
+import signal
 import subprocess
 import threading
 from collections.abc import Iterator
@@ -19,7 +20,8 @@ from broker.redis_server import free_port
 from broker.remote import RemoteBroker
 from tests.conftest import wait_for
 from tests.docs_examples import blocks, page
-from tests.test_up import ADMIN, healthy, up_command
+from tests.proc import alive, descendants
+from tests.test_up import ADMIN, healthy, stop_up, up_command
 
 README = page("README.md")
 
@@ -87,8 +89,15 @@ def live_up(project: Path) -> Iterator[str]:
         assert proc.poll() is None, proc.stdout.read() if proc.stdout else ""
         yield url
     finally:
-        proc.kill()
-        proc.wait()
+        family = descendants(proc.pid)
+        try:
+            stop_up(proc)  # Ctrl-C, as a user stops it: up stops its roles and its Redis
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        for pid in family:  # whatever did not stop with it
+            if alive(pid):
+                os.kill(pid, signal.SIGKILL)
 
 
 def approve_everything(url: str, stop: threading.Event) -> None:
