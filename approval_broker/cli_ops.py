@@ -26,6 +26,7 @@ from broker.config import Config, ConfigError, Settings, load_config
 from broker.keys import NOTIFIER_GROUP
 from broker.rules.from_config import parse_config_rules
 from broker.runs import run_queue
+from broker.text import as_str
 
 config_app = typer.Typer(help="Check a config file.", no_args_is_help=True)
 runs_app = typer.Typer(help="Agent runs on the fleet.", no_args_is_help=True)
@@ -172,14 +173,10 @@ def consumers(broker: Broker, stream: str, queue: str) -> list[dict[str, Any]]:
         return []
     return [
         {
-            "name": as_text(c["name"]),
+            "name": as_str(c["name"]),
             "queue": queue,
             "idle_s": int(c["idle"]) / 1000,
             "pending": int(c["pending"]),
         }
         for c in found
     ]
-
-
-def as_text(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
