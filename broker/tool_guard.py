@@ -18,8 +18,7 @@ from typing import Any
 import anyio.to_thread
 from pydantic_ai import ApprovalRequired, CallDeferred, RunContext
 from pydantic_ai.capabilities import AbstractCapability
-from pydantic_ai.messages import ToolCallPart
-from pydantic_ai.messages import ToolReturn
+from pydantic_ai.messages import ToolCallPart, ToolReturn
 from pydantic_ai.tools import ToolDefinition
 from pydantic_core import PydanticSerializationError, to_json
 
