@@ -21,6 +21,7 @@ from notifiers.mail import EmailChannel, smtp_target
 from notifiers.options import NotifierOptions
 from notifiers.retry import RetryPolicy
 from notifiers.slack import SlackChannel, claim_stale_s, slack_client
+from notifiers.teams import TeamsCalls, TeamsChannel
 from notifiers.webhook import WebhookChannel
 
 GC_YOUNG = 10_000
@@ -53,6 +54,7 @@ def build_channels(
     state = DeliveryState(broker)
     policy = RetryPolicy(options.max_attempts, options.backoff_s, options.max_backoff_s)
     slack = slack_client(config.slack, options.slack_timeout_s) if config.slack else None
+    teams = TeamsCalls(config.teams, options.teams_timeout_s) if config.teams else None
     check_config(config)
     channels: dict[str, Channel] = {}
     for name in used_channels(config):
@@ -77,6 +79,20 @@ def build_channels(
                 concurrency=min(options.workers, 4),
                 claim_stale_s=claim_stale_s(options.claim_idle_s, options.slack_timeout_s),
                 timeout_s=options.slack_timeout_s,
+            )
+        elif kind == "teams":
+            assert config.teams is not None and teams is not None
+            channels[name] = TeamsChannel(
+                name,
+                config.teams.channels[short],
+                calls=teams,
+                broker=broker,
+                config=config,
+                state=state,
+                consumer=consumer,
+                policy=policy,
+                concurrency=min(options.workers, 4),
+                claim_stale_s=claim_stale_s(options.claim_idle_s, options.teams_timeout_s),
             )
         elif kind == "email":
             assert config.email is not None
