@@ -18,6 +18,7 @@ import logging
 import re
 from http import HTTPStatus
 from typing import Any
+from urllib.parse import urlsplit
 
 from fastapi import APIRouter, FastAPI, Request, Response
 from jwt import PyJWTError
@@ -28,6 +29,7 @@ from microsoft_agents.hosting.core import (
     AgentAuthConfiguration,
     ClaimsIdentity,
     MemoryStorage,
+    OutboundHostValidator,
     TurnContext,
     TurnState,
 )
@@ -36,7 +38,7 @@ from microsoft_agents.hosting.fastapi import CloudAdapter
 from pydantic import ValidationError
 from starlette.concurrency import run_in_threadpool
 
-from api.errors import ApiError
+from api.errors import UNAVAILABLE, ApiError
 from api.schemas import ERRORS, ErrorBody
 from api.state import ApiState, State
 from api.teams_actions import Click, handle_click
@@ -61,6 +63,16 @@ def auth_configuration(teams: TeamsConfig) -> AgentAuthConfiguration:
     )
 
 
+def host_validator(teams: TeamsConfig) -> OutboundHostValidator:
+    """Which service URLs an activity may name: with an app id, Microsoft's Teams and Bot
+    Connector hosts and those of the configured channels (an activity naming another is
+    refused, 401); in anonymous mode (a local emulator on loopback) the SDK's default, off."""
+    if teams.anonymous:
+        return OutboundHostValidator(enabled=False)
+    hosts = sorted({urlsplit(c.service_url).hostname or "" for c in teams.channels.values()})
+    return OutboundHostValidator(hosts=[h for h in hosts if h], enabled=True)
+
+
 class TeamsBot:
     """The SDK's pieces for one app: the adapter, the application and its card handler."""
 
@@ -71,11 +83,18 @@ class TeamsBot:
         connections = MsalConnectionManager(
             connections_configurations={"SERVICE_CONNECTION": self.auth}
         )
-        self.adapter = CloudAdapter(connection_manager=connections)
+        self.adapter = CloudAdapter(
+            connection_manager=connections, host_validator=host_validator(teams)
+        )
+        self.adapter.on_turn_error = self.on_turn_error
         self.app: AgentApplication[TurnState] = AgentApplication[TurnState](
-            storage=MemoryStorage(), connection_manager=connections
+            storage=MemoryStorage(), connection_manager=connections, start_typing_timer=False
         )
         self.app.adaptive_card.action_execute(VERB)(self.on_action)
+
+    async def on_turn_error(self, context: TurnContext, error: Exception) -> None:
+        """Logged, never posted into the chat (the SDK's default would show the error there)."""
+        log.error("Teams turn failed: %s", type(error).__name__, exc_info=error)
 
     async def on_action(
         self, context: TurnContext, _state: TurnState, data: object
@@ -97,7 +116,12 @@ class TeamsBot:
             tenant_id=tenant,
             activity_id=activity.id,
         )
-        answer = await run_in_threadpool(handle_click, self.state, self.teams, click)
+        try:
+            answer = await run_in_threadpool(handle_click, self.state, self.teams, click)
+        except UNAVAILABLE as exc:
+            log.error("Redis error on a Teams click: %s", type(exc).__name__)
+            text = "The broker can't record clicks right now; please try again."
+            return AdaptiveCardInvokeResponse(status_code=HTTPStatus.OK, type=MESSAGE, value=text)
         if answer.card is None:
             return AdaptiveCardInvokeResponse(
                 status_code=HTTPStatus.OK, type=MESSAGE, value=answer.text

@@ -151,8 +151,9 @@ class TeamsCalls:
             token = await asyncio.wait_for(self.tokens.token(), self.timeout_s)
         except TimeoutError:
             raise Retry("no token from Entra ID in time") from None
-        except Exception as exc:  # MSAL reports a refused secret as an exception of its own
-            raise GiveUp(f"no token for the bot's app registration: {type(exc).__name__}") from None
+        except Exception as exc:  # MSAL's own errors: a refused secret, Entra ID unreachable
+            # retried like any failure: an outage passes, a wrong secret ends in a dead letter
+            raise Retry(f"no token for the bot's app registration: {type(exc).__name__}") from None
         base = target.service_url if target.service_url.endswith("/") else target.service_url + "/"
         session = aiohttp.ClientSession(base_url=base, timeout=timeout)
         client = ConnectorClient(base, token, session=session)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import itertools
 import json
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -283,6 +284,25 @@ def test_a_body_that_is_no_activity_is_a_400_with_an_error_body(
     assert resp.status_code == 400 and "conversation.id" in resp.json()["detail"]
 
 
+def test_a_message_to_the_bot_is_accepted_and_posts_nothing(
+    fleet: tuple[Broker, TestClient], connector: FakeConnector
+) -> None:
+    _, client = fleet
+    activity = {
+        "type": "message",
+        "id": "m1",
+        "text": "hello",
+        "channelId": "msteams",
+        "serviceUrl": connector.url,
+        "from": {"id": f"29:{ALICE}", "aadObjectId": ALICE},
+        "recipient": {"id": "28:bot"},
+        "conversation": {"id": CONVERSATION},
+    }
+    resp = client.post("/v1/teams/messages", json=activity)
+    assert resp.status_code == 202
+    assert connector.calls == []  # no typing indicator, no reply
+
+
 # ---- authentication ----------------------------------------------------------------------
 
 
@@ -405,3 +425,14 @@ def test_update_teams_copy_edits_a_posted_card_to_the_outcome(
     with pytest.raises(Retry) as slow:
         update_teams_copy(calls, config, copy, decided)
     assert slow.value.retry_after == 2
+
+
+def test_the_teams_app_manifest_names_one_bot_and_the_api_host() -> None:
+    root = Path(__file__).resolve().parent.parent / "deploy" / "teams"
+    manifest = json.loads((root / "manifest.json").read_text())
+    assert manifest["manifestVersion"] == "1.17"
+    [bot] = manifest["bots"]
+    assert bot["botId"] == manifest["id"]  # the app and its bot are one registration
+    assert set(bot["scopes"]) >= {"team", "groupChat"}
+    assert manifest["icons"] == {"outline": "outline.png", "color": "color.png"}
+    assert "zip" in (root / "README.md").read_text()  # how to package it with the icons
