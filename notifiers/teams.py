@@ -189,6 +189,31 @@ def update_teams_copy(calls: TeamsCalls, config: Config, copy: TeamsCopy, reques
     return f"updated {copy.activity_id}"
 
 
+class TeamsCopies:
+    """The Teams side of keeping every posted copy in sync: find a request's posted cards and
+    `update(copy, request)` one of them (Retry / GiveUp as a delivery raises them)."""
+
+    kind = "teams"
+
+    def __init__(self, calls: TeamsCalls, config: Config, state: DeliveryState) -> None:
+        self.calls = calls
+        self.config = config
+        self.state = state
+
+    def posted(self, request_id: str) -> list[TeamsCopy]:
+        """Every card posted for `request_id`, one per `teams:NAME` channel that has one."""
+        teams = self.config.teams
+        out = []
+        for name, target in (teams.channels if teams else {}).items():
+            found = self.state.post_state(request_id, f"teams:{name}")
+            if found.posted:
+                out.append(TeamsCopy(f"teams:{name}", target, str(found.ts)))
+        return out
+
+    def update(self, copy: TeamsCopy, request: Request) -> str:
+        return update_teams_copy(self.calls, self.config, copy, request)
+
+
 class TeamsChannel(Channel):
     """`teams:NAME`: a card per request in the conversation `[teams.channels.NAME]` names."""
 

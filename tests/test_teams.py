@@ -33,14 +33,16 @@ from redis import Redis
 from api.app import create_app
 from broker import teams_cards
 from broker.agents import register_agent
+from broker.auth import hash_token
 from broker.client import Broker
 from broker.config import Config, Settings, parse_config
 from broker.errors import ConfigError
 from broker.models import Decision, NewRequest, Outcome, Request, RunStatus, Status
 from broker.outbox import Resumer
 from broker.runs import start_run
+from notifiers.delivery_state import DeliveryState
 from notifiers.retry import GiveUp, Retry
-from notifiers.teams import TeamsCalls, TeamsCopy, card_activity, update_teams_copy
+from notifiers.teams import TeamsCalls, TeamsCopies, TeamsCopy, card_activity, update_teams_copy
 from tests.conftest import jobs_bound_to, wait_for, work
 from tests.fakes.harness import running
 from tests.fakes.teams import FakeConnector
@@ -76,7 +78,7 @@ def teams_config(fake: FakeConnector, **extra: Any) -> Config:
         {
             "queues": {
                 "default": {"channels": ["inbox", "teams:approvals"], **extra},
-                "two": {"channels": ["teams:approvals"], "quorum": 2},
+                "two": {"channels": ["inbox", "teams:approvals"], "quorum": 2},
             },
             "teams": {
                 "allow_anonymous": True,
@@ -89,7 +91,11 @@ def teams_config(fake: FakeConnector, **extra: Any) -> Config:
                 },
             },
             "approvers": {
-                "alice": {"roles": ["finance"], "teams_user_id": ALICE, "slack_user_id": "U1"},
+                "alice": {
+                    "roles": ["finance"],
+                    "teams_user_id": ALICE,
+                    "token_sha256": hash_token("tok-alice"),
+                },
                 "bob": {"roles": ["finance"], "teams_user_id": BOB},
             },
         }
@@ -202,6 +208,9 @@ def test_a_click_on_approve_in_teams_resumes_the_run_and_refreshes_the_card(
         [(same_id, updated)] = connector.cards_for(request.id)
         assert same_id == activity_id
         assert "Approved by alice" in card_text(updated)
+    metrics = client.get("/metrics").text
+    assert 'approval_broker_deliveries_total{channel="teams"}' in metrics
+    assert 'approval_broker_decision_latency_seconds_count{channel="teams"} 1.0' in metrics
 
 
 def test_a_reject_needs_a_reason_and_tells_the_agent_it(
@@ -259,6 +268,76 @@ def test_a_replayed_invoke_records_nothing(fleet: tuple[Broker, TestClient]) -> 
 
     assert "1 of 2 approvals: alice" in card_text(again["value"])
     assert len(broker.get_request(request.id).approvals) == 1
+
+
+def test_alice_on_teams_and_alice_on_rest_are_one_vote(
+    fleet: tuple[Broker, TestClient],
+) -> None:
+    broker, client = fleet
+    request = broker.create_request(
+        NewRequest(tool_name="refund", args={"amount": 10}, queue="two")
+    )
+    click(client, invoke(request.id, "approve"))
+
+    resp = client.post(
+        f"/v1/requests/{request.id}/decision",
+        json={"outcome": "approved"},
+        headers={"Authorization": "Bearer tok-alice"},
+    )
+    assert resp.status_code == 200
+    assert [v.by for v in broker.get_request(request.id).approvals] == ["alice"]
+
+    answer = click(client, invoke(request.id, "approve", user=BOB))
+    assert "Approved by bob" in card_text(answer["value"])
+
+
+def test_a_structured_question_is_answered_on_the_card(fleet: tuple[Broker, TestClient]) -> None:
+    broker, client = fleet
+    questions = [
+        {
+            "question": "Which auth method?",
+            "header": "Auth",
+            "options": [{"label": "OAuth 2.0"}, {"label": "API key"}],
+        },
+        {
+            "question": "Which scopes?",
+            "header": "Scopes",
+            "multi_select": True,
+            "options": [{"label": "read"}, {"label": "write"}, {"label": "admin"}],
+        },
+    ]
+    request = broker.create_request(
+        NewRequest(tool_name="setup", kind="question", metadata={"questions": questions})
+    )
+    card = teams_cards.render(request, broker.config, "teams:approvals")
+    ids = [e.get("id") for e in card["body"] if e.get("id")]
+    assert ids == ["q0", "q0_other", "q1", "q1_other", "reason"]
+
+    click(client, invoke(request.id, "answer", q0="1", q1="0,2", q1_other="billing"))
+
+    decision = broker.get_request(request.id).decision
+    assert decision is not None and decision.answer == {
+        "answers": [
+            {"question": "Which auth method?", "selected": ["API key"], "other": None},
+            {"question": "Which scopes?", "selected": ["read", "admin"], "other": "billing"},
+        ]
+    }
+
+
+def test_an_open_question_with_options_is_answered_by_the_choice(
+    fleet: tuple[Broker, TestClient],
+) -> None:
+    broker, client = fleet
+    request = broker.create_request(
+        NewRequest(tool_name="ship", kind="question", metadata={"options": ["card", "credit"]})
+    )
+    empty = click(client, invoke(request.id, "answer"))
+    assert "pick an answer first" in card_text(empty["value"])
+
+    done = click(client, invoke(request.id, "answer", answer="credit"))
+
+    assert 'Answer: "credit"' in card_text(done["value"])
+    assert broker.get_request(request.id).decision.answer == "credit"  # type: ignore[union-attr]
 
 
 def test_a_click_from_a_conversation_that_is_no_channel_of_the_queue_decides_nothing(
@@ -436,3 +515,22 @@ def test_the_teams_app_manifest_names_one_bot_and_the_api_host() -> None:
     assert set(bot["scopes"]) >= {"team", "groupChat"}
     assert manifest["icons"] == {"outline": "outline.png", "color": "color.png"}
     assert "zip" in (root / "README.md").read_text()  # how to package it with the icons
+
+
+def test_teams_copies_finds_the_posted_card_and_updates_it(
+    redis: Redis, connector: FakeConnector
+) -> None:
+    config = teams_config(connector)
+    broker = Broker(redis, config, prefix="ts:")
+    with running(broker, teams_timeout_s=5.0):
+        request = broker.create_request(NewRequest(tool_name="refund", args={"amount": 11}))
+        [(activity_id, _)] = wait_for(lambda: connector.cards_for(request.id))
+    copies = TeamsCopies(TeamsCalls(config.teams, 5.0), config, DeliveryState(broker))  # type: ignore[arg-type]
+    [copy] = wait_for(lambda: copies.posted(request.id))
+    assert (copy.channel, copy.activity_id) == ("teams:approvals", activity_id)
+    decided = broker.decide(request.id, Decision(outcome=Outcome.approved), decided_by="alice")
+
+    copies.update(copy, decided)
+
+    [(_, card)] = connector.cards_for(request.id)
+    assert "Approved by alice" in card_text(card)
