@@ -1,172 +1,40 @@
-"""Microsoft Teams activities (`POST /v1/teams/messages`), hosted with the Microsoft 365
-Agents SDK: its JWT validator checks the Bot Framework token, its FastAPI `CloudAdapter` turns
-the request into a turn, and its `AgentApplication` routes `adaptiveCard/action` invokes
-(`Action.Execute`) to `api/teams_actions.py`, which decides through the one decision service.
-The invoke is answered with the card refreshed to the outcome (the invoke response's card);
-updating the card for everyone else is the notifier's job (it sees the event).
+"""Microsoft Teams activities (`POST /v1/teams/messages`): the route.
 
-Without `[teams] app_id` the SDK runs in its anonymous mode (no token needed inbound, none
-sent outbound), which the config allows only with `allow_anonymous = true`: a local emulator
-or tests. Errors of our own (no or bad token, a body that is no activity) answer 4xx with
-`{"error", "detail"}`; nothing a Teams client sends makes a 500.
+The bot itself (the Microsoft 365 Agents SDK's token check, adapter and application) is
+`api/teams_bot.py`, imported on the first activity; clicks are decided in
+`api/teams_actions.py` through the one decision service and answered with the card refreshed
+to the outcome (the `Action.Execute` invoke response); updating the card for everyone else is
+the notifier's job (it sees the event). Errors of our own (no or a bad token, a body that is
+no activity) answer 4xx with `{"error", "detail"}`; nothing a Teams client sends makes a 500.
 """
 
 from __future__ import annotations
 
-import json
-import logging
-import re
-from http import HTTPStatus
-from typing import Any
-from urllib.parse import urlsplit
+from typing import TYPE_CHECKING
 
-from fastapi import APIRouter, FastAPI, Request, Response
-from jwt import PyJWTError
-from microsoft_agents.activity import Activity, AdaptiveCardInvokeResponse
-from microsoft_agents.authentication.msal import MsalConnectionManager
-from microsoft_agents.hosting.core import (
-    AgentApplication,
-    AgentAuthConfiguration,
-    ClaimsIdentity,
-    MemoryStorage,
-    OutboundHostValidator,
-    TurnContext,
-    TurnState,
-)
-from microsoft_agents.hosting.core.authorization.jwt import JwtTokenValidator
-from microsoft_agents.hosting.fastapi import CloudAdapter
-from pydantic import ValidationError
-from starlette.concurrency import run_in_threadpool
+from fastapi import APIRouter, Request, Response
 
-from api.errors import UNAVAILABLE, ApiError
+from api.errors import ApiError
 from api.schemas import ERRORS, ErrorBody
 from api.state import ApiState, State
-from api.teams_actions import Click, handle_click
-from broker import teams_cards as cards
-from broker.config import TeamsConfig
 
-log = logging.getLogger("approval_broker.api")
+if TYPE_CHECKING:
+    from api.teams_bot import TeamsBot
 
 router = APIRouter(prefix="/v1/teams", tags=["teams"])
-CARD = "application/vnd.microsoft.card.adaptive"
-MESSAGE = "application/vnd.microsoft.activity.message"
-VERB = re.compile("^(" + "|".join(cards.VERBS) + ")$")
 
 
-def auth_configuration(teams: TeamsConfig) -> AgentAuthConfiguration:
-    """The SDK's settings for the bot's app registration (anonymous without an app_id)."""
-    return AgentAuthConfiguration(
-        client_id=teams.app_id,
-        tenant_id=teams.tenant_id,
-        client_secret=teams.app_password,
-        anonymous_allowed=teams.anonymous,
-    )
-
-
-def host_validator(teams: TeamsConfig) -> OutboundHostValidator:
-    """Which service URLs an activity may name: with an app id, Microsoft's Teams and Bot
-    Connector hosts and those of the configured channels (an activity naming another is
-    refused, 401); in anonymous mode (a local emulator on loopback) the SDK's default, off."""
-    if teams.anonymous:
-        return OutboundHostValidator(enabled=False)
-    hosts = sorted({urlsplit(c.service_url).hostname or "" for c in teams.channels.values()})
-    return OutboundHostValidator(hosts=[h for h in hosts if h], enabled=True)
-
-
-class TeamsBot:
-    """The SDK's pieces for one app: the adapter, the application and its card handler."""
-
-    def __init__(self, state: ApiState, teams: TeamsConfig) -> None:
-        self.state = state
-        self.teams = teams
-        self.auth = auth_configuration(teams)
-        connections = MsalConnectionManager(
-            connections_configurations={"SERVICE_CONNECTION": self.auth}
-        )
-        self.adapter = CloudAdapter(
-            connection_manager=connections, host_validator=host_validator(teams)
-        )
-        self.adapter.on_turn_error = self.on_turn_error
-        self.app: AgentApplication[TurnState] = AgentApplication[TurnState](
-            storage=MemoryStorage(), connection_manager=connections, start_typing_timer=False
-        )
-        self.app.adaptive_card.action_execute(VERB)(self.on_action)
-
-    async def on_turn_error(self, context: TurnContext, error: Exception) -> None:
-        """Logged, never posted into the chat (the SDK's default would show the error there)."""
-        log.error("Teams turn failed: %s", type(error).__name__, exc_info=error)
-
-    async def on_action(
-        self, context: TurnContext, _state: TurnState, data: object
-    ) -> AdaptiveCardInvokeResponse:
-        """An `Action.Execute` click: decided in a thread, answered with the card."""
-        activity = context.activity
-        value = activity.value if isinstance(activity.value, dict) else {}
-        verb = str((value.get("action") or {}).get("verb") or "")
-        sender = activity.from_property
-        conversation = activity.conversation
-        tenant = conversation.tenant_id if conversation else None
-        if not tenant and isinstance(activity.channel_data, dict):
-            tenant = (activity.channel_data.get("tenant") or {}).get("id")
-        click = Click(
-            verb=verb,
-            data=data if isinstance(data, dict) else {},
-            user_aad_id=sender.aad_object_id if sender else None,
-            conversation_id=conversation.id if conversation else "",
-            tenant_id=tenant,
-            activity_id=activity.id,
-        )
-        try:
-            answer = await run_in_threadpool(handle_click, self.state, self.teams, click)
-        except UNAVAILABLE as exc:
-            log.error("Redis error on a Teams click: %s", type(exc).__name__)
-            text = "The broker can't record clicks right now; please try again."
-            return AdaptiveCardInvokeResponse(status_code=HTTPStatus.OK, type=MESSAGE, value=text)
-        if answer.card is None:
-            return AdaptiveCardInvokeResponse(
-                status_code=HTTPStatus.OK, type=MESSAGE, value=answer.text
-            )
-        return AdaptiveCardInvokeResponse(status_code=HTTPStatus.OK, type=CARD, value=answer.card)
-
-    async def authenticate(self, header: str | None) -> ClaimsIdentity:
-        """The Bot Framework token checked by the SDK's validator (signature against the Bot
-        Framework's keys, audience = our app id, issuer, expiry); 401 otherwise."""
-        validator = JwtTokenValidator(self.auth)
-        if not header:
-            if self.auth.ANONYMOUS_ALLOWED:
-                return validator.get_anonymous_claims()
-            raise ApiError(401, "unauthorized", "a Bot Framework token is required")
-        scheme, _, token = header.partition(" ")
-        if scheme.lower() != "bearer" or not token:
-            raise ApiError(401, "unauthorized", "the Authorization header is not 'Bearer TOKEN'")
-        try:
-            return await validator.validate_token(token)
-        except (PyJWTError, ValueError) as exc:
-            log.warning("Teams token refused: %s", type(exc).__name__)
-            raise ApiError(401, "unauthorized", "the Bot Framework token is not valid") from None
-
-
-def bot_of(app: FastAPI, state: ApiState) -> TeamsBot:
+def bot_of(request: Request, state: ApiState) -> TeamsBot:
     """The app's Teams bot, built on first use (404 when Teams is not configured)."""
     teams = state.config.teams
     if teams is None:
         raise ApiError(404, "not_configured", "Microsoft Teams is not configured")
-    bot: TeamsBot | None = getattr(app.state, "teams_bot", None)
+    bot: TeamsBot | None = getattr(request.app.state, "teams_bot", None)
     if bot is None:
-        bot = app.state.teams_bot = TeamsBot(state, teams)
+        from api.teams_bot import TeamsBot  # the SDK, imported only where Teams is used
+
+        bot = request.app.state.teams_bot = TeamsBot(state, teams)
     return bot
-
-
-def check_activity(body: bytes) -> dict[str, Any]:
-    """The activity, or 400: what the adapter would otherwise fail on with a 500."""
-    try:
-        raw = json.loads(body)
-        activity = Activity.model_validate(raw)
-    except (ValueError, ValidationError):
-        raise ApiError(400, "bad_request", "the body is not a Bot Framework activity") from None
-    if not activity.type or not activity.conversation or not activity.conversation.id:
-        raise ApiError(400, "bad_request", "an activity needs a type and conversation.id")
-    return raw
 
 
 @router.post(
@@ -182,9 +50,9 @@ def check_activity(body: bytes) -> dict[str, Any]:
 )
 async def teams_messages(request: Request, state: State) -> Response:
     """Activities from the Bot Connector: card clicks (`adaptiveCard/action`) decide."""
-    bot = bot_of(request.app, state)
+    bot = bot_of(request, state)
     identity = await bot.authenticate(request.headers.get("authorization"))
-    check_activity(await request.body())
+    bot.check_activity(await request.body())
     request.state.claims_identity = identity  # where the SDK's adapter reads the caller
     response = await bot.adapter.process(request, bot.app)
     return response if response is not None else Response(status_code=202)

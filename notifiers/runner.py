@@ -7,6 +7,7 @@ import logging
 import signal
 import threading
 from types import FrameType
+from typing import TYPE_CHECKING
 
 import typer
 
@@ -21,8 +22,10 @@ from notifiers.mail import EmailChannel, smtp_target
 from notifiers.options import NotifierOptions
 from notifiers.retry import RetryPolicy
 from notifiers.slack import SlackChannel, claim_stale_s, slack_client
-from notifiers.teams import TeamsCalls, TeamsChannel
 from notifiers.webhook import WebhookChannel
+
+if TYPE_CHECKING:  # the Agents SDK takes seconds to import: only a notifier with Teams does
+    from notifiers.teams import TeamsCalls
 
 GC_YOUNG = 10_000
 """Young objects before a collection (Python's default: 700). Nearly everything a delivery
@@ -54,7 +57,7 @@ def build_channels(
     state = DeliveryState(broker)
     policy = RetryPolicy(options.max_attempts, options.backoff_s, options.max_backoff_s)
     slack = slack_client(config.slack, options.slack_timeout_s) if config.slack else None
-    teams = TeamsCalls(config.teams, options.teams_timeout_s) if config.teams else None
+    teams: TeamsCalls | None = None  # one Teams client, made when a channel needs it
     check_config(config)
     channels: dict[str, Channel] = {}
     for name in used_channels(config):
@@ -81,7 +84,10 @@ def build_channels(
                 timeout_s=options.slack_timeout_s,
             )
         elif kind == "teams":
-            assert config.teams is not None and teams is not None
+            assert config.teams is not None
+            from notifiers.teams import TeamsCalls, TeamsChannel  # the SDK: only where used
+
+            teams = teams or TeamsCalls(config.teams, options.teams_timeout_s)
             channels[name] = TeamsChannel(
                 name,
                 config.teams.channels[short],
