@@ -352,6 +352,26 @@ def test_a_click_from_a_conversation_that_is_no_channel_of_the_queue_decides_not
     assert broker.get_request(request.id).is_pending
 
 
+def test_a_click_from_another_tenant_decides_nothing(fleet: tuple[Broker, TestClient]) -> None:
+    broker, client = fleet
+    request = broker.create_request(NewRequest(tool_name="refund", args={"amount": 12}))
+    activity = invoke(request.id, "approve")
+    activity["conversation"]["tenantId"] = "someone-elses-tenant"
+
+    answer = click(client, activity)
+
+    assert "not one of the broker's Teams channels" in card_text(answer["value"])
+    assert broker.get_request(request.id).is_pending
+
+
+def test_without_teams_configured_the_route_is_a_404_with_an_error_body(
+    api_broker: Broker, cfg: Config, client: TestClient
+) -> None:
+    resp = client.post("/v1/teams/messages", json={"type": "message"})
+    assert resp.status_code == 404
+    assert resp.json()["error"] == "not_configured"
+
+
 def test_a_body_that_is_no_activity_is_a_400_with_an_error_body(
     fleet: tuple[Broker, TestClient],
 ) -> None:
@@ -434,6 +454,12 @@ def test_two_approvers_with_one_teams_user_are_refused() -> None:
                 }
             }
         )
+
+
+@pytest.fixture
+def cfg() -> Config:
+    """The config of the API tests' `client` fixture: no [teams]."""
+    return parse_config({})
 
 
 # ---- the card and the notifier -------------------------------------------------------------
@@ -534,3 +560,34 @@ def test_teams_copies_finds_the_posted_card_and_updates_it(
 
     [(_, card)] = connector.cards_for(request.id)
     assert "Approved by alice" in card_text(card)
+
+
+def test_the_card_left_behind_by_an_escalation_says_where_it_went(
+    redis: Redis, connector: FakeConnector
+) -> None:
+    config = parse_config(
+        {
+            "queues": {
+                "default": {"channels": ["teams:approvals"], "escalate_to": "managers"},
+                "managers": {"channels": ["inbox"]},
+            },
+            "teams": {
+                "allow_anonymous": True,
+                "channels": {
+                    "approvals": {"service_url": connector.url, "conversation_id": CONVERSATION}
+                },
+            },
+        }
+    )
+    broker = Broker(redis, config, prefix="te:")
+    request = broker.create_request(NewRequest(tool_name="refund", args={"amount": 13}))
+    pending = teams_cards.render(request, config, "teams:approvals")
+    assert [a["verb"] for a in pending["actions"]] == ["approve", "reject", "escalate"]
+
+    moved = broker.decide(
+        request.id, Decision(outcome=Outcome.escalated, reason="too big"), decided_by="carol"
+    )
+    card = teams_cards.render(moved, config, "teams:approvals")
+
+    assert "Escalated to managers by carol" in card_text(card)
+    assert "actions" not in card
