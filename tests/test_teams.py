@@ -490,6 +490,7 @@ def test_a_rate_limited_post_waits_for_retry_after_and_then_posts(
         wait_for(lambda: connector.cards_for(request.id))
     posts = [c for c in connector.calls if c.method == "POST"]
     assert [c.status for c in posts] == [429, 201]
+    assert posts[1].at - posts[0].at >= 1.0  # not before Retry-After
 
 
 def test_a_post_that_keeps_failing_goes_to_the_dead_letters(

@@ -14,7 +14,8 @@ from __future__ import annotations
 import itertools
 import json
 import threading
-from dataclasses import dataclass
+import time
+from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import unquote
 
@@ -30,6 +31,7 @@ class Call:
     activity_id: str | None
     body: dict[str, Any]
     status: int
+    at: float = field(default_factory=time.monotonic)
 
 
 @dataclass
