@@ -45,6 +45,7 @@ from pydantic_graph import End
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
+from broker import tracing
 from broker.agent_loader import AgentLoadError, LoadedAgent, load_agent
 from broker.agents import LocalAgents
 from broker.client import Broker
@@ -334,7 +335,8 @@ class AgentRunner:
             kwargs["deferred_tool_results"] = results
         self.broker.update_run(run_id, status=RunStatus.running)
         applying = [] if results is None or pause is None else pause.calls
-        result = _run_sync(self._drive(run_id, round_no, loaded, prompt, kwargs, applying))
+        drive = self._drive(run_id, round_no, loaded, prompt, kwargs, applying)
+        result = _run_sync(tracing.carry(drive))  # the job's trace, on the worker's shared loop
         output = result.output
         if isinstance(output, DeferredToolRequests):
             return self._pause(run_id, round_no + 1, loaded, output, result.all_messages())

@@ -1,0 +1,125 @@
+"""The spans of an approval's life, named and attributed in one place (`broker.tracing` makes them).
+
+Why apart from `broker.tracing`: that module is the OpenTelemetry plumbing; this one knows the
+domain (a decision, an RQ job of a run, a resume enqueued), and gives every span the same
+attribute names: the GenAI semantic conventions where they exist (`gen_ai.tool.name`,
+`gen_ai.tool.call.id`), OpenTelemetry's messaging ones for RQ jobs, and `approval.*` for the
+rest (`approval.outcome`, `approval.decided_by.kind`, `approval.queue`, `approval.rule`,
+`approval.request.id`, `approval.run.id`, `approval.round`, `approval.channel`).
+
+Each helper is a no-op when tracing is off; none raises into the step it describes.
+"""
+
+from __future__ import annotations
+
+from contextlib import AbstractContextManager
+from typing import Any
+
+from opentelemetry.trace import Span
+
+from broker import tracing
+from broker.models import Decision, Request
+from broker.tracing import SpanKind
+
+RUN_QUEUE = "agent-runs"  # the RQ queue's name (`broker.runs.RUN_QUEUE`; not imported: a cycle)
+
+
+def decided_by_kind(decided_by: str | None) -> str:
+    """`person` | `rule` | `webhook` | `system`, from a recorded `decided_by`."""
+    if not decided_by:
+        return "system"
+    head = decided_by.split(":", 1)[0]
+    if head in ("rule", "webhook"):
+        return head
+    if head in ("system", "sweeper", "broker"):
+        return "system"
+    return "person"
+
+
+def field_of(flat: list[Any], name: str) -> str | None:
+    """A field of a Lua step's HGETALL reply (field, value, field, value...), as text."""
+    for i in range(0, len(flat) - 1, 2):
+        key = flat[i]
+        if key == name or key == name.encode():
+            value = flat[i + 1]
+            return value.decode() if isinstance(value, bytes) else str(value)
+    return None
+
+
+def decision(
+    fields: list[Any],
+    request: Request,
+    outcome: str,
+    decided_by: str,
+    channel: str | None,
+    started_ns: int,
+) -> None:
+    """One span for a recorded decision (or vote), in the trace the request was made in, and
+    linked to the call that carried it (an HTTP request, a Slack click)."""
+    rule = decided_by.split(":", 1)[1] if decided_by.startswith("rule:") else None
+    with tracing.span(
+        "approval.decision",
+        parent=field_of(fields, tracing.TRACEPARENT),
+        start_ns=started_ns,
+        link_current=True,
+        attributes={
+            "approval.outcome": outcome,
+            "approval.decided_by.kind": decided_by_kind(decided_by),
+            "approval.queue": request.queue,
+            "approval.rule": rule,
+            "approval.channel": channel,
+            "approval.request.id": request.id,
+            "approval.run.id": request.run_id,
+            "approval.status": request.status.value,
+            "gen_ai.tool.name": request.tool_name,
+            "gen_ai.tool.call.id": request.tool_call_id,
+        },
+    ):
+        pass
+
+
+def outcome_of(decision: Decision, code: str) -> str:
+    """What a decide step did: the outcome, or `voted` for a vote below the quorum."""
+    return "voted" if code == "voted" else decision.outcome.value
+
+
+def job(job_meta: dict[str, Any] | None, job_id: str | None, run_id: str, round_no: int) -> AbstractContextManager[Span | None]:  # fmt: skip
+    """The span of an RQ job advancing a run (`process agent-runs`), a child of whatever
+    enqueued it (its meta's `traceparent`): the run's start, or the round's resume."""
+    parent = (job_meta or {}).get(tracing.TRACEPARENT) if tracing.enabled() else None
+    return tracing.span(
+        f"process {RUN_QUEUE}",
+        parent=parent,
+        kind=SpanKind.CONSUMER,
+        attributes={
+            "messaging.system": "rq",
+            "messaging.operation.type": "process",
+            "messaging.destination.name": RUN_QUEUE,
+            "messaging.message.id": job_id,
+            "approval.run.id": run_id,
+            "approval.round": round_no,
+        },
+    )
+
+
+def job_meta(parent: str | None = None, **attributes: Any) -> dict[str, Any] | None:
+    """RQ meta carrying the trace to a job's worker: a `send agent-runs` span (under `parent`,
+    the outbox entry's `traceparent`, else the current span) whose context the job continues.
+    None when tracing is off, or when there is nothing to continue."""
+    if not tracing.enabled():
+        return None
+    if parent is None and tracing.traceparent() is None:
+        return None
+    with tracing.span(
+        f"send {RUN_QUEUE}",
+        parent=parent,
+        kind=SpanKind.PRODUCER,
+        attributes={
+            "messaging.system": "rq",
+            "messaging.operation.type": "send",
+            "messaging.destination.name": RUN_QUEUE,
+            **{f"approval.{k}": v for k, v in attributes.items()},
+        },
+    ):
+        carried = tracing.traceparent()
+    return {tracing.TRACEPARENT: carried} if carried else None
