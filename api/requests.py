@@ -15,7 +15,6 @@ from api.idempotency import IdempotencyKey, create_request_once
 from api.rules import remember
 from api.schemas import ERRORS, ConflictBody, DecisionBody, NewRequestBody
 from api.state import ApiState, State
-from api.traced import server_span
 from api.visibility import seer, sees_all, sees_own_only
 from api.waits import LongPoll
 from broker.auth import Principal
@@ -46,7 +45,6 @@ async def create_request(
     body: NewRequestBody,
     principal: Requester,
     state: State,
-    http: HttpRequest,
     idempotency_key: IdempotencyKey = None,
 ) -> JSONResponse:
     """Create a request (agents that aren't Python). Needs the `requester` role.
@@ -59,14 +57,11 @@ async def create_request(
     Redis, neither of which may hold the event loop; with an Idempotency-Key a concurrent
     create with the same key polls for the winner's id there too.
     """
-    with server_span(http, "/v1/requests"):  # the request's trace starts here
-        body = checked_new_request(state, principal, body)
-        if idempotency_key is not None:
-            return await run_in_threadpool(
-                create_request_once, state, principal, idempotency_key, body
-            )
-        request = await run_in_threadpool(state.broker.create_request, body)
-        return JSONResponse(request.public(), status_code=201)
+    body = checked_new_request(state, principal, body)
+    if idempotency_key is not None:
+        return await run_in_threadpool(create_request_once, state, principal, idempotency_key, body)
+    request = await run_in_threadpool(state.broker.create_request, body)
+    return JSONResponse(request.public(), status_code=201)
 
 
 def checked_new_request(

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Path, Request
+from fastapi import APIRouter, Path
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -17,7 +17,6 @@ from api.idempotency import IdempotencyKey, start_run_once
 from api.requests import ID_PATTERN
 from api.schemas import ERRORS, ErrorBody, RunStart, RunStarted
 from api.state import State
-from api.traced import server_span
 from api.visibility import may_see_run
 from broker.auth import EVERY_ROLE
 from broker.errors import Conflict, Forbidden, NotFound
@@ -47,15 +46,13 @@ def create_run(
     body: RunStart,
     principal: Requester,
     state: State,
-    http: Request,
     idempotency_key: IdempotencyKey = None,
 ) -> JSONResponse:
     """Start a registered agent. Needs the `requester` role; `Idempotency-Key` honoured."""
-    with server_span(http, "/v1/runs"):  # the run's trace starts here
-        if idempotency_key is not None:
-            return start_run_once(state, principal, idempotency_key, body)
-        run = start_run(state.broker, body.agent, body.prompt, started_by=principal.name)
-        return JSONResponse({"run_id": run.id}, status_code=202)
+    if idempotency_key is not None:
+        return start_run_once(state, principal, idempotency_key, body)
+    run = start_run(state.broker, body.agent, body.prompt, started_by=principal.name)
+    return JSONResponse({"run_id": run.id}, status_code=202)
 
 
 @router.get(

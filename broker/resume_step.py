@@ -76,7 +76,7 @@ def enqueue_resumes(
                 args=(run_id, round_no),
                 **_rq_options(
                     resume_job_id(run_id, round_no),
-                    traced.job_meta(parents.get((run_id, round_no)), run_id=run_id, round=round_no),
+                    traced.job_meta(run_id, round_no, parents.get((run_id, round_no))),
                 ),
             )
             for run_id, round_no in rounds

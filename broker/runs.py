@@ -107,7 +107,7 @@ def start_run(
     extra = {"deps": deps_json, **({"started_by": started_by} if started_by else {})}
     fields = broker.new_run_fields(agent, prompt, extra=extra)
     run_id = fields["id"]
-    options = _job_options(run_job_id(run_id), traced.job_meta(run_id=run_id, round=0))
+    options = _job_options(run_job_id(run_id), traced.job_meta(run_id, 0))
     if broker.store.clustered:  # two Redis: the run first (and replicated), then its job
         broker.redis.hset(broker.keys.run(run_id), mapping=fields)
         wait_for_replicas(broker.redis, broker.keys.run(run_id), strict=False)  # type: ignore[arg-type]
@@ -128,9 +128,7 @@ def enqueue_resume(broker: Broker, run_id: str, round_no: int) -> bool:
             run_id,
             round_no,
             unique=True,
-            **_job_options(
-                resume_job_id(run_id, round_no), traced.job_meta(run_id=run_id, round=round_no)
-            ),
+            **_job_options(resume_job_id(run_id, round_no), traced.job_meta(run_id, round_no)),
         )
     except DuplicateJobError:
         return False

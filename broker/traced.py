@@ -102,7 +102,7 @@ def job(job_meta: dict[str, Any] | None, job_id: str | None, run_id: str, round_
     )
 
 
-def job_meta(parent: str | None = None, **attributes: Any) -> dict[str, Any] | None:
+def job_meta(run_id: str, round_no: int, parent: str | None = None) -> dict[str, Any] | None:
     """RQ meta carrying the trace to a job's worker: a `send agent-runs` span (under `parent`,
     the outbox entry's `traceparent`, else the current span) whose context the job continues.
     None when tracing is off, or when there is nothing to continue."""
@@ -118,7 +118,8 @@ def job_meta(parent: str | None = None, **attributes: Any) -> dict[str, Any] | N
             "messaging.system": "rq",
             "messaging.operation.type": "send",
             "messaging.destination.name": RUN_QUEUE,
-            **{f"approval.{k}": v for k, v in attributes.items()},
+            "approval.run.id": run_id,
+            "approval.round": round_no,
         },
     ):
         carried = tracing.traceparent()
