@@ -7,19 +7,29 @@ attribute names: the GenAI semantic conventions where they exist (`gen_ai.tool.n
 rest (`approval.outcome`, `approval.decided_by.kind`, `approval.queue`, `approval.rule`,
 `approval.request.id`, `approval.run.id`, `approval.round`, `approval.channel`).
 
-Each helper is a no-op when tracing is off; none raises into the step it describes.
+Each helper is a no-op when tracing is off; none raises into the step it describes, and
+only `swept` reads Redis (the requests' traces, while tracing is on).
 """
 
 from __future__ import annotations
 
+import logging
 from contextlib import AbstractContextManager
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from opentelemetry.trace import Span
+from redis.exceptions import RedisError
 
 from broker import tracing
 from broker.models import Decision, Request
+from broker.text import as_str
 from broker.tracing import SpanKind
+
+if TYPE_CHECKING:
+    from broker.client import Broker
+    from broker.sweeping import SweepResult
+
+log = logging.getLogger("broker.traced")
 
 RUN_QUEUE = "agent-runs"  # the RQ queue's name (`broker.runs.RUN_QUEUE`; not imported: a cycle)
 
@@ -124,3 +134,34 @@ def job_meta(run_id: str, round_no: int, parent: str | None = None) -> dict[str,
     ):
         carried = tracing.traceparent()
     return {tracing.TRACEPARENT: carried} if carried else None
+
+
+def swept(broker: Broker, results: list[SweepResult], started_ns: int) -> None:
+    """A span per request the sweeper timed out or escalated, each in its request's trace.
+
+    The requests' `traceparent`s take one pipelined read, made only while tracing is on; a read
+    that fails costs the spans, never the sweep."""
+    if not results or not tracing.enabled():
+        return
+    try:
+        pipe = broker.redis.pipeline(transaction=False)
+        for result in results:
+            pipe.hget(broker.keys.request(result.request_id), tracing.TRACEPARENT)
+        parents = pipe.execute()
+    except RedisError:
+        log.warning("sweep: the requests' traces could not be read", exc_info=True)
+        return
+    for result, parent in zip(results, parents, strict=True):
+        with tracing.span(
+            "approval.timeout" if result.action == "timed_out" else "approval.escalation",
+            parent=as_str(parent) if parent else None,
+            start_ns=started_ns,
+            attributes={
+                "approval.outcome": result.action,
+                "approval.decided_by.kind": "system",
+                "approval.queue": result.from_queue,
+                "approval.queue.to": result.to_queue,
+                "approval.request.id": result.request_id,
+            },
+        ):
+            pass

@@ -67,8 +67,8 @@ def _crashing_resumer(
 
     real_enqueue = resume_step.enqueue_resumes
 
-    def queued_then_stall(queue: object, rounds: object, pipeline: object) -> None:
-        real_enqueue(queue, rounds, pipeline)  # type: ignore[arg-type]
+    def queued_then_stall(queue: object, rounds: object, pipeline: object, *more: object) -> None:
+        real_enqueue(queue, rounds, pipeline, *more)  # type: ignore[arg-type]
         stall()
 
     # before-enqueue: the round is claimed, nothing queued; before-commit: the jobs and acks

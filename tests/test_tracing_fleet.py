@@ -29,6 +29,7 @@ from tests.fakes.webhook_receiver import WebhookReceiver
 
 PREFIX = "trace:"
 PROMPT = "Refund $120 on order A103 because the floor is torn."
+REJECTED_PROMPT = "Refund $75 on order A100 because the sole came off."
 START_S = 120.0  # a role imports the agent stack: far longer on a loaded machine
 AUTH = {"authorization": f"Bearer {ADMIN}"}
 
@@ -59,7 +60,7 @@ def free_port() -> int:
 def fleet(
     redis_url: str, tmp_path: Path, hooks: WebhookReceiver, otlp_endpoint: str
 ) -> Iterator[str]:
-    """api, notifier and worker (with its resumer) as processes; yields the API's URL."""
+    """api, notifier, worker (with its resumer) and sweeper as processes; yields the API's URL."""
     env = api_env(redis_url, tmp_path, config(hooks.url("/hook")))
     env.pop("APPROVAL_BROKER_DEMO_MODEL", None)
     env = {k: v for k, v in env.items() if not k.startswith("OTEL_")}
@@ -74,6 +75,7 @@ def fleet(
         "api": ["api", "--port", str(port)],
         "notifier": ["notifier"],
         "worker": ["worker", "--concurrency", "4"],
+        "sweeper": ["sweeper"],
     }
     processes: list[subprocess.Popen[bytes]] = []
     try:
@@ -113,8 +115,13 @@ def _healthy(url: str) -> bool:
 
 def approve_a_run(url: str) -> str:
     """Start the refund run, approve its one request over the API, wait until it finished."""
+    return decide_a_run(url, PROMPT, {"outcome": "approved"}, refunded=True)
+
+
+def decide_a_run(url: str, prompt: str, decision: dict[str, str], *, refunded: bool) -> str:
+    """Start a refund run, decide its one request over the API, wait until it finished."""
     with httpx.Client(base_url=url, headers=AUTH, timeout=10) as api:
-        started = api.post("/v1/runs", json={"agent": "refunds", "prompt": PROMPT})
+        started = api.post("/v1/runs", json={"agent": "refunds", "prompt": prompt})
         assert started.status_code == 202, started.text
         run_id = started.json()["run_id"]
 
@@ -123,7 +130,7 @@ def approve_a_run(url: str) -> str:
             return run["pending"] if run["status"] == "waiting" else None
 
         [request_id] = wait_for(waiting, timeout=60)
-        decided = api.post(f"/v1/requests/{request_id}/decision", json={"outcome": "approved"})
+        decided = api.post(f"/v1/requests/{request_id}/decision", json=decision)
         assert decided.status_code == 200, decided.text
 
         def finished() -> dict | None:
@@ -132,8 +139,36 @@ def approve_a_run(url: str) -> str:
 
         run = wait_for(finished, timeout=60)
         assert run["status"] == "finished", run
-        assert run["output"]["refunded"] is True
+        assert run["output"]["refunded"] is refunded
     return run_id
+
+
+def ask_and_let_time_out(url: str) -> str:
+    """`POST /v1/requests` for one second; nobody answers; returns its id once timed out."""
+    with httpx.Client(base_url=url, headers=AUTH, timeout=10) as api:
+        made = api.post(
+            "/v1/requests", json={"tool_name": "wire", "args": {"n": 1}, "timeout_s": 1}
+        )
+        assert made.status_code == 201, made.text
+        request_id = made.json()["id"]
+        wait_for(
+            lambda: api.get(f"/v1/requests/{request_id}").json()["status"] == "timed_out",
+            timeout=30,
+        )
+    return request_id
+
+
+def of_request(otlp: OtlpReceiver, request_id: str) -> list[Span]:
+    """Every span of the trace(s) the request's spans are in."""
+    spans = otlp.snapshot()
+    traces = {s.trace_id for s in spans if s.attributes.get("approval.request.id") == request_id}
+    return [s for s in spans if s.trace_id in traces]
+
+
+def timed_out_trace(otlp: OtlpReceiver, request_id: str) -> list[Span] | None:
+    """The request's trace once the sweeper's time-out span is in it."""
+    spans = of_request(otlp, request_id)
+    return spans if any(s.name == "approval.timeout" for s in spans) else None
 
 
 def trace_of(spans: list[Span], run_id: str) -> list[Span]:
@@ -169,8 +204,19 @@ def test_an_approved_run_is_one_connected_trace_across_api_notifier_and_worker(
     try:
         with fleet(redis_url, tmp_path, hooks, otlp.endpoint) as url:
             run_id = approve_a_run(url)
+            rejection = {"outcome": "rejected", "reason": "Photo needed"}
+            refused = decide_a_run(url, REJECTED_PROMPT, rejection, refunded=False)
             spans = wait_for(
                 lambda: (t := trace_of(otlp.snapshot(), run_id)) and complete(t) and t,
+                timeout=30,
+            )
+            unanswered = ask_and_let_time_out(url)
+            timed_out = wait_for(lambda: timed_out_trace(otlp, unanswered), timeout=30)
+            refused_spans = wait_for(
+                lambda: (
+                    [s for s in trace_of(otlp.snapshot(), refused) if s.name == "approval.decision"]
+                    or None
+                ),
                 timeout=30,
             )
     finally:
@@ -217,6 +263,22 @@ def test_an_approved_run_is_one_connected_trace_across_api_notifier_and_worker(
     assert [s.service for s in ran] == ["approval-broker-worker"] * len(ran)
     assert any(jobs[1] in ancestors(s) for s in ran)  # the tool ran in the resumed round
 
+    # a rejected call leaves its span too, in its own run's trace
+    [rejected] = refused_spans
+    assert rejected.attributes["approval.outcome"] == "rejected"
+    assert rejected.attributes["gen_ai.tool.name"] == "issue_refund"
+    assert rejected.trace_id != spans[0].trace_id
+
+    # a request made over HTTP is a trace of its own; the sweeper's time-out is in it
+    [asked] = [s for s in timed_out if not s.parent_id]
+    assert asked.name == "POST /v1/requests"
+    assert len({s.trace_id for s in timed_out}) == 1
+    [timeout] = [s for s in timed_out if s.name == "approval.timeout"]
+    assert timeout.service == "approval-broker-sweeper"
+    assert timeout.attributes["approval.decided_by.kind"] == "system"
+    assert timeout.attributes["approval.outcome"] == "timed_out"
+    assert any(s.name == "deliver webhook:ops" for s in timed_out)
+
     deliveries = [s for s in spans if s.name == "deliver webhook:ops"]
     assert {d.attributes["approval.event"] for d in deliveries} >= {
         "approval.requested",
@@ -224,7 +286,11 @@ def test_an_approved_run_is_one_connected_trace_across_api_notifier_and_worker(
     }
     assert all(d.service == "approval-broker-notifier" for d in deliveries)
     # the webhook's receiver can go on with the trace: its traceparent names a delivery span
-    carried = [h.headers.get("traceparent", "") for h in hooks.to("/hook")]
+    carried = [
+        h.headers.get("traceparent", "")
+        for h in hooks.to("/hook")
+        if h.payload["data"].get("run_id") == run_id
+    ]
     assert carried and all(c.split("-")[1] == spans[0].trace_id for c in carried)
     assert {c.split("-")[2] for c in carried} <= {d.span_id for d in deliveries}
 
