@@ -66,10 +66,31 @@ def decision(
 ) -> None:
     """One span for a recorded decision (or vote), in the trace the request was made in, and
     linked to the call that carried it (an HTTP request, a Slack click)."""
+    parent = field_of(fields, tracing.TRACEPARENT)
+    _decision_span(request, outcome, decided_by, channel, started_ns, parent)
+
+
+def ruled(requests: list[Request]) -> None:
+    """A span for each request a rule decided as it was made, in the trace that made it."""
+    for request in requests:
+        made = request.decision
+        if made is not None and tracing.enabled():
+            by = made.decided_by or ""
+            _decision_span(request, made.outcome.value, by, None, None, None)
+
+
+def _decision_span(
+    request: Request,
+    outcome: str,
+    decided_by: str,
+    channel: str | None,
+    started_ns: int | None,
+    parent: str | None,
+) -> None:
     rule = decided_by.split(":", 1)[1] if decided_by.startswith("rule:") else None
     with tracing.span(
         "approval.decision",
-        parent=field_of(fields, tracing.TRACEPARENT),
+        parent=parent,
         start_ns=started_ns,
         link_current=True,
         attributes={

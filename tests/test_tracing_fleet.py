@@ -44,6 +44,11 @@ timeout_s = 600
 url = "{hook_url}"
 secret = "{SECRET}"
 
+[[rules]]
+id = "pings-are-fine"
+effect = "allow"
+tool = "ping"
+
 [agents.refunds]
 path = "workers.demo:agent"
 deps = "workers.demo:make_deps"
@@ -165,6 +170,21 @@ def of_request(otlp: OtlpReceiver, request_id: str) -> list[Span]:
     return [s for s in spans if s.trace_id in traces]
 
 
+def ask_what_a_rule_allows(url: str) -> str:
+    """`POST /v1/requests` for a call a rule allows: decided as it is made."""
+    with httpx.Client(base_url=url, headers=AUTH, timeout=10) as api:
+        made = api.post("/v1/requests", json={"tool_name": "ping", "args": {}})
+        assert made.status_code == 201, made.text
+        assert made.json()["status"] == "approved"
+        return str(made.json()["id"])
+
+
+def decided_trace(otlp: OtlpReceiver, request_id: str) -> list[Span] | None:
+    """The request's trace once its decision's span is in it."""
+    spans = of_request(otlp, request_id)
+    return spans if any(s.name == "approval.decision" for s in spans) else None
+
+
 def timed_out_trace(otlp: OtlpReceiver, request_id: str) -> list[Span] | None:
     """The request's trace once the sweeper's time-out span is in it."""
     spans = of_request(otlp, request_id)
@@ -211,7 +231,9 @@ def test_an_approved_run_is_one_connected_trace_across_api_notifier_and_worker(
                 timeout=30,
             )
             unanswered = ask_and_let_time_out(url)
+            ruled = ask_what_a_rule_allows(url)
             timed_out = wait_for(lambda: timed_out_trace(otlp, unanswered), timeout=30)
+            by_rule = wait_for(lambda: decided_trace(otlp, ruled), timeout=30)
             refused_spans = wait_for(
                 lambda: (
                     [s for s in trace_of(otlp.snapshot(), refused) if s.name == "approval.decision"]
@@ -278,6 +300,14 @@ def test_an_approved_run_is_one_connected_trace_across_api_notifier_and_worker(
     assert timeout.attributes["approval.decided_by.kind"] == "system"
     assert timeout.attributes["approval.outcome"] == "timed_out"
     assert any(s.name == "deliver webhook:ops" for s in timed_out)
+
+    # a rule's decision at creation is in the trace of the call that made the request
+    [made_by] = [s for s in by_rule if not s.parent_id]
+    assert made_by.name == "POST /v1/requests"
+    [ruling] = [s for s in by_rule if s.name == "approval.decision"]
+    assert ruling.attributes["approval.decided_by.kind"] == "rule"
+    assert ruling.attributes["approval.rule"] == "pings-are-fine"
+    assert ruling.attributes["approval.outcome"] == "approved"
 
     deliveries = [s for s in spans if s.name == "deliver webhook:ops"]
     assert {d.attributes["approval.event"] for d in deliveries} >= {
