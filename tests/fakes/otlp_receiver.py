@@ -67,8 +67,8 @@ class _Handler(QuietHandler):
         except DecodeError:
             self.reply(400, "not an ExportTraceServiceRequest")
             return
-        self.reply(200, ExportTraceServiceResponse().SerializeToString(), {})
-        # QuietHandler.reply sends text/plain; the SDK's exporter reads the status only
+        # an empty ExportTraceServiceResponse (the SDK's exporter reads the status only)
+        self.reply(200, ExportTraceServiceResponse().SerializeToString())
 
 
 class OtlpReceiver:
