@@ -15,6 +15,7 @@ from typing import Annotated
 import typer
 
 from approval_broker.cli_common import DataDir, clear_errors, load_settings
+from broker import tracing
 from broker.config import Config, Settings, check_admin_token
 from broker.links import prepare_link_secret
 from broker.redis_server import EmbeddedRedis, redact, running_local_url
@@ -39,8 +40,11 @@ def up(
 
 
 @contextmanager
-def role(data_dir: Path | None, port: int | None = None) -> Iterator[tuple[Settings, Config]]:
-    """Settings for a fleet role with `redis_url` filled in.
+def role(
+    data_dir: Path | None, port: int | None = None, *, name: str
+) -> Iterator[tuple[Settings, Config]]:
+    """Settings for a fleet role with `redis_url` filled in, traced as `name` when the `OTEL_*`
+    environment asks for traces (`broker.tracing`).
 
     With APPROVAL_BROKER_REDIS_URL unset, a role joins the embedded Redis that `up` runs, or
     starts its own (and stops it on exit), over its Unix socket when it has one.
@@ -61,7 +65,8 @@ def role(data_dir: Path | None, port: int | None = None) -> Iterator[tuple[Setti
                 err=True,
             )
         try:
-            yield settings, config
+            with tracing.configured(name):
+                yield settings, config
         except KeyboardInterrupt:
             pass
         finally:
@@ -83,7 +88,7 @@ def api(
 
     with clear_errors():
         check_admin_token(load_settings(data_dir)[0])
-    with role(data_dir, port) as (settings, config):
+    with role(data_dir, port, name="api") as (settings, config):
         if host:
             settings.host = host
         prepare_link_secret(settings, config)
@@ -104,7 +109,7 @@ def worker(
     """Run an agent worker on queue `agent-runs`: many runs at once (and, by default, the resumer)."""
     from workers.worker import run_worker
 
-    with role(data_dir) as (settings, config):
+    with role(data_dir, name="worker") as (settings, config):
         run_worker(settings, config, with_resumer=resumer, burst=burst, concurrency=concurrency)
 
 
@@ -112,7 +117,7 @@ def resumer(data_dir: DataDir = None) -> None:
     """Move fully answered rounds from the `resumes` outbox onto the RQ queue, exactly once."""
     from workers.resumer import run_resumer
 
-    with role(data_dir) as (settings, config):
+    with role(data_dir, name="resumer") as (settings, config):
         run_resumer(settings, config)
 
 
@@ -120,7 +125,7 @@ def notifier(data_dir: DataDir = None) -> None:
     """Deliver requests and outcomes to the channels of each handler queue."""
     from notifiers.runner import run_notifier
 
-    with role(data_dir) as (settings, config):
+    with role(data_dir, name="notifier") as (settings, config):
         prepare_link_secret(settings, config)
         run_notifier(settings, config)
 
@@ -134,5 +139,5 @@ def sweeper(
     """Escalate or time out requests whose time is up."""
     from workers.sweeper import run_sweeper
 
-    with role(data_dir) as (settings, config):
+    with role(data_dir, name="sweeper") as (settings, config):
         run_sweeper(settings, config, interval=interval)

@@ -24,6 +24,7 @@ import orjson
 from redis.cluster import RedisCluster
 from redis.exceptions import ConnectionError as RedisConnectionError
 
+from broker import traced
 from broker.args_schema import check_schema
 from broker.errors import InvalidInput
 from broker.models import NewRequest, Request, from_timestamp
@@ -169,6 +170,7 @@ class Creating:
         ]
         if decided_at is not None:  # as the step wrote them: decided, with the rule's entry
             made = [decided(r, verdicts[r.id], decided_at) if r.id in verdicts else r for r in made]
+            traced.ruled([r for r in made if r.id in verdicts])  # spans, when tracing is on
         return "ok", made
 
     def _prepare(

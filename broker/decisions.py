@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from broker import traced, tracing
 from broker.errors import Conflict, Forbidden, InvalidInput, NotFound
 from broker.ids import run_of_request
 from broker.models import Decision, Outcome, Request, Status, args_hash
@@ -102,6 +103,7 @@ class Decisions:
             )
         if decision.outcome not in OUTCOME_STATUS:
             raise InvalidInput(f"outcome {decision.outcome.value!r} can't be given as a decision")
+        started = tracing.now_ns()
         result = self._step(
             "decide",
             request_id,
@@ -112,7 +114,11 @@ class Decisions:
             in_escalation=in_escalation,
             bypass_quorum=bypass_quorum or None,
         )
-        return self._outcome(result, request_id, decision)
+        request = self._outcome(result, request_id, decision)
+        if started and result[0] != "repeat":  # a span in the request's own trace
+            outcome = traced.outcome_of(decision, result[0])
+            traced.decision(result[2:], request, outcome, decided_by, channel, started)
+        return request
 
     def _decide_values(
         self, decision: Decision, decided_by: str, channel: str | None, creator_may_vote: bool

@@ -16,12 +16,14 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from typing import Any
 
 from redis import Redis
 from rq import get_current_job
 from rq.job import Job
 
+from broker import traced
 from broker.client import Broker
 from broker.config import Settings, load_config
 from broker.live_wait import owned_round
@@ -62,16 +64,24 @@ def _final_attempt() -> bool:
     return job is None or not job.retries_left
 
 
+def _traced(run_id: str, round_no: int) -> AbstractContextManager[Any]:
+    """The job's span, continuing the trace its enqueuer put in its meta (`broker.traced`)."""
+    job = get_current_job()
+    return traced.job(job.meta if job else None, job.id if job else None, run_id, round_no)
+
+
 def run_agent(run_id: str) -> str:
     """Run a started run's agent on its prompt, until it finishes or pauses (round 1)."""
     runner = AgentRunner(current_broker(), live_waits=True)
-    return runner.advance(run_id, 0, final_attempt=_final_attempt())
+    with _traced(run_id, 0):
+        return runner.advance(run_id, 0, final_attempt=_final_attempt())
 
 
 def resume_agent(run_id: str, round_no: int) -> str:
     """Resume a run whose round `round_no` has every outcome."""
     runner = AgentRunner(current_broker(), live_waits=True)
-    return runner.advance(run_id, int(round_no), final_attempt=_final_attempt())
+    with _traced(run_id, int(round_no)):
+        return runner.advance(run_id, int(round_no), final_attempt=_final_attempt())
 
 
 def job_name(func: Callable[..., Any]) -> str:

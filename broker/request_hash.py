@@ -20,6 +20,7 @@ from typing import Any
 import orjson
 from pydantic_core import to_json
 
+from broker import tracing
 from broker.models import (
     HistoryEntry,
     NewRequest,
@@ -41,7 +42,8 @@ JSON_FIELDS = (
     "suggested_rules",
     "args_schema",
 )
-INTERNAL_FIELDS = ("deadlines",)  # kept by the Lua steps, not part of `Request`
+INTERNAL_FIELDS = ("deadlines", "traceparent")  # not part of `Request`: kept by the Lua steps,
+# and the trace the request was made in (`broker.tracing`; only while tracing is on)
 
 
 _FIELDS = tuple(Request.model_fields)
@@ -208,6 +210,8 @@ def encode(
         named["callback"] = new.callback
     if quorum != 1:
         named["quorum"] = str(quorum)
+    if (parent := tracing.traceparent()) is not None:  # its deliveries and decision join it
+        named["traceparent"] = parent
     values = {
         "run_id": run_id,
         "round": round_no,

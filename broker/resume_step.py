@@ -27,6 +27,7 @@ from typing import Any
 from redis.exceptions import WatchError
 from rq import Queue
 
+from broker import traced
 from broker.client import Broker
 from broker.jobs import resume_agent
 from broker.keys import RESUMER_GROUP
@@ -59,26 +60,33 @@ class ClaimStep:
         return [w.decode() if isinstance(w, bytes) else w for w in self._script(keys, args)]
 
 
-def enqueue_resumes(queue: Queue, rounds: list[Round], pipeline: Any) -> None:
+def enqueue_resumes(
+    queue: Queue, rounds: list[Round], pipeline: Any, parents: dict[Round, str] | None = None
+) -> None:
     """Queue the resume jobs of `rounds` on `pipeline` with RQ's `enqueue_many`.
 
     It checks nothing: the caller makes sure none of them exists (see `resume_batch`).
+    `parents`: each round's trace, from its outbox entry (`broker.traced.job_meta`).
     """
+    parents = parents or {}
     if rounds:
         datas = [
             Queue.prepare_data(
                 resume_agent,
                 args=(run_id, round_no),
-                **_rq_options(resume_job_id(run_id, round_no)),
+                **_rq_options(
+                    resume_job_id(run_id, round_no),
+                    traced.job_meta(run_id, round_no, parents.get((run_id, round_no))),
+                ),
             )
             for run_id, round_no in rounds
         ]
         queue.enqueue_many(datas, pipeline=pipeline)
 
 
-def _rq_options(job_id: str) -> dict[str, Any]:
+def _rq_options(job_id: str, meta: dict[str, Any] | None = None) -> dict[str, Any]:
     """`broker.runs`'s job options, spelled as `Queue.prepare_data` takes them."""
-    options = _job_options(job_id)
+    options = _job_options(job_id, meta)
     options["timeout"] = options.pop("job_timeout")
     return options
 
@@ -134,7 +142,7 @@ def _try_batch(
         if not todo and not acks:
             return out
         tx.multi()
-        enqueue_resumes(queue, todo, tx)
+        enqueue_resumes(queue, todo, tx, _parents(entries, rounds))
         after = redis.pipeline(transaction=False) if apart else tx
         if acks:
             after.xack(stream, RESUMER_GROUP, *acks)
@@ -144,6 +152,15 @@ def _try_batch(
         if apart and acks:  # after the jobs: a crash between re-reads the entries: duplicate
             after.execute()
     return out
+
+
+def _parents(entries: list[tuple[str, dict[str, str]]], rounds: list[Round]) -> dict[Round, str]:
+    """Each round's trace, as its outbox entry carries it (written by the deciding step)."""
+    return {
+        round_: fields["traceparent"]
+        for (_, fields), round_ in zip(entries, rounds, strict=True)
+        if fields.get("traceparent")
+    }
 
 
 def _claim(

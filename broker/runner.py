@@ -48,6 +48,7 @@ from pydantic_graph import End
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
+from broker import tracing
 from broker.agent_loader import AgentLoadError, LoadedAgent, load_agent
 from broker.agents import LocalAgents
 from broker.client import Broker
@@ -347,7 +348,8 @@ class AgentRunner:
         self.broker.update_run(run_id, status=RunStatus.running)
         applying = [] if results is None or pause is None else pause.calls
         guard = ToolGuard(self.broker, run_id, kept=fields)
-        result = _run_sync(self._drive(run_id, round_no, loaded, guard, prompt, kwargs, applying))
+        drive = self._drive(run_id, round_no, loaded, guard, prompt, kwargs, applying)
+        result = _run_sync(tracing.carry(drive))  # the job's trace, on the worker's shared loop
         output = result.output
         if isinstance(output, DeferredToolRequests):
             return self._pause(run_id, round_no + 1, loaded, output, result.all_messages())

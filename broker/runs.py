@@ -22,6 +22,7 @@ from rq import Callback, Queue, Retry
 from rq.exceptions import DuplicateJobError
 from rq.serializers import JSONSerializer
 
+from broker import traced
 from broker.client import Broker
 from broker.cluster import wait_for_replicas
 from broker.errors import InvalidInput, NotFound
@@ -66,8 +67,10 @@ def resume_job_id(run_id: str, round_no: int) -> str:
     return f"resume-{run_id}-{round_no}"
 
 
-def _job_options(job_id: str) -> dict[str, Any]:
+def _job_options(job_id: str, meta: dict[str, Any] | None = None) -> dict[str, Any]:
+    """RQ's options for a job of a run; `meta` carries its trace (`broker.traced.job_meta`)."""
     return {
+        **({"meta": meta} if meta else {}),
         "job_id": job_id,
         "retry": Retry(max=len(RETRY_INTERVALS), interval=RETRY_INTERVALS),
         "job_timeout": JOB_TIMEOUT_S,
@@ -104,15 +107,14 @@ def start_run(
     extra = {"deps": deps_json, **({"started_by": started_by} if started_by else {})}
     fields = broker.new_run_fields(agent, prompt, extra=extra)
     run_id = fields["id"]
+    options = _job_options(run_job_id(run_id), traced.job_meta(run_id, 0))
     if broker.store.clustered:  # two Redis: the run first (and replicated), then its job
         broker.redis.hset(broker.keys.run(run_id), mapping=fields)
         wait_for_replicas(broker.redis, broker.keys.run(run_id), strict=False)  # type: ignore[arg-type]
-        run_queue(broker).enqueue(run_agent, run_id, **_job_options(run_job_id(run_id)))
+        run_queue(broker).enqueue(run_agent, run_id, **options)
         return broker.get_run(run_id)
     with broker.redis.pipeline() as pipe:
-        run_queue(broker).enqueue(
-            run_agent, run_id, pipeline=pipe, **_job_options(run_job_id(run_id))
-        )
+        run_queue(broker).enqueue(run_agent, run_id, pipeline=pipe, **options)
         pipe.hset(broker.keys.run(run_id), mapping=fields)
         pipe.execute()
     return broker.get_run(run_id)
@@ -126,7 +128,7 @@ def enqueue_resume(broker: Broker, run_id: str, round_no: int) -> bool:
             run_id,
             round_no,
             unique=True,
-            **_job_options(resume_job_id(run_id, round_no)),
+            **_job_options(resume_job_id(run_id, round_no), traced.job_meta(run_id, round_no)),
         )
     except DuplicateJobError:
         return False

@@ -31,6 +31,7 @@ from notifiers.pool import DeliveryPool
 from notifiers.results import DeliveryResult, ResultKind
 from notifiers.retry import Defer, GiveUp, Retry, pause_delay
 from notifiers.tasks import Task, TaskState
+from notifiers.traced import delivery_span
 
 log = logging.getLogger("notifiers")
 
@@ -220,7 +221,8 @@ class Dispatcher:
             self._later(task, pause_delay(wait))
             return
         try:
-            note = channel.deliver(task)
+            with delivery_span(task, channel.kind):
+                note = channel.deliver(task)
         except Defer as exc:
             task.defers += 1
             if task.defers <= MAX_DEFERS:

@@ -18,7 +18,7 @@ class StoredRequest:
     """One loaded request; `request` and `data_json` may be called from any thread (at worst
     two threads parse it both, and one result is kept)."""
 
-    __slots__ = ("id", "callback", "_fields", "_values", "_request")
+    __slots__ = ("id", "callback", "traceparent", "_fields", "_values", "_request")
 
     def __init__(
         self,
@@ -33,13 +33,16 @@ class StoredRequest:
         self._fields = fields
         self._values = values
         self._request = request
+        self.traceparent = fields.get("traceparent") if fields else None
+        """The trace the request was made in (`broker.tracing`), when tracing was on."""
 
     @classmethod
     def load(cls, fields: dict[str, str]) -> StoredRequest:
         """From a hash's fields (decoded); raises as `parse_request` does for a malformed one."""
         values = request_values(fields)
         if values is None:
-            return cls.of(parse_request(fields))
+            request = parse_request(fields)
+            return cls(request.id, request.callback, fields, None, request)
         return cls(values["id"], values["callback"], fields, values, None)
 
     @classmethod

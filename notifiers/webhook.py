@@ -22,6 +22,7 @@ from datetime import UTC, datetime
 import httpx
 from standardwebhooks import Webhook
 
+from broker import tracing
 from broker.config import WebhookConfig
 from broker.models import Request
 from notifiers.base import Channel
@@ -152,6 +153,7 @@ class WebhookChannel(Channel):
             "user-agent": USER_AGENT,
             "accept-encoding": "identity",
             **signature_headers(msg_id, raw, self.signers),
+            **tracing.headers(),  # the delivery's span: the receiver's trace goes on from it
         }
         try:
             answer = self.sender.post(raw, headers)

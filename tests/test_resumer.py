@@ -67,8 +67,8 @@ def _crashing_resumer(
 
     real_enqueue = resume_step.enqueue_resumes
 
-    def queued_then_stall(queue: object, rounds: object, pipeline: object) -> None:
-        real_enqueue(queue, rounds, pipeline)  # type: ignore[arg-type]
+    def queued_then_stall(queue: object, rounds: object, pipeline: object, *more: object) -> None:
+        real_enqueue(queue, rounds, pipeline, *more)  # type: ignore[arg-type]
         stall()
 
     # before-enqueue: the round is claimed, nothing queued; before-commit: the jobs and acks
@@ -210,10 +210,12 @@ def test_a_poison_entry_does_not_stall_the_others_and_is_dead_lettered_after_fiv
     _outbox(broker, poison, good, other)
     real_enqueue = resume_step.enqueue_resumes
 
-    def enqueue(queue: Queue, rounds: list[tuple[str, int]], pipeline: object) -> None:
+    def enqueue(
+        queue: Queue, rounds: list[tuple[str, int]], pipeline: object, *more: object
+    ) -> None:
         if any(run_id == poison for run_id, _ in rounds):  # the batch fails, then it alone
             raise RuntimeError("job payload too large")
-        real_enqueue(queue, rounds, pipeline)
+        real_enqueue(queue, rounds, pipeline, *more)  # type: ignore[arg-type]
 
     monkeypatch.setattr(resume_step, "enqueue_resumes", enqueue)
     resumer = Resumer(broker, consumer="r", min_idle_ms=0, block_ms=None)

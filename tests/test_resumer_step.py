@@ -135,11 +135,11 @@ def test_a_job_made_by_another_resumer_after_the_claim_is_not_enqueued_again(
     paused, go_on = threading.Event(), threading.Event()
     slow = threading.local()
 
-    def enqueue(queue: Queue, rounds: list[Any], pipeline: Any) -> None:
+    def enqueue(queue: Queue, rounds: list[Any], pipeline: Any, *more: Any) -> None:
         if getattr(slow, "on", False) and not paused.is_set():
             paused.set()  # claimed, jobs' keys WATCHed, nothing enqueued yet
             assert go_on.wait(20)
-        real_enqueue(queue, rounds, pipeline)
+        real_enqueue(queue, rounds, pipeline, *more)
 
     monkeypatch.setattr(resume_step, "enqueue_resumes", enqueue)
     first: list[str] = []

@@ -13,6 +13,7 @@ import signal
 import threading
 from collections.abc import Callable
 
+from broker import traced, tracing
 from broker.client import Broker, SweepResult
 from broker.config import Config, Settings
 
@@ -27,7 +28,9 @@ def sweep_due(broker: Broker, *, now: float | None = None, batch: int = BATCH) -
     """Handle everything due at `now`, batch after batch, and return what was done."""
     done: list[SweepResult] = []
     while True:
+        started = tracing.now_ns()
         swept = broker.sweep_batch(now=now, limit=batch)
+        traced.swept(broker, swept.results, started)  # when tracing is on: a span each
         done.extend(swept.results)
         if swept.listed < batch:  # not `results`: another sweeper may have taken some
             return done

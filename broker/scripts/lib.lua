@@ -144,7 +144,7 @@ end
 -- call of its run's round, write the resume to the outbox in this same step. `run` holds the
 -- run's hash and pending set. A decided request is kept `retention` seconds, then Redis forgets it.
 local function finish(rkey, id, status, decision_json, event_type, now, run)
-  local f = redis.call('HMGET', rkey, 'queue', 'run_id', 'round')
+  local f = redis.call('HMGET', rkey, 'queue', 'run_id', 'round', 'traceparent')
   redis.call('HSET', rkey, 'status', status, 'decision', decision_json)
   redis.call('EXPIRE', rkey, A.retention)
   redis.call('ZREM', key('expiry'), id)
@@ -154,7 +154,11 @@ local function finish(rkey, id, status, decision_json, event_type, now, run)
   emit(f[1], 'type', event_type, 'request_id', id, 'queue', f[1])
   if f[2] and f[2] ~= '' then
     if redis.call('SREM', run.pending, id) == 1 and redis.call('SCARD', run.pending) == 0 then
-      redis.call('XADD', key('resumes'), '*', 'run_id', f[2], 'round', f[3])
+      if f[4] then  -- the trace the request was made in goes on to its run's resume job
+        redis.call('XADD', key('resumes'), '*', 'run_id', f[2], 'round', f[3], 'traceparent', f[4])
+      else
+        redis.call('XADD', key('resumes'), '*', 'run_id', f[2], 'round', f[3])
+      end
       redis.call('HSET', run.hash, 'status', 'queued', 'updated_at', stamp(now))
     end
   end
