@@ -13,7 +13,20 @@ from contextlib import asynccontextmanager
 
 from fastapi import APIRouter, FastAPI
 
-from api import email, events, health, inbox, metrics, requests, rules, runs, slack, webhooks
+from api import (
+    discord,
+    email,
+    events,
+    health,
+    inbox,
+    metrics,
+    requests,
+    rules,
+    runs,
+    slack,
+    telegram,
+    webhooks,
+)
 from api.acks import router as acks_router
 from api.errors import install_error_handlers
 from api.events import EventsSettings, StreamSlots
@@ -34,6 +47,8 @@ ROUTERS: tuple[APIRouter, ...] = (
     acks_router,
     runs.router,
     slack.router,
+    telegram.router,
+    discord.router,
     email.router,
     webhooks.router,
     events.router,

@@ -22,7 +22,7 @@ from broker.persons import normal_address, normal_name
 DEFAULT_QUEUE = "default"
 DEFAULT_TIMEOUT_S = 600.0
 DEFAULT_ACK_TIMEOUT_S = 900.0
-CHANNEL_KINDS = ("inbox", "webhook", "slack", "email")
+CHANNEL_KINDS = ("inbox", "webhook", "slack", "email", "telegram", "discord")
 WEBHOOK_EVENT_TYPES = (
     "approval.requested",
     "approval.decided",
@@ -152,6 +152,37 @@ class SlackConfig(_Section):
     channels: dict[str, SlackChannelConfig] = Field(default_factory=dict)
 
 
+class TelegramChatConfig(_Section):
+    chat_id: int | str  # a chat's numeric id, or "@channelusername"
+
+
+class TelegramConfig(_Section):
+    """`[telegram]`: a bot (Bot API over HTTPS) and the chats it posts requests into."""
+
+    bot_token: str
+    webhook_secret: Annotated[
+        str, Field(min_length=16, max_length=256, pattern=r"^[A-Za-z0-9_-]+$")
+    ]
+    """What Telegram sends as `X-Telegram-Bot-Api-Secret-Token` (setWebhook's `secret_token`:
+    1-256 characters of A-Z, a-z, 0-9, _ and -; at least 16 here, as it is the only proof)."""
+    api_base_url: str = "https://api.telegram.org"
+    chats: dict[str, TelegramChatConfig] = Field(default_factory=dict)
+
+
+class DiscordChannelConfig(_Section):
+    channel_id: str
+
+
+class DiscordConfig(_Section):
+    """`[discord]`: an application with a bot, its interactions endpoint, and its channels."""
+
+    application_id: str
+    public_key: Annotated[str, Field(pattern=r"^[0-9a-fA-F]{64}$")]  # Ed25519, hex
+    bot_token: str
+    api_base_url: str = "https://discord.com/api/v10"
+    channels: dict[str, DiscordChannelConfig] = Field(default_factory=dict)
+
+
 class EmailListConfig(_Section):
     to: list[str]
     unmapped_may_decide: bool = False  # may an address that is no approver's decide by link?
@@ -175,6 +206,8 @@ class ApproverConfig(_Section):
     roles: list[str] = Field(default_factory=list)
     slack_user_id: str | None = None
     email: str | None = None
+    telegram_user_id: int | None = None
+    discord_user_id: str | None = None
 
     @field_validator("token_sha256")
     @classmethod
@@ -250,6 +283,8 @@ class Config(_Section):
     webhooks: dict[str, WebhookConfig] = Field(default_factory=dict)
     slack: SlackConfig | None = None
     email: EmailConfig | None = None
+    telegram: TelegramConfig | None = None
+    discord: DiscordConfig | None = None
     approvers: dict[str, ApproverConfig] = Field(default_factory=dict)
     agents: dict[str, AgentConfig] = Field(default_factory=dict)
     mcp_gateways: dict[str, McpGatewayConfig] = Field(default_factory=dict)
@@ -296,13 +331,15 @@ class Config(_Section):
         return self
 
     def _check_one_person_per_identity(self) -> None:
-        """Two approvers never share a name (after normalisation), a Slack user or an email
-        address: each is one person, whose vote counts once (`broker.persons`)."""
+        """Two approvers never share a name (after normalisation), a Slack, Telegram or Discord
+        user or an email address: each is one person, whose vote counts once (`broker.persons`)."""
         seen: dict[tuple[str, str], str] = {}
         for name, approver in self.approvers.items():
             for key, value in (
                 ("name", normal_name(name)),
                 ("slack_user_id", approver.slack_user_id),
+                ("telegram_user_id", str(approver.telegram_user_id or "") or None),
+                ("discord_user_id", approver.discord_user_id),
                 ("email", normal_address(approver.email) if approver.email else None),
             ):
                 if not value:
@@ -343,6 +380,10 @@ class Config(_Section):
             return f"webhook {name!r} is not defined under [webhooks.{name}]"
         if kind == "slack" and (self.slack is None or name not in self.slack.channels):
             return f"slack channel {name!r} is not defined under [slack.channels.{name}]"
+        if kind == "telegram" and (self.telegram is None or name not in self.telegram.chats):
+            return f"telegram chat {name!r} is not defined under [telegram.chats.{name}]"
+        if kind == "discord" and (self.discord is None or name not in self.discord.channels):
+            return f"discord channel {name!r} is not defined under [discord.channels.{name}]"
         if kind == "email" and (self.email is None or name not in self.email.lists):
             return f"email list {name!r} is not defined under [email.lists.{name}]"
         return None
@@ -387,7 +428,7 @@ def _resolve_secrets(raw: dict[str, Any]) -> None:
             return resolve_secret(node, path)
         return node
 
-    for section in ("webhooks", "slack", "email", "approvers"):
+    for section in ("webhooks", "slack", "email", "approvers", "telegram", "discord"):
         if section in raw:
             raw[section] = walk(raw[section], section)
 
