@@ -24,7 +24,7 @@ from notifiers.wording import clip
 
 MAX_CONTENT = 2000  # a message's content, in characters
 STYLES = {"primary": 1, "secondary": 2, "danger": 4}
-_MARKDOWN = re.compile(r"([\\*_~`|>#\[\]()@<:-])")
+_MARKDOWN = re.compile(r"([\\*_~`|>#\[\]()@<])")
 
 
 def escape(text: str) -> str:
