@@ -31,7 +31,7 @@ from api.schemas import ERRORS, ErrorBody
 from api.state import ApiState, State
 from broker import bounded_json
 from broker import card_ids as ids
-from broker.config import DiscordConfig
+from broker.chat_config import DiscordConfig
 from broker.deciding import REPLAY_TTL_S
 from broker.decisions import Once
 from broker.errors import InvalidInput

@@ -34,7 +34,7 @@ from api.schemas import ERRORS, ErrorBody
 from api.state import ApiState, State
 from api.telegram_updates import CallbackQuery, Message, Update, parse_update
 from broker import card_ids as ids
-from broker.config import TelegramConfig
+from broker.chat_config import TelegramConfig
 from broker.decisions import Once
 from broker.printable import one_line
 from broker.slack_always import rule_text

@@ -16,6 +16,7 @@ from typing import Annotated, Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from broker.chat_config import DiscordConfig, TelegramConfig
 from broker.errors import ConfigError
 from broker.persons import normal_address, normal_name
 
@@ -150,37 +151,6 @@ class SlackConfig(_Section):
     signing_secret: str
     api_base_url: str = "https://slack.com/api/"
     channels: dict[str, SlackChannelConfig] = Field(default_factory=dict)
-
-
-class TelegramChatConfig(_Section):
-    chat_id: int | str  # a chat's numeric id, or "@channelusername"
-
-
-class TelegramConfig(_Section):
-    """`[telegram]`: a bot (Bot API over HTTPS) and the chats it posts requests into."""
-
-    bot_token: str
-    webhook_secret: Annotated[
-        str, Field(min_length=16, max_length=256, pattern=r"^[A-Za-z0-9_-]+$")
-    ]
-    """What Telegram sends as `X-Telegram-Bot-Api-Secret-Token` (setWebhook's `secret_token`:
-    1-256 characters of A-Z, a-z, 0-9, _ and -; at least 16 here, as it is the only proof)."""
-    api_base_url: str = "https://api.telegram.org"
-    chats: dict[str, TelegramChatConfig] = Field(default_factory=dict)
-
-
-class DiscordChannelConfig(_Section):
-    channel_id: str
-
-
-class DiscordConfig(_Section):
-    """`[discord]`: an application with a bot, its interactions endpoint, and its channels."""
-
-    application_id: str
-    public_key: Annotated[str, Field(pattern=r"^[0-9a-fA-F]{64}$")]  # Ed25519, hex
-    bot_token: str
-    api_base_url: str = "https://discord.com/api/v10"
-    channels: dict[str, DiscordChannelConfig] = Field(default_factory=dict)
 
 
 class EmailListConfig(_Section):

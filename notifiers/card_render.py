@@ -139,6 +139,8 @@ def render(
     ]
     rows: list[list[Button]] = []
     if not request.is_pending:
+        if not serves(config, channel, request.queue):  # a copy left behind by an escalation
+            body.append(f"↗️ Escalated to {escape(one_line(request.queue))}")
         body += [escape(line) for line in outcome_lines(request)]
     elif serves(config, channel, request.queue):
         extra = [votes_line(request)]

@@ -14,7 +14,7 @@ from typing import Any
 
 import httpx
 
-from broker.config import TelegramConfig
+from broker.chat_config import TelegramConfig
 from broker.models import Request
 from notifiers import platform_http
 from notifiers.card_render import Card, render

@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
+from prometheus_client.parser import text_string_to_metric_families
 from redis import Redis
 
 from api.app import create_app
@@ -281,3 +282,18 @@ def test_a_wrong_bot_token_is_given_up_at_once(redis: Redis, telegram: FakeTeleg
     ((_, letter),) = broker.dead_letters()
     assert "HTTP 401" in letter["error"] and time.monotonic() - started < 10
     assert len(telegram.calls) == 1
+
+
+def test_metrics_count_telegram_deliveries_and_decisions_by_channel(
+    tg: tuple[Broker, TestClient], telegram: FakeTelegram
+) -> None:
+    broker, client = tg
+    rid, card = posted(broker, telegram, refund())
+    tg_post(client, telegram.click(card, ALICE_TG, ids.token(ids.APPROVE, rid)))
+    samples = {
+        (s.name, s.labels.get("channel")): s.value
+        for family in text_string_to_metric_families(client.get("/metrics").text)
+        for s in family.samples
+    }
+    assert samples[("approval_broker_deliveries_total", "telegram")] == 1
+    assert samples[("approval_broker_decision_latency_seconds_count", "telegram")] == 1
