@@ -167,3 +167,42 @@ def test_a_click_on_one_platform_resumes_the_run_and_updates_every_copy(
     assert len(telegram.calls_to("sendMessage", ok_only=True)) == 1
     assert len(discord.calls_to("create", ok_only=True)) == 1
     assert str(TG_CHAT) in {str(c.params["chat_id"]) for c in telegram.calls_to("sendMessage")}
+
+
+@pytest.mark.parametrize("platform", ["telegram", "discord"])
+def test_always_offers_the_suggested_rules_and_a_click_approves_and_keeps_one(
+    fleet: tuple[Broker, TestClient],
+    slack: FakeSlack,
+    telegram: FakeTelegram,
+    discord: FakeDiscord,
+    platform: str,
+) -> None:
+    broker, client = fleet
+    with running(broker):
+        run = start_run(broker, "refunder", f"refund A1 (always, on {platform})")
+        request = paused_request(broker, run.id)
+        assert request.suggested_rules
+        wait_for(lambda: cards_posted(slack, telegram, discord, request.id))
+        always = ids.token(ids.ALWAYS, request.id)
+        keep = ids.token(ids.ALWAYS_RULE, request.id, 0)
+        if platform == "telegram":
+            [card] = telegram.cards_for(request.id)
+            tg_post(client, telegram.click(card, ALICE_TG, always))
+            offer = telegram.calls_to("sendMessage", ok_only=True)[-1].response["result"]
+            assert keep in buttons(offer)
+            answer = tg_post(client, telegram.click(offer, ALICE_TG, keep)).json()
+            assert answer["text"] == "Done: approved."
+        else:
+            [card] = discord.cards_for(request.id)
+            offer = dc_post(client, discord, discord.click(card, ALICE_DC, always)).json()
+            assert offer["data"]["flags"] == 64 and keep in custom_ids(offer["data"])
+            assert dc_post(client, discord, discord.click(card, ALICE_DC, keep)).json() == {
+                "type": 6
+            }
+        decided = broker.get_request(request.id)
+        assert decided.status is Status.approved and decided.decision is not None
+        [rule] = broker.requests.rules.list()  # the rule kept with the decision
+        assert rule.run_id == run.id and rule.created_by == "alice"
+        settle(broker)
+        assert broker.get_run(run.id).status is RunStatus.finished
+        wait_for(lambda: shows_decided(slack, telegram, discord, request.id))

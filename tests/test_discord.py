@@ -261,3 +261,17 @@ def test_an_edit_that_keeps_failing_is_dead_lettered_and_the_decision_stands(
     assert letter["source"] == "discord:ops" and letter["f.type"] == "approval.decided"
     assert "HTTP 503" in letter["error"]
     assert broker.get_request(rid).status is Status.approved
+
+
+def test_a_signed_body_that_is_not_an_interaction_is_a_clear_400(
+    dc: tuple[Broker, TestClient], discord: FakeDiscord
+) -> None:
+    _, client = dc
+    stamp = str(int(time.time()))
+    body = b"not json"
+    headers = {
+        "X-Signature-Ed25519": discord.key.sign(stamp.encode() + body).signature.hex(),
+        "X-Signature-Timestamp": stamp,
+    }
+    resp = client.post("/v1/discord/interactions", content=body, headers=headers)
+    assert resp.status_code == 400 and resp.json()["error"] == "bad_request"

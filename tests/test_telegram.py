@@ -23,6 +23,7 @@ from tests.chat_setup import (  # noqa: F401 - fixtures
     EVE_TG,
     TG_CHAT,
     TG_OTHER_CHAT,
+    TG_SECRET,
     fake_telegram,
     people,
     telegram_section,
@@ -68,7 +69,7 @@ def posted(
     with running(broker):
         created = broker.create_request(request)
         wait_for(lambda: telegram.cards_for(created.id))
-        wait_for(lambda: settled(broker))
+        wait_for(lambda: settled(broker, created.queue))
     [card] = telegram.cards_for(created.id)
     return created.id, card
 
@@ -297,3 +298,23 @@ def test_metrics_count_telegram_deliveries_and_decisions_by_channel(
     }
     assert samples[("approval_broker_deliveries_total", "telegram")] == 1
     assert samples[("approval_broker_decision_latency_seconds_count", "telegram")] == 1
+
+
+@pytest.mark.parametrize("body", [b"not json", b"[1, 2]", b'{"update_id": "x"}'])
+def test_a_malformed_update_is_a_clear_400(tg: tuple[Broker, TestClient], body: bytes) -> None:
+    _, client = tg
+    headers = {"X-Telegram-Bot-Api-Secret-Token": TG_SECRET, "Content-Type": "application/json"}
+    resp = client.post("/v1/telegram/updates", content=body, headers=headers)
+    assert resp.status_code == 400 and resp.json()["error"] == "bad_request"
+
+
+def test_a_timed_out_request_shows_so_on_its_card(
+    tg: tuple[Broker, TestClient], telegram: FakeTelegram
+) -> None:
+    broker, _ = tg
+    rid, _card = posted(broker, telegram, refund(queue="leads"))
+    broker.sweep(now=time.time() + 7200)
+    assert broker.get_request(rid).status is Status.timed_out
+    with running(broker):
+        wait_for(lambda: "Timed out" in telegram.cards_for(rid)[0]["text"])
+    assert buttons(telegram.cards_for(rid)[0]) == []
