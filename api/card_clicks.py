@@ -21,7 +21,7 @@ from api.state import ApiState
 from broker import card_ids as ids
 from broker.card_options import option_answer
 from broker.decisions import Once
-from broker.errors import BrokerError, Conflict, Forbidden
+from broker.errors import BrokerError, Conflict
 from broker.models import Decision, Outcome
 from broker.models import Request as BrokerRequest
 from broker.printable import one_line
@@ -142,6 +142,6 @@ def reject(
         if exc.code == "replayed":
             return ClickResult(Result.replayed, "Already received.")
         return ClickResult(Result.refused, explain(exc), exc.request)
-    except (BrokerError, Forbidden) as exc:
+    except BrokerError as exc:
         return ClickResult(Result.refused, explain(exc))
     return ClickResult(Result.decided, _done(request), request)

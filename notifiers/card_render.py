@@ -152,6 +152,8 @@ def render(
         if request.expires_at:
             extra.append(f"Expires {request.expires_at.strftime('%Y-%m-%d %H:%M UTC')}")
         body += [escape(line) for line in extra if line]
+        if request.kind != "approval" and not options_of(request):
+            body.append("Answer in the inbox (or by REST): this question needs more than a button.")
         rows = buttons(request, config)
     else:
         body.append(f"↗️ Escalated to {escape(one_line(request.queue))}")

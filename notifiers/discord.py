@@ -22,7 +22,7 @@ from notifiers.cards import CardChannel
 from notifiers.delivery_state import PostState
 from notifiers.wording import clip
 
-MAX_CONTENT = 2000  # a message's content, in characters
+MAX_CONTENT = 1990  # a message's content may hold 2000 characters
 STYLES = {"primary": 1, "secondary": 2, "danger": 4}
 _MARKDOWN = re.compile(r"([\\*_~`|>#\[\]()@<])")
 

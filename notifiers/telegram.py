@@ -23,7 +23,7 @@ from notifiers.delivery_state import PostState
 from notifiers.retry import GiveUp
 from notifiers.wording import clip
 
-MAX_TEXT = 4096  # sendMessage's limit, in characters
+MAX_TEXT = 4000  # sendMessage allows 4096 (UTF-16 units, after entities): leave room
 NOT_MODIFIED = "message is not modified"
 
 
