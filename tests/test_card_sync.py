@@ -13,6 +13,8 @@ from broker.client import Broker
 from broker.config import Settings, parse_config
 from broker.models import Decision, NewRequest, Outcome, Status
 from tests.chat_setup import (  # noqa: F401 - fixtures
+    ALICE_DC,
+    ALICE_TG,
     BOB_DC,
     dc_post,
     discord_section,
@@ -20,6 +22,7 @@ from tests.chat_setup import (  # noqa: F401 - fixtures
     fake_telegram,
     people,
     telegram_section,
+    tg_post,
 )
 from tests.conftest import wait_for
 from tests.fakes.discord import FakeDiscord, custom_ids
@@ -68,3 +71,32 @@ def test_copies_left_behind_by_an_escalation_show_the_decision_made_in_the_next_
     # each copy was posted once and only edited afterwards
     assert len(telegram.calls_to("sendMessage")) == 1 and len(slack.posts_for(rid)) == 1
     assert len(discord.calls_to("create")) == 1
+
+
+def test_a_vote_on_telegram_shows_on_the_discord_card_and_the_second_persons_vote_decides(
+    redis: Redis, telegram: FakeTelegram, discord: FakeDiscord
+) -> None:
+    config = parse_config(
+        {
+            "queues": {"default": {"channels": ["telegram:ops", "discord:ops"], "quorum": 2}},
+            "telegram": telegram_section(telegram),
+            "discord": discord_section(discord),
+            "approvers": people(),
+        }
+    )
+    broker = Broker(redis, config, prefix="t:")
+    with running(broker), TestClient(create_app(Settings(), config, broker)) as client:
+        rid = broker.create_request(NewRequest(tool_name="refund", args={"amount": 40})).id
+        wait_for(lambda: telegram.cards_for(rid) and discord.cards_for(rid))
+        approve = ids.token(ids.APPROVE, rid)
+        [tg_card] = telegram.cards_for(rid)
+        voted = tg_post(client, telegram.click(tg_card, ALICE_TG, approve)).json()
+        assert voted["text"] == "Your vote is counted."
+        wait_for(lambda: "1 of 2 approvals: alice" in discord.cards_for(rid)[0]["content"])
+        [dc_card] = discord.cards_for(rid)
+        assert approve in custom_ids(dc_card)  # still open for a second person
+        dc_post(client, discord, discord.click(dc_card, ALICE_DC, approve))  # alice again
+        assert broker.get_request(rid).is_pending
+        dc_post(client, discord, discord.click(dc_card, BOB_DC, approve))
+        assert broker.get_request(rid).status is Status.approved
+        wait_for(lambda: "Approved by bob" in telegram.cards_for(rid)[0]["text"])
