@@ -19,7 +19,6 @@ from broker.config import Config
 from broker.models import Request, Status
 from broker.printable import lines, one_line, shown
 from broker.questions import answer_text, is_structured
-from broker.slack_always import rule_text
 from notifiers.wording import clip, deciders, title
 
 MAX_ARGS = 1500
@@ -73,20 +72,6 @@ def buttons(request: Request, config: Config) -> list[list[Button]]:
         second.append(Button("Escalate", ids.token(ids.ESCALATE, rid)))
     rows = [first[i : i + 4] for i in range(0, len(first), 4)]
     return [*rows, second]
-
-
-def always_buttons(request: Request) -> list[list[Button]]:
-    """One "Approve always" button per suggested rule (shown after a click on Always…)."""
-    return [
-        [
-            Button(
-                clip("Approve always: " + one_line(rule_text(rule)), 60),
-                ids.token(ids.ALWAYS_RULE, request.id, i),
-                "primary",
-            )
-        ]
-        for i, rule in enumerate(request.suggested_rules[:5])
-    ]
 
 
 def votes_line(request: Request) -> str | None:
