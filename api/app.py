@@ -14,6 +14,7 @@ from contextlib import asynccontextmanager
 from fastapi import APIRouter, FastAPI
 
 from api import (
+    discord,
     email,
     events,
     health,
@@ -24,6 +25,7 @@ from api import (
     runs,
     slack,
     teams,
+    telegram,
     webhooks,
 )
 from api.acks import router as acks_router
@@ -47,6 +49,8 @@ ROUTERS: tuple[APIRouter, ...] = (
     runs.router,
     slack.router,
     teams.router,
+    telegram.router,
+    discord.router,
     email.router,
     webhooks.router,
     events.router,

@@ -74,3 +74,19 @@ def approver_by_teams_user(config: Config, aad_object_id: str | None) -> Princip
         "You are not an approver here: no approver's teams_user_id is your Entra ID object id"
         f" ({aad_object_id or 'none sent'})"
     )
+
+
+def approver_by_chat_user(config: Config, platform: str, user_id: str) -> Principal:
+    """The approver whose `telegram_user_id` / `discord_user_id` (as `platform` says) this is.
+
+    As with Slack, anyone else in the chat is refused: an account is an approver only once the
+    config names it, and then it is that approver on every channel (`broker.persons`).
+    """
+    for name, approver in config.approvers.items():
+        known = approver.telegram_user_id if platform == "telegram" else approver.discord_user_id
+        if known is not None and str(known) == user_id:
+            return Principal(name, frozenset(approver.roles))
+    raise Forbidden(
+        f"{platform.capitalize()} user {user_id} is not an approver here"
+        f" (no {platform}_user_id matches)"
+    )

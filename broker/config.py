@@ -16,13 +16,14 @@ from typing import Annotated, Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from broker.chat_config import DiscordConfig, TelegramConfig
 from broker.errors import ConfigError
 from broker.persons import normal_address, normal_name
 
 DEFAULT_QUEUE = "default"
 DEFAULT_TIMEOUT_S = 600.0
 DEFAULT_ACK_TIMEOUT_S = 900.0
-CHANNEL_KINDS = ("inbox", "webhook", "slack", "email", "teams")
+CHANNEL_KINDS = ("inbox", "webhook", "slack", "email", "teams", "telegram", "discord")
 WEBHOOK_EVENT_TYPES = (
     "approval.requested",
     "approval.decided",
@@ -217,6 +218,8 @@ class ApproverConfig(_Section):
     slack_user_id: str | None = None
     teams_user_id: str | None = None  # the person's Entra ID (AAD) object id
     email: str | None = None
+    telegram_user_id: int | None = None
+    discord_user_id: str | None = None
 
     @field_validator("token_sha256")
     @classmethod
@@ -293,6 +296,8 @@ class Config(_Section):
     slack: SlackConfig | None = None
     email: EmailConfig | None = None
     teams: TeamsConfig | None = None
+    telegram: TelegramConfig | None = None
+    discord: DiscordConfig | None = None
     approvers: dict[str, ApproverConfig] = Field(default_factory=dict)
     agents: dict[str, AgentConfig] = Field(default_factory=dict)
     mcp_gateways: dict[str, McpGatewayConfig] = Field(default_factory=dict)
@@ -339,8 +344,9 @@ class Config(_Section):
         return self
 
     def _check_one_person_per_identity(self) -> None:
-        """Two approvers never share a name (after normalisation), a Slack user, a Teams user or
-        an email address: each is one person, whose vote counts once (`broker.persons`)."""
+        """Two approvers never share a name (after normalisation), a Slack, Teams, Telegram or
+        Discord user or an email address: each is one person, whose vote counts once
+        (`broker.persons`)."""
         seen: dict[tuple[str, str], str] = {}
         for name, approver in self.approvers.items():
             for key, value in (
@@ -350,6 +356,8 @@ class Config(_Section):
                     "teams_user_id",
                     approver.teams_user_id.casefold() if approver.teams_user_id else None,
                 ),
+                ("telegram_user_id", str(approver.telegram_user_id or "") or None),
+                ("discord_user_id", approver.discord_user_id),
                 ("email", normal_address(approver.email) if approver.email else None),
             ):
                 if not value:
@@ -392,6 +400,10 @@ class Config(_Section):
             return f"slack channel {name!r} is not defined under [slack.channels.{name}]"
         if kind == "teams" and (self.teams is None or name not in self.teams.channels):
             return f"teams channel {name!r} is not defined under [teams.channels.{name}]"
+        if kind == "telegram" and (self.telegram is None or name not in self.telegram.chats):
+            return f"telegram chat {name!r} is not defined under [telegram.chats.{name}]"
+        if kind == "discord" and (self.discord is None or name not in self.discord.channels):
+            return f"discord channel {name!r} is not defined under [discord.channels.{name}]"
         if kind == "email" and (self.email is None or name not in self.email.lists):
             return f"email list {name!r} is not defined under [email.lists.{name}]"
         return None
@@ -436,7 +448,7 @@ def _resolve_secrets(raw: dict[str, Any]) -> None:
             return resolve_secret(node, path)
         return node
 
-    for section in ("webhooks", "slack", "email", "teams", "approvers"):
+    for section in ("webhooks", "slack", "email", "teams", "approvers", "telegram", "discord"):
         if section in raw:
             raw[section] = walk(raw[section], section)
 

@@ -105,6 +105,11 @@ class Keys(Partitioned, StepKeys):
         """String with TTL: a one-time marker (replayed webhook ids, used email links)."""
         return f"{self.prefix}seen:{namespace}:{ident}"
 
+    def reason_prompt(self, platform: str, ident: str) -> str:
+        """String with TTL: a reject waiting for its reason (Telegram's ForceReply prompt
+        `{chat}:{message}`): JSON of the request id and the user who clicked Reject."""
+        return f"{self.prefix}prompt:{platform}:{ident}"
+
     def idempotency(self, scope: str, digest: str) -> str:
         """String with TTL: an Idempotency-Key's body hash and the id it created (`HASH|ID`)."""
         return f"{self.prefix}idem:{scope}:{digest}"

@@ -15,11 +15,13 @@ from redis.exceptions import RedisError
 from broker.client import Broker
 from broker.text import as_str, as_str_dict
 from notifiers.base import Channel
+from notifiers.copies import copy_holders, keeps_copies
 from notifiers.dead_letters import DeadLetters
 from notifiers.dispatch import Dispatcher
 from notifiers.events import (
     ACKED,
     OUTCOME_TYPES,
+    REQUESTED,
     Event,
     MalformedEntry,
     parse_entry,
@@ -35,9 +37,10 @@ PERSON_FACING = (
     "teams",
     "email",
     "inbox",
+    "telegram",
+    "discord",
 )  # skipped for a request a rule decided at create
 ROUTES_KEPT = 1024
-CARDS = ("slack", "teams")  # channels whose posted copy shows "on it" (an ack)
 
 
 class Router:
@@ -74,7 +77,10 @@ class Router:
         if not events:
             return
         requests, problems = self.fetch({e.request_id for e in events})
-        redo = {e.request_id for e in events if claimed or "event_id" in e.fields}
+        # a redelivery needs the done markers; a later event also the copies posted so far
+        redo = {
+            e.request_id for e in events if claimed or "event_id" in e.fields or e.type != REQUESTED
+        }
         done = self.done_fields(redo)
         for event in events:
             request = requests.get(event.request_id)
@@ -88,7 +94,9 @@ class Router:
                 )
                 continue
             seen = done.get(event.request_id, set())
-            todo = [c for c in self.route(event, request) if event.done_field(c) not in seen]
+            routed = self.route(event, request)
+            routed += copy_holders(event, seen, self.channels, routed)  # notifiers.copies
+            todo = [c for c in routed if event.done_field(c) not in seen]
             entry = InflightEntry(event, remaining=set(todo), stored=request)
             entry.tasks = [Task(entry, channel) for channel in todo]
             self.inflight.add(entry)
@@ -99,8 +107,8 @@ class Router:
 
     def route(self, event: Event, request: StoredRequest) -> list[str]:
         """The channels of the event's queue that want it, plus the request's callback webhook
-        for its outcome. An ack only updates Slack messages and Teams cards: it is no webhook
-        event type, and mail asks for decisions only. Worked out once per kind of event (what `wants` and the
+        for its outcome. An ack only updates posted copies: it is no webhook event type, and
+        mail asks for decisions only (`notifiers.copies`: channels that keep copies). Worked out once per kind of event (what `wants` and the
         rules below look at), as a few kinds make up every entry."""
         kind = (
             event.queue,
@@ -127,7 +135,7 @@ class Router:
         out: list[str] = []
         for name in dict.fromkeys(names):
             channel = self.channels.get(name)
-            if event.type == ACKED and (channel is None or channel.kind not in CARDS):
+            if event.type == ACKED and not keeps_copies(channel):
                 continue
             if channel is not None and channel.wants(event):
                 out.append(name)

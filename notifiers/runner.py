@@ -17,11 +17,13 @@ from broker.errors import ConfigError
 from notifiers.base import Channel
 from notifiers.consumer import Notifier, default_name
 from notifiers.delivery_state import DeliveryState
+from notifiers.discord import DiscordChannel, discord_client
 from notifiers.inbox import InboxChannel
 from notifiers.mail import EmailChannel, smtp_target
 from notifiers.options import NotifierOptions
 from notifiers.retry import RetryPolicy
 from notifiers.slack import SlackChannel, claim_stale_s, slack_client
+from notifiers.telegram import TelegramChannel, telegram_client
 from notifiers.webhook import WebhookChannel
 
 if TYPE_CHECKING:  # the Agents SDK takes seconds to import: only a notifier with Teams does
@@ -58,7 +60,18 @@ def build_channels(
     policy = RetryPolicy(options.max_attempts, options.backoff_s, options.max_backoff_s)
     slack = slack_client(config.slack, options.slack_timeout_s) if config.slack else None
     teams: TeamsCalls | None = None  # one Teams client, made when a channel needs it
+    telegram = telegram_client(config.telegram, options.chat_timeout_s) if config.telegram else None
+    discord = discord_client(config.discord, options.chat_timeout_s) if config.discord else None
     check_config(config)
+    cards = {  # what every card channel (notifiers.cards) shares
+        "broker": broker,
+        "config": config,
+        "state": state,
+        "consumer": consumer,
+        "policy": policy,
+        "concurrency": min(options.workers, 4),
+        "claim_stale_s": claim_stale_s(options.claim_idle_s, options.chat_timeout_s),
+    }
     channels: dict[str, Channel] = {}
     for name in used_channels(config):
         kind, _, short = name.partition(":")
@@ -100,6 +113,14 @@ def build_channels(
                 concurrency=min(options.workers, 4),
                 claim_stale_s=claim_stale_s(options.claim_idle_s, options.teams_timeout_s),
             )
+        elif kind == "telegram":
+            assert config.telegram is not None and telegram is not None
+            chat_id = config.telegram.chats[short].chat_id
+            channels[name] = TelegramChannel(name, chat_id, client=telegram, **cards)
+        elif kind == "discord":
+            assert config.discord is not None and discord is not None
+            channel_id = config.discord.channels[short].channel_id
+            channels[name] = DiscordChannel(name, channel_id, client=discord, **cards)
         elif kind == "email":
             assert config.email is not None
             channels[name] = EmailChannel(

@@ -46,7 +46,7 @@ from notifiers.retry import (
     parse_retry_after,
     pause_delay,
 )
-from notifiers.slack_blocks import fingerprint, render
+from notifiers.slack_blocks import channel_serves, fingerprint, render
 from notifiers.tasks import Task
 
 log = logging.getLogger("notifiers")
@@ -110,8 +110,8 @@ class SlackChannel(Channel):
         found = self.state.post_state(request.id, self.name)
         if found.posted:
             return self._update(found, request, event.type)
-        if event.moved_away:
-            return None  # never posted in the queue it left: nothing to say there
+        if event.moved_away or not channel_serves(self.config, self.name, event.queue):
+            return None  # never posted here, and not this channel's queue: nothing to update
         claimant = task.memo("claimant", lambda: f"{self.consumer}:{secrets.token_hex(4)}")
         claimed, found = self.state.claim_post(request.id, self.name, claimant, self.claim_stale_s)
         if not claimed:
@@ -193,6 +193,10 @@ class SlackChannel(Channel):
             if cursor is None:
                 return None
         return None
+
+    def update_copy(self, copy: PostState, request: Request, what: str) -> str:
+        """chat.update of a posted message (`notifiers.copies.CopyUpdater`)."""
+        return self._update(copy, request, what)
 
     def _update(self, posted: PostState, request: Request, what: str) -> str:
         text, blocks = render(request, self.config, self.name)

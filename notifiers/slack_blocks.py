@@ -267,6 +267,8 @@ def render(request: Request, config: Config, channel: str) -> tuple[str, list[Bl
     blocks = describe(request, config)
     tool = escape(one_line(request.tool_name))
     if not request.is_pending:
+        if not channel_serves(config, channel, request.queue):  # a copy left behind
+            blocks += moved_blocks(request, config)
         blocks += outcome_blocks(request, config)
         status = request.status.value.replace("_", " ")
         text = f"{tool}: {status}"

@@ -189,31 +189,6 @@ def update_teams_copy(calls: TeamsCalls, config: Config, copy: TeamsCopy, reques
     return f"updated {copy.activity_id}"
 
 
-class TeamsCopies:
-    """The Teams side of keeping every posted copy in sync: find a request's posted cards and
-    `update(copy, request)` one of them (Retry / GiveUp as a delivery raises them)."""
-
-    kind = "teams"
-
-    def __init__(self, calls: TeamsCalls, config: Config, state: DeliveryState) -> None:
-        self.calls = calls
-        self.config = config
-        self.state = state
-
-    def posted(self, request_id: str) -> list[TeamsCopy]:
-        """Every card posted for `request_id`, one per `teams:NAME` channel that has one."""
-        teams = self.config.teams
-        out = []
-        for name, target in (teams.channels if teams else {}).items():
-            found = self.state.post_state(request_id, f"teams:{name}")
-            if found.posted:
-                out.append(TeamsCopy(f"teams:{name}", target, str(found.ts)))
-        return out
-
-    def update(self, copy: TeamsCopy, request: Request) -> str:
-        return update_teams_copy(self.calls, self.config, copy, request)
-
-
 class TeamsChannel(Channel):
     """`teams:NAME`: a card per request in the conversation `[teams.channels.NAME]` names."""
 
@@ -247,14 +222,14 @@ class TeamsChannel(Channel):
         request = self.broker.get_request(event.request_id)
         found = self.state.post_state(request.id, self.name)
         if found.posted:
-            return self._update(found, request, event.type)
+            return self.update_copy(found, request, event.type)
         if event.moved_away:
             return None  # never posted in the queue it left: nothing to say there
         claimant = task.memo("claimant", lambda: f"{self.consumer}:{secrets.token_hex(4)}")
         claimed, found = self.state.claim_post(request.id, self.name, claimant, self.claim_stale_s)
         if not claimed:
             if found.posted:
-                return self._update(found, request, event.type)
+                return self.update_copy(found, request, event.type)
             raise Defer("another notifier is posting this card", delay=0.5)
         if found.claimed_at is not None:
             log.warning(
@@ -272,12 +247,16 @@ class TeamsChannel(Channel):
         self.state.record_post(request.id, self.name, self.target.conversation_id, activity_id)
         latest = self.broker.get_request(request.id)
         if latest.model_dump() != request.model_dump():  # it moved on while we posted
-            self._update(PostState(self.target.conversation_id, activity_id), latest, event.type)
+            self.update_copy(
+                PostState(self.target.conversation_id, activity_id), latest, event.type
+            )
         return f"{event.type}: posted {activity_id}"
 
-    def _update(self, posted: PostState, request: Request, what: str) -> str:
-        copy = TeamsCopy(self.name, self.target, str(posted.ts))
-        note = self._call(lambda: update_teams_copy(self.calls, self.config, copy, request))
+    def update_copy(self, copy: PostState, request: Request, what: str) -> str:
+        """Bring a posted card up to date (`notifiers.copies.CopyUpdater`): the router hands a
+        Teams channel every later event of a request it posted, whatever queue it is in now."""
+        card = TeamsCopy(self.name, self.target, str(copy.ts))
+        note = self._call(lambda: update_teams_copy(self.calls, self.config, card, request))
         return f"{what}: {note}"
 
     def _call(self, call: Callable[[], T]) -> T:

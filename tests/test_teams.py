@@ -40,9 +40,8 @@ from broker.errors import ConfigError
 from broker.models import Decision, NewRequest, Outcome, Request, RunStatus, Status
 from broker.outbox import Resumer
 from broker.runs import start_run
-from notifiers.delivery_state import DeliveryState
 from notifiers.retry import GiveUp, Retry
-from notifiers.teams import TeamsCalls, TeamsCopies, TeamsCopy, card_activity, update_teams_copy
+from notifiers.teams import TeamsCalls, TeamsCopy, card_activity, update_teams_copy
 from tests.conftest import jobs_bound_to, wait_for, work
 from tests.fakes.harness import running
 from tests.fakes.teams import FakeConnector
@@ -544,23 +543,41 @@ def test_the_teams_app_manifest_names_one_bot_and_the_api_host() -> None:
     assert "zip" in (root / "README.md").read_text()  # how to package it with the icons
 
 
-def test_teams_copies_finds_the_posted_card_and_updates_it(
+def test_a_card_left_in_a_queue_escalated_away_from_shows_the_decision_made_in_the_next(
     redis: Redis, connector: FakeConnector
 ) -> None:
-    config = teams_config(connector)
-    broker = Broker(redis, config, prefix="ts:")
+    config = parse_config(
+        {
+            "queues": {
+                "default": {"channels": ["teams:approvals"], "escalate_to": "managers"},
+                "managers": {"channels": ["inbox"]},
+            },
+            "teams": {
+                "allow_anonymous": True,
+                "channels": {
+                    "approvals": {"service_url": connector.url, "conversation_id": CONVERSATION}
+                },
+            },
+        }
+    )
+    broker = Broker(redis, config, prefix="tx:")
     with running(broker, teams_timeout_s=5.0):
         request = broker.create_request(NewRequest(tool_name="refund", args={"amount": 11}))
-        [(activity_id, _)] = wait_for(lambda: connector.cards_for(request.id))
-    copies = TeamsCopies(TeamsCalls(config.teams, 5.0), config, DeliveryState(broker))  # type: ignore[arg-type]
-    [copy] = wait_for(lambda: copies.posted(request.id))
-    assert (copy.channel, copy.activity_id) == ("teams:approvals", activity_id)
-    decided = broker.decide(request.id, Decision(outcome=Outcome.approved), decided_by="alice")
+        wait_for(lambda: connector.cards_for(request.id))
+        broker.decide(
+            request.id, Decision(outcome=Outcome.escalated, reason="big"), decided_by="carol"
+        )
+        wait_for(
+            lambda: "Escalated to managers" in card_text(connector.cards_for(request.id)[0][1])
+        )
+        broker.decide(request.id, Decision(outcome=Outcome.approved), decided_by="alice")
 
-    copies.update(copy, decided)
-
-    [(_, card)] = connector.cards_for(request.id)
-    assert "Approved by alice" in card_text(card)
+        [(_, card)] = wait_for(
+            lambda: [
+                c for c in connector.cards_for(request.id) if "Approved by alice" in card_text(c[1])
+            ]
+        )
+    assert "actions" not in card
 
 
 def test_the_card_left_behind_by_an_escalation_says_where_it_went(
