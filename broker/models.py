@@ -82,6 +82,11 @@ class Decision(BaseModel):
     decided_by: str | None = None
     decided_at: datetime | None = None
     rule: str | None = Field(default=None, description="the policy rule that decided, if one did")
+    receipt: str | None = Field(
+        default=None,
+        max_length=8_000,
+        description="set by the broker: the signed approval receipt (docs/receipts.md)",
+    )
 
     @model_validator(mode="after")
     def _check_shape(self) -> Decision:
