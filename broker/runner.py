@@ -7,8 +7,10 @@ Every step can be repeated safely, because a job can be retried or re-read from 
   is saved; as soon as the tools have returned, the messages so far are saved as a checkpoint.
   A retry (after a model's 503, say) continues from the checkpoint, without the prompt and
   without the round's deferred results, so no tool that already returned runs again;
-* a retry that finds the marker instead of a checkpoint (the worker died, or Redis failed, while
-  tools ran) fails the run with a clear error rather than running the tools a second time; an
+* a retry that finds the marker instead of a checkpoint (the worker died, or Redis failed, in
+  the tool step) takes the step again when no tool with effects was still running, the tools
+  that had returned giving back their kept return values (`broker.tool_guard`); when one was
+  still running it fails the run with a clear error rather than running it a second time; an
   error raised by the tool step itself fails the run at once for the same reason;
 * a pause stores the messages together with the next round's calls *before* registering them,
   so a job that dies in between registers the same round on its next attempt;
@@ -334,7 +336,8 @@ class AgentRunner:
             kwargs["deferred_tool_results"] = results
         self.broker.update_run(run_id, status=RunStatus.running)
         applying = [] if results is None or pause is None else pause.calls
-        result = _run_sync(self._drive(run_id, round_no, loaded, prompt, kwargs, applying))
+        guard = ToolGuard(self.broker, run_id, kept=fields)
+        result = _run_sync(self._drive(run_id, round_no, loaded, guard, prompt, kwargs, applying))
         output = result.output
         if isinstance(output, DeferredToolRequests):
             return self._pause(run_id, round_no + 1, loaded, output, result.all_messages())
@@ -351,6 +354,7 @@ class AgentRunner:
         run_id: str,
         round_no: int,
         loaded: LoadedAgent,
+        guard: ToolGuard,
         prompt: str | None,
         kwargs: dict[str, Any],
         applying: list[dict[str, Any]],
@@ -360,7 +364,6 @@ class AgentRunner:
         `applying` is the round's calls when this attempt starts by applying their outcomes: the
         first marker keeps them, so a step taken again applies them again.
         """
-        guard = ToolGuard(self.broker, run_id)
         async with loaded.agent.iter(prompt, capabilities=[guard], **kwargs) as agent_run:
             node = agent_run.next_node
             while not isinstance(node, End):

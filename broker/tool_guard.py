@@ -1,21 +1,26 @@
-"""Counting the tools with effects that start inside a marked tool step of a run.
+"""Counting the tools with effects that run inside a marked tool step, and keeping what they return.
 
 The runner marks a step that may run tools before taking it (`broker.runner`). If the worker
-dies inside the step, the next attempt must know whether any tool with effects had started:
-if none had (a tool that asks for approval defers before doing anything), the step is taken
-again; if one had, the run fails, because a tool never runs twice. `ToolGuard` is a pydantic-ai
-capability that counts each such tool in the run's hash as it starts; it never decides.
+dies inside the step, the next attempt must know whether a tool with effects was still running:
+if none was, the step is taken again, and each tool that had already returned gives back its
+stored return value instead of running a second time (a tool that asks for approval defers
+before doing anything, so it counts as not started); if one was still running, the run fails,
+because a tool never runs twice. `ToolGuard` is a pydantic-ai capability that keeps this count,
+and the return values, in the run's hash; it never decides.
 """
 
 from __future__ import annotations
 
+import json
+from collections.abc import Mapping
 from typing import Any
 
 import anyio.to_thread
 from pydantic_ai import ApprovalRequired, CallDeferred, RunContext
 from pydantic_ai.capabilities import AbstractCapability
-from pydantic_ai.messages import ToolCallPart
+from pydantic_ai.messages import ToolCallPart, ToolReturn
 from pydantic_ai.tools import ToolDefinition
+from pydantic_core import PydanticSerializationError, to_json
 
 from broker.client import Broker
 
@@ -23,22 +28,47 @@ NO_EFFECT_KINDS = frozenset({"output", "external", "unapproved"})
 """Tool kinds whose calls don't run user code in a tool step (they end, defer or ask)."""
 
 
+MAX_KEPT_RETURN = 1 << 20
+"""Bytes of JSON above which a tool's return value is not kept (a retry then fails the run)."""
+
+
 def tools_field(round_no: int, marked_messages: int) -> str:
-    """The run-hash field counting the tools with effects started in the marked step."""
+    """The run-hash field counting the tools with effects running in the marked step."""
     return f"tools:{round_no}:{marked_messages}"
 
 
-class ToolGuard(AbstractCapability[Any]):
-    """Counts, in the run's hash, each tool with effects as it starts within a marked step.
+def returned_field(step_field: str, tool_call_id: str) -> str:
+    """The run-hash field keeping what one call of the marked step returned."""
+    return f"{step_field}:{tool_call_id}"
 
-    A worker that dies inside a tool step leaves the marker; the next attempt takes the step
-    again only if no such tool had started (a tool that defers, asking for approval, ran
-    nothing), and fails the run otherwise, as a tool never runs twice.
+
+def _kept_json(result: Any) -> bytes | None:
+    """`result` as JSON to keep for a retry, or None when it can't be given back faithfully."""
+    if isinstance(result, ToolReturn):
+        return None  # carries content for the model besides its value: not replayed
+    try:
+        raw = to_json(result)
+    except (PydanticSerializationError, TypeError, ValueError):
+        return None
+    return raw if len(raw) <= MAX_KEPT_RETURN else None
+
+
+class ToolGuard(AbstractCapability[Any]):
+    """Counts, in the run's hash, each tool with effects running within a marked step.
+
+    A tool is counted as it starts; when it returns, its return value is kept and the count
+    taken back, in one transaction. A worker that dies inside a tool step leaves the marker;
+    the next attempt takes the step again only if no such tool was still running, giving back
+    the kept return values of those that had returned (a tool that defers, asking for approval,
+    ran nothing), and fails the run otherwise, as a tool never runs twice.
+
+    `kept` is the run's hash as the attempt read it: the return values of an earlier attempt.
     """
 
-    def __init__(self, broker: Broker, run_id: str) -> None:
+    def __init__(self, broker: Broker, run_id: str, kept: Mapping[str, str] | None = None) -> None:
         self.broker = broker
         self.key = broker.keys.run(run_id)
+        self.kept = kept or {}
         self.field: str | None = None
 
     async def wrap_tool_execute(
@@ -53,9 +83,24 @@ class ToolGuard(AbstractCapability[Any]):
         field = self.field
         if field is None or tool_def.kind in NO_EFFECT_KINDS:
             return await handler(args)
+        kept_as = returned_field(field, call.tool_call_id)
+        kept = self.kept.get(kept_as)
+        if kept is not None:
+            return json.loads(kept)  # it returned in an earlier attempt: never run twice
         await anyio.to_thread.run_sync(self.broker.redis.hincrby, self.key, field, 1)
         try:
-            return await handler(args)
+            result = await handler(args)
         except (ApprovalRequired, CallDeferred):  # deferred before any effect
             await anyio.to_thread.run_sync(self.broker.redis.hincrby, self.key, field, -1)
             raise
+        raw = _kept_json(result)
+        if raw is not None:  # else it stays counted: a retry of this step fails the run
+            await anyio.to_thread.run_sync(self._keep, field, kept_as, raw)
+        return result
+
+    def _keep(self, field: str, kept_as: str, raw: bytes) -> None:
+        """Keep a return value and stop counting its tool as running, in one transaction."""
+        with self.broker.redis.pipeline(transaction=True) as pipe:
+            pipe.hset(self.key, kept_as, raw)
+            pipe.hincrby(self.key, field, -1)
+            pipe.execute()

@@ -33,7 +33,7 @@ BOT = "fleet-bot"
 BY_WEBHOOK = f"webhook:{ENDPOINT}/{BOT}"
 """How the broker records a reply from the receiver (`decided_by`)."""
 FAILED_RUN_REASONS = {
-    # the work horse was SIGKILLed while the run's tools ran; the retry refuses to run them again
+    # a worker was SIGKILLed while one of the run's tools ran; the retry refuses to run it again
     "worker killed mid tool step": "while its tools were running (the worker died",
     # the work horse was SIGKILLed on the job's last attempt
     "worker killed on the last attempt": "the worker process running this round died",

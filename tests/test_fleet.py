@@ -1,14 +1,14 @@
 """Issue 8: a horizontally scaled fleet holds under faults.
 
 A real fleet of separate OS processes on one Redis with AOF: 2 API processes, 3 notifiers,
-2 agent workers (RQ's forking Worker, `--no-resumer`), 2 sweepers and the resumer. The test
+2 agent workers (each advancing up to 50 runs at once, `--no-resumer`), 2 sweepers and the resumer. The test
 process is the app and the people: it starts runs of the demo refunds agent (each run for a
 customer of its own, so each has its own order to refund), and a webhook receiver
 (`tests/fakes/deciding_receiver.py`) approves, rejects or ignores each approval request it is
 sent, replying through the signed `/v1/webhooks/{name}/replies` of either API process. Ignored
 requests time out through the sweepers.
 
-Meanwhile a role process is SIGKILLed (with its RQ work horse, if any) every few seconds and
+Meanwhile a role process is SIGKILLed (with the processes below it, if any) every few seconds and
 restarted, the roles taking turns so that each is killed (only the timing and which process of
 a role are random; `tests/fleet_processes.py`), and Redis itself is SIGKILLed once and started
 again on the same port and data directory. A process that dies on its own is restarted too, and
