@@ -105,6 +105,10 @@ class Keys(Partitioned, StepKeys):
         """String with TTL: a one-time marker (replayed webhook ids, used email links)."""
         return f"{self.prefix}seen:{namespace}:{ident}"
 
+    def receipt_spent(self, request_id: str, jti_digest: str) -> str:
+        """String with TTL: a receipt's jti, spent as its tool started (beside its request)."""
+        return f"{self._req(request_id)}spent:{jti_digest}"
+
     def idempotency(self, scope: str, digest: str) -> str:
         """String with TTL: an Idempotency-Key's body hash and the id it created (`HASH|ID`)."""
         return f"{self.prefix}idem:{scope}:{digest}"
