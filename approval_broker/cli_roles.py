@@ -17,6 +17,7 @@ import typer
 from approval_broker.cli_common import DataDir, clear_errors, load_settings
 from broker.config import Config, Settings, check_admin_token
 from broker.links import prepare_link_secret
+from broker.receipt_keys import prepare_receipt_key
 from broker.redis_server import EmbeddedRedis, redact, running_local_url
 
 
@@ -60,6 +61,7 @@ def role(data_dir: Path | None, port: int | None = None) -> Iterator[tuple[Setti
                 f"started embedded Redis at {redact(embedded.local_url)} (data in {embedded.data_dir})",
                 err=True,
             )
+        prepare_receipt_key(settings, config)
         try:
             yield settings, config
         except KeyboardInterrupt:

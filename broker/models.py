@@ -46,6 +46,7 @@ EventType = Literal[
     "approval.escalated",
     "approval.timed_out",
     "approval.voted",  # one approval of a request that needs more (quorum), still pending
+    "approval.receipt_refused",  # an approved tool did not run: its receipt did not hold
 ]
 
 MAX_QUORUM = 10

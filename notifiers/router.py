@@ -20,6 +20,7 @@ from notifiers.dispatch import Dispatcher
 from notifiers.events import (
     ACKED,
     OUTCOME_TYPES,
+    RECEIPT_REFUSED,
     Event,
     MalformedEntry,
     parse_entry,
@@ -122,6 +123,8 @@ class Router:
         for name in dict.fromkeys(names):
             channel = self.channels.get(name)
             if event.type == ACKED and (channel is None or channel.kind != "slack"):
+                continue
+            if event.type == RECEIPT_REFUSED:
                 continue
             if channel is not None and channel.wants(event):
                 out.append(name)

@@ -137,9 +137,7 @@ def test_a_modified_call_runs_on_the_receipt_of_its_new_args(
     assert _refusals(broker) == {}
 
 
-def test_another_requests_receipt_is_refused(
-    redis: Redis, key: Path, recorder: Recorder
-) -> None:
+def test_another_requests_receipt_is_refused(redis: Redis, key: Path, recorder: Recorder) -> None:
     broker = _broker(redis, key)
     with jobs_bound_to(broker):
         first_run, first = _paused_run(broker)
@@ -153,9 +151,7 @@ def test_another_requests_receipt_is_refused(
     assert _refusals(broker) == {"receipt_refused:other_request": 1}
 
 
-def test_a_spent_receipt_replayed_is_refused(
-    redis: Redis, key: Path, recorder: Recorder
-) -> None:
+def test_a_spent_receipt_replayed_is_refused(redis: Redis, key: Path, recorder: Recorder) -> None:
     broker = _broker(redis, key)
     with jobs_bound_to(broker):
         run_id, rid = _paused_run(broker)
