@@ -5,6 +5,7 @@ and pydantic only (pydantic-ai-slim as the extra), brings no server package, and
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -83,7 +84,7 @@ def test_the_wheel_depends_on_httpx_and_pydantic_and_pydantic_ai_only_as_extra(
     extra = [r for r in requires if "extra" in r]
     assert plain == ["httpx", "pydantic"]
     # the capability's extra: pydantic-ai, and joserfc to verify approval receipts
-    assert sorted(r.split(">")[0].split(";")[0].strip() for r in extra) == [
+    assert sorted(re.split(r"[<>=;]", r)[0].strip() for r in extra) == [
         "joserfc",
         "pydantic-ai-slim",
     ]
