@@ -17,11 +17,13 @@ from fastapi.testclient import TestClient
 from joserfc import jwt
 from joserfc.jwk import KeySet
 
-from broker.auth import hash_token
+from broker.auth import Principal, hash_token
 from broker.client import Broker
 from broker.config import Config, parse_config
+from broker.deciding import Deciding
 from broker.models import Decision, NewRequest, args_hash
 from broker.receipts import CallFacts, ReceiptKeys, ReceiptRefused, Receipts
+from broker.rule_decisions import RuleDecisions
 from broker.rules import sync_at_start
 from tests.receipts_support import key_file, receipts_config
 
@@ -230,3 +232,30 @@ def test_receipts_are_off_without_a_key(redis: Any) -> None:
     made = broker.create_request(NewRequest(tool_name="refund"))
     decided = broker.decide(made.id, Decision(outcome="approved"), decided_by="ann")
     assert decided.decision is not None and decided.decision.receipt is None
+
+
+def test_a_remembered_rule_gives_each_sibling_it_decides_its_own_receipt(
+    redis: Any, key: Path
+) -> None:
+    broker = Broker(redis, parse_config(receipts_config(key)), prefix="t:")
+    run_id = broker.create_run("refunds", "prompt").id
+    calls = [NewRequest(tool_name="refund", args={"amount": n}) for n in (120, 80)]
+    first, sibling = broker.create_round(run_id, 1, calls)
+    ann = Principal("ann", frozenset({"finance"}))
+    done = RuleDecisions(Deciding(broker)).decide(
+        first.id, Decision(outcome="approved"), ann, {"tool": "refund", "run_id": run_id},
+        via=("inbox",),
+    )  # fmt: skip
+    assert done.siblings == (sibling.id,)
+    receipts = broker.store.receipts
+    assert receipts is not None
+    mine = broker.get_request(first.id).decision
+    theirs = broker.get_request(sibling.id).decision
+    assert mine is not None and theirs is not None
+    facts = {"tool_name": "refund"}
+    ann_claims = receipts.verify(mine.receipt, request_id=first.id, args={"amount": 120}, **facts)
+    assert ann_claims["decided_by"] == "ann" and "rule" not in ann_claims
+    rule_claims = receipts.verify(
+        theirs.receipt, request_id=sibling.id, args={"amount": 80}, **facts
+    )
+    assert rule_claims["rule"] == done.rule.id and rule_claims["decided_by"] == f"rule:{done.rule.id}"  # type: ignore[union-attr]  # fmt: skip
