@@ -259,3 +259,21 @@ def test_a_remembered_rule_gives_each_sibling_it_decides_its_own_receipt(
         theirs.receipt, request_id=sibling.id, args={"amount": 80}, **facts
     )
     assert rule_claims["rule"] == done.rule.id and rule_claims["decided_by"] == f"rule:{done.rule.id}"  # type: ignore[union-attr]  # fmt: skip
+
+
+def test_the_deciding_vote_read_before_another_vote_is_signed_for_the_votes_as_counted(
+    redis: Any, key: Path
+) -> None:
+    raw = receipts_config(key)
+    raw["queues"]["pair"] = {"channels": ["inbox"], "quorum": 2}
+    broker = Broker(redis, parse_config(raw), prefix="t:")
+    made = broker.create_request(NewRequest(tool_name="refund", queue="pair"))
+    broker.decide(made.id, Decision(outcome="approved"), decided_by="ann")
+    # bob's reply was judged on the request as read before ann's vote: the step tells the
+    # signer who voted (need_votes), and the receipt names them both
+    done = broker.decide(made.id, Decision(outcome="approved"), decided_by="bob", request=made)
+    assert done.decision is not None and done.status.value == "approved"
+    receipts = broker.store.receipts
+    assert receipts is not None
+    claims = receipts.verify(done.decision.receipt, request_id=made.id, tool_name="refund", args={})
+    assert claims["quorum"] == {"required": 2, "votes": ["ann", "bob"]}
