@@ -19,9 +19,11 @@ from joserfc.jwk import KeySet
 
 from broker.auth import Principal, hash_token
 from broker.client import Broker
-from broker.config import Config, parse_config
+from broker.config import Config, Settings, parse_config
 from broker.deciding import Deciding
+from broker.errors import ConfigError
 from broker.models import Decision, NewRequest, args_hash
+from broker.receipt_keys import prepare_receipt_key, private_key_file
 from broker.receipts import CallFacts, ReceiptKeys, ReceiptRefused, Receipts
 from broker.rule_decisions import RuleDecisions
 from broker.rules import sync_at_start
@@ -277,3 +279,19 @@ def test_the_deciding_vote_read_before_another_vote_is_signed_for_the_votes_as_c
     assert receipts is not None
     claims = receipts.verify(done.decision.receipt, request_id=made.id, tool_name="refund", args={})
     assert claims["quorum"] == {"required": 2, "votes": ["ann", "bob"]}
+
+
+def test_up_makes_a_private_key_once_and_a_bad_key_file_stops_a_role(tmp_path: Path) -> None:
+    made = private_key_file(tmp_path / "data" / "receipts-key.pem")
+    assert made.stat().st_mode & 0o777 == 0o600
+    first = made.read_bytes()
+    assert private_key_file(made).read_bytes() == first  # kept, not made again
+    ReceiptKeys.load(made)
+    bad = tmp_path / "bad.pem"
+    bad.write_text("not a key")
+    config = parse_config({"receipts": {"key_file": str(bad)}})
+    with pytest.raises(ConfigError, match="receipts.key_file"):
+        prepare_receipt_key(Settings(redis_url="redis://127.0.0.1:1/0"), config)
+    elsewhere = parse_config({})
+    prepare_receipt_key(Settings(redis_url="redis://127.0.0.1:1/0"), elsewhere)
+    assert elsewhere.receipts.key_file is None  # a fleet without a key: receipts off
