@@ -24,6 +24,7 @@ from api import (
     rules,
     runs,
     slack,
+    teams,
     webhooks,
 )
 from api.acks import router as acks_router
@@ -46,6 +47,7 @@ ROUTERS: tuple[APIRouter, ...] = (
     acks_router,
     runs.router,
     slack.router,
+    teams.router,
     email.router,
     webhooks.router,
     events.router,

@@ -60,3 +60,17 @@ def approver_by_slack_user(config: Config, user_id: str) -> Principal:
         if approver.slack_user_id and approver.slack_user_id == user_id:
             return Principal(name, frozenset(approver.roles))
     raise Forbidden(f"Slack user {user_id} is not an approver here (no slack_user_id matches)")
+
+
+def approver_by_teams_user(config: Config, aad_object_id: str | None) -> Principal:
+    """The approver whose `teams_user_id` (an Entra ID object id) this is; anyone else in the
+    team or chat (a guest, another tenant's user) is refused. Ids are compared without case,
+    as GUIDs are."""
+    wanted = (aad_object_id or "").strip().casefold()
+    for name, approver in config.approvers.items():
+        if wanted and approver.teams_user_id and approver.teams_user_id.casefold() == wanted:
+            return Principal(name, frozenset(approver.roles))
+    raise Forbidden(
+        "You are not an approver here: no approver's teams_user_id is your Entra ID object id"
+        f" ({aad_object_id or 'none sent'})"
+    )

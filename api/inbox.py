@@ -38,20 +38,19 @@ def me(principal: Caller) -> JSONResponse:
 def queues(principal: Caller, state: State) -> JSONResponse:
     """The handler queues with their timeouts, escalation targets and `pending` counts.
 
-    A count is the queue's total (kept by the Lua steps in the `counts` hash: one HMGET,
-    whatever is stored), not only the requests the caller may see.
+    A count is the queue's total, fleet-wide (kept by the Lua steps in each partition's `counts`
+    hash: one HMGET per partition, whatever is stored), not only the requests the caller may see.
     """
     names = sorted(state.config.queues)
-    redis, keys = state.broker.redis, state.broker.keys
-    counts = redis.hmget(keys.counts, [f"pending:{n}" for n in names]) if names else []
+    pending = state.broker.requests.pending_counts(names)
     return JSONResponse(
         [
             {
                 "name": name,
                 "timeout_s": state.config.queues[name].timeout_s,
                 "escalate_to": state.config.queues[name].escalate_to,
-                "pending": max(int(c or 0), 0),
+                "pending": pending[name],
             }
-            for name, c in zip(names, counts, strict=True)
+            for name in names
         ]
     )

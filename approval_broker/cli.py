@@ -17,6 +17,7 @@ import typer
 from approval_broker import cli_dead_letters, cli_mcp, cli_ops, cli_requests, cli_roles
 from approval_broker.cli_rules import rules_app
 from approval_broker.cli_tokens import token_app
+from approval_broker.exit_with_up import watch_for_up_exit
 
 app = typer.Typer(
     help="A queue-backed approval broker for AI agents: requests wait for a person, runs resume.",
@@ -67,6 +68,7 @@ app.command("mcp-gateway")(cli_mcp.mcp_gateway)
 
 
 def main() -> None:
+    watch_for_up_exit()
     try:
         app()
     except KeyboardInterrupt:

@@ -140,12 +140,9 @@ def fleet_status(broker: Broker) -> dict[str, Any]:
     ping_ms = (time.perf_counter() - started) * 1000
     info = redis.info("server") | redis.info("memory")
     names = sorted(broker.config.queues)
-    depths = {name: 0 for name in names}
+    depths = broker.requests.pending_counts(names)
     notifiers: list[dict[str, Any]] = []
     for part in keys.parts():
-        counts = redis.hmget(part.counts, [f"pending:{n}" for n in names]) if names else []
-        for name, count in zip(names, counts, strict=True):
-            depths[name] += max(int(count or 0), 0)
         for name in names:
             notifiers += consumers(broker, part.stream(name), name)
     return {

@@ -19,6 +19,7 @@ import typer
 from redis import Redis
 from redis.exceptions import ResponseError
 
+from approval_broker.exit_with_up import WATCH_ENV
 from broker.auth import new_token
 from broker.client import Broker
 from broker.cluster import clustered
@@ -50,7 +51,8 @@ class Child:
     def start(self) -> None:
         self.process = subprocess.Popen(
             [sys.executable, "-m", "approval_broker", *self.args],
-            env=self.env,
+            env={**self.env, WATCH_ENV: "1"},
+            stdin=subprocess.PIPE,  # closes when up exits, however: the role then stops itself
             start_new_session=True,  # its own process group: we stop it and its forks together
         )
         self.started_at = time.monotonic()

@@ -22,7 +22,7 @@ from broker.persons import normal_address, normal_name
 DEFAULT_QUEUE = "default"
 DEFAULT_TIMEOUT_S = 600.0
 DEFAULT_ACK_TIMEOUT_S = 900.0
-CHANNEL_KINDS = ("inbox", "webhook", "slack", "email")
+CHANNEL_KINDS = ("inbox", "webhook", "slack", "email", "teams")
 WEBHOOK_EVENT_TYPES = (
     "approval.requested",
     "approval.decided",
@@ -152,6 +152,47 @@ class SlackConfig(_Section):
     channels: dict[str, SlackChannelConfig] = Field(default_factory=dict)
 
 
+class TeamsChannelConfig(_Section):
+    """`[teams.channels.NAME]`: the conversation reference a card is posted into (what the
+    bot saw when it was added to the team or chat: `activity.serviceUrl`, `conversation.id`,
+    the tenant)."""
+
+    service_url: Annotated[str, Field(pattern=r"^https?://")]
+    conversation_id: Annotated[str, Field(min_length=1)]
+    tenant_id: str | None = None
+
+
+class TeamsConfig(_Section):
+    """`[teams]`: the bot's Entra ID app registration (Azure Bot resource) and its channels.
+
+    Without `app_id` the bot runs in the Agents SDK's anonymous mode (no token on outbound
+    calls, unsigned activities accepted): only for a local emulator or tests, so it must be
+    asked for with `allow_anonymous = true`.
+    """
+
+    app_id: str | None = None
+    app_password: str | None = None
+    tenant_id: str | None = None
+    allow_anonymous: bool = False
+    channels: dict[str, TeamsChannelConfig] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _credentials(self) -> TeamsConfig:
+        if self.app_id is None:
+            if not self.allow_anonymous:
+                raise ValueError(
+                    "needs app_id and app_password (or allow_anonymous = true, for a local"
+                    " emulator only: unsigned activities are then accepted)"
+                )
+        elif not self.app_password:
+            raise ValueError("app_id needs app_password (the bot's client secret)")
+        return self
+
+    @property
+    def anonymous(self) -> bool:
+        return self.app_id is None
+
+
 class EmailListConfig(_Section):
     to: list[str]
     unmapped_may_decide: bool = False  # may an address that is no approver's decide by link?
@@ -174,6 +215,7 @@ class ApproverConfig(_Section):
     token_sha256: str | None = None
     roles: list[str] = Field(default_factory=list)
     slack_user_id: str | None = None
+    teams_user_id: str | None = None  # the person's Entra ID (AAD) object id
     email: str | None = None
 
     @field_validator("token_sha256")
@@ -260,6 +302,7 @@ class Config(_Section):
     webhooks: dict[str, WebhookConfig] = Field(default_factory=dict)
     slack: SlackConfig | None = None
     email: EmailConfig | None = None
+    teams: TeamsConfig | None = None
     approvers: dict[str, ApproverConfig] = Field(default_factory=dict)
     agents: dict[str, AgentConfig] = Field(default_factory=dict)
     mcp_gateways: dict[str, McpGatewayConfig] = Field(default_factory=dict)
@@ -306,13 +349,17 @@ class Config(_Section):
         return self
 
     def _check_one_person_per_identity(self) -> None:
-        """Two approvers never share a name (after normalisation), a Slack user or an email
-        address: each is one person, whose vote counts once (`broker.persons`)."""
+        """Two approvers never share a name (after normalisation), a Slack user, a Teams user or
+        an email address: each is one person, whose vote counts once (`broker.persons`)."""
         seen: dict[tuple[str, str], str] = {}
         for name, approver in self.approvers.items():
             for key, value in (
                 ("name", normal_name(name)),
                 ("slack_user_id", approver.slack_user_id),
+                (
+                    "teams_user_id",
+                    approver.teams_user_id.casefold() if approver.teams_user_id else None,
+                ),
                 ("email", normal_address(approver.email) if approver.email else None),
             ):
                 if not value:
@@ -353,6 +400,8 @@ class Config(_Section):
             return f"webhook {name!r} is not defined under [webhooks.{name}]"
         if kind == "slack" and (self.slack is None or name not in self.slack.channels):
             return f"slack channel {name!r} is not defined under [slack.channels.{name}]"
+        if kind == "teams" and (self.teams is None or name not in self.teams.channels):
+            return f"teams channel {name!r} is not defined under [teams.channels.{name}]"
         if kind == "email" and (self.email is None or name not in self.email.lists):
             return f"email list {name!r} is not defined under [email.lists.{name}]"
         return None
@@ -397,7 +446,7 @@ def _resolve_secrets(raw: dict[str, Any]) -> None:
             return resolve_secret(node, path)
         return node
 
-    for section in ("webhooks", "slack", "email", "approvers"):
+    for section in ("webhooks", "slack", "email", "teams", "approvers"):
         if section in raw:
             raw[section] = walk(raw[section], section)
 

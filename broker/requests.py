@@ -140,6 +140,17 @@ class Requests:
         text = entry if isinstance(entry, str) else history_json(entry)
         self.store.scripts.note(request_id, text, keys=self.store.keys, client=pipe)
 
+    def pending_counts(self, queues: list[str]) -> dict[str, int]:
+        """How many requests wait in each of `queues`, fleet-wide: one HMGET per partition."""
+        pending = dict.fromkeys(queues, 0)
+        if not queues:
+            return pending
+        for keys in self.store.keys.parts():
+            counts = self.store.redis.hmget(keys.counts, [f"pending:{q}" for q in queues])
+            for queue, count in zip(queues, counts, strict=True):
+                pending[queue] += max(int(count or 0), 0)
+        return pending
+
     def counts(self) -> dict[str, int]:
         """Fleet-wide request counts kept by the Lua steps: `pending:QUEUE` (now waiting) and
         `STATUS:QUEUE` (outcomes so far)."""

@@ -24,6 +24,7 @@ import contextlib
 import json
 import logging
 import os
+import socket
 import time
 import warnings
 import weakref
@@ -115,6 +116,7 @@ class Pause:
     messages: list[Any]
     calls: list[dict[str, Any]] = field(default_factory=list)
     stage: str = WAITING
+    worker: str = ""  # TOOLS: the worker process taking the step (`host:pid`), for the error
 
     def dump(self) -> bytes:
         return json.dumps(
@@ -123,6 +125,7 @@ class Pause:
                 "stage": self.stage,
                 "messages": self.messages,
                 "calls": self.calls,
+                **({"worker": self.worker} if self.worker else {}),
             }
         ).encode()
 
@@ -138,6 +141,7 @@ class Pause:
             data.get("messages") or [],
             data.get("calls") or [],
             str(data.get("stage") or WAITING),
+            str(data.get("worker") or ""),
         )
 
     def history(self) -> list[ModelMessage]:
@@ -213,6 +217,11 @@ def _run_sync(coro: Coroutine[Any, Any, _T]) -> _T:
     if _coroutine_runner is not None:
         return _coroutine_runner(coro)  # type: ignore[no-any-return]
     return _event_loop().run_until_complete(coro)
+
+
+def _worker() -> str:
+    """This worker process, as a failed run's error names it: `host:pid`."""
+    return f"{socket.gethostname()}:{os.getpid()}"
 
 
 async def _off_loop(fn: Callable[..., _T], *args: Any) -> _T:
@@ -309,10 +318,11 @@ class AgentRunner:
                 if pause.calls:  # it was the step applying round `round_no`'s outcomes
                     decided = self.broker.round_requests(run_id, round_no)
                 return None, pause.history(), decided
+            on = f" on worker {pause.worker}" if pause.worker else ""
             raise RunFailed(
-                f"run {run_id} was interrupted in round {round_no} while its tools were running "
-                "(the worker died, or Redis failed before their results were saved); tools are "
-                "never run twice, so the run was stopped"
+                f"run {run_id} was interrupted in round {round_no} while its tools were running"
+                f"{on} (the worker died, or Redis failed before their results were saved); tools "
+                "are never run twice, so the run was stopped"
             )
         if pause is not None and pause.round == round_no and pause.stage == CONTINUE:
             return None, pause.history(), None  # the tools returned: go on from there
@@ -372,7 +382,7 @@ class AgentRunner:
                     node = await agent_run.next(node)
                     continue
                 messages = _json_messages(agent_run.all_messages())
-                marker = Pause(round_no, messages, calls=applying, stage=TOOLS)
+                marker = Pause(round_no, messages, calls=applying, stage=TOOLS, worker=_worker())
                 applying = []
                 guard.field = tools_field(round_no, len(messages))
                 await _off_loop(self.broker.save_messages, run_id, marker.dump())

@@ -34,10 +34,11 @@ class NotifierOptions(BaseSettings):
         default=8, description="delivery threads per channel"
     )
     max_attempts: Annotated[int, Field(ge=1, le=50)] = Field(
-        default=5, description="tries per Slack or email delivery (webhooks have their own)"
+        default=5, description="tries per Slack, Teams or email delivery (webhooks have their own)"
     )
     backoff_s: Annotated[float, Field(gt=0)] = 1.0
     max_backoff_s: Annotated[float, Field(gt=0)] = 60.0
     smtp_timeout_s: Annotated[float, Field(gt=0)] = 30.0
     slack_timeout_s: Annotated[float, Field(gt=0)] = 15.0
+    teams_timeout_s: Annotated[float, Field(gt=0)] = 15.0
     shutdown_grace_s: Annotated[float, Field(ge=0)] = 10.0

@@ -31,8 +31,14 @@ from notifiers.stored import StoredRequest
 from notifiers.tasks import InflightEntry, Task
 
 RawEntry = tuple[Any, Any]
-PERSON_FACING = ("slack", "email", "inbox")  # skipped for a request a rule decided at create
+PERSON_FACING = (
+    "slack",
+    "teams",
+    "email",
+    "inbox",
+)  # skipped for a request a rule decided at create
 ROUTES_KEPT = 1024
+CARDS = ("slack", "teams")  # channels whose posted copy shows "on it" (an ack)
 
 
 class Router:
@@ -94,8 +100,8 @@ class Router:
 
     def route(self, event: Event, request: StoredRequest) -> list[str]:
         """The channels of the event's queue that want it, plus the request's callback webhook
-        for its outcome. An ack only updates Slack messages: it is no webhook event type, and
-        mail asks for decisions only. Worked out once per kind of event (what `wants` and the
+        for its outcome. An ack only updates Slack messages and Teams cards: it is no webhook
+        event type, and mail asks for decisions only. Worked out once per kind of event (what `wants` and the
         rules below look at), as a few kinds make up every entry."""
         kind = (
             event.queue,
@@ -122,7 +128,7 @@ class Router:
         out: list[str] = []
         for name in dict.fromkeys(names):
             channel = self.channels.get(name)
-            if event.type == ACKED and (channel is None or channel.kind != "slack"):
+            if event.type == ACKED and (channel is None or channel.kind not in CARDS):
                 continue
             if event.type == RECEIPT_REFUSED:
                 continue

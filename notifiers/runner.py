@@ -7,6 +7,7 @@ import logging
 import signal
 import threading
 from types import FrameType
+from typing import TYPE_CHECKING
 
 import typer
 
@@ -22,6 +23,9 @@ from notifiers.options import NotifierOptions
 from notifiers.retry import RetryPolicy
 from notifiers.slack import SlackChannel, claim_stale_s, slack_client
 from notifiers.webhook import WebhookChannel
+
+if TYPE_CHECKING:  # the Agents SDK takes seconds to import: only a notifier with Teams does
+    from notifiers.teams import TeamsCalls
 
 GC_YOUNG = 10_000
 """Young objects before a collection (Python's default: 700). Nearly everything a delivery
@@ -53,6 +57,7 @@ def build_channels(
     state = DeliveryState(broker)
     policy = RetryPolicy(options.max_attempts, options.backoff_s, options.max_backoff_s)
     slack = slack_client(config.slack, options.slack_timeout_s) if config.slack else None
+    teams: TeamsCalls | None = None  # one Teams client, made when a channel needs it
     check_config(config)
     channels: dict[str, Channel] = {}
     for name in used_channels(config):
@@ -77,6 +82,23 @@ def build_channels(
                 concurrency=min(options.workers, 4),
                 claim_stale_s=claim_stale_s(options.claim_idle_s, options.slack_timeout_s),
                 timeout_s=options.slack_timeout_s,
+            )
+        elif kind == "teams":
+            assert config.teams is not None
+            from notifiers.teams import TeamsCalls, TeamsChannel  # the SDK: only where used
+
+            teams = teams or TeamsCalls(config.teams, options.teams_timeout_s)
+            channels[name] = TeamsChannel(
+                name,
+                config.teams.channels[short],
+                calls=teams,
+                broker=broker,
+                config=config,
+                state=state,
+                consumer=consumer,
+                policy=policy,
+                concurrency=min(options.workers, 4),
+                claim_stale_s=claim_stale_s(options.claim_idle_s, options.teams_timeout_s),
             )
         elif kind == "email":
             assert config.email is not None

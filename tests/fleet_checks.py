@@ -8,6 +8,7 @@ nothing died on its own).
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
@@ -34,11 +35,13 @@ BY_WEBHOOK = f"webhook:{ENDPOINT}/{BOT}"
 """How the broker records a reply from the receiver (`decided_by`)."""
 FAILED_RUN_REASONS = {
     # a worker was SIGKILLed while one of the run's tools ran; the retry refuses to run it again
-    "worker killed mid tool step": "while its tools were running (the worker died",
+    "worker killed mid tool step": "while its tools were running on worker ",
     # the work horse was SIGKILLed on the job's last attempt
     "worker killed on the last attempt": "the worker process running this round died",
 }
 """The only reasons a run may fail here (substrings of the runner's and the jobs' errors)."""
+WORKER_CONCURRENCY = 50
+"""Runs one fleet worker advances at once (`[workers] concurrency`'s default)."""
 
 
 @dataclass
@@ -170,9 +173,23 @@ def check(
         "failed runs whose reason is not on the list (FAILED_RUN_REASONS)",
         [f"{r.id}: {(r.error or '(none)')[:160]}" for r in failed if why[r.id] is None],
     )
-    if len(failed) > events.kills["worker"]:
+    # a worker advances many runs at once, so one SIGKILL may catch several runs' tools; each
+    # such run must name a worker process the harness killed, and no more may fail than the
+    # killed workers could hold
+    killed = events.killed_pids["worker"]
+    found.bad(
+        "runs failed mid tool step on a worker that was never SIGKILLed",
+        [
+            f"{r.id}: {(r.error or '')[:200]}"
+            for r in failed
+            if why[r.id] == "worker killed mid tool step"
+            and _worker_pid(r.error or "") not in killed
+        ],
+    )
+    if len(failed) > events.kills["worker"] * WORKER_CONCURRENCY:
         found.problems.append(
-            f"{len(failed)} failed runs but only {events.kills['worker']} worker SIGKILLs"
+            f"{len(failed)} failed runs but only {events.kills['worker']} worker SIGKILLs "
+            f"of {WORKER_CONCURRENCY} runs each"
         )
     if failed:
         found.counts["failed runs by reason"] = dict(Counter(str(k) for k in why.values()))
@@ -330,6 +347,12 @@ def _stuck(broker: Broker, run: Run) -> str:
     except NoSuchJobError:
         where = "no such job"
     return f"{run.id} {run.status.value} round {run.round}: job {job_id} {where}"
+
+
+def _worker_pid(error: str) -> int | None:
+    """The pid in "… on worker HOST:PID …", the runner's name for the worker taking the step."""
+    found = re.search(r" on worker \S+:(\d+) ", error)
+    return int(found.group(1)) if found else None
 
 
 def _failure_kind(error: str) -> str | None:

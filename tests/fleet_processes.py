@@ -14,7 +14,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections import Counter
+from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -112,6 +112,7 @@ class Events:
     """What the harness did and saw, for the report."""
 
     kills: Counter[str] = field(default_factory=Counter)
+    killed_pids: dict[str, set[int]] = field(default_factory=lambda: defaultdict(set))
     self_deaths: list[str] = field(default_factory=list)
     maintenance_restarts: int = 0
     redis_down_s: float = 0.0
@@ -198,6 +199,7 @@ class Fleet:
             turn += 1
             with self.lock:
                 victim = rng.choice([m for m in self.members if m.kind == kind])
+                self.events.killed_pids[victim.kind].add(victim.pid)
                 victim.kill_tree()
                 self.events.kills[victim.kind] += 1
                 victim.start()

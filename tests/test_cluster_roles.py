@@ -16,6 +16,7 @@ from typer.testing import CliRunner
 
 from api.app import create_app
 from approval_broker.cli import app
+from approval_broker.cli_ops import fleet_status
 from broker.auth import hash_token
 from broker.client import Broker
 from broker.config import Settings, parse_config
@@ -137,3 +138,14 @@ def test_the_cli_on_a_cluster_lists_what_the_cluster_holds(
     out = CliRunner().invoke(app, ["pending", "--json"])
     assert out.exit_code == 0, out.output
     assert {json.loads(line)["id"] for line in out.stdout.splitlines()} == {r.id for r in made}
+
+
+def test_queue_depths_on_a_cluster_count_every_partition(cluster_client: RedisCluster):
+    config = parse_config({"queues": {"default": {"channels": ["inbox"]}, "other": {}}})
+    broker = Broker(cluster_client, config, prefix="t:")
+    made = broker.create_requests([NewRequest(tool_name="refund") for _ in range(20)])
+    assert len({broker.keys.partition_of_request(r.id) for r in made}) > 1
+    with TestClient(create_app(Settings(admin_token=ADMIN), config, broker)) as client:
+        listed = client.get("/v1/queues", headers={"Authorization": f"Bearer {ADMIN}"})
+    assert {q["name"]: q["pending"] for q in listed.json()} == {"default": 20, "other": 0}
+    assert fleet_status(broker)["queues"] == {"default": 20, "other": 0}

@@ -40,7 +40,8 @@ async def _messages_before_the_tool_step(recorder: Recorder) -> list[Any]:
 def _died_in_the_step(broker: Broker, recorder: Recorder, tools_started: int) -> str:
     register_agent(broker, "refund", f"{SUPPORT}:refund_agent", deps="tests.test_workers_support:make_recorder")  # fmt: skip
     run = start_run(broker, "refund", "Refund A1.")
-    marker = Pause(0, asyncio.run(_messages_before_the_tool_step(recorder)), stage=TOOLS)
+    messages = asyncio.run(_messages_before_the_tool_step(recorder))
+    marker = Pause(0, messages, stage=TOOLS, worker="worker-host:4242")
     broker.save_messages(run.id, marker.dump())
     broker.update_run(run.id, status=RunStatus.running)
     broker.redis.hset(broker.keys.run(run.id), tools_field(0, len(marker.messages)), tools_started)
@@ -73,7 +74,9 @@ def test_a_step_where_a_tool_had_started_fails_the_run_rather_than_run_it_twice(
     work(bound)
     run = bound.get_run(run_id)
     assert run.status is RunStatus.failed
-    assert "interrupted in round 0 while its tools were running" in (run.error or "")
+    assert "interrupted in round 0 while its tools were running on worker worker-host:4242 " in (
+        run.error or ""
+    )
     assert recorder.all() == []
 
 

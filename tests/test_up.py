@@ -95,6 +95,28 @@ def test_up_runs_an_approval_and_stops_cleanly(up):
     assert not healthy(url)
 
 
+def _command_line(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+    except OSError:
+        return ""
+
+
+def test_roles_stop_themselves_when_up_is_sigkilled(up):
+    proc, _url = up
+    family = descendants(proc.pid)
+    redis = {pid for pid in family if "redis-server" in _command_line(pid)}
+    roles = family - redis
+    assert len(roles) >= 4  # api, worker, notifier, sweeper
+    proc.kill()  # no Ctrl-C, no SIGTERM: up can't stop anything itself
+    proc.wait()
+    try:
+        wait_for(lambda: not any(alive(pid) for pid in roles), timeout=60)
+    finally:
+        for pid in redis | {pid for pid in roles if alive(pid)}:
+            os.kill(pid, signal.SIGKILL)
+
+
 def test_up_refuses_a_port_in_use(tmp_path: Path):
     import socket
 
