@@ -20,6 +20,8 @@ from api.errors import ApiError
 from api.requests import RequestId, visible_request
 from api.schemas import ERRORS, ErrorBody
 from api.state import State
+from broker.auth import EVERY_ROLE
+from broker.errors import Forbidden
 from broker.receipt_checks import ReceiptChecks
 from broker.receipts import ReceiptRefused
 
@@ -68,11 +70,19 @@ def jwks(state: State) -> JSONResponse:
     },
 )
 def spend(request_id: RequestId, body: SpendBody, principal: Caller, state: State) -> JSONResponse:
-    """Check the request's receipt for running `tool_name` with `args` now, and spend it."""
+    """Check the request's receipt for running `tool_name` with `args` now, and spend it.
+
+    Only the request's creator (the agent that asked) or the admin may: anyone else spending
+    it would keep the agent's tool from running."""
     checks = ReceiptChecks(state.broker)
     if checks.receipts is None:
         raise _receipts_off()
     request = visible_request(state, principal, request_id)
+    if EVERY_ROLE not in principal.roles and request.created_by != principal.name:
+        raise Forbidden(
+            f"{principal.name!r} may not spend the receipt of request {request.id}: only the"
+            " one who asked for it (the agent about to run the tool) may"
+        )
     try:
         claims: dict[str, Any] | None = checks.spend(
             request, tool_name=body.tool_name, args=dict(body.args)

@@ -295,3 +295,14 @@ def test_up_makes_a_private_key_once_and_a_bad_key_file_stops_a_role(tmp_path: P
     elsewhere = parse_config({})
     prepare_receipt_key(Settings(redis_url="redis://127.0.0.1:1/0"), elsewhere)
     assert elsewhere.receipts.key_file is None  # a fleet without a key: receipts off
+
+
+def test_only_the_one_who_asked_may_spend_a_receipt(client: TestClient) -> None:
+    made = _create(client, args={"order": "A1"})
+    client.post(
+        f"/v1/requests/{made['id']}/decision", json={"outcome": "approved"}, headers=_auth("ann")
+    )
+    url = f"/v1/requests/{made['id']}/receipt/spend"
+    body = {"tool_name": "refund", "args": {"order": "A1"}}
+    assert client.post(url, json=body, headers=_auth("bob")).status_code == 403
+    assert client.post(url, json=body, headers=_auth("app")).status_code == 200
