@@ -20,6 +20,7 @@ from api import (
     health,
     inbox,
     metrics,
+    receipts,
     requests,
     rules,
     runs,
@@ -57,6 +58,7 @@ ROUTERS: tuple[APIRouter, ...] = (
     metrics.router,
     inbox.router,
     rules.router,
+    receipts.router,
 )
 
 

@@ -58,6 +58,7 @@ EVENT_TYPES = frozenset(
         "approval.timed_out",
         "approval.voted",
         "approval.acked",
+        "approval.receipt_refused",
     }
 )
 MAX_STREAMS_ENV = "APPROVAL_BROKER_SSE_MAX_STREAMS"

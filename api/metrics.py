@@ -56,10 +56,14 @@ class BrokerCollector(Collector):
             " counted as they happen (kept by the broker's Lua steps, no scan)",
             labels=["status", "queue"],
         )
+        receipts = [(f, n) for f, n in counts.items() if f.startswith(RECEIPT_COUNTS)]
         for field, n in sorted(counts.items()):
+            if field.startswith(RECEIPT_COUNTS):
+                continue
             status, _, queue = field.partition(":")
             requests.add_metric([status, queue], n)
         yield requests
+        yield from receipt_metrics(receipts)
         delivered = CounterMetricFamily(
             "approval_broker_deliveries", "Deliveries by channel kind", labels=["channel"]
         )
@@ -94,6 +98,29 @@ class BrokerCollector(Collector):
         letters.add_metric([], dead)
         yield letters
         yield from rule_metrics(rule_hits, rule_count)
+
+
+RECEIPT_COUNTS = "receipt_"
+"""Fields of the counts hash kept by receipt.lua: `receipt_spent`, `receipt_refused:REASON`."""
+
+
+def receipt_metrics(counts: list[tuple[str, int]]) -> Iterator[Metric]:
+    """Receipts spent by the tools they let run, and receipts refused, by reason."""
+    spent = CounterMetricFamily(
+        "approval_broker_receipts_spent", "Approval receipts checked and spent as their tool ran"
+    )
+    refused = CounterMetricFamily(
+        "approval_broker_receipts_refused",
+        "Approval receipts refused where the tool was to run (the tool did not run), by reason",
+        labels=["reason"],
+    )
+    spent.add_metric([], sum(n for f, n in counts if f == "receipt_spent"))
+    for field, n in sorted(counts):
+        what, _, reason = field.partition(":")
+        if what == "receipt_refused" and reason:
+            refused.add_metric([reason], n)
+    yield spent
+    yield refused
 
 
 def rule_metrics(hits: dict[bytes, bytes], count: int) -> Iterator[Metric]:

@@ -18,6 +18,7 @@ from approval_broker.cli_common import DataDir, clear_errors, load_settings
 from broker import tracing
 from broker.config import Config, Settings, check_admin_token
 from broker.links import prepare_link_secret
+from broker.receipt_keys import prepare_receipt_key
 from broker.redis_server import EmbeddedRedis, redact, running_local_url
 
 
@@ -64,6 +65,7 @@ def role(
                 f"started embedded Redis at {redact(embedded.local_url)} (data in {embedded.data_dir})",
                 err=True,
             )
+        prepare_receipt_key(settings, config)
         try:
             with tracing.configured(name):
                 yield settings, config

@@ -27,6 +27,7 @@ from broker.config import Config, Settings
 from broker.connection import connect
 from broker.errors import BrokerError
 from broker.links import prepare_link_secret
+from broker.receipt_keys import prepare_receipt_key
 from broker.redis_server import EmbeddedRedis, redact, redis_dir
 from broker.rules import sync_at_start
 
@@ -187,6 +188,7 @@ def run_up(settings: Settings, config: Config, *, demo: bool = False) -> None:
                     "the roles use TCP"
                 )
         prepare_link_secret(settings, config)  # refuse now rather than restart the API forever
+        prepare_receipt_key(settings, config)  # the roles find the same key file
         generated = not settings.admin_token
         admin_token = settings.admin_token or new_token()
         env = {

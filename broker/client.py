@@ -145,6 +145,7 @@ class Broker:
         channel: str | None = None,
         creator_may_vote: bool = False,
         bypass_quorum: bool = False,
+        request: Request | None = None,
     ) -> Request:
         return self.decisions.decide(
             request_id,
@@ -157,6 +158,7 @@ class Broker:
             channel=channel,
             creator_may_vote=creator_may_vote,
             bypass_quorum=bypass_quorum,
+            request=request,
         )
 
     def escalate(

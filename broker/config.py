@@ -286,11 +286,21 @@ class WorkersSection(_Section):
     loop_block_s: Annotated[float, Field(ge=0.5, le=600)] = 10.0  # sync code holding the loop
 
 
+class ReceiptsSection(_Section):
+    """`[receipts]`: signed approval receipts, checked where the tool runs (docs/receipts.md)."""
+
+    key_file: Path | None = None  # Ed25519 private key (PEM); `up` makes one in its data dir
+    previous_key_files: list[Path] = Field(default_factory=list)  # rotated out, still verify
+    ttl_s: Annotated[float, Field(ge=10, le=7 * 86400)] = 900.0
+    recheck_roles: bool = False  # the approver's roles checked again when the tool runs
+
+
 class Config(_Section):
     """The whole TOML config, checked for dangling names and escalation loops."""
 
     broker: BrokerSection = Field(default_factory=BrokerSection)
     workers: WorkersSection = Field(default_factory=WorkersSection)
+    receipts: ReceiptsSection = Field(default_factory=ReceiptsSection)
     queues: dict[str, QueueConfig] = Field(default_factory=dict)
     webhooks: dict[str, WebhookConfig] = Field(default_factory=dict)
     slack: SlackConfig | None = None

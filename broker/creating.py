@@ -30,6 +30,7 @@ from broker.errors import InvalidInput
 from broker.models import NewRequest, Request, from_timestamp
 from broker.questions import validate_question_metadata
 from broker.quorum import quorum_of
+from broker.receipts import CallFacts
 from broker.request_hash import Encoded, decided, encode
 from broker.rule_decided import RuleVerdict, verdict_for
 from broker.rules.matching import Call
@@ -136,7 +137,9 @@ class Creating:
         version = self.rules.read_version() if self.cluster else self.rules.known_version()
         excluded: set[str] = set()
         for _ in range(_TRIES):
-            verdicts = self._verdicts(ids, news, preps, excluded, version)
+            verdicts = self._receipted(
+                run_id, ids, news, self._verdicts(ids, news, preps, excluded, version)
+            )
             result, variant_of = self._run(run_id, round_no, ids, news, preps, verdicts, version)
             if result[0] == "rules_changed":  # matched with an older rule set: match again
                 version = result[1].encode() if result[1] else None
@@ -221,6 +224,24 @@ class Creating:
             verdict = seen[id(p)]
             if verdict is not None:
                 out[rid] = verdict
+        return out
+
+    def _receipted(
+        self,
+        run_id: str | None,
+        ids: Sequence[str],
+        news: Sequence[NewRequest],
+        verdicts: dict[str, RuleVerdict],
+    ) -> dict[str, RuleVerdict]:
+        """Each rule's allow with the receipt of the one call it decides (`broker.receipts`)."""
+        receipts = self.store.receipts
+        if receipts is None or not verdicts:
+            return verdicts
+        out = dict(verdicts)
+        for rid, new in zip(ids, news, strict=True):
+            if rid in verdicts:
+                call = CallFacts(rid, new.tool_name, new.tool_call_id or rid, run_id, new.args)
+                out[rid] = verdicts[rid].receipted(receipts, call)
         return out
 
     def _run(

@@ -248,6 +248,7 @@ class Deciding:
                 once=once,
                 channel=self.channel_of(current, via),
                 creator_may_vote=EVERY_ROLE in principal.roles,
+                request=current,
             )
         except Conflict as exc:
             if exc.code == "conflict" and (

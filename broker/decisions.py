@@ -15,6 +15,7 @@ from broker import traced, tracing
 from broker.errors import Conflict, Forbidden, InvalidInput, NotFound
 from broker.ids import run_of_request
 from broker.models import Decision, Outcome, Request, Status, args_hash
+from broker.receipts import RECEIPT_OUTCOMES, call_facts
 from broker.request_hash import parse_flat
 from broker.requests import Requests
 from broker.store import Store
@@ -35,6 +36,14 @@ _CONFLICTS = {
 }
 _TRIES = 5
 """Calls of one step at most: the first, plus one per key it turned out to need (see `_step`)."""
+
+
+def _votes_with(request: Request, decision: Decision, voter: str) -> list[str]:
+    """Who will have approved these args once `voter`'s vote counts, as decide.lua orders them:
+    the earlier voters for the same args, then `voter` (the receipt's `quorum.votes`)."""
+    hash_ = args_hash(decision.args) if decision.args is not None else request.args_hash
+    earlier = [v.by for v in request.approvals if v.args_hash == hash_ and v.by != voter]
+    return [*earlier, voter]
 
 
 def stale_args(request_id: str) -> InvalidInput:
@@ -71,6 +80,7 @@ class Decisions:
         channel: str | None = None,
         creator_may_vote: bool = False,
         bypass_quorum: bool = False,
+        request: Request | None = None,
     ) -> Request:
         """Record a decision; the first one wins.
 
@@ -89,6 +99,10 @@ class Decisions:
         not approve (`Forbidden`, code `creator_may_not_approve`) unless `creator_may_vote`
         (the admin, the shell). `bypass_quorum` is only for a policy rule that may (see
         `broker.quorum.rule_may_decide`). A repeated vote writes nothing and gets the request.
+
+        With `[receipts]` on, an outcome that lets something run is stored with its receipt
+        (`broker.receipts`), signed here just before the step; `request` (the request as the
+        caller read it) saves a read of the facts the receipt binds, which never change.
         """
         if decision.outcome is Outcome.escalated:
             return self.escalate(
@@ -103,22 +117,45 @@ class Decisions:
             )
         if decision.outcome not in OUTCOME_STATUS:
             raise InvalidInput(f"outcome {decision.outcome.value!r} can't be given as a decision")
+        decision = decision.model_copy(update={"receipt": None})  # only ever the broker's
+        voter = voter or decided_by
+        receipts = self.store.receipts
+        votes: list[str] | None = None
+        if receipts is not None and decision.outcome in RECEIPT_OUTCOMES:
+            request = request or self.requests.get_request(request_id)
+            votes = None if bypass_quorum else _votes_with(request, decision, voter)
+        quorum = request.quorum if request is not None else 1
         started = tracing.now_ns()
-        result = self._step(
-            "decide",
-            request_id,
-            once,
-            **self._decide_values(decision, decided_by, channel, creator_may_vote),
-            voter=voter or decided_by,
-            in_queue=in_queue or None,
-            in_escalation=in_escalation,
-            bypass_quorum=bypass_quorum or None,
-        )
-        request = self._outcome(result, request_id, decision)
-        if started and result[0] != "repeat":  # a span in the request's own trace
-            outcome = traced.outcome_of(decision, result[0])
-            traced.decision(result[2:], request, outcome, decided_by, channel, started)
-        return request
+        for _ in range(_TRIES):
+            stamped = decision
+            if receipts is not None and request is not None:
+                stamped = receipts.stamp(
+                    call_facts(request),
+                    decision,
+                    decided_by=decided_by,
+                    votes=votes,
+                    quorum=quorum,
+                )
+            result = self._step(
+                "decide",
+                request_id,
+                once,
+                **self._decide_values(stamped, decided_by, channel, creator_may_vote),
+                voter=voter,
+                in_queue=in_queue or None,
+                in_escalation=in_escalation,
+                bypass_quorum=bypass_quorum or None,
+                receipt_votes=votes if quorum > 1 else None,
+            )
+            if result[0] != "need_votes":
+                recorded = self._outcome(result, request_id, decision)
+                if started and result[0] != "repeat":  # a span in the request's own trace
+                    outcome = traced.outcome_of(decision, result[0])
+                    traced.decision(result[2:], recorded, outcome, decided_by, channel, started)
+                return recorded
+            # the quorum's last vote, with other voters than we read: sign for those
+            votes = json.loads(result[1])
+        raise RuntimeError(f"decide of {request_id} kept finding other votes: {result!r}")
 
     def _decide_values(
         self, decision: Decision, decided_by: str, channel: str | None, creator_may_vote: bool

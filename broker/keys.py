@@ -110,6 +110,10 @@ class Keys(Partitioned, StepKeys):
         `{chat}:{message}`): JSON of the request id and the user who clicked Reject."""
         return f"{self.prefix}prompt:{platform}:{ident}"
 
+    def receipt_spent(self, request_id: str, jti_digest: str) -> str:
+        """String with TTL: a receipt's jti, spent as its tool started (beside its request)."""
+        return f"{self._req(request_id)}spent:{jti_digest}"
+
     def idempotency(self, scope: str, digest: str) -> str:
         """String with TTL: an Idempotency-Key's body hash and the id it created (`HASH|ID`)."""
         return f"{self.prefix}idem:{scope}:{digest}"

@@ -46,6 +46,7 @@ EventType = Literal[
     "approval.escalated",
     "approval.timed_out",
     "approval.voted",  # one approval of a request that needs more (quorum), still pending
+    "approval.receipt_refused",  # an approved tool did not run: its receipt did not hold
 ]
 
 MAX_QUORUM = 10
@@ -82,6 +83,11 @@ class Decision(BaseModel):
     decided_by: str | None = None
     decided_at: datetime | None = None
     rule: str | None = Field(default=None, description="the policy rule that decided, if one did")
+    receipt: str | None = Field(
+        default=None,
+        max_length=8_000,
+        description="set by the broker: the signed approval receipt (docs/receipts.md)",
+    )
 
     @model_validator(mode="after")
     def _check_shape(self) -> Decision:

@@ -8,10 +8,11 @@ out: the Lua step sets them on Redis's clock. This module never touches Redis.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from broker.models import Decision, HistoryEntry, Outcome, Status, utcnow
+from broker.receipts import CallFacts, Receipts
 from broker.rules.models import Rule
 
 EFFECT_OUTCOME = {"allow": Outcome.approved, "deny": Outcome.rejected}
@@ -41,6 +42,13 @@ class RuleVerdict:
     @property
     def status(self) -> Status:
         return Status.approved if self.effect == "allow" else Status.rejected
+
+    def receipted(self, receipts: Receipts | None, call: CallFacts) -> RuleVerdict:
+        """This verdict on one call, its decision carrying that call's receipt (an allow)."""
+        if receipts is None:
+            return self
+        by = self.decision.decided_by or decided_by(self.rule_id)
+        return replace(self, decision=receipts.stamp(call, self.decision, decided_by=by))
 
     def decision_json(self) -> str:
         return json.dumps(self.decision.public(), separators=(",", ":"), ensure_ascii=False)

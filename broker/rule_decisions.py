@@ -26,6 +26,7 @@ from broker.ids import run_of_request
 from broker.models import Decision, HistoryEntry, Request, utcnow
 from broker.persons import voter_of
 from broker.printable import printable
+from broker.receipts import call_facts
 from broker.rule_decided import OUTCOME_EFFECT, verdict_for
 from broker.rules.matching import (
     POLICY,
@@ -210,10 +211,14 @@ class RuleDecisions:
     ) -> Remembered:
         store = self.broker.store
         recorded = decision.model_copy(update={"decided_by": decided_by, "decided_at": None})
+        receipts = store.receipts
+        if receipts is not None:  # the person's decision, and each sibling the rule decides
+            recorded = receipts.stamp(call_facts(current), recorded, decided_by=decided_by)
         entry = HistoryEntry(at=utcnow(), event="rule_created", by=decided_by, rule=rule.id)
         entry_data = entry.model_dump(mode="json", exclude_none=True)
         entry_data.pop("at")
         verdict = verdict_for(rule)
+        sibling_verdicts = [verdict.receipted(receipts, call_facts(s)) for s in siblings]
         fields = {k: v for k, v in to_fields(rule).items() if k != "created_at"}
         once_key, once_ttl = once if once else (None, None)
         run_id = run_of_request(current.id)
@@ -229,8 +234,8 @@ class RuleDecisions:
             "entry": json.dumps(entry_data, separators=(",", ":")),
             "rule": {"id": rule.id, "effect": rule.effect, "fields": fields},
             "siblings": [
-                {"id": s.id, "decision": verdict.decision_json(), "entry": verdict.entry_json()}
-                for s in siblings
+                {"id": s.id, "decision": v.decision_json(), "entry": v.entry_json()}
+                for s, v in zip(siblings, sibling_verdicts, strict=True)
             ],
             "sibling_status": verdict.status.value,
             "maxlen": store.maxlen,

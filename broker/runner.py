@@ -34,7 +34,7 @@ from typing import Any, TypeVar
 
 import anyio.to_thread
 import httpx
-from pydantic_ai import CallToolsNode, DeferredToolRequests, DeferredToolResults, ModelRequestNode
+from pydantic_ai import CallToolsNode, DeferredToolRequests, ModelRequestNode
 from pydantic_ai.exceptions import (
     ModelAPIError,
     ModelHTTPError,
@@ -54,7 +54,7 @@ from broker.agents import LocalAgents
 from broker.client import Broker
 from broker.errors import BrokerError, NotFound
 from broker.live_wait import owned_round, wait_and_claim
-from broker.models import NewRequest, RunStatus
+from broker.models import NewRequest, Request, RunStatus
 from broker.new_prompt import prompt_field
 from broker.pending_calls import BadCallMetadata, new_requests, tool_schemas
 from broker.results import RoundNotReady, results_for
@@ -309,16 +309,16 @@ class AgentRunner:
 
     def _start(
         self, run_id: str, round_no: int, fields: dict[str, str], pause: Pause | None
-    ) -> tuple[str | None, list[ModelMessage] | None, DeferredToolResults | None]:
-        """Where this attempt starts: (prompt, history, deferred results)."""
+    ) -> tuple[str | None, list[ModelMessage] | None, list[Request] | None]:
+        """Where this attempt starts: (prompt, history, the decided requests it applies)."""
         if pause is not None and pause.round == round_no and pause.stage == TOOLS:
             if not int(fields.get(tools_field(pause.round, len(pause.messages))) or 0):
                 # the worker died in the step, but before any tool with effects started:
                 # take the step again from where it began
-                results = None
+                decided = None
                 if pause.calls:  # it was the step applying round `round_no`'s outcomes
-                    results = results_for(self.broker.round_requests(run_id, round_no))
-                return None, pause.history(), results
+                    decided = self.broker.round_requests(run_id, round_no)
+                return None, pause.history(), decided
             on = f" on worker {pause.worker}" if pause.worker else ""
             raise RunFailed(
                 f"run {run_id} was interrupted in round {round_no} while its tools were running"
@@ -332,10 +332,11 @@ class AgentRunner:
         if pause is None or pause.round != round_no or pause.stage != WAITING:
             raise RunFailed(f"the stored history of run {run_id} round {round_no} is missing")
         prompt = fields.get(prompt_field(round_no)) or None  # a new prompt instead of answers
-        return prompt, pause.history(), results_for(self.broker.round_requests(run_id, round_no))
+        return prompt, pause.history(), self.broker.round_requests(run_id, round_no)
 
     def _step(self, run_id: str, round_no: int, fields: dict[str, str], pause: Pause | None) -> str:
-        prompt, history, results = self._start(run_id, round_no, fields, pause)
+        prompt, history, decided = self._start(run_id, round_no, fields, pause)
+        results = results_for(decided) if decided is not None else None
         loaded = load_agent(self.broker, fields["agent"], self.local)
         deps = loaded.deps(self.broker, run_id, json.loads(fields.get("deps") or "null"))
         kwargs: dict[str, Any] = {"deps": deps}
@@ -347,7 +348,7 @@ class AgentRunner:
             kwargs["deferred_tool_results"] = results
         self.broker.update_run(run_id, status=RunStatus.running)
         applying = [] if results is None or pause is None else pause.calls
-        guard = ToolGuard(self.broker, run_id, kept=fields)
+        guard = ToolGuard(self.broker, run_id, kept=fields, approved=decided)
         drive = self._drive(run_id, round_no, loaded, guard, prompt, kwargs, applying)
         result = _run_sync(tracing.carry(drive))  # the job's trace, on the worker's shared loop
         output = result.output

@@ -133,6 +133,19 @@ class StepKeys:
         """note.lua: the request's hash."""
         return ScriptKeys().name("req", self.request(request_id))
 
+    def receipt_keys(
+        self: Keys, request_id: str, queue: str, jti_digest: str, run_id: str | None
+    ) -> ScriptKeys:
+        """receipt.lua: the request's hash, its jti marker, its partition's counts and its
+        queue's stream, and the hash of the run whose tool step it counts (if any)."""
+        mine = self.of_request(request_id)
+        keys = ScriptKeys(mine.at).name("req", self.request(request_id))
+        keys.name("spent", self.receipt_spent(request_id, jti_digest))
+        keys.name("counts", mine.counts).stream(queue, mine.stream(queue))
+        if run_id:
+            keys.name("run", self.run(run_id))
+        return keys
+
     def reindex_keys(self: Keys, queues: Iterable[str]) -> ScriptKeys:
         """reindex.lua: the shared indexes and each queue's; the caller adds each request's
         `req`, `creator` and `run_requests`."""

@@ -15,6 +15,7 @@ from broker.config import Config
 from broker.errors import InvalidInput
 from broker.keys import Keys
 from broker.partitions import CLUSTER_PARTITIONS
+from broker.receipts import Receipts, receipts_for
 from broker.scripts import Scripts
 
 
@@ -52,6 +53,14 @@ class Store:
     def retention(self) -> int:
         """Seconds a decided request (or an ended run) is kept."""
         return int(self.config.broker.retention_s)
+
+    @property
+    def receipts(self) -> Receipts | None:
+        """The receipt signer and checker of `[receipts]`, or None when no key is configured."""
+        section = self.config.receipts
+        if section.key_file is None:
+            return None
+        return receipts_for(section.key_file, tuple(section.previous_key_files), section.ttl_s)
 
     def check_queue(self, queue: str) -> None:
         if queue not in self.config.queues:

@@ -7,12 +7,17 @@ stored return value instead of running a second time (a tool that asks for appro
 before doing anything, so it counts as not started); if one was still running, the run fails,
 because a tool never runs twice. `ToolGuard` is a pydantic-ai capability that keeps this count,
 and the return values, in the run's hash; it never decides.
+
+An approved call's receipt is checked here too, just before its tool would start
+(`broker.receipt_checks`): the jti is spent in the same atomic step that counts the tool as
+started, and a refused receipt means the tool does not run and the model is told
+`REFUSED_TEXT`.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import anyio.to_thread
@@ -23,6 +28,9 @@ from pydantic_ai.tools import ToolDefinition
 from pydantic_core import PydanticSerializationError, to_json
 
 from broker.client import Broker
+from broker.models import Request
+from broker.receipt_checks import RUNS_A_TOOL, ReceiptChecks
+from broker.receipts import REFUSED_TEXT, ReceiptRefused
 
 NO_EFFECT_KINDS = frozenset({"output", "external", "unapproved"})
 """Tool kinds whose calls don't run user code in a tool step (they end, defer or ask)."""
@@ -63,13 +71,27 @@ class ToolGuard(AbstractCapability[Any]):
     ran nothing), and fails the run otherwise, as a tool never runs twice.
 
     `kept` is the run's hash as the attempt read it: the return values of an earlier attempt.
+    `approved` are the decided requests of the round this attempt applies: the calls among
+    them that were approved or modified run only on a receipt that passes.
     """
 
-    def __init__(self, broker: Broker, run_id: str, kept: Mapping[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        broker: Broker,
+        run_id: str,
+        kept: Mapping[str, str] | None = None,
+        approved: Iterable[Request] | None = None,
+    ) -> None:
         self.broker = broker
         self.key = broker.keys.run(run_id)
         self.kept = kept or {}
         self.field: str | None = None
+        self.approved = {
+            r.tool_call_id: r
+            for r in approved or ()
+            if r.decision is not None and r.decision.outcome in RUNS_A_TOOL
+        }
+        self.checks = ReceiptChecks(broker)
 
     async def wrap_tool_execute(
         self,
@@ -81,6 +103,9 @@ class ToolGuard(AbstractCapability[Any]):
         handler: Any,
     ) -> Any:
         field = self.field
+        request = self.approved.get(call.tool_call_id)
+        if request is not None and self.checks.receipts is not None:
+            return await self._on_receipt(request, call, field, args, handler)
         if field is None or tool_def.kind in NO_EFFECT_KINDS:
             return await handler(args)
         kept_as = returned_field(field, call.tool_call_id)
@@ -88,6 +113,32 @@ class ToolGuard(AbstractCapability[Any]):
         if kept is not None:
             return json.loads(kept)  # it returned in an earlier attempt: never run twice
         await anyio.to_thread.run_sync(self.broker.redis.hincrby, self.key, field, 1)
+        return await self._run(field, kept_as, args, handler)
+
+    async def _on_receipt(
+        self, request: Request, call: ToolCallPart, field: str | None, args: Any, handler: Any
+    ) -> Any:
+        """An approved call: its kept return if it already ran, else its tool only on a receipt
+        spent now (in the step that counts it as started)."""
+        kept_as = returned_field(field, call.tool_call_id) if field else None
+        kept = self.kept.get(kept_as) if kept_as else None
+        if kept is not None:
+            return json.loads(kept)  # it ran on its receipt in an earlier attempt
+        try:
+            await anyio.to_thread.run_sync(self._spend, request, call, field)
+        except ReceiptRefused as exc:
+            return f"{REFUSED_TEXT} ({exc.reason}); the tool was not run."
+        if field is None or kept_as is None:
+            return await handler(args)
+        return await self._run(field, kept_as, args, handler)
+
+    def _spend(self, request: Request, call: ToolCallPart, field: str | None) -> None:
+        self.checks.spend(
+            request, tool_name=call.tool_name, args=call.args_as_dict(), run_field=field
+        )
+
+    async def _run(self, field: str, kept_as: str, args: Any, handler: Any) -> Any:
+        """Run a tool counted as started in `field`; keep its return value as `kept_as`."""
         try:
             result = await handler(args)
         except (ApprovalRequired, CallDeferred):  # deferred before any effect

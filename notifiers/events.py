@@ -16,7 +16,8 @@ ESCALATED = "approval.escalated"
 TIMED_OUT = "approval.timed_out"
 VOTED = "approval.voted"  # a partial approval (quorum): Slack updates, webhooks hear, mail doesn't
 ACKED = "approval.acked"  # "I'm on it": Slack updates; not mailed, not sent to webhooks
-EVENT_TYPES = (REQUESTED, DECIDED, ESCALATED, TIMED_OUT, VOTED, ACKED)
+RECEIPT_REFUSED = "approval.receipt_refused"  # a tool did not run: SSE and metrics, no channel
+EVENT_TYPES = (REQUESTED, DECIDED, ESCALATED, TIMED_OUT, VOTED, ACKED, RECEIPT_REFUSED)
 OUTCOME_TYPES = (DECIDED, TIMED_OUT)  # what a request's callback webhook is told
 
 _ENTRY_ID = re.compile(r"^\d{1,20}-\d{1,20}$")

@@ -21,6 +21,7 @@ from notifiers.dispatch import Dispatcher
 from notifiers.events import (
     ACKED,
     OUTCOME_TYPES,
+    RECEIPT_REFUSED,
     REQUESTED,
     Event,
     MalformedEntry,
@@ -136,6 +137,8 @@ class Router:
         for name in dict.fromkeys(names):
             channel = self.channels.get(name)
             if event.type == ACKED and not keeps_copies(channel):
+                continue
+            if event.type == RECEIPT_REFUSED:
                 continue
             if channel is not None and channel.wants(event):
                 out.append(name)

@@ -5,6 +5,7 @@ and pydantic only (pydantic-ai-slim as the extra), brings no server package, and
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -82,7 +83,12 @@ def test_the_wheel_depends_on_httpx_and_pydantic_and_pydantic_ai_only_as_extra(
     plain = sorted(r.split(">")[0].split(";")[0].strip() for r in requires if "extra" not in r)
     extra = [r for r in requires if "extra" in r]
     assert plain == ["httpx", "pydantic"]
-    assert len(extra) == 1 and extra[0].startswith("pydantic-ai-slim") and "pydantic-ai" in extra[0]
+    # the capability's extra: pydantic-ai, and joserfc to verify approval receipts
+    assert sorted(re.split(r"[<>=;]", r)[0].strip() for r in extra) == [
+        "joserfc",
+        "pydantic-ai-slim",
+    ]
+    assert all("extra == 'pydantic-ai'" in r for r in extra)
 
 
 def test_the_installed_capability_waits_for_a_person_on_a_live_up(

@@ -20,7 +20,15 @@ from broker.config import WEBHOOK_EVENT_TYPES, SlackConfig, parse_config
 from broker.models import Decision, HistoryEntry, Outcome, Request, Status, args_hash
 from notifiers.base import Channel
 from notifiers.dispatch import Dispatcher
-from notifiers.events import ACKED, ESCALATED, EVENT_TYPES, REQUESTED, MalformedEntry, parse_entry
+from notifiers.events import (
+    ACKED,
+    ESCALATED,
+    EVENT_TYPES,
+    RECEIPT_REFUSED,
+    REQUESTED,
+    MalformedEntry,
+    parse_entry,
+)
 from notifiers.mail import link_actions, parse_smtp_url
 from notifiers.mail_render import Link, render_mail
 from notifiers.parking import ParkedStore
@@ -342,5 +350,5 @@ def test_reject_modal_carries_the_request() -> None:
 
 def test_the_config_knows_every_event_type_a_webhook_is_sent() -> None:
     """`[webhooks.NAME] events` is checked against the types the notifier sends webhooks: every
-    event type but the ack (Slack's only)."""
-    assert set(WEBHOOK_EVENT_TYPES) == set(EVENT_TYPES) - {ACKED}
+    event type but the ack (Slack's only) and a refused receipt (no channel's)."""
+    assert set(WEBHOOK_EVENT_TYPES) == set(EVENT_TYPES) - {ACKED, RECEIPT_REFUSED}

@@ -35,8 +35,8 @@ from broker.keys import Keys
 from broker.script_keys import ScriptKeys
 from broker.text import as_str
 
-NAMES = ("create", "decide", "escalate", "due", "sweep", "note", "ack", "remember")
-REPLICATED = ("create", "decide", "escalate", "sweep", "remember")
+NAMES = ("create", "decide", "escalate", "due", "sweep", "note", "ack", "remember", "receipt")
+REPLICATED = ("create", "decide", "escalate", "sweep", "remember", "receipt")
 """On a cluster these steps wait for a replica (WAIT) before returning: a decision, a new round
 and the outbox entry of a resume must survive a failover (`broker.cluster.wait_for_replicas`)."""
 log = logging.getLogger("broker.scripts")

@@ -5,11 +5,13 @@
 --   else unchecked), in_queue (optional: else the decision applies in any queue), run_id (the
 --   run whose keys were given), once_ttl, maxlen, retention; for the two-person rule: voter
 --   (the person approving), vote_hash (the args approved, default the request's), channel,
---   creator_may_vote (the admin and the shell), bypass_quorum (a policy rule allowed to).
+--   creator_may_vote (the admin and the shell), bypass_quorum (a policy rule allowed to);
+--   receipt_votes (optional: the voters the decision's receipt names, for a quorum).
 -- Returns reply(): {'ok'} | {'replayed'} | {'conflict'} | {'stale_args'} | {'wrong_kind', kind}
 --   | {'moved', queue} | {'creator'} | {'repeat'} | {'voted', count}, each followed by the
 --   request's fields; or {'not_found'}, or {'need_stream', queue} / {'need_run', run_id} (call
---   again with those keys; nothing written).
+--   again with those keys; nothing written), or {'need_votes', voters JSON}: the deciding vote
+--   of a quorum whose receipt names other voters than these (sign again; nothing written).
 local rkey = key('req')
 local f = redis.call('HMGET', rkey, 'status', 'kind', 'args_hash', 'queue', 'run_id')
 if not f[1] then return {'not_found', ''} end
@@ -35,6 +37,12 @@ if A.voter and (outcome == 'approved' or outcome == 'modified') then
   if A.voter == g[1] and not A.creator_may_vote then return reply(rkey, 'creator') end
   local quorum = tonumber(g[2]) or 1
   if quorum > 1 and not A.bypass_quorum then
+    if A.receipt_votes then
+      local voters = voters_with(rkey, A.voter, A.vote_hash or f[3])
+      if voters and #voters >= quorum and not same_list(voters, A.receipt_votes) then
+        return {'need_votes', cjson.encode(voters)}
+      end
+    end
     local counted, n = add_vote(rkey, A.voter, A.vote_hash or f[3], A.channel or '', now)
     if counted == 'repeat' then return reply(rkey, 'repeat') end
     if n < quorum then

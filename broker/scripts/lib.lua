@@ -227,6 +227,29 @@ local function add_vote(rkey, by, hash, channel, now)
   return 'counted', n
 end
 
+-- Who will have approved `hash` once `by`'s vote counts: the earlier voters for it in order,
+-- then `by`; nil when `by` already voted for it (a repeat). Reads only.
+local function voters_with(rkey, by, hash)
+  local raw = redis.call('HGET', rkey, 'approvals')
+  local out = {}
+  if raw and raw ~= '' and raw ~= '[]' then
+    for _, v in ipairs(cjson.decode(raw)) do
+      if v.args_hash == hash then
+        if v.by == by then return nil end
+        out[#out + 1] = v.by
+      end
+    end
+  end
+  out[#out + 1] = by
+  return out
+end
+
+local function same_list(a, b)
+  if #a ~= #b then return false end
+  for i = 1, #a do if a[i] ~= b[i] then return false end end
+  return true
+end
+
 -- "I'm on it": until when an acknowledgement holds the sweeper off a request waiting in
 -- `queue` (0 for none). An ack is bound to the queue it was given in: once the request has
 -- moved on, the new queue's people were not the ones who said they're on it.

@@ -8,6 +8,10 @@ broker requests, waits up to `live_wait_s` for their outcomes, and hands back
 `client.results_for(output)` resumes it later. Creates are idempotent on the agent run and the
 tool call id (`Idempotency-Key`), so a retried round never asks twice. Needs the `pydantic-ai`
 extra.
+
+A call approved within `live_wait_s` runs only on its receipt (`approval_broker_client.receipts`):
+verified with the broker's JWKS and spent at the broker just before the tool starts; refused,
+the tool does not run and the model is told the approval could not be verified.
 """
 
 from __future__ import annotations
@@ -21,10 +25,14 @@ from typing import Any
 
 from pydantic_ai import DeferredToolRequests, DeferredToolResults, RunContext
 from pydantic_ai.capabilities import AbstractCapability
+from pydantic_ai.messages import ToolCallPart
+from pydantic_ai.tools import ToolDefinition
 
 from approval_broker_client.client import AsyncRemoteBroker, RemoteBroker
 from approval_broker_client.deferred import META_KEY, new_requests, request_ids
+from approval_broker_client.errors import Conflict, NotFound
 from approval_broker_client.models import NewRequest, Request
+from approval_broker_client.receipts import REFUSED_TEXT, ReceiptRefused, verify_receipt
 from approval_broker_client.results import results_for
 
 __all__ = ["BrokerApprovals", "request_ids"]
@@ -55,6 +63,9 @@ class BrokerApprovals(AbstractCapability[Any]):
     live_wait_s: float = 0.0
     agent: str | None = None
     tool_queues: dict[str, str] = field(default_factory=dict)
+    verify_receipts: bool = True
+    _approved: dict[tuple[str, str], Request] = field(default_factory=dict, init=False, repr=False)
+    _jwks: dict[str, Any] | None = field(default=None, init=False, repr=False)
 
     @classmethod
     def get_serialization_name(cls) -> str | None:
@@ -103,4 +114,46 @@ class BrokerApprovals(AbstractCapability[Any]):
             if self.live_wait_s > 0 and any(r.is_pending for r in created):
                 got = await client.wait_for([r.id for r in created], self.live_wait_s)
         decided = [r for r in got if not r.is_pending]
+        for request in decided:
+            if request.kind == "approval" and str(request.status) in ("approved", "modified"):
+                self._approved[(run_id, request.tool_call_id)] = request
         return results_for(decided) if decided else None
+
+    async def wrap_tool_execute(
+        self,
+        ctx: RunContext[Any],
+        *,
+        call: ToolCallPart,
+        tool_def: ToolDefinition,
+        args: Any,
+        handler: Any,
+    ) -> Any:
+        request = self._approved.pop((ctx.run_id or "", call.tool_call_id), None)
+        if request is None or not self.verify_receipts:
+            return await handler(args)
+        try:
+            await self._check_receipt(request, call)
+        except ReceiptRefused as exc:
+            return f"{REFUSED_TEXT} ({exc.reason}); the tool was not run."
+        return await handler(args)
+
+    async def _check_receipt(self, request: Request, call: ToolCallPart) -> None:
+        """Verify `request`'s receipt for `call` with the JWKS, then spend it at the broker."""
+        async with self._session() as client:
+            if self._jwks is None:
+                try:
+                    self._jwks = await client.jwks()
+                except NotFound:  # this broker signs no receipts: nothing to check
+                    return
+            token = request.decision.receipt if request.decision is not None else None
+            args = call.args_as_dict()
+            verify_receipt(
+                self._jwks, token, request_id=request.id, tool_name=call.tool_name, args=args
+            )
+            try:
+                await client.spend_receipt(request.id, call.tool_name, args)
+            except Conflict as exc:
+                if exc.code != "receipt_refused":
+                    raise
+                reason = exc.detail.split(":", 1)[0]
+                raise ReceiptRefused(reason, exc.detail) from None

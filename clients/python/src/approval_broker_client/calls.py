@@ -80,7 +80,9 @@ def decision_body(decision: BaseModel | Mapping[str, Any]) -> Any:
         decision = decision.model_dump(mode="json", exclude_none=True)
     if not isinstance(decision, Decision):
         decision = Decision.model_validate(decision)
-    return decision.model_dump(mode="json", exclude_none=True, exclude={"decided_by", "decided_at"})
+    return decision.model_dump(
+        mode="json", exclude_none=True, exclude={"decided_by", "decided_at", "receipt"}
+    )
 
 
 def outcome(value: Outcome, **fields: Any) -> Decision:
@@ -138,6 +140,17 @@ class Calls:
 
     def get_run(self, run_id: str) -> Call[Run]:
         return Call("GET", f"/v1/runs/{run_id}", _run)
+
+    def jwks(self) -> Call[dict[str, Any]]:
+        return Call("GET", "/.well-known/jwks.json", lambda r: dict(r.json()))
+
+    def spend_receipt(
+        self, request_id: str, tool_name: str, args: Mapping[str, Any]
+    ) -> Call[dict[str, Any]]:
+        body = {"tool_name": tool_name, "args": dict(args)}
+        return Call(
+            "POST", f"/v1/requests/{request_id}/receipt/spend", lambda r: dict(r.json()), body
+        )
 
     def send_prompt(self, run_id: str, prompt: str) -> Call[Run]:
         return Call("POST", f"/v1/runs/{run_id}/messages", _run, {"prompt": prompt})

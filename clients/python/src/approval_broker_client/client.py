@@ -140,6 +140,17 @@ class RemoteBroker(_Base):
     def get_run(self, run_id: str) -> Run:
         return self._send(self._calls.get_run(run_id))
 
+    def jwks(self) -> dict[str, Any]:
+        """The public keys approval receipts are signed with (no token needed)."""
+        return self._send(self._calls.jwks())
+
+    def spend_receipt(
+        self, request_id: str, tool_name: str, args: dict[str, Any]
+    ) -> dict[str, Any]:
+        """Spend the request's receipt just before running its tool (a `Conflict` with code
+        `receipt_refused`: do not run it)."""
+        return self._send(self._calls.spend_receipt(request_id, tool_name, args))
+
     def send_prompt(self, run_id: str, prompt: str) -> Run:
         """A new prompt instead of answers: the run's waiting calls are rejected, it goes on."""
         return self._send(self._calls.send_prompt(run_id, prompt))
@@ -235,6 +246,17 @@ class AsyncRemoteBroker(_Base):
 
     async def get_run(self, run_id: str) -> Run:
         return await self._send(self._calls.get_run(run_id))
+
+    async def jwks(self) -> dict[str, Any]:
+        """The public keys approval receipts are signed with (no token needed)."""
+        return await self._send(self._calls.jwks())
+
+    async def spend_receipt(
+        self, request_id: str, tool_name: str, args: dict[str, Any]
+    ) -> dict[str, Any]:
+        """Spend the request's receipt just before running its tool (a `Conflict` with code
+        `receipt_refused`: do not run it)."""
+        return await self._send(self._calls.spend_receipt(request_id, tool_name, args))
 
     async def send_prompt(self, run_id: str, prompt: str) -> Run:
         return await self._send(self._calls.send_prompt(run_id, prompt))

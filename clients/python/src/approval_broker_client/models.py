@@ -56,6 +56,7 @@ class Decision(BaseModel):
     decided_by: str | None = None
     decided_at: datetime | None = None
     rule: str | None = None
+    receipt: str | None = None  # the broker's signed approval receipt (set by the broker)
 
     @model_validator(mode="after")
     def _check_shape(self) -> Decision:
