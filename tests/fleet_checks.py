@@ -88,6 +88,8 @@ class Findings:
 
     counts: dict[str, Any] = field(default_factory=dict)
     problems: list[str] = field(default_factory=list)
+    requests: dict[str, Request] = field(default_factory=dict)
+    """Every request of the runs, by id, as read at the end (for checks of other channels)."""
 
     def bad(self, what: str, examples: list[str]) -> None:
         if examples:
@@ -98,10 +100,13 @@ LATE = ("late reply: sent after expires_at", "late reply: in flight at expires_a
 """The one race allowed between the receiver's intent and the outcome (see `judge`)."""
 
 
-def judge(request: Request, intent: Intent, answered: Answered | None) -> str | None:
+def judge(
+    request: Request, intent: Intent, answered: Answered | None, by_whom: str = BY_WEBHOOK
+) -> str | None:
     """Hold a request's recorded outcome against what the receiver meant; None if they match.
 
-    approve -> approved, reject -> rejected with its reason, both decided by the endpoint;
+    approve -> approved, reject -> rejected with its reason, both decided by `by_whom` (the
+    endpoint; the approver, for a person deciding in a chat);
     silent -> timed out by the sweeper, and no reply was ever sent. The one allowed mismatch,
     named LATE: a reply that had not landed when the request expired, so the sweeper was first.
     It is allowed only when the sweeper's decided_at lies between expires_at and the moment the
@@ -122,8 +127,8 @@ def judge(request: Request, intent: Intent, answered: Answered | None) -> str | 
     if expected is None or answered is None:
         return f"{intent.action}: {'unknown intent' if expected is None else 'never answered'}"
     if status == expected:
-        if by != BY_WEBHOOK:
-            return f"{intent.action} -> {status} by {by}, not {BY_WEBHOOK}"
+        if by != by_whom:
+            return f"{intent.action} -> {status} by {by}, not {by_whom}"
         if expected == "rejected" and decision.reason != REJECT_REASON:
             return f"reject -> rejected with reason {decision.reason!r}"
         if answered.final_status != expected:
@@ -151,12 +156,18 @@ def check(
     events: Events,
     *,
     kills_planned: bool,
+    webhook_queue: str = "default",
 ) -> Findings:
-    """Everything that must hold once the fleet has drained; `found.problems` lists what didn't."""
+    """Everything that must hold once the fleet has drained; `found.problems` lists what didn't.
+
+    The outcomes of the requests in `webhook_queue` are held against the webhook receiver's
+    intents; those of other queues are the caller's to check (`tests.fleet_telegram_checks`).
+    """
     found = Findings()
     redis = broker.redis
     runs = {s.run_id: broker.get_run(s.run_id) for s in started}
     requests = {r.id: r for r in broker.get_requests(all_request_ids(broker, started))}
+    found.requests = requests
     by_run = {r.run_id: r for r in requests.values()}
 
     # every run finished, or failed for a reason on the list, no more often than workers died
@@ -205,7 +216,8 @@ def check(
         "requests without an outcome",
         [f"{r.id} {r.status.value}" for r in requests.values() if r.is_pending or not r.decision],
     )
-    check_outcomes(found, broker, requests, receiver)
+    webhook_requests = {k: r for k, r in requests.items() if r.queue == webhook_queue}
+    check_outcomes(found, broker, webhook_requests, receiver, queue=webhook_queue)
     check_resumes(found, broker, redis, started, runs, by_run)
 
     # every dead letter has a cause
@@ -227,11 +239,15 @@ def check(
 
 
 def check_outcomes(
-    found: Findings, broker: Broker, requests: dict[str, Request], receiver: DecidingReceiver
+    found: Findings,
+    broker: Broker,
+    requests: dict[str, Request],
+    receiver: DecidingReceiver,
+    queue: str = "default",
 ) -> None:
     """One outcome per request (one event in its stream, one at the webhook), and each the
     outcome the receiver meant (`judge`); every reply the API acknowledged is counted."""
-    events = outcome_events(broker)
+    events = outcome_events(broker, queue)
     found.bad(
         "requests without exactly one outcome event",
         [f"{rid} x{events[rid]}" for rid in requests if events[rid] != 1],

@@ -8,6 +8,13 @@ customer of its own, so each has its own order to refund), and a webhook receive
 sent, replying through the signed `/v1/webhooks/{name}/replies` of either API process. Ignored
 requests time out through the sweepers.
 
+Every TG_EVERY-th run is of the same demo agent registered under a second name whose requests
+go to a queue whose channel is Telegram (`telegram:fleet`, on a fake Bot API). There a person,
+`tg-ann` (`tests/fakes/telegram_person.py`), watches the chat for the bot's cards and decides
+them by the same mix: presses Approve, presses Reject and answers the bot's ForceReply prompt
+with the reason, or stays silent; each update goes to `/v1/telegram/updates` of either API
+process, sent again while an API is down.
+
 Meanwhile a role process is SIGKILLed (with the processes below it, if any) every few seconds and
 restarted, the roles taking turns so that each is killed (only the timing and which process of
 a role are random; `tests/fleet_processes.py`), and Redis itself is SIGKILLed once and started
@@ -19,7 +26,9 @@ At the end (`tests/fleet_checks.py`): every run finished, or failed for a reason
 exactly one outcome (one outcome event in its stream, one at the webhook, none pending), and it
 is what the receiver meant: approve -> approved, reject -> rejected with its reason, both
 decided by the endpoint, silence -> timed out by the sweeper; the one allowed exception is a
-reply that landed after its request expired, and the sweeper's time proves it. No round resumed
+reply that landed after its request expired, and the sweeper's time proves it. The Telegram
+requests likewise (`tests/fleet_telegram_checks.py`): one outcome event each, what tg-ann meant,
+decided by tg-ann, and a card in the chat edited to show it. No round resumed
 twice (one RQ resume job per answered round); no tool step ran twice: the ledger counts exactly
 one refund attempt for each approved call of a finished run, at most one for a failed run, none
 when not approved; every role was SIGKILLed; the outbox is empty; every dead letter has a cause.
@@ -49,6 +58,7 @@ from standardwebhooks import Webhook
 
 from api.app import create_app
 from api.testing import ServerThread as ApiServer
+from broker.agents import register_agent
 from broker.client import Broker
 from broker.config import Settings, load_config, parse_config
 from broker.keys import NOTIFIER_GROUP
@@ -57,6 +67,9 @@ from broker.redis_server import EmbeddedRedis, free_port
 from broker.runs import start_run
 from tests.conftest import wait_for
 from tests.fakes.deciding_receiver import Answered, DecidingReceiver, Intent, mix_policy
+from tests.fakes.harness import running
+from tests.fakes.telegram import FakeTelegram
+from tests.fakes.telegram_person import TelegramPerson
 from tests.fleet_checks import (
     BOT,
     BY_WEBHOOK,
@@ -71,7 +84,9 @@ from tests.fleet_checks import (
     judge,
 )
 from tests.fleet_processes import ROLES, Events, Fleet
+from tests.fleet_telegram_checks import check_telegram, shows_outcome
 from workers.demo import AGENT_NAME, register_demo
+from workers.demo_runs import AGENT_PATH, DEPS_PATH
 
 RUNS = int(os.environ.get("APPROVAL_BROKER_FLEET_RUNS", "2000"))
 KILL_EVERY_S = float(os.environ.get("APPROVAL_BROKER_FLEET_KILL_EVERY_S", "4"))
@@ -82,6 +97,15 @@ PREFIX = "fleet:"
 SECRET = "whsec_" + base64.b64encode(b"fleet-test-secret-0123456789abcd").decode()
 DRAIN_BUDGET_S = 360.0  # a loaded machine (other test runs) needed more than 240 s once
 STALL_RESTART_S = 20.0
+TG_EVERY = 5
+"""Every TG_EVERY-th run asks in Telegram (the others at the webhook)."""
+TG_AGENT = f"{AGENT_NAME}-telegram"
+"""The demo agent under a second name, whose requests go to TG_QUEUE."""
+TG_QUEUE = "telegram"
+TG_APPROVER = "tg-ann"
+TG_USER_ID = 424242
+TG_CHAT_ID = -1004242424242
+TG_SECRET = "fleet-telegram-webhook-secret-0123456789"
 
 
 # ---- the app: starting runs, following them ---------------------------------------------------
@@ -154,9 +178,10 @@ def drive(
         gate.wait()
         prompt, amount = prompt_for(i)
         customer = f"c{i:05d}"
+        agent = TG_AGENT if i % TG_EVERY == TG_EVERY - 1 else AGENT_NAME
         with gate_lock:
             try:
-                run = start_run(broker, AGENT_NAME, prompt, deps={"customer": customer})
+                run = start_run(broker, agent, prompt, deps={"customer": customer})
             except RedisError as exc:  # the app retries; report it
                 events.start_errors.append(f"run {i}: {type(exc).__name__}: {exc}")
                 time.sleep(0.2)
@@ -214,6 +239,7 @@ def test_fleet_holds_under_kills_and_a_redis_restart(
         decided_by=BOT,
         threads=8,
     ).start()
+    telegram = FakeTelegram().start()
     config_path = tmp_path / "fleet.toml"
     config_path.write_text(
         f"""
@@ -229,11 +255,52 @@ max_attempts = 30
 backoff_s = 0.05
 max_backoff_s = 1.0
 timeout_s = 5
+
+[queues.{TG_QUEUE}]
+channels = ["telegram:fleet"]
+timeout_s = {QUEUE_TIMEOUT_S}
+roles = ["support"]
+
+[telegram]
+bot_token = "{telegram.token}"
+webhook_secret = "{TG_SECRET}"
+api_base_url = "{telegram.url}"
+
+[telegram.chats.fleet]
+chat_id = {TG_CHAT_ID}
+
+[approvers.{TG_APPROVER}]
+roles = ["support"]
+telegram_user_id = {TG_USER_ID}
 """
     )
     redis = Redis.from_url(fleet_redis.url)
     broker = Broker(redis, load_config(config_path), prefix=PREFIX)
     register_demo(broker)
+    register_agent(broker, TG_AGENT, AGENT_PATH, deps=DEPS_PATH, queue=TG_QUEUE)
+
+    def status_of(rid: str) -> tuple[str, str | None]:
+        """What became of a request (the person asks when the bot's answer was lost)."""
+        deadline = time.monotonic() + 90
+        while True:
+            try:
+                request = broker.get_request(rid)
+            except RedisError:  # Redis is being restarted: ask again
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.2)
+                continue
+            decision = request.decision
+            return request.status.value, decision.decided_by if decision else None
+
+    person = TelegramPerson(
+        telegram,
+        [f"http://127.0.0.1:{p}" for p in api_ports],
+        secret=TG_SECRET,
+        user_id=TG_USER_ID,
+        policy=policy,
+        status_of=status_of,
+    ).start()
     env = {
         **os.environ,
         "APPROVAL_BROKER_REDIS_URL": fleet_redis.url,
@@ -300,10 +367,21 @@ timeout_s = 5
         # the outcome events reach the webhook too
         request_ids = all_request_ids(broker, started)
 
+        tg_requests = [r for r in broker.get_requests(request_ids) if r.queue == TG_QUEUE]
+
         def delivered() -> bool:
-            pending = group_pending(redis, broker.keys.stream("default"), NOTIFIER_GROUP)
+            pending = sum(
+                group_pending(redis, broker.keys.stream(q), NOTIFIER_GROUP)
+                for q in ("default", TG_QUEUE)
+            )
             resumes = redis.xlen(broker.keys.resumes)
-            return not pending and not resumes and all(r in receiver.outcomes for r in request_ids)
+            tg_ids = {r.id for r in tg_requests}
+            return (
+                not pending
+                and not resumes
+                and all(r in receiver.outcomes for r in request_ids if r not in tg_ids)
+                and all(shows_outcome(telegram, r) for r in tg_requests)
+            )
 
         try:
             wait_until(delivered, 60, "outcome events were not all delivered")
@@ -319,9 +397,12 @@ timeout_s = 5
         gate.set()
         fleet.stop()
         receiver.stop()
+        person.stop()
+        telegram.stop()
 
     events = fleet.events
     found = check(broker, receiver, started, events, kills_planned=KILL_EVERY_S > 0)
+    check_telegram(found, broker, telegram, person, queue=TG_QUEUE, approver=TG_APPROVER)
     found.counts["faults"] = {
         "SIGKILLs by kind": dict(events.kills),
         "Redis restart": f"SIGKILLed at run {events.redis_restarted_at_run}, "
@@ -412,6 +493,60 @@ def test_deciding_receiver_answers_each_request_once_through_a_live_api(redis_ur
     assert [stats.get(k) for k in ("redelivered", "ignored", "bad_signature")] == [1, 1, 1]
     assert receiver.answered[approve.id].tries >= 2  # the dead API was tried first
     assert receiver.failures == []
+
+
+def test_telegram_person_clicks_each_card_once_through_a_live_api(redis_url: str) -> None:
+    telegram = FakeTelegram().start()
+    config = parse_config(
+        {
+            "queues": {TG_QUEUE: {"channels": ["telegram:fleet"], "roles": ["support"]}},
+            "telegram": {
+                "bot_token": telegram.token,
+                "webhook_secret": TG_SECRET,
+                "api_base_url": telegram.url,
+                "chats": {"fleet": {"chat_id": TG_CHAT_ID}},
+            },
+            "approvers": {TG_APPROVER: {"roles": ["support"], "telegram_user_id": TG_USER_ID}},
+        }
+    )
+    broker = Broker(Redis.from_url(redis_url), config, prefix="t:")
+    approve, reject, ignore = (
+        broker.create_request(NewRequest(tool_name="refund", args={"n": n}, queue=TG_QUEUE))
+        for n in range(3)
+    )
+    plan = {approve.id: {"outcome": "approved"}}
+    plan[reject.id] = {"outcome": "rejected", "reason": REJECT_REASON}
+    app = create_app(Settings(redis_url=redis_url, key_prefix="t:"), config, broker)
+    with ApiServer(app) as api, running(broker):
+        # the first API "process" is down: every update moves on to the live one
+        person = TelegramPerson(
+            telegram,
+            [f"http://127.0.0.1:{free_port()}", api.url],
+            secret=TG_SECRET,
+            user_id=TG_USER_ID,
+            policy=lambda request: plan.get(request["id"]),
+            status_of=lambda rid: ("pending", None),
+        ).start()
+        try:
+            wait_for(lambda: len(person.answered) == 2 and len(person.intents) == 3)
+            done = [r for r in broker.get_requests([approve.id, reject.id]) if not r.is_pending]
+            wait_for(lambda: all(shows_outcome(telegram, r) for r in done) and len(done) == 2)
+        finally:
+            person.stop()
+            telegram.stop()
+
+    approved, rejected = broker.get_request(approve.id), broker.get_request(reject.id)
+    assert approved.status is Status.approved and rejected.status is Status.rejected
+    assert approved.decision and approved.decision.decided_by == TG_APPROVER
+    assert rejected.decision and rejected.decision.decided_by == TG_APPROVER
+    assert rejected.decision.reason == REJECT_REASON  # the reply to the bot's ForceReply prompt
+    assert broker.get_request(ignore.id).is_pending
+    intents = {rid: i.action for rid, i in person.intents.items()}
+    assert intents == {approve.id: "approve", reject.id: "reject", ignore.id: "silent"}
+    answered = {rid: (a.status, a.final_status) for rid, a in person.answered.items()}
+    assert answered == {approve.id: (200, "approved"), reject.id: (200, "rejected")}
+    assert person.failures == []
+    assert person.stats()["updates sent again (API down or 5xx)"] >= 1  # the dead API first
 
 
 def test_judge_allows_only_a_reply_that_landed_after_expiry_to_lose_to_the_sweeper() -> None:

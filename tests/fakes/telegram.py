@@ -104,6 +104,11 @@ class FakeTelegram:
                 c for c in self.calls if c.method == method and (not ok_only or c.response["ok"])
             ]
 
+    def calls_from(self, start: int) -> list[Call]:
+        """Every call from the `start`-th on, in order (a watcher reads only what is new)."""
+        with self._lock:
+            return self.calls[start:]
+
     def cards_for(self, request_id: str) -> list[dict[str, Any]]:
         """The messages (as they stand) whose text names the request."""
         with self._lock:
