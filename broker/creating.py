@@ -294,6 +294,8 @@ class Creating:
         }
         if rules:
             values["rules"] = rules
+        if shared.audit_keep:
+            values["audit_keep"] = shared.audit_keep
         if self._copy:
             values["copy"] = 1
         if run_id:

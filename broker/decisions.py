@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from broker.audit.actors import actor_args
 from broker.errors import Conflict, Forbidden, InvalidInput, NotFound
 from broker.ids import run_of_request
 from broker.models import Decision, Outcome, Request, Status, args_hash
@@ -107,6 +108,7 @@ class Decisions:
             request_id,
             once,
             **self._decide_values(decision, decided_by, channel, creator_may_vote),
+            **actor_args(decided_by),
             voter=voter or decided_by,
             in_queue=in_queue or None,
             in_escalation=in_escalation,
@@ -177,6 +179,7 @@ class Decisions:
             args_hash=args_hash or None,
             in_queue=in_queue or None,
             in_escalation=in_escalation,
+            **actor_args(by),
         )
         return self._outcome(result, request_id, None)
 

@@ -8,6 +8,7 @@ from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any, Literal
 
+from broker.args_hash import args_hash, canonical_json  # noqa: F401 - their old home
 from pydantic import BaseModel, Field, JsonValue, computed_field, field_validator, model_validator
 
 Kind = Literal["approval", "question", "external"]
@@ -49,16 +50,6 @@ EventType = Literal[
 ]
 
 MAX_QUORUM = 10
-
-
-def canonical_json(value: Any) -> str:
-    """JSON with sorted keys and no spaces: the form `args_hash` is computed over."""
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-
-
-def args_hash(args: Any) -> str:
-    """sha256 of the canonical JSON of a tool call's args: what binds a decision to what was seen."""
-    return hashlib.sha256(canonical_json(args).encode()).hexdigest()
 
 
 def utcnow() -> datetime:

@@ -18,6 +18,7 @@ from typing import Any
 
 from redis.cluster import RedisCluster
 
+from broker.audit.actors import actor_args
 from broker.auth import EVERY_ROLE, Principal
 from broker.deciding import Decided, Deciding, same_decision
 from broker.decisions import OUTCOME_STATUS, Once
@@ -233,6 +234,7 @@ class RuleDecisions:
                 for s in siblings
             ],
             "sibling_status": verdict.status.value,
+            **actor_args(decided_by),
             "maxlen": store.maxlen,
             "retention": store.retention,
         }

@@ -231,3 +231,39 @@ local function held_until(rkey, queue)
   if h[1] and h[1] ~= '' and h[2] == queue then return tonumber(h[1]) or 0 end
   return 0
 end
+
+-- The audit trail (docs/audit.md): append one entry to the chain this step got (roles `audit`
+-- and `audit_head`; none when `[audit] enabled = false`: nothing is written). The entry's
+-- hash is sha256 (sha256.lua) over its fields and the previous entry's hash, in the form
+-- `broker.audit.chain.canonical` writes: each value as `<length>:<value>`, joined by "\n",
+-- in AUDIT_FIELDS order. The head (last seq and hash) is kept apart from the stream, so
+-- trimming old entries (MINID, `A.audit_keep` seconds) never restarts the chain.
+-- Other steps call it as audit(now, request_id, event, actor, actor_kind, outcome, args_hash,
+-- detail); every value is a string ('' for none); actor_kind is person|rule|webhook|system.
+local AUDIT_FIELDS = {'seq', 'at', 'request_id', 'event', 'actor', 'actor_kind', 'outcome',
+  'args_hash', 'detail', 'prev'}
+local function audit(now, request_id, event, actor, actor_kind, outcome, args_hash, detail)
+  local stream = key('audit')
+  if not stream then return end
+  local head = key('audit_head')
+  local h = redis.call('HMGET', head, 'seq', 'hash')
+  local seq = tostring((tonumber(h[1]) or 0) + 1)
+  local values = {seq, iso(now), request_id or '', event, actor or '', actor_kind or 'system',
+    outcome or '', args_hash or '', detail or '', h[2] or ''}
+  local parts, cmd = {}, {'XADD', stream}
+  if A.audit_keep then
+    cmd[3], cmd[4], cmd[5] = 'MINID', '~', string.format('%d', math.floor((now - A.audit_keep) * 1000))
+  end
+  cmd[#cmd + 1] = '*'
+  for i, v in ipairs(values) do
+    parts[i] = #v .. ':' .. v
+    cmd[#cmd + 1] = AUDIT_FIELDS[i]
+    cmd[#cmd + 1] = v
+  end
+  local digest = sha256(table.concat(parts, '\n'))
+  cmd[#cmd + 1] = 'hash'
+  cmd[#cmd + 1] = digest
+  redis.call(unpack(cmd))
+  redis.call('HSET', head, 'seq', seq, 'hash', digest)
+end
+
