@@ -109,5 +109,5 @@ def revoke_rule(
     """Revoke a rule: it never matches again and stays listed with revoked_at."""
     store = _store(data_dir)
     with clear_errors():
-        rule = store.revoke(rule_id)
+        rule = store.revoke(rule_id, by="shell")
     typer.echo(f"{rule.id}: revoked at {rule.revoked_at:%Y-%m-%d %H:%M:%S}Z")

@@ -142,6 +142,14 @@ class StepKeys:
         """note.lua: the request's hash."""
         return ScriptKeys().name("req", self.request(request_id))
 
+    def shadow_keys(self: Keys, request_id: str) -> ScriptKeys:
+        """note.lua with an audit entry: the request's hash and its partition's audit chain."""
+        keys = self.note_keys(request_id)
+        if self.audit_keep_s:
+            mine = self.of_request(request_id)
+            keys.audit(mine.audit, mine.audit_head, self.audit_keep_s)
+        return keys
+
     def reindex_keys(self: Keys, queues: Iterable[str]) -> ScriptKeys:
         """reindex.lua: the shared indexes and each queue's; the caller adds each request's
         `req`, `creator` and `run_requests`."""
