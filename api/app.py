@@ -13,7 +13,7 @@ from contextlib import asynccontextmanager
 
 from fastapi import APIRouter, FastAPI
 
-from api import email, events, health, inbox, metrics, requests, rules, runs, slack, webhooks
+from api import audit, email, events, health, inbox, metrics, requests, rules, runs, slack, webhooks
 from api.acks import router as acks_router
 from api.errors import install_error_handlers
 from api.events import EventsSettings, StreamSlots
@@ -40,6 +40,7 @@ ROUTERS: tuple[APIRouter, ...] = (
     metrics.router,
     inbox.router,
     rules.router,
+    audit.router,
 )
 
 

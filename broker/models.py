@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-import hashlib
 import json
 from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any, Literal
 
-from broker.args_hash import args_hash, canonical_json  # noqa: F401 - their old home
 from pydantic import BaseModel, Field, JsonValue, computed_field, field_validator, model_validator
+
+from broker.args_hash import args_hash, canonical_json  # noqa: F401 - their old home
 
 Kind = Literal["approval", "question", "external"]
 KINDS: tuple[str, ...] = ("approval", "question", "external")

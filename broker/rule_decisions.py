@@ -64,12 +64,18 @@ def rule_body(remember: Remember, request: Request, decision: Decision) -> RuleB
             "remember: give the index of a suggested rule or a rule body", code="invalid_rule"
         )
     mode: dict[str, Any] = {}
-    if isinstance(remember, dict) and set(remember) <= {"suggested", "mode"} and "suggested" in remember:
+    if (
+        isinstance(remember, dict)
+        and set(remember) <= {"suggested", "mode"}
+        and "suggested" in remember
+    ):
         # "try this rule": a suggested rule, kept in shadow (`{"suggested": 0, "mode": "shadow"}`)
         mode = {"mode": remember["mode"]} if "mode" in remember else {}
         remember = remember["suggested"]
         if isinstance(remember, bool) or not isinstance(remember, int):
-            raise InvalidInput("remember.suggested: give the index of a suggested rule", code="invalid_rule")
+            raise InvalidInput(
+                "remember.suggested: give the index of a suggested rule", code="invalid_rule"
+            )
     if isinstance(remember, int):
         if not 0 <= remember < len(request.suggested_rules):
             raise InvalidInput(

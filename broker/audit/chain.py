@@ -75,7 +75,9 @@ class Problem:
     detail: str
 
     def __str__(self) -> str:
-        where = f"line {self.line}" + (f" (chain {self.chain}, seq {self.seq})" if self.chain else "")
+        where = f"line {self.line}" + (
+            f" (chain {self.chain}, seq {self.seq})" if self.chain else ""
+        )
         return f"{where}: entry {self.kind}: {self.detail}"
 
 
@@ -114,7 +116,9 @@ def verify(entries: Sequence[tuple[int, Entry | Problem]]) -> tuple[Problem | No
     return None, counts
 
 
-def _check(line: int, entry: Entry, before: Entry | None, present: set[tuple[str, int]]) -> Problem | None:
+def _check(
+    line: int, entry: Entry, before: Entry | None, present: set[tuple[str, int]]
+) -> Problem | None:
     def problem(kind: str, detail: str) -> Problem:
         return Problem(line, entry.chain, entry.seq, kind, detail)
 

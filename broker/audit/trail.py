@@ -75,7 +75,7 @@ class AuditTrail:
             start, end = stream_bound(since), stream_bound(until, end=True)
             while True:
                 rows = self.redis.xrange(chain.stream, start, end, count=page)
-                for entry_id, fields in rows:
+                for _, fields in rows:
                     yield entry_of(chain.name, fields)
                 if len(rows) < page:
                     break

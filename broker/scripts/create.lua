@@ -177,14 +177,14 @@ for r = req_at, #KEYS do
     redis.call('RPUSH', round_key, id)
   end
   if A.audit_keep then  -- created by a principal (a person), or by a run's agent (the system)
-    local g = redis.call('HMGET', rkey, 'args_hash', 'tool_name')
+    local g = redis.call('HMGET', rkey, 'args_hash', 'tool_name', 'kind')
     local creator = q.creator
     if creator == '' and not agent then
       agent = round_key and ('agent:' .. (redis.call('HGET', key('run'), 'agent') or '')) or ''
     end
     audit(now, id, 'created', creator ~= '' and creator or agent,
       creator ~= '' and 'person' or 'system', '', g[1] or '',
-      cjson.encode({tool = g[2] or '', queue = queue}))
+      cjson.encode({tool = g[2] or '', queue = queue, kind = g[3] or ''}))
     if rule then
       audit(now, id, 'decided', 'rule:' .. rule.id, 'rule', rule.status, g[1] or '', '')
     end
