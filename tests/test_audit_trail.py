@@ -59,7 +59,9 @@ def events(broker: Broker) -> list[tuple[str, str, str, str, str]]:
 
 
 def test_the_lua_sha256_agrees_with_hashlib(redis: Redis) -> None:
-    script = redis.register_script(source("audit").split("\nlocal A = ")[0] + "\nreturn sha256(ARGV[1])")
+    script = redis.register_script(
+        source("audit").split("\nlocal A = ")[0] + "\nreturn sha256(ARGV[1])"
+    )
     for n in (0, 1, 55, 56, 63, 64, 65, 119, 120, 1000):
         text = ("é" * n)[:n] if n % 2 else "x" * n
         assert script(args=[text]).decode() == hashlib.sha256(text.encode()).hexdigest(), n
@@ -102,7 +104,9 @@ def test_each_state_change_appends_one_entry_in_its_step(redis: Redis, cfg: Conf
 def test_rules_their_decisions_and_a_remember_are_in_the_trail(redis: Redis, cfg: Config) -> None:
     broker = Broker(redis, cfg, prefix="t:")
     rules = broker.requests.rules
-    rules.create(parse_body({"id": "deny-wipe", "effect": "deny", "tool": "wipe"}), created_by="pat")
+    rules.create(
+        parse_body({"id": "deny-wipe", "effect": "deny", "tool": "wipe"}), created_by="pat"
+    )
     ruled = broker.create_request(NewRequest(tool_name="wipe", args={}))
     rules.revoke("deny-wipe", by="pat")
     run_id = broker.create_run("refunds", "p").id
