@@ -143,7 +143,8 @@ class StepKeys:
         return ScriptKeys().name("req", self.request(request_id))
 
     def shadow_keys(self: Keys, request_id: str) -> ScriptKeys:
-        """note.lua with an audit entry: the request's hash and its partition's audit chain."""
+        """note.lua with an audit entry (a shadow rule's match, a delivery): the request's hash
+        and its partition's audit chain."""
         keys = self.note_keys(request_id)
         if self.audit_keep_s:
             mine = self.of_request(request_id)

@@ -35,4 +35,6 @@ def test_each_partition_keeps_a_chain_of_its_own(cluster_client: RedisCluster) -
         None, {c: sum(e.chain == c for e in entries) for c in chains},
     )  # fmt: skip
     view = keys.of_request(made[0].id)
-    assert view.audit.startswith("{t:p") and view.audit_head.startswith(view.audit[: view.audit.index("}") + 1])
+    assert view.audit.startswith("{t:p") and view.audit_head.startswith(
+        view.audit[: view.audit.index("}") + 1]
+    )

@@ -23,6 +23,11 @@ from broker.models import Decision, NewRequest, args_hash
 from broker.rule_decisions import RuleDecisions
 from broker.rules import parse_body
 from broker.scripts import source
+from notifiers.commit import Committer
+from notifiers.parking import ParkedStore
+from notifiers.results import DeliveryResult, ResultKind
+from tests.conftest import wait_for
+from tests.test_notify_batches import _pending_entry
 
 
 def person(token: str, roles: list[str]) -> dict[str, Any]:
@@ -175,3 +180,25 @@ def test_get_audit_is_for_auditors_in_pages(client, api_broker: Broker) -> None:
     assert bad.status_code == 422 and bad.json()["error"] == "bad_cursor"
     later = client.get("/v1/audit?since=2999-01-01T00:00:00Z", headers=auditor)
     assert later.json() == []
+
+
+def test_deliveries_are_in_the_trail_from_the_committer_and_the_note_step(
+    redis: Redis, cfg: Config
+) -> None:
+    broker = Broker(redis, cfg, prefix="t:")
+    a = broker.create_request(NewRequest(tool_name="refund", args={"n": 1}))
+    committer = Committer(broker, lambda _: None, ParkedStore(broker, lease_s=30), print)
+    try:
+        entry = _pending_entry(broker, a.id)
+        committer.put(DeliveryResult(entry, ResultKind.delivered, "webhook:a", "webhook", "204"))
+        wait_for(lambda: len(trail_of(broker)) == 2)
+    finally:
+        committer.close()
+    note = '{"at":"2026-12-01T00:00:00Z","event":"delivery_failed","channel":"slack:ops"}'
+    broker.requests.add_delivery_note(a.id, note)  # the pipeline path (cluster, parked)
+    assert events(broker) == [
+        (a.id, "created", "", "system", ""),
+        (a.id, "delivered", "webhook:a", "system", ""),
+        (a.id, "delivery_failed", "slack:ops", "system", ""),
+    ]
+    assert verify(list(enumerate(trail_of(broker), 1)))[0] is None
