@@ -14,6 +14,7 @@ from contextlib import asynccontextmanager
 from fastapi import APIRouter, FastAPI
 
 from api import (
+    audit,
     discord,
     email,
     events,
@@ -59,6 +60,7 @@ ROUTERS: tuple[APIRouter, ...] = (
     inbox.router,
     rules.router,
     receipts.router,
+    audit.router,
 )
 
 

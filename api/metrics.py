@@ -131,10 +131,20 @@ def rule_metrics(hits: dict[bytes, bytes], count: int) -> Iterator[Metric]:
         "Requests decided by a policy rule, by rule id and effect",
         labels=["rule", "effect"],
     )
+    shadow = CounterMetricFamily(
+        "approval_broker_rule_shadow_matches",
+        "Requests a shadow rule would have decided (it decided nothing), by rule id and effect",
+        labels=["rule", "effect"],
+    )
     for raw_field, raw_value in sorted(hits.items()):
         effect, _, rule_id = raw_field.decode().partition(":")
-        decided.add_metric([rule_id, effect], float(raw_value))
+        if effect == "shadow":
+            effect, _, rule_id = rule_id.partition(":")
+            shadow.add_metric([rule_id, effect], float(raw_value))
+        else:
+            decided.add_metric([rule_id, effect], float(raw_value))
     yield decided
+    yield shadow
     rules = GaugeMetricFamily(
         "approval_broker_rules", "Policy rules stored (active and revoked; see GET /v1/rules)"
     )

@@ -163,4 +163,4 @@ def revoke_rule(rule_id: RuleId, principal: Caller, rules: Rules) -> JSONRespons
     rule = rules.get(rule_id)
     if not principal.has_role(POLICY) and rule.created_by != principal.name:
         raise Forbidden(f"only role 'policy' or its creator may revoke rule {rule_id!r}")
-    return JSONResponse(rules.revoke(rule_id).public())
+    return JSONResponse(rules.revoke(rule_id, by=principal.name).public())

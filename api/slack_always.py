@@ -54,18 +54,20 @@ def submit_always(
     index = ids.chosen(view.state, ids.RULE_BLOCK, ids.RULE_ACTION) or "0"
     outcome = ids.chosen(view.state, ids.OUTCOME_BLOCK, ids.OUTCOME_ACTION) or "approved"
     reason = (ids.chosen(view.state, ids.REASON_BLOCK, ids.REASON_ACTION) or "").strip() or None
+    shadow = ids.chosen(view.state, ids.MODE_BLOCK, ids.MODE_ACTION) == ids.SHADOW
     try:
         who = approver_by_slack_user(state.config, payload.user.id)
         decision = Decision(
             outcome=Outcome.rejected if outcome == "rejected" else Outcome.approved,
             reason=reason[:10_000] if reason else None,
         )
+        suggested = int(index) if index.isdigit() else -1
         remember(
             state,
             request_id,
             decision,
             who,
-            int(index) if index.isdigit() else -1,
+            {"suggested": suggested, "mode": "shadow"} if shadow else suggested,
             channel="slack",
             via=channels_of(slack, channel_id or None),
             once=once,

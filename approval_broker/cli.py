@@ -1,7 +1,8 @@
 """`approval-broker`: run the fleet's roles and operate the broker from a shell.
 
 This module is the typer app and the entry point only; each command lives in the module of its
-concern (`cli_roles`, `cli_requests`, `cli_dead_letters`, `cli_tokens`, `cli_rules`, `cli_ops`), and what
+concern (`cli_roles`, `cli_requests`, `cli_dead_letters`, `cli_tokens`, `cli_rules`, `cli_ops`,
+`cli_audit`), and what
 they share in `cli_common`. Errors print one line and exit non-zero; `--help` works on every
 command.
 """
@@ -15,6 +16,7 @@ from typing import Annotated
 import typer
 
 from approval_broker import cli_dead_letters, cli_mcp, cli_ops, cli_requests, cli_roles
+from approval_broker.cli_audit import audit_app
 from approval_broker.cli_rules import rules_app
 from approval_broker.cli_tokens import token_app
 from approval_broker.exit_with_up import watch_for_up_exit
@@ -27,6 +29,7 @@ app = typer.Typer(
 )
 app.add_typer(token_app, name="token")
 app.add_typer(rules_app, name="rules")
+app.add_typer(audit_app, name="audit")
 app.add_typer(cli_ops.config_app, name="config")
 app.add_typer(cli_ops.runs_app, name="runs")
 app.add_typer(cli_ops.webhook_app, name="webhook")

@@ -1,4 +1,4 @@
-"""`approval-broker rules list|add|revoke`: the operator's hand on policy rules.
+"""`approval-broker rules list|add|revoke|replay`: the operator's hand on policy rules.
 
 The shell is the operator, so a rule added here may have any scope (as role `policy`).
 Bad input prints one line and exits non-zero; nothing is written.
@@ -7,17 +7,24 @@ Bad input prints one line and exits non-zero; nothing is written.
 from __future__ import annotations
 
 import json
+import tomllib
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 
-from approval_broker.cli_common import DataDir, clear_errors, connect, json_arg
+from approval_broker.cli_audit import parse_when
+from approval_broker.cli_common import DataDir, clear_errors, connect, fail, json_arg
+from broker.audit.replay import replay, requests_in
+from broker.audit.trail import AuditTrail
 from broker.auth import Principal
+from broker.config import Config
 from broker.deciding import Deciding
+from broker.errors import ConfigError
 from broker.models import Decision
 from broker.rule_decisions import Remembered, RuleDecisions
-from broker.rules import Rule, RuleStore, parse_body
+from broker.rules import Rule, RuleStore, parse_body, parse_config_rules
+from broker.text import as_str
 
 rules_app = typer.Typer(
     help="Policy rules: always allow or deny matching tool calls.", no_args_is_help=True
@@ -42,6 +49,8 @@ def remember_with(
 def _line(rule: Rule) -> str:
     scope = " ".join(f"{k}={v}" for k, v in rule.scope.items()) or "any scope"
     state = f"revoked {rule.revoked_at:%Y-%m-%d %H:%M:%S}Z" if rule.revoked_at else "active"
+    if rule.mode == "shadow":
+        state += " (shadow: decides nothing)"
     args = f" args={json.dumps(rule.args, sort_keys=True)}" if rule.args else ""
     return f"{rule.id}  {rule.effect:<5} {rule.tool}  {scope}{args}  hits={rule.hits}  {state}"
 
@@ -84,10 +93,13 @@ def add_rule(
     ] = None,
     rule_id: Annotated[str | None, typer.Option("--id", help="An id (default: generated).")] = None,
     by: Annotated[str, typer.Option(help="Who creates it, as recorded.")] = "cli",
+    mode: Annotated[
+        str, typer.Option(help="enforce, or shadow: decides nothing, records what it would.")
+    ] = "enforce",
     data_dir: DataDir = None,
 ) -> None:
     """Add a rule (any scope: the shell is the operator)."""
-    raw: dict[str, Any] = {"effect": effect, "tool": tool}
+    raw: dict[str, Any] = {"effect": effect, "tool": tool, "mode": mode}
     for key, value in (("agent", agent), ("run_id", run_id), ("queue", queue),
                        ("reason", reason), ("expires_at", expires_at), ("id", rule_id)):  # fmt: skip
         if value is not None:
@@ -109,5 +121,74 @@ def revoke_rule(
     """Revoke a rule: it never matches again and stays listed with revoked_at."""
     store = _store(data_dir)
     with clear_errors():
-        rule = store.revoke(rule_id)
+        rule = store.revoke(rule_id, by="shell")
     typer.echo(f"{rule.id}: revoked at {rule.revoked_at:%Y-%m-%d %H:%M:%S}Z")
+
+
+@rules_app.command("replay")
+def replay_rules(
+    since: Annotated[str, typer.Option(help="From this ISO 8601 date or time (UTC by default).")],
+    rule_id: Annotated[
+        str | None,
+        typer.Option("--rule", help="Replay this stored rule (default: every shadow rule)."),
+    ] = None,
+    file: Annotated[
+        Path | None, typer.Option("--file", help="Replay the [[rules]] of this TOML file.")
+    ] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="One JSON object per rule.")] = False,
+    data_dir: DataDir = None,
+) -> None:
+    """What rules would have decided since a date, against what people decided.
+
+    Reads the audit trail: each request created since then, its outcome, and its call (from
+    the request while Redis keeps it). Prints per rule the requests it would have decided,
+    agreements and disagreements. Writes nothing.
+    """
+    if rule_id is not None and file is not None:
+        fail("give --rule or --file, not both")
+    start = parse_when(since, "--since")
+    broker = connect(data_dir)
+    store = broker.requests.rules
+    with clear_errors():
+        rules = _replayed(store, rule_id, file, broker.config)
+        seen = requests_in(AuditTrail(broker.redis, broker.keys).entries(start))
+        kept = {r.id: r for r in broker.get_requests(list(seen))}
+        agents = {}
+        for run_id in {r.run_id for r in kept.values() if r.run_id}:
+            agent = broker.redis.hget(broker.keys.run(run_id), "agent")
+            if agent:
+                agents[run_id] = as_str(agent)
+        reports = replay(rules, seen, kept, agents, broker.config)
+    if not reports:
+        typer.echo("no rules to replay (no shadow rules; give --rule or --file)")
+    typer.echo(f"{len(seen)} approval requests created since {start:%Y-%m-%d %H:%M:%S}Z")
+    for report in reports:
+        if as_json:
+            typer.echo(json.dumps({
+                "rule": report.rule.id, "effect": report.rule.effect, "mode": report.rule.mode,
+                "would_decide": report.would_decide, "agreements": report.agreements,
+                "disagreements": [{"request_id": i, "outcome": o, "decided_by": a} for i, o, a in report.disagreements],
+                "undecided": report.undecided, "unknown": report.unknown,
+            }))  # fmt: skip
+            continue
+        typer.echo(report.line())
+        for rid, outcome, actor in report.disagreements[:20]:
+            typer.echo(f"  disagrees: {rid} was {outcome} by {actor or 'nobody'}")
+
+
+def _replayed(
+    store: RuleStore, rule_id: str | None, file: Path | None, config: Config
+) -> list[Rule]:
+    """The rules to replay: one stored rule, a file's [[rules]], or every stored shadow rule."""
+    if rule_id is not None:
+        return [store.get(rule_id)]
+    if file is not None:
+        try:
+            raw = tomllib.loads(file.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
+            fail(f"cannot read {file}: {exc}")
+        try:
+            return parse_config_rules(raw.get("rules", []), config, source=str(file))
+        except ConfigError as exc:
+            fail(str(exc))
+    return [r for r in store.list(active=True) if r.mode == "shadow"]

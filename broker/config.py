@@ -278,6 +278,14 @@ class BrokerSection(_Section):
     redis_cluster: bool = False  # as APPROVAL_BROKER_REDIS_CLUSTER=1
 
 
+class AuditSection(_Section):
+    """`[audit]`: the tamper-evident audit trail (docs/audit.md). Off, the steps write no entry
+    (what `bench/bench_audit.py` compares against); kept `retention_days`, then trimmed."""
+
+    enabled: bool = True
+    retention_days: Annotated[float, Field(ge=1)] = 365.0
+
+
 class WorkersSection(_Section):
     """`[workers]`: how an `approval-broker worker` process runs agent runs."""
 
@@ -301,6 +309,7 @@ class Config(_Section):
     broker: BrokerSection = Field(default_factory=BrokerSection)
     workers: WorkersSection = Field(default_factory=WorkersSection)
     receipts: ReceiptsSection = Field(default_factory=ReceiptsSection)
+    audit: AuditSection = Field(default_factory=AuditSection)
     queues: dict[str, QueueConfig] = Field(default_factory=dict)
     webhooks: dict[str, WebhookConfig] = Field(default_factory=dict)
     slack: SlackConfig | None = None

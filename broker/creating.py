@@ -34,8 +34,10 @@ from broker.receipts import CallFacts
 from broker.request_hash import Encoded, decided, encode
 from broker.rule_decided import RuleVerdict, verdict_for
 from broker.rules.matching import Call
+from broker.rules.models import Rule
 from broker.rules.store import RuleStore
 from broker.script_keys import ScriptKeys, create_batch_keys
+from broker.shadow_rules import ShadowRecorder
 from broker.store import Store
 from broker.text import as_str
 
@@ -105,6 +107,7 @@ class Creating:
         self._agents: dict[str, str] = {}  # run id -> agent (a run's agent never changes)
         self._keys: dict[tuple[Any, ...], ScriptKeys] = {}
         self._copy = True  # copies of a request written by COPY, until Redis refuses it once
+        self.shadow = ShadowRecorder(store, rules)
 
     def prepare(
         self, run_id: str | None, round_no: int, news: Iterable[NewRequest]
@@ -136,9 +139,11 @@ class Creating:
         preps = [prepared[id(new)] for new in news]
         version = self.rules.read_version() if self.cluster else self.rules.known_version()
         excluded: set[str] = set()
+        shadows: dict[str, Rule] = {}
         for _ in range(_TRIES):
+            shadows.clear()
             verdicts = self._receipted(
-                run_id, ids, news, self._verdicts(ids, news, preps, excluded, version)
+                run_id, ids, news, self._verdicts(ids, news, preps, excluded, version, shadows)
             )
             result, variant_of = self._run(run_id, round_no, ids, news, preps, verdicts, version)
             if result[0] == "rules_changed":  # matched with an older rule set: match again
@@ -157,6 +162,8 @@ class Creating:
             return str(result[0]), []
         if verdicts and self.cluster:
             self.rules.count_hits(v for v in verdicts.values())
+        if shadows:
+            self.shadow.record(shadows)
         created = from_timestamp(float(result[1]))
         decided_at = datetime.fromisoformat(result[2]) if result[2] else None
         expiries = [from_timestamp(float(expires)) for expires in result[3:]]  # per variant
@@ -204,11 +211,14 @@ class Creating:
         preps: list[_Prepared],
         excluded: set[str],
         version: bytes | None,
+        shadows: dict[str, Rule],
     ) -> dict[str, RuleVerdict]:
         """The rule deciding each approval call, if one does (matched once per distinct call;
-        not at all for a tool no rule of this version may cover)."""
+        not at all for a tool no rule of this version may cover). The shadow rule that would
+        decide a call goes to `shadows` (request id -> rule): it decides nothing."""
         out: dict[str, RuleVerdict] = {}
         seen: dict[int, RuleVerdict | None] = {}
+        seen_shadow: dict[int, Rule | None] = {}
         covered: dict[str, bool] = {}
         for rid, new, p in zip(ids, news, preps, strict=True):
             if not p.approval:
@@ -224,6 +234,11 @@ class Creating:
             verdict = seen[id(p)]
             if verdict is not None:
                 out[rid] = verdict
+            if id(p) not in seen_shadow:
+                shadow = self.rules.shadow_match(p.call, quorum=p.quorum, version=version)
+                seen_shadow[id(p)] = shadow[1] if shadow is not None else None
+            if seen_shadow[id(p)] is not None:
+                shadows[rid] = seen_shadow[id(p)]  # type: ignore[assignment]
         return out
 
     def _receipted(
@@ -317,6 +332,8 @@ class Creating:
         }
         if rules:
             values["rules"] = rules
+        if shared.audit_keep:
+            values["audit_keep"] = shared.audit_keep
         if self._copy:
             values["copy"] = 1
         if run_id:

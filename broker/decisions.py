@@ -12,6 +12,7 @@ import json
 from typing import Any
 
 from broker import traced, tracing
+from broker.audit.actors import actor_args
 from broker.errors import Conflict, Forbidden, InvalidInput, NotFound
 from broker.ids import run_of_request
 from broker.models import Decision, Outcome, Request, Status, args_hash
@@ -141,6 +142,7 @@ class Decisions:
                 request_id,
                 once,
                 **self._decide_values(stamped, decided_by, channel, creator_may_vote),
+                **actor_args(decided_by),
                 voter=voter,
                 in_queue=in_queue or None,
                 in_escalation=in_escalation,
@@ -220,6 +222,7 @@ class Decisions:
             args_hash=args_hash or None,
             in_queue=in_queue or None,
             in_escalation=in_escalation,
+            **actor_args(by),
         )
         return self._outcome(result, request_id, None)
 

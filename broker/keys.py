@@ -25,7 +25,22 @@ class Keys(Partitioned, StepKeys):
     request, without a run), beside that partition's indexes, streams, outbox and counts, so
     each Lua step touches one slot. `at` is the partition the shared keys below are named in
     (`part(n)` gives the view of another); with one partition the tag is empty and every name
-    is as it always was."""
+    is as it always was. `audit_keep_s` is how long the audit trail keeps entries; 0: the steps
+    get no audit keys and write no entry (`[audit] enabled = false`)."""
+
+    audit_keep_s: int = 0
+
+    @property
+    def audit(self) -> str:
+        """Stream: this partition's audit chain, each entry hash-linked to the one before
+        (`broker.audit`); trimmed by age (`[audit] retention_days`)."""
+        return f"{self.base()}audit"
+
+    @property
+    def audit_head(self) -> str:
+        """Hash: the last `seq` and `hash` of this partition's audit chain, so that trimming
+        the stream never restarts the chain."""
+        return f"{self.base()}audit:head"
 
     def request(self, request_id: str) -> str:
         """Hash: one request's fields (JSON for structured ones)."""
@@ -216,6 +231,17 @@ class RuleKeys:
     def hits(self) -> str:
         """Hash: requests decided by rules, `allow`/`deny` -> count (for /metrics)."""
         return f"{self.prefix}rules:hits"
+
+    @property
+    def audit(self) -> str:
+        """Stream: the audit chain of rule changes. On a single Redis it is the one chain
+        (`Keys.audit`); on a cluster the rules' slot has a chain of its own."""
+        return f"{self.prefix}audit"
+
+    @property
+    def audit_head(self) -> str:
+        """Hash: the last `seq` and `hash` of that chain (`Keys.audit_head`)."""
+        return f"{self.prefix}audit:head"
 
     def index(self, tool: str) -> str:
         return self.globs if any(c in GLOB_CHARS for c in tool) else self.by_tool(tool)

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-import hashlib
 import json
 from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any, Literal
 
 from pydantic import BaseModel, Field, JsonValue, computed_field, field_validator, model_validator
+
+from broker.args_hash import args_hash, canonical_json  # noqa: F401 - their old home
 
 Kind = Literal["approval", "question", "external"]
 KINDS: tuple[str, ...] = ("approval", "question", "external")
@@ -50,16 +51,6 @@ EventType = Literal[
 ]
 
 MAX_QUORUM = 10
-
-
-def canonical_json(value: Any) -> str:
-    """JSON with sorted keys and no spaces: the form `args_hash` is computed over."""
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-
-
-def args_hash(args: Any) -> str:
-    """sha256 of the canonical JSON of a tool call's args: what binds a decision to what was seen."""
-    return hashlib.sha256(canonical_json(args).encode()).hexdigest()
 
 
 def utcnow() -> datetime:

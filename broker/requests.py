@@ -8,6 +8,7 @@ or not at all. An approval a policy rule covers is created already decided in th
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
@@ -150,6 +151,28 @@ class Requests:
             for queue, count in zip(queues, counts, strict=True):
                 pending[queue] += max(int(count or 0), 0)
         return pending
+
+    def add_delivery_note(self, request_id: str, entry: str, *, pipe: Any = None) -> None:
+        """A delivery's history note (JSON text with `event` and `channel`) and, with the audit
+        trail on, its audit entry (event `delivered` / `delivery_failed`, actor the channel), in
+        one step on the request's partition (note.lua)."""
+        keys = self.store.keys
+        if not keys.audit_keep_s:
+            self.add_history(request_id, entry, pipe=pipe)
+            return
+        note = json.loads(entry)
+        channel = str(note.get("channel") or "")
+        self.store.scripts.run(
+            "note",
+            keys.shadow_keys(request_id),
+            client=pipe,
+            entry=entry,
+            event=str(note.get("event", "")),
+            request_id=request_id,
+            actor=channel,
+            actor_kind="system",
+            detail=channel,
+        )
 
     def counts(self) -> dict[str, int]:
         """Fleet-wide request counts kept by the Lua steps: `pending:QUEUE` (now waiting) and

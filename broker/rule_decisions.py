@@ -18,6 +18,7 @@ from typing import Any
 
 from redis.cluster import RedisCluster
 
+from broker.audit.actors import actor_args
 from broker.auth import EVERY_ROLE, Principal
 from broker.deciding import Decided, Deciding, same_decision
 from broker.decisions import OUTCOME_STATUS, Once
@@ -63,6 +64,19 @@ def rule_body(remember: Remember, request: Request, decision: Decision) -> RuleB
         raise InvalidInput(
             "remember: give the index of a suggested rule or a rule body", code="invalid_rule"
         )
+    mode: dict[str, Any] = {}
+    if (
+        isinstance(remember, dict)
+        and set(remember) <= {"suggested", "mode"}
+        and "suggested" in remember
+    ):
+        # "try this rule": a suggested rule, kept in shadow (`{"suggested": 0, "mode": "shadow"}`)
+        mode = {"mode": remember["mode"]} if "mode" in remember else {}
+        remember = remember["suggested"]
+        if isinstance(remember, bool) or not isinstance(remember, int):
+            raise InvalidInput(
+                "remember.suggested: give the index of a suggested rule", code="invalid_rule"
+            )
     if isinstance(remember, int):
         if not 0 <= remember < len(request.suggested_rules):
             raise InvalidInput(
@@ -70,7 +84,7 @@ def rule_body(remember: Remember, request: Request, decision: Decision) -> RuleB
                 f" rules; {remember} is none of them",
                 code="invalid_rule",
             )
-        raw: dict[str, Any] = {**request.suggested_rules[remember], "effect": effect}
+        raw: dict[str, Any] = {**request.suggested_rules[remember], "effect": effect, **mode}
     else:
         raw = {"effect": effect, **remember}
     body = parse_body(raw, "remember")
@@ -170,7 +184,8 @@ class RuleDecisions:
                 ),
             }
         )
-        siblings = self._covered_siblings(current, rule)
+        # a shadow rule decides nothing: not even the run's other calls it covers
+        siblings = self._covered_siblings(current, rule) if rule.mode == "enforce" else []
         try:
             result = self._step(current, decision, principal, decided_by, rule, siblings, once)
         except Conflict as exc:
@@ -238,6 +253,7 @@ class RuleDecisions:
                 for s, v in zip(siblings, sibling_verdicts, strict=True)
             ],
             "sibling_status": verdict.status.value,
+            **actor_args(decided_by),
             "maxlen": store.maxlen,
             "retention": store.retention,
         }

@@ -36,6 +36,7 @@ class ScriptKeys:
         self.streams: dict[str, int] = {}
         self.per_request: dict[str, dict[str, int]] = {}
         self._positions: dict[str, int] = {}
+        self.audit_keep: int = 0  # seconds the audit chain keeps entries (with role `audit`)
 
     def _position(self, key: str) -> int:
         """1-based, as Lua counts; a key named twice is passed once."""
@@ -56,7 +57,15 @@ class ScriptKeys:
         self.per_request.setdefault(request_id, {})[role] = self._position(key)
         return self
 
+    def audit(self, stream: str, head: str, keep_s: int) -> ScriptKeys:
+        """The audit chain a step appends to (roles `audit`, `audit_head`; lib.lua's audit())."""
+        self.name("audit", stream).name("audit_head", head)
+        self.audit_keep = keep_s
+        return self
+
     def args(self, **values: Any) -> str:
+        if self.audit_keep:
+            values["audit_keep"] = self.audit_keep
         return json.dumps(
             {**values, "k": self.roles, "streams": self.streams, "r": self.per_request},
             ensure_ascii=False,
@@ -144,6 +153,17 @@ class StepKeys:
         keys.name("counts", mine.counts).stream(queue, mine.stream(queue))
         if run_id:
             keys.name("run", self.run(run_id))
+        if self.audit_keep_s:
+            keys.audit(mine.audit, mine.audit_head, self.audit_keep_s)
+        return keys
+
+    def shadow_keys(self: Keys, request_id: str) -> ScriptKeys:
+        """note.lua with an audit entry (a shadow rule's match, a delivery): the request's hash
+        and its partition's audit chain."""
+        keys = self.note_keys(request_id)
+        if self.audit_keep_s:
+            mine = self.of_request(request_id)
+            keys.audit(mine.audit, mine.audit_head, self.audit_keep_s)
         return keys
 
     def reindex_keys(self: Keys, queues: Iterable[str]) -> ScriptKeys:
@@ -158,6 +178,8 @@ class StepKeys:
     def _shared(self: Keys, queues: Iterable[str]) -> ScriptKeys:
         keys = ScriptKeys(self.at)
         keys.name("expiry", self.expiry).name("requests", self.requests)
+        if self.audit_keep_s:
+            keys.audit(self.audit, self.audit_head, self.audit_keep_s)
         keys.name("counts", self.counts).name("resumes", self.resumes)
         for status in DONE_STATUSES:
             keys.name(f"done:{status}", self.done(status))

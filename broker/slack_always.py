@@ -16,6 +16,8 @@ ALWAYS_CALLBACK = "always_rule"  # callback_id of the modal
 RULE_BLOCK, RULE_ACTION = "rule", "rule_choice"
 OUTCOME_BLOCK, OUTCOME_ACTION = "outcome", "outcome_choice"
 REASON_BLOCK, REASON_ACTION = "always_reason", "always_reason_text"
+MODE_BLOCK, MODE_ACTION = "mode", "mode_choice"
+SHADOW = "shadow"  # the mode option's value: "try this rule" (it decides nothing yet)
 
 
 def rule_text(rule: dict[str, Any]) -> str:
@@ -41,9 +43,14 @@ def _option(text: str, value: str) -> dict[str, Any]:
 def always_modal(
     request_id: str, suggested: list[dict[str, Any]], channel_id: str | None = None
 ) -> dict[str, Any]:
-    """The view `Always…` opens: which rule to keep, approve or reject, and why (for reject)."""
+    """The view `Always…` opens: which rule to keep, approve or reject, whether the rule decides
+    from now on or is tried first in shadow, and why (for reject)."""
     rules = [_option(rule_text(r), str(i)) for i, r in enumerate(suggested)]
     outcomes = [_option("Approve always", "approved"), _option("Reject always", "rejected")]
+    modes = [
+        _option("Keep it: it decides from now on", "enforce"),
+        _option("Try it first: it decides nothing, records what it would", SHADOW),
+    ]
     return {
         "type": "modal",
         "callback_id": ALWAYS_CALLBACK,
@@ -72,6 +79,17 @@ def always_modal(
                     "action_id": OUTCOME_ACTION,
                     "options": outcomes,
                     "initial_option": outcomes[0],
+                },
+            },
+            {
+                "type": "input",
+                "block_id": MODE_BLOCK,
+                "label": {"type": "plain_text", "text": "The rule"},
+                "element": {
+                    "type": "radio_buttons",
+                    "action_id": MODE_ACTION,
+                    "options": modes,
+                    "initial_option": modes[0],
                 },
             },
             {

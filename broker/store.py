@@ -34,10 +34,15 @@ class Store:
 
     def __post_init__(self) -> None:
         """On a Redis Cluster the keys are split into partitions (`broker.keys`): as many as
-        `[broker] partitions` says, else CLUSTER_PARTITIONS; a single Redis keeps one."""
+        `[broker] partitions` says, else CLUSTER_PARTITIONS; a single Redis keeps one. The
+        steps get the audit chain's keys while `[audit] enabled` (`Keys.audit_keep_s`)."""
         if isinstance(self.redis, RedisCluster) and self.keys.partitions <= 1:
             wanted = getattr(self.config.broker, "partitions", None) or CLUSTER_PARTITIONS
             self.keys = replace(self.keys, partitions=int(wanted))
+        audit = self.config.audit
+        keep = int(audit.retention_days * 86400) if audit.enabled else 0
+        if self.keys.audit_keep_s != keep:
+            self.keys = replace(self.keys, audit_keep_s=keep)
         self.scripts.keys = self.keys
 
     @property

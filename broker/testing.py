@@ -79,6 +79,11 @@ class InMemoryBroker(Broker):
     ) -> None:
         if isinstance(config, dict):
             config = parse_config(config)
+        # fakeredis's Lua has no `bit` library, which the audit chain's SHA-256 needs
+        config = config or parse_config({})
+        config = config.model_copy(
+            update={"audit": config.audit.model_copy(update={"enabled": False})}
+        )
         redis = fakeredis.FakeRedis(server=fakeredis.FakeServer())
         super().__init__(redis, config, prefix=prefix)
         self.local_agents = LocalAgents()

@@ -33,6 +33,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 from broker.client import Broker
 from broker.keys import NOTIFIER_GROUP
 from broker.models import utcnow
+from broker.scripts import chain_source
 from notifiers.parking import ParkedStore
 from notifiers.results import DeliveryResult, ResultKind
 from notifiers.scripts import source
@@ -74,7 +75,9 @@ class Committer:
         self.store = store
         self.on_fatal = on_fatal
         single = isinstance(broker.redis, Redis) and broker.keys.partitions <= 1
-        self._step = broker.redis.register_script(source("commit")) if single else None
+        self._step = (
+            broker.redis.register_script(chain_source() + source("commit")) if single else None
+        )
         self._queue: queue.SimpleQueue[DeliveryResult] = queue.SimpleQueue()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="notify-commit", daemon=True)
@@ -189,6 +192,9 @@ class Committer:
             args += ids
         if len(names) == 0:
             return
+        if keys.audit_keep_s and plan.notes:  # each delivery note also goes to the audit trail
+            names += [keys.audit, keys.audit_head]
+            args += [keys.audit_keep_s, *(rid for rid, _ in plan.notes)]
         refused, first = step(keys=names, args=args)
         if int(refused):
             log.error(
@@ -203,7 +209,7 @@ class Committer:
         for request_id, done_field in plan.done:
             pipe.hset(keys.delivery(request_id), done_field, "1")
         for request_id, entry in plan.notes:
-            self.broker.add_history(request_id, entry, pipe=pipe)
+            self.broker.requests.add_delivery_note(request_id, entry, pipe=pipe)
         for name, count in plan.stats.items():
             pipe.hincrby(keys.stats, name, count)
         for channel, task_id in plan.unpark:

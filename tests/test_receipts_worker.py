@@ -16,6 +16,7 @@ import pytest
 from redis import Redis
 
 from broker.agents import register_agent
+from broker.audit.trail import AuditTrail
 from broker.client import Broker
 from broker.models import Decision, RunStatus
 from broker.receipt_checks import ReceiptChecks
@@ -62,6 +63,15 @@ def _refusals(broker: Broker) -> dict[str, int]:
     return {k: v for k, v in broker.counts().items() if k.startswith("receipt_refused:")}
 
 
+def _audited(broker: Broker, rid: str) -> list[tuple[str, str]]:
+    """The receipt entries of `rid` in the audit trail: (event, detail)."""
+    return [
+        (e.event, e.detail)
+        for e in AuditTrail(broker.redis, broker.keys).entries()
+        if e.request_id == rid and e.event.startswith("receipt_")
+    ]
+
+
 def _events(broker: Broker) -> list[dict[str, str]]:
     out = []
     for _, fields in broker.redis.xrange(broker.keys.stream("default")):
@@ -87,6 +97,7 @@ def test_an_approved_call_runs_on_its_receipt_and_spends_it(
     assert [c["tool"] for c in recorder.all()] == ["refund"]
     assert broker.counts().get("receipt_spent") == 1
     assert [h.event for h in broker.get_request(rid).history][-1] == "receipt_spent"
+    assert _audited(broker, rid) == [("receipt_spent", "")]
 
 
 def test_a_receipt_tampered_in_redis_does_not_run_the_tool(
@@ -105,6 +116,7 @@ def test_a_receipt_tampered_in_redis_does_not_run_the_tool(
     assert REFUSED_TEXT in _model_saw(broker, run_id)
     assert _refusals(broker) == {"receipt_refused:bad_signature": 1}
     assert [e["reason"] for e in _events(broker)] == ["bad_signature"]
+    assert _audited(broker, rid) == [("receipt_refused", "bad_signature")]
 
 
 def test_args_changed_in_redis_after_approval_do_not_run(

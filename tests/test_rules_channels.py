@@ -40,7 +40,10 @@ def test_slack_offers_always_on_a_runs_approvals_only(api_broker: Broker, cfg: C
     assert buttons(action_blocks(alone, cfg)) == ["approve", "reject", "escalate"]
 
 
-def submit_always(request_id: str, index: str, outcome: str, user: str = "U_ALICE") -> dict:
+def submit_always(
+    request_id: str, index: str, outcome: str, user: str = "U_ALICE", mode: str | None = None
+) -> dict:
+    chosen_mode = {always.MODE_BLOCK: {always.MODE_ACTION: {"selected_option": {"value": mode}}}}
     return {
         "type": "view_submission",
         "user": {"id": user},
@@ -54,6 +57,7 @@ def submit_always(request_id: str, index: str, outcome: str, user: str = "U_ALIC
                         always.OUTCOME_ACTION: {"selected_option": {"value": outcome}}
                     },
                     always.REASON_BLOCK: {always.REASON_ACTION: {"value": None}},
+                    **(chosen_mode if mode else {}),
                 }
             },
         },
@@ -88,6 +92,24 @@ def test_slack_always_opens_the_modal_and_its_submission_keeps_the_rule(
     assert rule.run_id == run_id and rule.created_by == "alice"
     assert [r.status for r in api_broker.get_requests([a.id, b.id])] == [Status.approved] * 2
     assert api_broker.get_request(b.id).decision.rule == rule.id
+
+
+def test_slack_always_can_try_the_rule_in_shadow_first(
+    client: TestClient,
+    api_broker: Broker,
+    fake_slack,  # noqa: F811
+) -> None:
+    _, (a, b) = run_round(api_broker)
+    send(client, *signed(click(always.ALWAYS, a.id)))
+    (opened,) = [body for path, body in fake_slack.calls if path == "/api/views.open"]
+    modes = [blk for blk in opened["view"]["blocks"] if blk["block_id"] == always.MODE_BLOCK]
+    assert [o["value"] for o in modes[0]["element"]["options"]] == ["enforce", always.SHADOW]
+    done = send(client, *signed(submit_always(a.id, "0", "approved", mode=always.SHADOW)))
+    assert done.json() == {"response_action": "clear"}
+    [rule] = api_broker.requests.rules.list()
+    assert rule.mode == "shadow"
+    assert api_broker.get_request(a.id).status is Status.approved  # the decision itself: made
+    assert api_broker.get_request(b.id).is_pending  # the rule decides nothing, even siblings
 
 
 PUBLIC = "http://testserver"

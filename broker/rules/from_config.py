@@ -82,6 +82,7 @@ def sync_config_rules(store: RuleStore, rules: list[Rule]) -> bool:
         old = existing.get(rule_id)
         if old is None:
             store.write(pipe, rule.model_copy(update={"created_at": now}))
+            store.audit(pipe, "rule_created", rule, CONFIG_CREATOR)
         elif old.revoked_at is not None or not _same_body(old, rule):
             _rewrite_body(pipe, store, old, rule)
         else:
@@ -94,6 +95,7 @@ def sync_config_rules(store: RuleStore, rules: list[Rule]) -> bool:
             pipe.hset(keys.rule(rule_id), "revoked_at", epoch(now))
             pipe.srem(keys.index(old.tool), rule_id)
             pipe.incr(keys.version)
+            store.audit(pipe, "rule_revoked", old, CONFIG_CREATOR)
             changed = True
     pipe.execute()
     return changed

@@ -17,6 +17,9 @@ from pydantic_core import PydanticCustomError
 from broker.errors import InvalidInput
 
 Effect = Literal["allow", "deny"]
+Mode = Literal["enforce", "shadow"]
+"""`shadow`: the rule decides nothing; each request it would have decided records that instead
+(`shadow_rule` in the history and the audit trail, a metric): a rule tried before trusted."""
 RULE_ID_PATTERN = r"^[A-Za-z0-9_.-]+$"
 COMPARISONS = ("lt", "le", "gt", "ge")
 MATCHERS = ("eq", "in", *COMPARISONS, "prefix", "glob")
@@ -83,6 +86,7 @@ class RuleBody(BaseModel):
     reason: str | None = Field(default=None, max_length=10_000)
     expires_at: datetime | None = None
     quorum_bypass: bool = False
+    mode: Mode = "enforce"
 
     @field_validator("tool")
     @classmethod

@@ -19,6 +19,7 @@ from typing import Any
 from redis import Redis
 from redis.exceptions import WatchError
 
+from broker.audit.trail import append_entry
 from broker.config import Config
 from broker.errors import InvalidInput, NotFound
 from broker.keys import Keys
@@ -156,6 +157,8 @@ class RuleStore:
                     raise RuleExists(f"{where}: rule {rule.id!r} already exists")
                 pipe.multi()
                 self.write(pipe, rule, indexed=indexed)
+                if indexed:
+                    self.audit(pipe, "rule_created", rule, rule.created_by)
                 pipe.execute()
             except WatchError:
                 raise RuleExists(f"{where}: rule {rule.id!r} already exists") from None
@@ -165,6 +168,7 @@ class RuleStore:
         pipe = self.redis.pipeline(transaction=True)
         pipe.sadd(self.keys.index(rule.tool), rule.id)
         pipe.incr(self.keys.version)
+        self.audit(pipe, "rule_created", rule, rule.created_by)
         pipe.execute()
 
     def discard(self, rule: Rule) -> None:
@@ -187,16 +191,17 @@ class RuleStore:
         if indexed:
             pipe.incr(self.keys.version)
 
-    def revoke(self, rule_id: str) -> Rule:
-        """Mark a rule revoked (kept and listed); revoking again changes nothing."""
+    def revoke(self, rule_id: str, by: str | None = None) -> Rule:
+        """Mark a rule revoked (kept and listed) by `by` (for the audit trail); revoking again
+        changes nothing."""
         rule = self.get(rule_id)
         if self.redis.sismember(self.keys.from_config, rule_id):
             raise InvalidInput(
                 f"rule {rule_id!r} comes from the config file; remove it there", code="config_rule"
             )
-        return self.mark_revoked(rule)
+        return self.mark_revoked(rule, by=by)
 
-    def mark_revoked(self, rule: Rule, pipe: Any | None = None) -> Rule:
+    def mark_revoked(self, rule: Rule, pipe: Any | None = None, by: str | None = None) -> Rule:
         if rule.revoked_at is not None:
             return rule
         revoked = rule.model_copy(update={"revoked_at": self.now()})
@@ -206,10 +211,34 @@ class RuleStore:
         pipe.hsetnx(self.keys.rule(rule.id), "revoked_at", epoch(revoked.revoked_at))  # type: ignore[arg-type]
         pipe.srem(self.keys.index(rule.tool), rule.id)
         pipe.incr(self.keys.version)
+        self.audit(pipe, "rule_revoked", rule, by)
         if own:
             pipe.hgetall(self.keys.rule(rule.id))
             return from_fields(pipe.execute()[-1])
         return revoked
+
+    def audit(self, pipe: Any, event: str, rule: Rule, actor: str | None) -> None:
+        """Append the audit entry of a rule change to the rules' chain, queued in `pipe`, the
+        change's own MULTI (so in the same atomic step); its detail is the rule id, its
+        outcome the effect. On a cluster a pipeline can't carry a script: the entry is then
+        appended just before the change (a failed change leaves an entry naming a change that
+        did not happen, never a change without an entry)."""
+        trail = self.config.audit
+        if not trail.enabled:
+            return
+        keep = int(trail.retention_days * 86400)
+        shadow = " (shadow)" if getattr(rule, "mode", "enforce") == "shadow" else ""
+        append_entry(
+            self.redis,
+            self.keys.audit,
+            self.keys.audit_head,
+            event=event,
+            actor=actor or CONFIG_CREATOR,
+            outcome=rule.effect + shadow,
+            detail=rule.id,
+            keep_s=keep,
+            client=pipe,
+        )
 
     def hit(self, rule_id: str) -> bool:
         """Re-check that a chosen rule is still active and count the hit, atomically.
@@ -379,9 +408,38 @@ class RuleStore:
         found = [
             r
             for r in bucket.relevant(call) + globs.relevant(call)
-            if r.id not in exclude and may_bypass(r, quorum)
+            if r.id not in exclude and may_bypass(r, quorum) and r.mode == "enforce"
         ]
         return evaluate(found, call, now or self.now())
+
+    def shadow_match(
+        self,
+        call: Call,
+        now: datetime | None = None,
+        *,
+        quorum: int = 1,
+        version: bytes | None | object = _UNREAD,
+    ) -> tuple[Effect, Rule] | None:
+        """The shadow rule that would decide this call were it enforced (deny beats allow, as
+        for `match`), or None. It decides nothing: the caller records it (`shadow_rule`)."""
+        if call.kind != "approval":
+            return None
+        call = in_queue(call, self.config)
+        bucket, globs = self._buckets(call.tool_name, version)
+        found = [
+            r
+            for r in bucket.relevant(call) + globs.relevant(call)
+            if r.mode == "shadow" and may_bypass(r, quorum)
+        ]
+        return evaluate(found, call, now or self.now())
+
+    def count_shadow(self, matches: Iterable[tuple[str, Effect]]) -> None:
+        """Count the requests shadow rules would have decided, `shadow:EFFECT:ID` in the hits
+        hash (/metrics: approval_broker_rule_shadow_matches)."""
+        pipe = self.redis.pipeline(transaction=False)
+        for rule_id, effect in matches:
+            pipe.hincrby(self.keys.hits, f"shadow:{effect}:{rule_id}", 1)
+        pipe.execute()
 
 
 def may_bypass(rule: Rule, quorum: int) -> bool:

@@ -1,6 +1,6 @@
 """The Lua scripts behind every state change, loaded from the `.lua` files beside this module.
 
-Each script is prefixed with `lib.lua`, so the rules for finishing and moving a request are
+Each script is prefixed with `sha256.lua`, `chain.lua` (the audit chain) and `lib.lua`, so the rules for finishing and moving a request are
 written once. A call passes its keys in KEYS (built by `broker.keys`) and everything else as one
 JSON argument; `Scripts.run` does that and hands back the reply as text.
 
@@ -35,7 +35,9 @@ from broker.keys import Keys
 from broker.script_keys import ScriptKeys
 from broker.text import as_str
 
-NAMES = ("create", "decide", "escalate", "due", "sweep", "note", "ack", "remember", "receipt")
+NAMES = (
+    "create", "decide", "escalate", "due", "sweep", "note", "ack", "remember", "receipt", "audit",
+)  # fmt: skip
 REPLICATED = ("create", "decide", "escalate", "sweep", "remember", "receipt")
 """On a cluster these steps wait for a replica (WAIT) before returning: a decision, a new round
 and the outbox entry of a resume must survive a failover (`broker.cluster.wait_for_replicas`)."""
@@ -45,7 +47,16 @@ log = logging.getLogger("broker.scripts")
 @cache
 def source(name: str) -> str:
     here = files(__package__)
-    return (here / "lib.lua").read_text() + "\n" + (here / f"{name}.lua").read_text()
+    parts = ("sha256.lua", "chain.lua", "lib.lua", f"{name}.lua")  # the audit chain first
+    return "\n".join((here / part).read_text() for part in parts)
+
+
+def chain_source() -> str:
+    """The audit chain's Lua (`sha256.lua`, `chain.lua`: `chain_append(stream, head, keep, now,
+    values)` and `iso(t)`), for a step of another package that appends entries (the notifier's
+    committer)."""
+    here = files(__package__)
+    return "\n".join((here / part).read_text() for part in ("sha256.lua", "chain.lua")) + "\n"
 
 
 def sha_of(text: str) -> str:

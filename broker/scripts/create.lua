@@ -5,7 +5,7 @@
 --   rule_version, rule_hits and 'rule:ID' (the hash of each rule chosen to decide one); for a
 --   run also run, round, pending and run_requests. Then the request hashes, in the order of
 --   the requests, from KEYS[A.req_at].
--- A (ARGV[1]): maxlen, round, run_id, retention; version: the rules' version the caller matched
+-- A (ARGV[1]): maxlen, round, run_id, retention, audit_keep (absent: no audit entries); version: the rules' version the caller matched
 --   with ('' for none; absent: not checked here, as on a cluster); rules = {[position] = {id,
 --   effect, status, decision (JSON text), entry (JSON text)}} for requests a rule decides;
 --   v = the batch's variants, a list of {timeout_s, queue, creator ('' for none)}; copy = 1:
@@ -94,7 +94,7 @@ for vi, v in ipairs(A.v) do
     cmd[#cmd + 1] = creator
   end
   for j = 3, 2 + shared_n do cmd[#cmd + 1] = ARGV[j] end
-  variants[vi] = {cmd = cmd, expires = expires, queue = queue, waiting = 0,
+  variants[vi] = {cmd = cmd, expires = expires, queue = queue, waiting = 0, creator = creator,
     by_creator = creator ~= '' and entries(key('creator:' .. creator), true) or nil,
     in_queue = entries(key('queue:' .. queue), true),
     pending = entries(key('pending:' .. queue)), stream = stream_of(queue)}
@@ -119,6 +119,7 @@ end
 -- COPY is refused (an ACL without +copy), every request of the call is written whole instead and
 -- the reply says so ('ok_whole'), so the caller stops asking.
 local copying = A.copy == 1
+local agent  -- the run's, read once for the audit entries
 local one = #shapes == 1 and shapes[1]
 pos = first
 local i, ni, nx = 0, 0, 0  -- ni: entries in `listed`, nx: in `expiring`
@@ -174,6 +175,19 @@ for r = req_at, #KEYS do
     k = #of_run
     of_run[k + 1] = created; of_run[k + 2] = id
     redis.call('RPUSH', round_key, id)
+  end
+  if A.audit_keep then  -- created by a principal (a person), or by a run's agent (the system)
+    local g = redis.call('HMGET', rkey, 'args_hash', 'tool_name', 'kind')
+    local creator = q.creator
+    if creator == '' and not agent then
+      agent = round_key and ('agent:' .. (redis.call('HGET', key('run'), 'agent') or '')) or ''
+    end
+    audit(now, id, 'created', creator ~= '' and creator or agent,
+      creator ~= '' and 'person' or 'system', '', g[1] or '',
+      cjson.encode({tool = g[2] or '', queue = queue, kind = g[3] or ''}))
+    if rule then
+      audit(now, id, 'decided', 'rule:' .. rule.id, 'rule', rule.status, g[1] or '', '')
+    end
   end
   if rule then
     local at = {{'decided_at', iso(now)}}

@@ -7,6 +7,7 @@
 --   (the person approving), vote_hash (the args approved, default the request's), channel,
 --   creator_may_vote (the admin and the shell), bypass_quorum (a policy rule allowed to);
 --   receipt_votes (optional: the voters the decision's receipt names, for a quorum).
+--   actor, actor_kind (who, for the audit entry: `voted` or `decided`).
 -- Returns reply(): {'ok'} | {'replayed'} | {'conflict'} | {'stale_args'} | {'wrong_kind', kind}
 --   | {'moved', queue} | {'creator'} | {'repeat'} | {'voted', count}, each followed by the
 --   request's fields; or {'not_found'}, or {'need_stream', queue} / {'need_run', run_id} (call
@@ -47,6 +48,7 @@ if A.voter and (outcome == 'approved' or outcome == 'modified') then
     if counted == 'repeat' then return reply(rkey, 'repeat') end
     if n < quorum then
       emit(f[4], 'type', 'approval.voted', 'request_id', A.id, 'queue', f[4])
+      audit(now, A.id, 'voted', A.actor, A.actor_kind, outcome, A.vote_hash or f[3], '')
       spend()
       return reply(rkey, 'voted', tostring(n))
     end
@@ -55,5 +57,6 @@ end
 local decision = with_fields(A.decision, {{'decided_at', iso(now)}})
 finish(rkey, A.id, A.status, decision, 'approval.decided', now,
   {hash = key('run'), pending = key('pending')})
+audit(now, A.id, 'decided', A.actor, A.actor_kind, A.status, A.vote_hash or f[3], '')
 spend()
 return reply(rkey, 'ok')

@@ -3,7 +3,8 @@
 -- A: id, target, timeout_s (of the target queue: applies from the request's first arrival
 --   there, see move), quorum (optional: the target queue's, raises the request's), entry (history JSON text: at and from_queue are added here), args_hash
 --   (optional), in_queue and in_escalation (optional: else unchecked; the escalation only
---   applies while the request waits in that queue, after that many escalations), once_ttl, maxlen.
+--   applies while the request waits in that queue, after that many escalations), once_ttl, maxlen,
+--   actor, actor_kind (who, for the audit entry).
 -- Returns reply(): {'ok', from} | {'replayed'} | {'conflict'} | {'stale_args'} | {'same_queue'}
 --   | {'moved', queue}, each followed by the request's fields; or {'not_found'} or
 --   {'need_stream', queue}.
@@ -22,5 +23,6 @@ if lack then return lack end
 local now = clock()
 local entry = with_fields(A.entry, {{'at', iso(now)}, {'from_queue', from}})
 move(rkey, A.id, from, target, now, A.timeout_s, entry, A.quorum)
+audit(now, A.id, 'escalated', A.actor, A.actor_kind, '', f[3], cjson.encode({from = from, to = target}))
 spend()
 return reply(rkey, 'ok', from)

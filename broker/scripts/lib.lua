@@ -32,27 +32,6 @@ end
 -- Epoch seconds as stored in hashes and used as scores: fixed six decimals.
 local function stamp(t) return string.format('%.6f', t) end
 
--- Epoch seconds as ISO 8601 in UTC, the form pydantic writes (days to civil date: H. Hinnant).
-local function iso(t)
-  local secs = math.floor(t)
-  local usec = math.floor((t - secs) * 1000000 + 0.5)
-  if usec >= 1000000 then secs, usec = secs + 1, usec - 1000000 end
-  local days = math.floor(secs / 86400)
-  local rem = secs - days * 86400
-  local z = days + 719468
-  local era = math.floor(z / 146097)
-  local doe = z - era * 146097
-  local yoe = math.floor((doe - math.floor(doe / 1460) + math.floor(doe / 36524)
-    - math.floor(doe / 146096)) / 365)
-  local doy = doe - (365 * yoe + math.floor(yoe / 4) - math.floor(yoe / 100))
-  local mp = math.floor((5 * doy + 2) / 153)
-  local day = doy - math.floor((153 * mp + 2) / 5) + 1
-  local month = mp < 10 and mp + 3 or mp - 9
-  local year = yoe + era * 400 + (month <= 2 and 1 or 0)
-  return string.format('%04d-%02d-%02dT%02d:%02d:%02d.%06dZ', year, month, day,
-    math.floor(rem / 3600), math.floor(rem % 3600 / 60), rem % 60, usec)
-end
-
 -- Put string fields first in a JSON object's text without decoding it: cjson would not give
 -- the rest back byte for byte (numbers, empty arrays). `pairs` is a list of {name, value}.
 local function with_fields(json_obj, pairs_list)
@@ -257,4 +236,16 @@ local function held_until(rkey, queue)
   local h = redis.call('HMGET', rkey, 'acked_until', 'ack_queue')
   if h[1] and h[1] ~= '' and h[2] == queue then return tonumber(h[1]) or 0 end
   return 0
+end
+
+-- The audit trail (docs/audit.md): append one entry to the chain this step got (roles `audit`
+-- and `audit_head`; none when `[audit] enabled = false`: nothing is written), with
+-- chain.lua's chain_append. Other steps call it as audit(now, request_id, event, actor,
+-- actor_kind, outcome, args_hash, detail); every value is a string ('' for none);
+-- actor_kind is person|rule|webhook|system.
+local function audit(now, request_id, event, actor, actor_kind, outcome, args_hash, detail)
+  local stream = key('audit')
+  if not stream then return end
+  chain_append(stream, key('audit_head'), A.audit_keep, now,
+    {request_id, event, actor, actor_kind or 'system', outcome, args_hash, detail})
 end

@@ -8,7 +8,8 @@
 --   run_id, once_ttl, maxlen, retention, voter, creator_may_vote), plus entry (the history entry of the decided request, JSON
 --   text without `at`), rule = {id, effect, fields = {name = value}} (created_at is set here),
 --   siblings = [{id, decision, entry}] (JSON text; decided_at / at are set here) and
---   sibling_status.
+--   sibling_status; actor, actor_kind (who, for the audit entries: `rule_created` (its detail
+--   the rule id) on a single Redis, `decided`; the siblings' are by the rule).
 -- Returns what decide.lua returns, or {'rule_exists', id} (nothing written). A sibling decided
 -- meanwhile by someone else is left as it is.
 -- On a Redis Cluster the rules are in a slot of their own: KEYS has no rule keys, the caller
@@ -51,6 +52,7 @@ if rule_key then
   redis.call('SADD', key('rule_index'), A.rule.id)
   redis.call('ZADD', key('rule_listing'), created, A.rule.id)
   redis.call('INCRBY', key('rule_version'), 1)
+  audit(now, A.id, 'rule_created', A.actor, A.actor_kind, A.rule.effect, '', A.rule.id)
 end
 
 local run = {hash = key('run'), pending = key('pending')}
@@ -58,6 +60,7 @@ local decided_at = {{'decided_at', iso(now)}}
 local at = {{'at', iso(now)}}
 finish(rkey, A.id, A.status, with_fields(A.decision, decided_at), 'approval.decided', now, run)
 append_history(rkey, with_fields(A.entry, at))
+audit(now, A.id, 'decided', A.actor, A.actor_kind, A.status, f[3], '')
 spend()
 for _, s in ipairs(A.siblings) do
   local skey = key_of(s.id, 'req')
@@ -66,6 +69,8 @@ for _, s in ipairs(A.siblings) do
     finish(skey, s.id, A.sibling_status, with_fields(s.decision, decided_at), 'approval.decided',
       now, run)
     append_history(skey, with_fields(s.entry, at))
+    audit(now, s.id, 'decided', 'rule:' .. A.rule.id, 'rule', A.sibling_status,
+      redis.call('HGET', skey, 'args_hash') or '', '')
     if rule_key then
       redis.call('HINCRBY', rule_key, 'hits', 1)
       redis.call('HSET', rule_key, 'last_hit_at', created)

@@ -22,7 +22,7 @@ for _, item in ipairs(A.items) do
   local rkey = key_of(id, 'req')
   local score = redis.call('ZSCORE', key('expiry'), id)
   if score and tonumber(score) <= now then
-    local f = redis.call('HMGET', rkey, 'status', 'queue', 'created_at', 'run_id')
+    local f = redis.call('HMGET', rkey, 'status', 'queue', 'created_at', 'run_id', 'args_hash')
     local held = f[1] == 'pending' and held_until(rkey, f[2]) or 0
     if f[1] ~= 'pending' then
       redis.call('ZREM', key('expiry'), id)
@@ -40,6 +40,7 @@ for _, item in ipairs(A.items) do
         local entry = cjson.encode({at = now_iso, event = 'escalated', by = 'sweeper',
           from_queue = queue, to_queue = to, reason = 'no decision in queue ' .. queue .. ' in time'})
         move(rkey, id, queue, to, now, routes[to]['timeout'], entry, routes[to]['quorum'])
+        audit(now, id, 'escalated', 'sweeper', 'system', '', f[5], cjson.encode({from = queue, to = to}))
         add(id, 'escalated', queue, to)
       else
         local waited = string.format('%d', math.floor(now - tonumber(f[3] or now) + 0.5))
@@ -48,6 +49,7 @@ for _, item in ipairs(A.items) do
         local run = item.run and {hash = key_of(id, 'run'), pending = key_of(id, 'pending'),
           requests = key_of(id, 'run_requests')}
         finish(rkey, id, 'timed_out', decision, 'approval.timed_out', now, run)
+        audit(now, id, 'timed_out', 'sweeper', 'system', 'timed_out', f[5], '')
         add(id, 'timed_out', queue, '')
       end
     end

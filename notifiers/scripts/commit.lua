@@ -7,6 +7,9 @@
 -- KEYS: D delivery hashes, N request hashes, the stats hash (when C > 0), S streams.
 -- ARGV after the counts: D done fields, N history entries (JSON), C (name, by) pairs, then per
 -- stream its number of ids and the ids.
+-- Then, with the audit trail on (broker/scripts/chain.lua is prepended): ARGV the chain's
+-- `keep` seconds and the N notes' request ids; KEYS the chain's stream and head, last. Each
+-- `delivered` / `delivery_failed` note appends an audit entry of that event (actor: the channel).
 -- Replies {refused, first refusal's message}.
 local group = ARGV[1]
 local nd, nn, nc, ns = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
@@ -26,6 +29,7 @@ for _ = 1, nd do
   try('HSET', KEYS[k], ARGV[a], '1')
   k, a = k + 1, a + 1
 end
+local notes_k, notes_a = k, a
 for _ = 1, nn do
   -- the history is a JSON array kept as text: append without decoding it (broker lib.lua's
   -- append_history); a request that is gone is left alone
@@ -54,5 +58,21 @@ for _ = 1, ns do
   local n = tonumber(ARGV[a])
   try('XACK', KEYS[k], group, unpack(ARGV, a + 1, a + n))
   k, a = k + 1, a + 1 + n
+end
+local keep = ARGV[a]
+if keep and keep ~= '' then
+  local stream, head = KEYS[k], KEYS[k + 1]
+  local t = redis.call('TIME')
+  local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
+  for i = 0, nn - 1 do
+    local rkey = KEYS[notes_k + i]
+    local ok, entry = pcall(cjson.decode, ARGV[notes_a + i])
+    if ok and (entry.event == 'delivered' or entry.event == 'delivery_failed')
+      and redis.call('EXISTS', rkey) == 1 then
+      local channel = type(entry.channel) == 'string' and entry.channel or ''
+      chain_append(stream, head, tonumber(keep), now, {ARGV[a + 1 + i], entry.event, channel,
+        'system', '', redis.call('HGET', rkey, 'args_hash') or '', channel})
+    end
+  end
 end
 return {refused, first}
