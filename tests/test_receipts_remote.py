@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 from fastapi import FastAPI
+from pydantic_ai import DeferredToolRequests
 
 from api.app import create_app
 from api.testing import ServerThread
@@ -124,3 +125,48 @@ def test_an_approver_removed_before_the_tool_runs_is_refused_at_the_broker(
     assert executed == []
     assert REFUSED_TEXT in output and "approver_revoked" in output
     assert api_broker.counts().get("receipt_refused:approver_revoked") == 1
+
+
+def _stopped_then_resumed(
+    server: ServerThread, api_broker: Broker, tamper: bool
+) -> tuple[str, list[Any]]:
+    """A run that stops with its calls pending (no live wait), is decided, and is resumed later
+    from `results_for` by a new agent object, as another process would."""
+    executed: list[Any] = []
+    with _client(server, "agent") as agent_client, _client(server, "bob") as bob:
+        first = make_agent(BrokerApprovals(agent_client, live_wait_s=0), executed)
+        stopped = first.run_sync(PROMPT)
+        assert isinstance(stopped.output, DeferredToolRequests)
+        for request in bob.list_requests(status="pending"):
+            if request.kind == "question":
+                bob.answer(request.id, "yes")
+            else:
+                bob.approve(request.id)
+                if tamper:
+                    key = api_broker.keys.request(request.id)
+                    stored = json.loads(api_broker.redis.hget(key, "decision"))
+                    head, body, sig = stored["receipt"].split(".")
+                    stored["receipt"] = f"{head}.{body}.{'B' if sig[0] != 'B' else 'C'}{sig[1:]}"
+                    api_broker.redis.hset(key, "decision", json.dumps(stored))
+        later = make_agent(BrokerApprovals(agent_client, live_wait_s=0), executed)
+        resumed = later.run_sync(
+            message_history=stopped.all_messages(),
+            deferred_tool_results=agent_client.results_for(stopped.output),
+        )
+    return str(resumed.output), executed
+
+
+def test_a_run_resumed_later_runs_its_approved_call_on_a_receipt_spent_at_the_broker(
+    server: ServerThread, api_broker: Broker
+) -> None:
+    output, executed = _stopped_then_resumed(server, api_broker, tamper=False)
+    assert executed == [("A103", 120)]
+    assert api_broker.counts().get("receipt_spent") == 1
+
+
+def test_a_run_resumed_later_refuses_a_receipt_tampered_meanwhile(
+    server: ServerThread, api_broker: Broker
+) -> None:
+    output, executed = _stopped_then_resumed(server, api_broker, tamper=True)
+    assert executed == []
+    assert REFUSED_TEXT in output and "bad_signature" in output

@@ -9,9 +9,11 @@ broker requests, waits up to `live_wait_s` for their outcomes, and hands back
 tool call id (`Idempotency-Key`), so a retried round never asks twice. Needs the `pydantic-ai`
 extra.
 
-A call approved within `live_wait_s` runs only on its receipt (`approval_broker_client.receipts`):
-verified with the broker's JWKS and spent at the broker just before the tool starts; refused,
-the tool does not run and the model is told the approval could not be verified.
+An approved call runs only on its receipt (`approval_broker_client.receipts`): verified with the
+broker's JWKS and spent at the broker just before the tool starts; refused, the tool does not
+run and the model is told the approval could not be verified. That holds for a call approved
+within `live_wait_s` and for a run resumed later with `client.results_for(output)`, whose
+results name each approved call's request in its `tool_call_metadata`.
 """
 
 from __future__ import annotations
@@ -129,8 +131,15 @@ class BrokerApprovals(AbstractCapability[Any]):
         handler: Any,
     ) -> Any:
         request = self._approved.pop((ctx.run_id or "", call.tool_call_id), None)
-        if request is None or not self.verify_receipts:
+        if not self.verify_receipts:
             return await handler(args)
+        if request is None:  # resumed later with `results_for`: its metadata names the request
+            metadata = ctx.tool_call_metadata
+            request_id = metadata.get(META_KEY) if isinstance(metadata, dict) else None
+            if not isinstance(request_id, str):
+                return await handler(args)
+            async with self._session() as client:
+                request = await client.get_request(request_id)
         try:
             await self._check_receipt(request, call)
         except ReceiptRefused as exc:

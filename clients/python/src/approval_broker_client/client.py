@@ -37,9 +37,17 @@ def _ids_of(requests: Any) -> list[str]:
 
 
 def _results(got: Sequence[Request]) -> DeferredToolResults:
+    """The round's results, each approved call's metadata naming its request, so that
+    `BrokerApprovals` can check the call's receipt when the run resumes in a later process."""
+    from approval_broker_client.deferred import META_KEY
     from approval_broker_client.results import results_for
 
-    return results_for(got)
+    results = results_for(got)
+    for request in got:
+        if request.kind == "approval" and str(request.status) in ("approved", "modified"):
+            call_id = request.tool_call_id
+            results.metadata[call_id] = {**results.metadata.get(call_id, {}), META_KEY: request.id}
+    return results
 
 
 class _Base:
