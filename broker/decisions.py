@@ -211,6 +211,7 @@ class Decisions:
         self.store.check_queue(target)
         # `at` and `from_queue` are added by the step, which knows both
         entry = {"event": "escalated", "by": by, "to_queue": target, "reason": reason}
+        started = tracing.now_ns()
         result = self._step(
             "escalate",
             request_id,
@@ -224,7 +225,10 @@ class Decisions:
             in_escalation=in_escalation,
             **actor_args(by),
         )
-        return self._outcome(result, request_id, None)
+        moved = self._outcome(result, request_id, None)
+        if started and result[0] == "ok":  # a span in the request's own trace
+            traced.escalation(result[2:], moved, by, from_queue=str(result[1]), started_ns=started)
+        return moved
 
     def _step(self, name: str, request_id: str, once: Once | None, **args: Any) -> list[Any]:
         """Run a step on one request with every key it may touch in KEYS.

@@ -70,6 +70,30 @@ def decision(
     _decision_span(request, outcome, decided_by, channel, started_ns, parent)
 
 
+def escalation(
+    fields: list[Any], request: Request, by: str, *, from_queue: str, started_ns: int
+) -> None:
+    """One span for a request a person (or a channel) escalated, in the trace it was made in:
+    the sweeper's escalations have theirs in `swept`."""
+    with tracing.span(
+        "approval.escalation",
+        parent=field_of(fields, tracing.TRACEPARENT),
+        start_ns=started_ns,
+        link_current=True,
+        attributes={
+            "approval.outcome": "escalated",
+            "approval.decided_by.kind": decided_by_kind(by),
+            "approval.queue": from_queue,
+            "approval.queue.to": request.queue,
+            "approval.request.id": request.id,
+            "approval.run.id": request.run_id,
+            "gen_ai.tool.name": request.tool_name,
+            "gen_ai.tool.call.id": request.tool_call_id,
+        },
+    ):
+        pass
+
+
 def ruled(requests: list[Request]) -> None:
     """A span for each request a rule decided as it was made, in the trace that made it."""
     for request in requests:

@@ -40,6 +40,15 @@ def config(hook_url: str) -> str:
 channels = ["inbox", "webhook:ops"]
 timeout_s = 600
 
+[queues.triage]
+channels = ["inbox"]
+timeout_s = 600
+escalate_to = "managers"
+
+[queues.managers]
+channels = ["inbox"]
+timeout_s = 600
+
 [webhooks.ops]
 url = "{hook_url}"
 secret = "{SECRET}"
@@ -163,6 +172,19 @@ def ask_and_let_time_out(url: str) -> str:
     return request_id
 
 
+def ask_and_escalate(url: str) -> str:
+    """`POST /v1/requests` in queue triage, then a person escalates it to its next queue."""
+    with httpx.Client(base_url=url, headers=AUTH, timeout=10) as api:
+        made = api.post("/v1/requests", json={"tool_name": "wire", "queue": "triage"})
+        assert made.status_code == 201, made.text
+        request_id = made.json()["id"]
+        moved = api.post(
+            f"/v1/requests/{request_id}/decision", json={"outcome": "escalated", "reason": "big"}
+        )
+        assert moved.status_code == 200 and moved.json()["queue"] == "managers", moved.text
+    return request_id
+
+
 def of_request(otlp: OtlpReceiver, request_id: str) -> list[Span]:
     """Every span of the trace(s) the request's spans are in."""
     spans = otlp.snapshot()
@@ -232,7 +254,15 @@ def test_an_approved_run_is_one_connected_trace_across_api_notifier_and_worker(
             )
             unanswered = ask_and_let_time_out(url)
             ruled = ask_what_a_rule_allows(url)
+            escalated = ask_and_escalate(url)
             timed_out = wait_for(lambda: timed_out_trace(otlp, unanswered), timeout=30)
+            moved = wait_for(
+                lambda: (
+                    [s for s in of_request(otlp, escalated) if s.name == "approval.escalation"]
+                    and of_request(otlp, escalated)
+                ),
+                timeout=30,
+            )
             by_rule = wait_for(lambda: decided_trace(otlp, ruled), timeout=30)
             refused_spans = wait_for(
                 lambda: (
@@ -308,6 +338,15 @@ def test_an_approved_run_is_one_connected_trace_across_api_notifier_and_worker(
     assert ruling.attributes["approval.decided_by.kind"] == "rule"
     assert ruling.attributes["approval.rule"] == "pings-are-fine"
     assert ruling.attributes["approval.outcome"] == "approved"
+
+    # a person's escalation is in the trace of the call that made the request
+    [made_there] = [s for s in moved if not s.parent_id]
+    assert made_there.name == "POST /v1/requests"
+    [escalation] = [s for s in moved if s.name == "approval.escalation"]
+    assert escalation.service == "approval-broker-api"
+    assert escalation.attributes["approval.decided_by.kind"] == "person"
+    assert escalation.attributes["approval.queue"] == "triage"
+    assert escalation.attributes["approval.queue.to"] == "managers"
 
     deliveries = [s for s in spans if s.name == "deliver webhook:ops"]
     assert {d.attributes["approval.event"] for d in deliveries} >= {
