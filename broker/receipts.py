@@ -17,30 +17,27 @@ import functools
 import hashlib
 import secrets
 import time
-import warnings
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from approval_broker_client.receipts import ISSUER, LEEWAY_S
+from approval_broker_client.receipts import REFUSED_TEXT as REFUSED_TEXT
+from approval_broker_client.receipts import ReceiptRefused as ReceiptRefused
 from joserfc import jws, jwt
-from joserfc.errors import JoseError, SecurityWarning
+from joserfc.errors import JoseError
 from joserfc.jwk import KeySet, OKPKey
 
 from broker.errors import ConfigError
 from broker.models import Decision, Outcome, args_hash
 
 # `EdDSA` is the contract's alg: every JOSE library verifies it. RFC 9864's `Ed25519` names the
-# same signature, but fewer libraries accept it yet, so joserfc's notice about it is not news.
-warnings.filterwarnings("ignore", message="EdDSA is deprecated", category=SecurityWarning)
-
-ISSUER = "approval-broker"
+# same signature, but fewer libraries accept it yet, so joserfc's notice about it is not news
+# (the client's module, imported above, tells `warnings` so). The issuer, the leeway, the text
+# the model is told and `ReceiptRefused` are the client's: one definition for both checkers.
 ALG = "EdDSA"
 DEFAULT_TTL_S = 900.0
-LEEWAY_S = 5
-"""Seconds of clock difference between the signing host and the checking one that are forgiven."""
-REFUSED_TEXT = "the approval could not be verified"
-"""What the model is told when a receipt is refused (the tool did not run)."""
 RECEIPT_OUTCOMES = frozenset({Outcome.approved, Outcome.modified, Outcome.answered})
 
 REASONS = (
@@ -58,15 +55,6 @@ REASONS = (
     "approver_revoked",  # recheck_roles: the approver may no longer decide the request
 )
 """Every named reason a receipt is refused for (`ReceiptRefused.reason`, the metric's label)."""
-
-
-class ReceiptRefused(Exception):
-    """A receipt that does not prove the call about to run; `reason` is one of `REASONS`."""
-
-    def __init__(self, reason: str, detail: str) -> None:
-        super().__init__(f"{reason}: {detail}")
-        self.reason = reason
-        self.detail = detail
 
 
 def kid_of(key: OKPKey) -> str:

@@ -1,5 +1,5 @@
 """Chat cards: one message per request and channel, posted once and then edited in place as the
-request moves (Telegram, Discord). The platform modules say how to post and edit; this module
+request moves (Telegram, Discord, Teams). The platform modules say how to post and edit; this module
 says when, with the same bookkeeping as Slack's messages (`notifiers.slack`):
 
 - the copy is recorded in the request's delivery hash as soon as it is posted, so a
@@ -7,7 +7,7 @@ says when, with the same bookkeeping as Slack's messages (`notifiers.slack`):
   it wherever they happen (`notifiers.copies`);
 - posting is claimed first (`DeliveryState.claim_post`), so two notifiers handling two events
   of one request never both post;
-- neither platform can look a message up by its content, so a post whose answer was lost (a
+- no such platform can look a message up by its content, so a post whose answer was lost (a
   timeout after sending) is posted again on the next try: a duplicate is then possible, and
   logged; every copy recorded is the one kept up to date.
 

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import secrets
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -39,7 +38,7 @@ from broker import teams_cards
 from broker.client import Broker
 from broker.config import Config, TeamsChannelConfig, TeamsConfig
 from broker.models import Request
-from notifiers.base import Channel
+from notifiers.cards import CardChannel
 from notifiers.delivery_state import DeliveryState, PostState
 from notifiers.retry import (
     Defer,
@@ -50,7 +49,6 @@ from notifiers.retry import (
     parse_retry_after,
     pause_delay,
 )
-from notifiers.tasks import Task
 
 log = logging.getLogger("notifiers")
 
@@ -189,8 +187,9 @@ def update_teams_copy(calls: TeamsCalls, config: Config, copy: TeamsCopy, reques
     return f"updated {copy.activity_id}"
 
 
-class TeamsChannel(Channel):
-    """`teams:NAME`: a card per request in the conversation `[teams.channels.NAME]` names."""
+class TeamsChannel(CardChannel):
+    """`teams:NAME`: a card per request in the conversation `[teams.channels.NAME]` names,
+    posted once and kept in sync like every chat card (`notifiers.cards`)."""
 
     kind = "teams"
 
@@ -208,49 +207,23 @@ class TeamsChannel(Channel):
         concurrency: int,
         claim_stale_s: float,
     ) -> None:
-        super().__init__(name, policy=policy, concurrency=concurrency)
+        super().__init__(
+            name,
+            broker=broker,
+            config=config,
+            state=state,
+            consumer=consumer,
+            policy=policy,
+            concurrency=concurrency,
+            claim_stale_s=claim_stale_s,
+        )
         self.target = target
         self.calls = calls
-        self.broker = broker
-        self.config = config
-        self.state = state
-        self.consumer = consumer
-        self.claim_stale_s = claim_stale_s
 
-    def deliver(self, task: Task) -> str | None:
-        event = task.event
-        request = self.broker.get_request(event.request_id)
-        found = self.state.post_state(request.id, self.name)
-        if found.posted:
-            return self.update_copy(found, request, event.type)
-        if event.moved_away:
-            return None  # never posted in the queue it left: nothing to say there
-        claimant = task.memo("claimant", lambda: f"{self.consumer}:{secrets.token_hex(4)}")
-        claimed, found = self.state.claim_post(request.id, self.name, claimant, self.claim_stale_s)
-        if not claimed:
-            if found.posted:
-                return self.update_copy(found, request, event.type)
-            raise Defer("another notifier is posting this card", delay=0.5)
-        if found.claimed_at is not None:
-            log.warning(
-                "%s: an earlier post of %s may have gone out; posting again, which may show it"
-                " twice",
-                self.name,
-                request.id,
-            )
+    def post(self, request: Request) -> PostState:
         activity = card_activity(request, self.config, self.name, self.target.tenant_id)
-        try:
-            activity_id = self._call(lambda: self.calls.post(self.target, activity))
-        except BaseException:
-            self.state.release_claim(request.id, self.name, claimant)
-            raise
-        self.state.record_post(request.id, self.name, self.target.conversation_id, activity_id)
-        latest = self.broker.get_request(request.id)
-        if latest.model_dump() != request.model_dump():  # it moved on while we posted
-            self.update_copy(
-                PostState(self.target.conversation_id, activity_id), latest, event.type
-            )
-        return f"{event.type}: posted {activity_id}"
+        activity_id = self._call(lambda: self.calls.post(self.target, activity))
+        return PostState(self.target.conversation_id, activity_id)
 
     def update_copy(self, copy: PostState, request: Request, what: str) -> str:
         """Bring a posted card up to date (`notifiers.copies.CopyUpdater`): the router hands a
