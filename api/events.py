@@ -59,6 +59,7 @@ EVENT_TYPES = frozenset(
         "approval.voted",
         "approval.acked",
         "approval.receipt_refused",
+        "approval.shadow_rule",
     }
 )
 MAX_STREAMS_ENV = "APPROVAL_BROKER_SSE_MAX_STREAMS"

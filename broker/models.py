@@ -48,6 +48,7 @@ EventType = Literal[
     "approval.timed_out",
     "approval.voted",  # one approval of a request that needs more (quorum), still pending
     "approval.receipt_refused",  # an approved tool did not run: its receipt did not hold
+    "approval.shadow_rule",  # a shadow rule would have decided this request (it decided nothing)
 ]
 
 MAX_QUORUM = 10

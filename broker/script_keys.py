@@ -157,13 +157,16 @@ class StepKeys:
             keys.audit(mine.audit, mine.audit_head, self.audit_keep_s)
         return keys
 
-    def shadow_keys(self: Keys, request_id: str) -> ScriptKeys:
+    def shadow_keys(self: Keys, request_id: str, queues: Iterable[str] = ()) -> ScriptKeys:
         """note.lua with an audit entry (a shadow rule's match, a delivery): the request's hash
-        and its partition's audit chain."""
+        and its partition's audit chain, and the partition's streams of `queues` (a shadow
+        rule's match is an event on the stream of the request's queue)."""
         keys = self.note_keys(request_id)
+        mine = self.of_request(request_id)
         if self.audit_keep_s:
-            mine = self.of_request(request_id)
             keys.audit(mine.audit, mine.audit_head, self.audit_keep_s)
+        for queue in queues:
+            keys.stream(queue, mine.stream(queue))
         return keys
 
     def reindex_keys(self: Keys, queues: Iterable[str]) -> ScriptKeys:

@@ -1,5 +1,6 @@
 """Recording what a shadow rule would have decided: `shadow_rule` in the request's history
-and the audit trail (one note step, note.lua), and a metric.
+and the audit trail, and the event `approval.shadow_rule` on its queue's stream (one note step,
+note.lua), and a metric.
 
 A rule with `mode = "shadow"` decides nothing (`RuleStore.match` leaves it out); the create
 step's caller finds, per new approval request, the shadow rule that would have decided it
@@ -18,6 +19,8 @@ from broker.rules.store import RuleStore
 from broker.store import Store
 
 EVENT = "shadow_rule"
+STREAM_EVENT = "approval.shadow_rule"
+"""On the stream of the request's queue (the SSE event stream shows it; no channel is sent it)."""
 
 
 class ShadowRecorder:
@@ -41,9 +44,11 @@ class ShadowRecorder:
             }
             store.scripts.run(
                 "note",
-                store.keys.shadow_keys(request_id),
+                store.keys.shadow_keys(request_id, store.config.queues),
                 client=pipe,
                 entry=json.dumps(entry, separators=(",", ":")),
+                emit=STREAM_EVENT,
+                maxlen=store.maxlen,
                 event=EVENT,
                 request_id=request_id,
                 outcome=rule.effect,

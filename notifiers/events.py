@@ -17,7 +17,10 @@ TIMED_OUT = "approval.timed_out"
 VOTED = "approval.voted"  # a partial approval (quorum): Slack updates, webhooks hear, mail doesn't
 ACKED = "approval.acked"  # "I'm on it": Slack updates; not mailed, not sent to webhooks
 RECEIPT_REFUSED = "approval.receipt_refused"  # a tool did not run: SSE and metrics, no channel
-EVENT_TYPES = (REQUESTED, DECIDED, ESCALATED, TIMED_OUT, VOTED, ACKED, RECEIPT_REFUSED)
+SHADOW_RULE = "approval.shadow_rule"  # a shadow rule would have decided: SSE, no channel
+EVENT_TYPES = (REQUESTED, DECIDED, ESCALATED, TIMED_OUT, VOTED, ACKED, RECEIPT_REFUSED, SHADOW_RULE)
+NO_CHANNEL = frozenset({RECEIPT_REFUSED, SHADOW_RULE})
+"""Event types for the event stream's readers only: no channel is sent them."""
 OUTCOME_TYPES = (DECIDED, TIMED_OUT)  # what a request's callback webhook is told
 
 _ENTRY_ID = re.compile(r"^\d{1,20}-\d{1,20}$")

@@ -20,8 +20,8 @@ from notifiers.dead_letters import DeadLetters
 from notifiers.dispatch import Dispatcher
 from notifiers.events import (
     ACKED,
+    NO_CHANNEL,
     OUTCOME_TYPES,
-    RECEIPT_REFUSED,
     REQUESTED,
     Event,
     MalformedEntry,
@@ -138,7 +138,7 @@ class Router:
             channel = self.channels.get(name)
             if event.type == ACKED and not keeps_copies(channel):
                 continue
-            if event.type == RECEIPT_REFUSED:
+            if event.type in NO_CHANNEL:
                 continue
             if channel is not None and channel.wants(event):
                 out.append(name)

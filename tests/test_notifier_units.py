@@ -24,7 +24,7 @@ from notifiers.events import (
     ACKED,
     ESCALATED,
     EVENT_TYPES,
-    RECEIPT_REFUSED,
+    NO_CHANNEL,
     REQUESTED,
     MalformedEntry,
     parse_entry,
@@ -350,5 +350,6 @@ def test_reject_modal_carries_the_request() -> None:
 
 def test_the_config_knows_every_event_type_a_webhook_is_sent() -> None:
     """`[webhooks.NAME] events` is checked against the types the notifier sends webhooks: every
-    event type but the ack (Slack's only) and a refused receipt (no channel's)."""
-    assert set(WEBHOOK_EVENT_TYPES) == set(EVENT_TYPES) - {ACKED, RECEIPT_REFUSED}
+    event type but the ack (Slack's only) and those no channel is sent (a refused receipt, a
+    shadow rule's match)."""
+    assert set(WEBHOOK_EVENT_TYPES) == set(EVENT_TYPES) - {ACKED} - NO_CHANNEL

@@ -1,6 +1,6 @@
 """Rules in shadow: a rule with `mode = "shadow"` (from the config, the API or a remember's
 "try this rule") decides nothing; each request it would have decided records `shadow_rule`
-(history, audit trail, /metrics); `approval-broker rules replay` reports what shadow rules
+(history, audit trail, the event `approval.shadow_rule` on its queue's stream, /metrics); `approval-broker rules replay` reports what shadow rules
 would have decided against what people decided."""
 
 from __future__ import annotations
@@ -71,6 +71,14 @@ def test_a_shadow_rule_decides_nothing_and_records_what_it_would_have(redis, cfg
     ]
     assert redis.hget(broker.keys.rules.hits, "shadow:allow:small") == b"1"
     assert broker.requests.rules.get("small").hits == 0
+    events = [
+        {k.decode(): v.decode() for k, v in fields.items()}
+        for _, fields in redis.xrange(broker.keys.stream("default"))
+    ]
+    shadowed = [e for e in events if e["type"] == "approval.shadow_rule"]
+    assert [(e["request_id"], e["rule"], e["effect"]) for e in shadowed] == [
+        (small.id, "small", "allow")
+    ]
 
 
 def test_shadow_matches_are_a_metric(client, api_broker: Broker) -> None:
