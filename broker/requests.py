@@ -22,6 +22,9 @@ from broker.rules.store import RuleStore
 from broker.store import Store
 from broker.text import as_str
 
+AUDITED_STEP = 256
+"""At most this many requests per create step of a bulk while the audit trail is on."""
+
 
 class Requests:
     def __init__(self, store: Store) -> None:
@@ -50,7 +53,10 @@ class Requests:
 
         Each is indexed under its own creator (`NewRequest.created_by`; `created_by=` sets it
         for every one). On a Redis Cluster, one step per partition (`broker.keys`): each
-        partition's requests are created all or none, in the order given.
+        partition's requests are created all or none, in the order given. With the audit trail
+        on, a step holds at most `AUDITED_STEP` requests (each entry's hash costs Redis about
+        half a millisecond: a bulk of thousands in one step would hold Redis for seconds), each
+        step all or none; every request is checked before any step is taken.
         """
         if created_by is not None:
             copies: dict[int, NewRequest] = {}
@@ -63,7 +69,8 @@ class Requests:
             return []
         ids = new_ids("req", len(news))
         keys = self.store.keys
-        if keys.partitions <= 1:
+        step = AUDITED_STEP if keys.audit_keep_s else len(news)
+        if keys.partitions <= 1 and len(news) <= step:
             return self.creating.create(None, 0, ids, news)[1]
         prepared = self.creating.prepare(None, 0, news)  # all checked before any is written
         groups: dict[int, tuple[list[str], list[NewRequest]]] = {}
@@ -73,8 +80,12 @@ class Requests:
             group[1].append(new)
         made: dict[str, Request] = {}
         for group_ids, group_news in groups.values():
-            created = self.creating.create(None, 0, group_ids, group_news, prepared)[1]
-            made |= {r.id: r for r in created}
+            for start in range(0, len(group_ids), step):
+                end = start + step
+                part = self.creating.create(
+                    None, 0, group_ids[start:end], group_news[start:end], prepared
+                )
+                made |= {r.id: r for r in part[1]}
         return [made[rid] for rid in ids]
 
     def create_round(

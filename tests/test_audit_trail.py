@@ -180,6 +180,8 @@ def test_get_audit_is_for_auditors_in_pages(client, api_broker: Broker) -> None:
     assert bad.status_code == 422 and bad.json()["error"] == "bad_cursor"
     later = client.get("/v1/audit?since=2999-01-01T00:00:00Z", headers=auditor)
     assert later.json() == []
+    before_1970 = client.get("/v1/audit?since=1969-01-01T00:00:00Z", headers=auditor)
+    assert before_1970.status_code == 200 and len(before_1970.json()) == 3  # from the start
 
 
 def test_deliveries_are_in_the_trail_from_the_committer_and_the_note_step(

@@ -124,13 +124,40 @@ def test_ids_read_from_keys_with_a_non_ascii_prefix_and_run_id(
 
 
 def test_each_stream_stays_within_its_maxlen_after_steps_larger_than_one_trims_cap(
-    broker: Broker,
+    make_broker_on: Callable[..., Broker],
 ) -> None:
     # one trim evicts at most 100 nodes (10,000 entries) by default: a step of 12,000 that
-    # trimmed only once would leave its stream of maxlen 1,000 about 1,000 over
+    # trimmed only once would leave its stream of maxlen 1,000 about 1,000 over. Steps that
+    # large are taken only without the audit trail (with it, a bulk is cut into small steps)
+    broker = make_broker_on(parse_config({**CONFIG, "audit": {"enabled": False}}))
     for _ in range(2):
         broker.create_requests([NewRequest(tool_name="t", args={"i": i}) for i in range(12_000)])
     lengths = [broker.redis.xlen(keys.stream("default")) for keys in broker.keys.parts()]
     assert all(length <= 1000 + 100 for length in lengths), lengths  # `~`: whole nodes of 100
     assert sum(lengths) >= 1000  # trimmed, not emptied
     assert broker.requests.counts() == {"pending:default": 24_000}
+
+
+def test_with_the_audit_trail_a_bulk_is_written_in_small_steps_each_audited(
+    broker: Broker,
+) -> None:
+    from broker.audit import AuditTrail
+    from broker.requests import AUDITED_STEP
+
+    steps: list[int] = []
+    create = broker.requests.creating.create
+
+    def counted(run_id, round_no, ids, news, prepared=None):  # type: ignore[no-untyped-def]
+        steps.append(len(ids))
+        return create(run_id, round_no, ids, news, prepared)
+
+    broker.requests.creating.create = counted  # type: ignore[method-assign]
+    made = broker.create_requests([NewRequest(tool_name="t", args={"i": i}) for i in range(600)])
+    assert len(made) == 600 and len({r.id for r in made}) == 600
+    assert steps and max(steps) <= AUDITED_STEP and sum(steps) == 600
+    created = {
+        e.request_id
+        for e in AuditTrail(broker.redis, broker.keys).entries()
+        if e.event == "created"
+    }
+    assert created == {r.id for r in made}

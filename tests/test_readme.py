@@ -35,5 +35,10 @@ def test_every_toml_example_is_a_valid_config(monkeypatch: pytest.MonkeyPatch) -
             example.replace('"…"', '"' + "0" * 64 + '"').replace('"..."', '"' + "0" * 64 + '"')
         )
         for name in re.findall(r'"env:([A-Z_]+)"', example):
-            monkeypatch.setenv(name, "whsec_dGVzdC1zZWNyZXQtZm9yLXRoZS1vcHMtd2ViaG9vayE=")
+            value = "whsec_dGVzdC1zZWNyZXQtZm9yLXRoZS1vcHMtd2ViaG9vayE="
+            if name == "TELEGRAM_WEBHOOK_SECRET":  # Telegram allows A-Z a-z 0-9 _ - only
+                value = "telegram-webhook-secret_0123456789"
+            elif name == "DISCORD_PUBLIC_KEY":  # an Ed25519 public key, in hex
+                value = "ab" * 32
+            monkeypatch.setenv(name, value)
         parse_config(raw)

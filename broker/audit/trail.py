@@ -51,7 +51,7 @@ def stream_bound(when: datetime | None, *, end: bool = False) -> str:
     """An XRANGE bound for a time (`-`/`+` for none): entry ids are Redis's clock in ms."""
     if when is None:
         return "+" if end else "-"
-    return str(int(when.timestamp() * 1000))
+    return str(max(int(when.timestamp() * 1000), 0))  # before 1970: from the start
 
 
 def entry_of(chain: str, fields: dict[Any, Any]) -> Entry:
