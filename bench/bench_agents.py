@@ -7,7 +7,7 @@ pauses durably, a decision arrives, the run resumes, the tool runs once, the run
 
 * approval-broker: `approval-broker up` (embedded Redis, API, one worker with default settings,
   notifier, sweeper) as the user runs it; runs started over `POST /v1/runs`, decided over
-  `POST /v1/requests/{id}/decision`, followed over `GET /v1/runs/{id}` (bench/fake_agents.py).
+  `POST /v1/requests/{id}/decision`, followed with long-polls `GET /v1/runs/{id}?wait=30` (bench/fake_agents.py).
 * LangGraph: a graph `model -> approval (interrupt) -> model`, resumed with `Command(resume=...)`,
   on `AsyncPostgresSaver` (a PostgreSQL this script starts: Debian's postgresql, a temp dir, a
   free loopback port, fsync on) and on `AsyncSqliteSaver` (a temp file), in this process.
@@ -64,12 +64,10 @@ deps = "fake_agents:deps"
 path = "fake_agents:slow"
 deps = "fake_agents:deps"
 """
-POLL_S = 0.05
-"""How often a run in the throughput phases is polled (GET /v1/runs/{id})."""
+WAIT_S = 30
+"""How long one long-poll on a run (GET /v1/runs/{id}?wait=) waits before asking again."""
 PHASE_TIMEOUT_S = 300.0
 """A phase that takes longer is reported as it stands, not waited for."""
-QUIET_POLL_S = 0.002
-"""How often the one run of the latency phase is polled."""
 
 Flow = Callable[[str], Awaitable[float]]
 
@@ -176,15 +174,16 @@ class BrokerSide:
         r.raise_for_status()
         return str(r.json()["run_id"])
 
-    async def until(self, run_id: str, statuses: set[str], poll: float) -> dict[str, Any]:
+    async def until(self, run_id: str, statuses: set[str]) -> dict[str, Any]:
+        """The run once its status is one of `statuses`, followed with long-polls (the API
+        answers when the run waits for a person or has ended), not with a polling interval."""
         while True:
-            r = await self.client.get(f"/v1/runs/{run_id}")
+            r = await self.client.get(f"/v1/runs/{run_id}", params={"wait": WAIT_S})
             run = r.json()
             if run["status"] in statuses:
                 return dict(run)
             if run["status"] == "failed":
                 raise SystemExit(f"run {run_id} failed: {run.get('error')}")
-            await asyncio.sleep(poll)
 
     async def decide(self, request_id: str, token: str | None = None) -> int:
         r = await self.client.post(
@@ -194,27 +193,27 @@ class BrokerSide:
         )
         return r.status_code
 
-    async def cycle(self, agent: str, poll: float) -> float:
+    async def cycle(self, agent: str) -> float:
         """One whole cycle; returns decision -> finished, in seconds."""
         run_id = await self.start(agent)
         self.in_flight += 1
         self.peak = max(self.peak, self.in_flight)
         try:
-            run = await self.until(run_id, {"waiting"}, poll)
+            run = await self.until(run_id, {"waiting"})
             began = time.perf_counter()
             code = await self.decide(run["pending"][0])
             assert code == 200, code
-            await self.until(run_id, {"finished"}, poll)
+            await self.until(run_id, {"finished"})
             return time.perf_counter() - began
         finally:
             self.in_flight -= 1
 
     async def race(self) -> dict[str, Any]:
         run_id = await self.start("fast")
-        run = await self.until(run_id, {"waiting"}, QUIET_POLL_S)
+        run = await self.until(run_id, {"waiting"})
         request_id = run["pending"][0]  # two people, each with a token of their own
         codes = await asyncio.gather(*(self.decide(request_id, t) for t in self.up.deciders))
-        await self.until(run_id, {"finished"}, QUIET_POLL_S)
+        await self.until(run_id, {"finished"})
         return {"tool_ran": self.up.tool_ran(run_id), "http": sorted(codes)}
 
 
@@ -268,7 +267,7 @@ class LangGraphSide:
         self.in_flight = 0
         self.peak = 0
 
-    async def cycle(self, agent: str, poll: float) -> float:
+    async def cycle(self, agent: str) -> float:
         from langgraph.types import Command
 
         tid = secrets.token_hex(8)
@@ -362,12 +361,12 @@ async def sqlite_saver(path: Path) -> AsyncIterator[Any]:
 
 async def throughput(side: Any, agent: str, n: int) -> float:
     began = time.perf_counter()
-    await asyncio.gather(*(side.cycle(agent, POLL_S) for _ in range(n)))
+    await asyncio.gather(*(side.cycle(agent) for _ in range(n)))
     return n / (time.perf_counter() - began)
 
 
 async def latency(side: Any, n: int) -> tuple[float, float]:
-    took = [await side.cycle("fast", QUIET_POLL_S) for _ in range(n)]
+    took = [await side.cycle("fast") for _ in range(n)]
     return pct(took, 0.50) * 1000, pct(took, 0.99) * 1000
 
 
@@ -387,7 +386,7 @@ async def slow_broker(side: BrokerSide, n: int) -> dict[str, float]:
 
     sampler = asyncio.create_task(sample())
     began = time.perf_counter()
-    await asyncio.gather(*(side.cycle("slow", POLL_S) for _ in range(n)))
+    await asyncio.gather(*(side.cycle("slow") for _ in range(n)))
     took = time.perf_counter() - began
     done.set()
     await sampler
@@ -400,7 +399,9 @@ async def slow_broker(side: BrokerSide, n: int) -> dict[str, float]:
 async def measure(args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
     out: dict[str, Any] = {}
     up = Up(tmp / "up", args.broker_code)
-    limits = httpx.Limits(max_connections=64, max_keepalive_connections=64)
+    # every run in flight holds a connection with its long-poll, and starts or decides on another
+    connections = 2 * max(args.runs, args.slow_runs) + 16
+    limits = httpx.Limits(max_connections=connections, max_keepalive_connections=connections)
     headers = {"Authorization": f"Bearer {up.token}"}
     try:
         async with httpx.AsyncClient(
@@ -444,7 +445,7 @@ async def langgraph_phases(saver: Any, args: argparse.Namespace) -> dict[str, An
     if args.slow_runs:
         slow = LangGraphSide(saver, slow_s=args.slow_s)
         began = time.perf_counter()
-        cycles = asyncio.gather(*(slow.cycle("slow", POLL_S) for _ in range(args.slow_runs)))
+        cycles = asyncio.gather(*(slow.cycle("slow") for _ in range(args.slow_runs)))
         try:
             await asyncio.wait_for(cycles, PHASE_TIMEOUT_S)
         except TimeoutError:
