@@ -5,9 +5,10 @@
 One cycle: a run starts, its (fake, instant) model calls a tool that needs approval, the run
 pauses durably, a decision arrives, the run resumes, the tool runs once, the run finishes.
 
-* approval-broker: `approval-broker up` (embedded Redis, API, one worker with default settings,
-  notifier, sweeper) as the user runs it; runs started over `POST /v1/runs`, decided over
-  `POST /v1/requests/{id}/decision`, followed with long-polls `GET /v1/runs/{id}?wait=30` (bench/fake_agents.py).
+* approval-broker: `approval-broker up` (embedded Redis, API, one worker process unless
+  `--up-workers N`, notifier, sweeper) as the user runs it; runs started
+  over `POST /v1/runs`, decided over `POST /v1/requests/{id}/decision`, followed with
+  long-polls `GET /v1/runs/{id}?wait=30` (bench/fake_agents.py).
 * LangGraph: a graph `model -> approval (interrupt) -> model`, resumed with `Command(resume=...)`,
   on `AsyncPostgresSaver` (a PostgreSQL this script starts: Debian's postgresql, a temp dir, a
   free loopback port, fsync on) and on `AsyncSqliteSaver` (a temp file), in this process.
@@ -78,7 +79,7 @@ Flow = Callable[[str], Awaitable[float]]
 class Up:
     """`approval-broker up` in a temp dir, and an HTTP client of its API."""
 
-    def __init__(self, tmp: Path, code: Path = ROOT) -> None:
+    def __init__(self, tmp: Path, code: Path = ROOT, workers: int | None = None) -> None:
         self.tmp = tmp
         tmp.mkdir(parents=True, exist_ok=True)
         self.port = free_port()
@@ -99,7 +100,8 @@ class Up:
         self.log = (tmp / "up.log").open("w")
         self.process = subprocess.Popen(
             [sys.executable, "-m", "approval_broker", "up", "--port", str(self.port),
-             "--data-dir", str(tmp / "data")],
+             "--data-dir", str(tmp / "data"),
+             *(["--workers", str(workers)] if workers else [])],
             env=env, stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True,
         )  # fmt: skip
         self.base = f"http://127.0.0.1:{self.port}"
@@ -109,8 +111,9 @@ class Up:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             with contextlib.suppress(httpx.HTTPError):
-                if (await client.get("/healthz")).status_code == 200 and self.worker_pid():
-                    if "worker ready" in (self.tmp / "up.log").read_text():
+                workers = len(self.worker_pids())
+                if (await client.get("/healthz")).status_code == 200 and workers:
+                    if (self.tmp / "up.log").read_text().count("worker ready") >= workers:
                         url = running_local_url(self.tmp / "data" / "redis")
                         assert url, "no embedded Redis found"
                         self.redis = Redis.from_url(url)
@@ -118,7 +121,9 @@ class Up:
             await asyncio.sleep(0.2)
         raise SystemExit(f"`up` did not come up; see {self.tmp / 'up.log'}")
 
-    def worker_pid(self) -> int | None:
+    def worker_pids(self) -> list[int]:
+        """The agent worker processes `up` started (one unless `--up-workers`)."""
+        pids = []
         for stat in Path("/proc").glob("[0-9]*/stat"):
             with contextlib.suppress(OSError):
                 fields = stat.read_text().rsplit(")", 1)[1].split()
@@ -126,26 +131,28 @@ class Up:
                     continue
                 cmd = (stat.parent / "cmdline").read_bytes().split(b"\0")
                 if b"worker" in cmd:
-                    return int(stat.parent.name)
-        return None
+                    pids.append(int(stat.parent.name))
+        return pids
 
     def rss_mb(self) -> float:
-        pid = self.worker_pid()
-        if pid is None:
-            return 0.0
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024
-        return 0.0
+        """Resident memory of every worker process, summed."""
+        total = 0.0
+        for pid in self.worker_pids():
+            with contextlib.suppress(OSError):
+                for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+                    if line.startswith("VmRSS:"):
+                        total += int(line.split()[1]) / 1024
+        return total
 
     def cpu_s(self) -> float:
-        """CPU seconds of the worker process and the children it reaped (work horses)."""
-        pid = self.worker_pid()
-        if pid is None:
-            return 0.0
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        ticks = sum(int(x) for x in fields[11:15])  # utime stime cutime cstime
-        return ticks / os.sysconf("SC_CLK_TCK")
+        """CPU seconds of every worker process and the children it reaped, summed."""
+        total = 0.0
+        for pid in self.worker_pids():
+            with contextlib.suppress(OSError):
+                fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+                ticks = sum(int(x) for x in fields[11:15])  # utime stime cutime cstime
+                total += ticks / os.sysconf("SC_CLK_TCK")
+        return total
 
     def tool_ran(self, run_id: str) -> int:
         assert self.redis is not None
@@ -398,7 +405,7 @@ async def slow_broker(side: BrokerSide, n: int) -> dict[str, float]:
 
 async def measure(args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
     out: dict[str, Any] = {}
-    up = Up(tmp / "up", args.broker_code)
+    up = Up(tmp / "up", args.broker_code, args.up_workers)
     # every run in flight holds a connection with its long-poll, and starts or decides on another
     connections = 2 * max(args.runs, args.slow_runs) + 16
     limits = httpx.Limits(max_connections=connections, max_keepalive_connections=connections)
@@ -499,6 +506,9 @@ def main() -> None:
         help="run `up` from this checkout instead (to compare worker designs)",
     )  # fmt: skip
     parser.add_argument("--broker-only", action="store_true", help="skip the LangGraph side")
+    parser.add_argument(
+        "--up-workers", type=int, default=None, help="`up --workers N` (default: up's own)"
+    )
     args = parser.parse_args()
     os.environ["BENCH_MODEL_SLEEP_S"] = str(args.slow_s)
     tmp = Path(tempfile.mkdtemp(prefix="bench-agents-"))
