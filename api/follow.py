@@ -1,8 +1,10 @@
 """The one reader of the queue streams per API process and event loop (`Waiter`).
 
-Every outcome is announced on its request's queue stream by the same Lua step that records it.
+Every outcome is announced on its request's queue stream by the same Lua step that records it,
+and every run that pauses or ends on its partition's run-events stream (`broker.run_store`).
 This reader follows those streams (XREAD BLOCK) while anyone listens, and wakes whoever waits:
-long-polls by request id (`watching`), event streams on a cluster by partition (`subscribed`).
+long-polls by request or run id (`watching`), event streams on a cluster by partition
+(`subscribed`).
 On a Redis Cluster each partition's streams share a slot of their own, and one XREAD may
 name one slot only, so it keeps one blocking read per partition in flight and handles
 whichever answers first. It fixes its stream positions *before* a listener first reads, so
@@ -30,6 +32,7 @@ BLOCK_MS = 1000
 BATCH = 500
 
 Fetch = Callable[[list[str]], Awaitable[list[Request]]]
+Ready = Callable[[], Awaitable[bool]]
 
 
 @dataclass(eq=False)
@@ -53,9 +56,16 @@ class Waiter:
 
     `groups` holds one list of stream keys per partition (one slot each on a cluster)."""
 
-    def __init__(self, redis: AsyncRedis, groups: Sequence[Sequence[str]]) -> None:
+    def __init__(
+        self,
+        redis: AsyncRedis,
+        groups: Sequence[Sequence[str]],
+        run_streams: Sequence[str] = (),
+    ) -> None:
         self.redis = redis
         self.groups = [list(g) for g in groups]
+        self.run_streams = frozenset(run_streams)
+        """The run-events streams among `groups`: their entries wake long-polls on runs."""
         self.loop = asyncio.get_running_loop()
         self._watchers: dict[str, set[asyncio.Event]] = {}
         self._subscribers: set[Subscriber] = set()
@@ -134,11 +144,11 @@ class Waiter:
             stream = raw_stream.decode()
             for raw_id, fields in entries:
                 self._positions[stream] = raw_id.decode()
-                rid = fields.get(b"request_id")
-                for event in self._watchers.get(rid.decode() if rid else "", ()):
+                named = fields.get(b"request_id") or fields.get(b"run_id")
+                for event in self._watchers.get(named.decode() if named else "", ()):
                     event.set()
-            if entries:
-                for sub in self._subscribers:
+            if entries and stream not in self.run_streams:
+                for sub in self._subscribers:  # event streams carry requests' events only
                     sub.ring(partition)
 
     async def _read(self) -> None:
@@ -173,31 +183,51 @@ class Waiter:
         """The requests as soon as all (`every`) or one of them are no longer pending, or as
         they stand after `timeout` seconds. An id that does not exist counts as done."""
         ids = list(dict.fromkeys(ids))
+        got: list[Request] = []
+
+        async def answered() -> bool:
+            nonlocal got
+            got = await fetch(ids)
+            pending = sum(1 for r in got if r.is_pending)  # a missing id is done
+            return pending == 0 or (not every and pending < len(ids))
+
+        await self.watch(ids, timeout, answered)
+        return got
+
+    async def watch(self, ids: Sequence[str], timeout: float, ready: Ready) -> None:
+        """Return as soon as `ready()` (a read of what is watched) is true, re-reading each
+        time an entry names one of `ids` (a request or a run), or after `timeout` seconds."""
         deadline = self.loop.time() + timeout
         with self._watching(ids) as event:
             while True:
                 await self.ensure_reader()
                 event.clear()  # before reading: a wake-up during the read is not lost
-                requests = await fetch(ids)
-                pending = sum(1 for r in requests if r.is_pending)  # a missing id is done
-                if pending == 0 or (not every and pending < len(ids)):
-                    return requests
+                if await ready():
+                    return
                 left = deadline - self.loop.time()
                 if left <= 0:
-                    return requests
+                    return
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(event.wait(), left)
 
 
 def stream_groups(state: ApiState) -> list[list[str]]:
-    """Every handler queue's stream, one list per partition (a slot of its own on a cluster)."""
-    return [[part.stream(q) for q in state.config.queues] for part in state.broker.keys.parts()]
+    """Every handler queue's stream and the run-events stream, one list per partition (a slot
+    of its own on a cluster)."""
+    return [
+        [*(part.stream(q) for q in state.config.queues), part.run_events]
+        for part in state.broker.keys.parts()
+    ]
 
 
 def waiter_for(http: HttpRequest, state: ApiState) -> Waiter:
     """This app's waiter on the running event loop (a new loop gets a new one)."""
     waiter: Waiter | None = getattr(http.app.state, "waiter", None)
     if waiter is None or waiter.loop is not asyncio.get_running_loop():
-        waiter = Waiter(async_client(state.settings, state.broker), stream_groups(state))
+        waiter = Waiter(
+            async_client(state.settings, state.broker),
+            stream_groups(state),
+            [part.run_events for part in state.broker.keys.parts()],
+        )
         http.app.state.waiter = waiter
     return waiter

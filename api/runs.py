@@ -7,22 +7,26 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Path
+from fastapi import APIRouter, Path, Query
+from fastapi import Request as HttpRequest
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
+from starlette.concurrency import run_in_threadpool
 
 from api.auth import Caller, Requester
 from api.errors import ApiError
+from api.follow import waiter_for
 from api.idempotency import IdempotencyKey, start_run_once
 from api.requests import ID_PATTERN
 from api.schemas import ERRORS, ErrorBody, RunStart, RunStarted
 from api.state import State
 from api.visibility import may_see_run
+from api.waits import MAX_WAIT_S
 from broker.auth import EVERY_ROLE
 from broker.errors import Conflict, Forbidden, NotFound
-from broker.models import Run
+from broker.models import Run, RunStatus
 from broker.new_prompt import continue_with_prompt
-from broker.runs import start_run
+from broker.runs import FINAL, start_run
 
 router = APIRouter(prefix="/v1/runs", tags=["runs"])
 RunId = Annotated[str, Path(min_length=1, max_length=200, pattern=ID_PATTERN)]
@@ -60,16 +64,43 @@ def create_run(
     response_model=None,
     responses={200: {"model": Run, "description": "the run"}, **ERRORS},
 )
-def get_run(
+async def get_run(
     run_id: RunId,
     principal: Caller,
     state: State,
+    http: HttpRequest,
+    wait: Annotated[
+        float | None,
+        Query(
+            gt=0,
+            le=MAX_WAIT_S,
+            description="long-poll: answer once the run needs a person (waiting with pending "
+            "requests) or has ended, or after this many seconds (at most 60)",
+        ),
+    ] = None,
 ) -> JSONResponse:
     """A run: status, round, pending request ids, output. Only its starter, an auditor and
-    the admin see it (`api.visibility.may_see_run`); others get 404."""
-    if not may_see_run(principal, state.broker.run_fields(run_id).get("started_by")):
+    the admin see it (`api.visibility.may_see_run`); others get 404, at once, with or without
+    `?wait=`."""
+    fields = await run_in_threadpool(state.broker.run_fields, run_id)
+    if not may_see_run(principal, fields.get("started_by")):
         raise NotFound(f"no run with id {run_id!r}")
-    return JSONResponse(state.broker.get_run(run_id).public())
+    run = await run_in_threadpool(state.broker.get_run, run_id)
+    if wait is not None and not settled(run):
+
+        async def ready() -> bool:
+            nonlocal run
+            run = await run_in_threadpool(state.broker.get_run, run_id)
+            return settled(run)
+
+        await waiter_for(http, state).watch([run_id], wait, ready)
+    return JSONResponse(run.public())
+
+
+def settled(run: Run) -> bool:
+    """What a long-poll on a run waits for: it ended, or it waits for a person. A `waiting`
+    run whose calls are all answered is about to resume, so it is not settled yet."""
+    return run.status in FINAL or (run.status == RunStatus.waiting and bool(run.pending))
 
 
 @router.post(

@@ -28,6 +28,15 @@ def up(
     ] = False,
     port: Annotated[int | None, typer.Option(help="HTTP port (env APPROVAL_BROKER_PORT).")] = None,
     data_dir: DataDir = None,
+    workers: Annotated[
+        int,
+        typer.Option(
+            min=1,
+            max=64,
+            help="Agent worker processes; each runs [workers] concurrency agent runs at once, "
+            "on one event loop (one core at most).",
+        ),
+    ] = 1,
 ) -> None:
     """Run everything in one process group on an embedded Redis (unless APPROVAL_BROKER_REDIS_URL is set)."""
     from approval_broker.up import run_up
@@ -37,7 +46,7 @@ def up(
         settings.port = port
     with clear_errors():
         check_admin_token(settings)
-        run_up(settings, config, demo=demo)
+        run_up(settings, config, demo=demo, workers=workers)
 
 
 @contextmanager

@@ -31,7 +31,10 @@ from broker.receipt_keys import prepare_receipt_key
 from broker.redis_server import EmbeddedRedis, redact, redis_dir
 from broker.rules import sync_at_start
 
-ROLES: tuple[tuple[str, ...], ...] = (("api",), ("worker",), ("notifier",), ("sweeper",))
+
+def roles(workers: int) -> tuple[tuple[str, ...], ...]:
+    """The role processes `up` runs: the API, `workers` agent workers, a notifier, a sweeper."""
+    return (("api",), *(("worker",) for _ in range(workers)), ("notifier",), ("sweeper",))
 
 
 @dataclass
@@ -166,7 +169,7 @@ def check_single_redis(settings: Settings, config: Config, redis: Redis) -> None
         raise BrokerError(ONE_REDIS)
 
 
-def run_up(settings: Settings, config: Config, *, demo: bool = False) -> None:
+def run_up(settings: Settings, config: Config, *, demo: bool = False, workers: int = 1) -> None:
     """Start Redis (unless a URL is set) and every role, print where to click, wait for Ctrl-C."""
     check_port_free(settings.host, settings.port)
     embedded: EmbeddedRedis | None = None
@@ -214,7 +217,7 @@ def run_up(settings: Settings, config: Config, *, demo: bool = False) -> None:
 
             register_demo(broker)
             add_demo_rule(broker)
-        for args in ROLES:
+        for args in roles(workers):
             child = Child(args, env)
             typer.echo(f"[up] starting {child.name} ...")
             child.start()

@@ -5,9 +5,10 @@
 One cycle: a run starts, its (fake, instant) model calls a tool that needs approval, the run
 pauses durably, a decision arrives, the run resumes, the tool runs once, the run finishes.
 
-* approval-broker: `approval-broker up` (embedded Redis, API, one worker with default settings,
-  notifier, sweeper) as the user runs it; runs started over `POST /v1/runs`, decided over
-  `POST /v1/requests/{id}/decision`, followed over `GET /v1/runs/{id}` (bench/fake_agents.py).
+* approval-broker: `approval-broker up` (embedded Redis, API, one worker process unless
+  `--up-workers N`, notifier, sweeper) as the user runs it; runs started
+  over `POST /v1/runs`, decided over `POST /v1/requests/{id}/decision`, followed with
+  long-polls `GET /v1/runs/{id}?wait=30` (bench/fake_agents.py).
 * LangGraph: a graph `model -> approval (interrupt) -> model`, resumed with `Command(resume=...)`,
   on `AsyncPostgresSaver` (a PostgreSQL this script starts: Debian's postgresql, a temp dir, a
   free loopback port, fsync on) and on `AsyncSqliteSaver` (a temp file), in this process.
@@ -64,12 +65,10 @@ deps = "fake_agents:deps"
 path = "fake_agents:slow"
 deps = "fake_agents:deps"
 """
-POLL_S = 0.05
-"""How often a run in the throughput phases is polled (GET /v1/runs/{id})."""
+WAIT_S = 30
+"""How long one long-poll on a run (GET /v1/runs/{id}?wait=) waits before asking again."""
 PHASE_TIMEOUT_S = 300.0
 """A phase that takes longer is reported as it stands, not waited for."""
-QUIET_POLL_S = 0.002
-"""How often the one run of the latency phase is polled."""
 
 Flow = Callable[[str], Awaitable[float]]
 
@@ -80,7 +79,7 @@ Flow = Callable[[str], Awaitable[float]]
 class Up:
     """`approval-broker up` in a temp dir, and an HTTP client of its API."""
 
-    def __init__(self, tmp: Path, code: Path = ROOT) -> None:
+    def __init__(self, tmp: Path, code: Path = ROOT, workers: int | None = None) -> None:
         self.tmp = tmp
         tmp.mkdir(parents=True, exist_ok=True)
         self.port = free_port()
@@ -101,7 +100,8 @@ class Up:
         self.log = (tmp / "up.log").open("w")
         self.process = subprocess.Popen(
             [sys.executable, "-m", "approval_broker", "up", "--port", str(self.port),
-             "--data-dir", str(tmp / "data")],
+             "--data-dir", str(tmp / "data"),
+             *(["--workers", str(workers)] if workers else [])],
             env=env, stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True,
         )  # fmt: skip
         self.base = f"http://127.0.0.1:{self.port}"
@@ -111,8 +111,9 @@ class Up:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             with contextlib.suppress(httpx.HTTPError):
-                if (await client.get("/healthz")).status_code == 200 and self.worker_pid():
-                    if "worker ready" in (self.tmp / "up.log").read_text():
+                workers = len(self.worker_pids())
+                if (await client.get("/healthz")).status_code == 200 and workers:
+                    if (self.tmp / "up.log").read_text().count("worker ready") >= workers:
                         url = running_local_url(self.tmp / "data" / "redis")
                         assert url, "no embedded Redis found"
                         self.redis = Redis.from_url(url)
@@ -120,7 +121,9 @@ class Up:
             await asyncio.sleep(0.2)
         raise SystemExit(f"`up` did not come up; see {self.tmp / 'up.log'}")
 
-    def worker_pid(self) -> int | None:
+    def worker_pids(self) -> list[int]:
+        """The agent worker processes `up` started (one unless `--up-workers`)."""
+        pids = []
         for stat in Path("/proc").glob("[0-9]*/stat"):
             with contextlib.suppress(OSError):
                 fields = stat.read_text().rsplit(")", 1)[1].split()
@@ -128,26 +131,28 @@ class Up:
                     continue
                 cmd = (stat.parent / "cmdline").read_bytes().split(b"\0")
                 if b"worker" in cmd:
-                    return int(stat.parent.name)
-        return None
+                    pids.append(int(stat.parent.name))
+        return pids
 
     def rss_mb(self) -> float:
-        pid = self.worker_pid()
-        if pid is None:
-            return 0.0
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024
-        return 0.0
+        """Resident memory of every worker process, summed."""
+        total = 0.0
+        for pid in self.worker_pids():
+            with contextlib.suppress(OSError):
+                for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+                    if line.startswith("VmRSS:"):
+                        total += int(line.split()[1]) / 1024
+        return total
 
     def cpu_s(self) -> float:
-        """CPU seconds of the worker process and the children it reaped (work horses)."""
-        pid = self.worker_pid()
-        if pid is None:
-            return 0.0
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        ticks = sum(int(x) for x in fields[11:15])  # utime stime cutime cstime
-        return ticks / os.sysconf("SC_CLK_TCK")
+        """CPU seconds of every worker process and the children it reaped, summed."""
+        total = 0.0
+        for pid in self.worker_pids():
+            with contextlib.suppress(OSError):
+                fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+                ticks = sum(int(x) for x in fields[11:15])  # utime stime cutime cstime
+                total += ticks / os.sysconf("SC_CLK_TCK")
+        return total
 
     def tool_ran(self, run_id: str) -> int:
         assert self.redis is not None
@@ -176,15 +181,16 @@ class BrokerSide:
         r.raise_for_status()
         return str(r.json()["run_id"])
 
-    async def until(self, run_id: str, statuses: set[str], poll: float) -> dict[str, Any]:
+    async def until(self, run_id: str, statuses: set[str]) -> dict[str, Any]:
+        """The run once its status is one of `statuses`, followed with long-polls (the API
+        answers when the run waits for a person or has ended), not with a polling interval."""
         while True:
-            r = await self.client.get(f"/v1/runs/{run_id}")
+            r = await self.client.get(f"/v1/runs/{run_id}", params={"wait": WAIT_S})
             run = r.json()
             if run["status"] in statuses:
                 return dict(run)
             if run["status"] == "failed":
                 raise SystemExit(f"run {run_id} failed: {run.get('error')}")
-            await asyncio.sleep(poll)
 
     async def decide(self, request_id: str, token: str | None = None) -> int:
         r = await self.client.post(
@@ -194,27 +200,27 @@ class BrokerSide:
         )
         return r.status_code
 
-    async def cycle(self, agent: str, poll: float) -> float:
+    async def cycle(self, agent: str) -> float:
         """One whole cycle; returns decision -> finished, in seconds."""
         run_id = await self.start(agent)
         self.in_flight += 1
         self.peak = max(self.peak, self.in_flight)
         try:
-            run = await self.until(run_id, {"waiting"}, poll)
+            run = await self.until(run_id, {"waiting"})
             began = time.perf_counter()
             code = await self.decide(run["pending"][0])
             assert code == 200, code
-            await self.until(run_id, {"finished"}, poll)
+            await self.until(run_id, {"finished"})
             return time.perf_counter() - began
         finally:
             self.in_flight -= 1
 
     async def race(self) -> dict[str, Any]:
         run_id = await self.start("fast")
-        run = await self.until(run_id, {"waiting"}, QUIET_POLL_S)
+        run = await self.until(run_id, {"waiting"})
         request_id = run["pending"][0]  # two people, each with a token of their own
         codes = await asyncio.gather(*(self.decide(request_id, t) for t in self.up.deciders))
-        await self.until(run_id, {"finished"}, QUIET_POLL_S)
+        await self.until(run_id, {"finished"})
         return {"tool_ran": self.up.tool_ran(run_id), "http": sorted(codes)}
 
 
@@ -268,7 +274,7 @@ class LangGraphSide:
         self.in_flight = 0
         self.peak = 0
 
-    async def cycle(self, agent: str, poll: float) -> float:
+    async def cycle(self, agent: str) -> float:
         from langgraph.types import Command
 
         tid = secrets.token_hex(8)
@@ -362,12 +368,12 @@ async def sqlite_saver(path: Path) -> AsyncIterator[Any]:
 
 async def throughput(side: Any, agent: str, n: int) -> float:
     began = time.perf_counter()
-    await asyncio.gather(*(side.cycle(agent, POLL_S) for _ in range(n)))
+    await asyncio.gather(*(side.cycle(agent) for _ in range(n)))
     return n / (time.perf_counter() - began)
 
 
 async def latency(side: Any, n: int) -> tuple[float, float]:
-    took = [await side.cycle("fast", QUIET_POLL_S) for _ in range(n)]
+    took = [await side.cycle("fast") for _ in range(n)]
     return pct(took, 0.50) * 1000, pct(took, 0.99) * 1000
 
 
@@ -387,7 +393,7 @@ async def slow_broker(side: BrokerSide, n: int) -> dict[str, float]:
 
     sampler = asyncio.create_task(sample())
     began = time.perf_counter()
-    await asyncio.gather(*(side.cycle("slow", POLL_S) for _ in range(n)))
+    await asyncio.gather(*(side.cycle("slow") for _ in range(n)))
     took = time.perf_counter() - began
     done.set()
     await sampler
@@ -399,8 +405,10 @@ async def slow_broker(side: BrokerSide, n: int) -> dict[str, float]:
 
 async def measure(args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
     out: dict[str, Any] = {}
-    up = Up(tmp / "up", args.broker_code)
-    limits = httpx.Limits(max_connections=64, max_keepalive_connections=64)
+    up = Up(tmp / "up", args.broker_code, args.up_workers)
+    # every run in flight holds a connection with its long-poll, and starts or decides on another
+    connections = 2 * max(args.runs, args.slow_runs) + 16
+    limits = httpx.Limits(max_connections=connections, max_keepalive_connections=connections)
     headers = {"Authorization": f"Bearer {up.token}"}
     try:
         async with httpx.AsyncClient(
@@ -444,7 +452,7 @@ async def langgraph_phases(saver: Any, args: argparse.Namespace) -> dict[str, An
     if args.slow_runs:
         slow = LangGraphSide(saver, slow_s=args.slow_s)
         began = time.perf_counter()
-        cycles = asyncio.gather(*(slow.cycle("slow", POLL_S) for _ in range(args.slow_runs)))
+        cycles = asyncio.gather(*(slow.cycle("slow") for _ in range(args.slow_runs)))
         try:
             await asyncio.wait_for(cycles, PHASE_TIMEOUT_S)
         except TimeoutError:
@@ -498,6 +506,9 @@ def main() -> None:
         help="run `up` from this checkout instead (to compare worker designs)",
     )  # fmt: skip
     parser.add_argument("--broker-only", action="store_true", help="skip the LangGraph side")
+    parser.add_argument(
+        "--up-workers", type=int, default=None, help="`up --workers N` (default: up's own)"
+    )
     args = parser.parse_args()
     os.environ["BENCH_MODEL_SLEEP_S"] = str(args.slow_s)
     tmp = Path(tempfile.mkdtemp(prefix="bench-agents-"))

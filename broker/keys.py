@@ -96,6 +96,16 @@ class Keys(Partitioned, StepKeys):
         """Stream: deliveries or entries that could not be handled, with their error."""
         return f"{self.prefix}dead-letters"
 
+    @property
+    def run_events(self) -> str:
+        """Stream: this partition's runs that paused or ended (`run_id`, `status`), read by the
+        API's long-polls on runs (`GET /v1/runs/{id}?wait=`); trimmed to about 10,000 entries."""
+        return f"{self.base()}run-events"
+
+    def run_events_of(self, run_id: str) -> str:
+        """`run_events` of the partition `run_id` lives in."""
+        return f"{self._run(run_id)}run-events"
+
     def run(self, run_id: str) -> str:
         """Hash: a run's status, round, agent, output or error."""
         return f"{self._run(run_id)}run:{run_id}"

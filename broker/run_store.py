@@ -17,6 +17,11 @@ from broker.store import Store
 from broker.text import as_str, as_str_dict
 
 ENDED = (RunStatus.finished.value, RunStatus.failed.value)
+ANNOUNCED = (RunStatus.waiting.value, *ENDED)
+"""Statuses a run's long-poll answers on, so each is announced on the run-events stream."""
+RUN_EVENTS_MAXLEN = 10_000
+"""About how many entries a partition's run-events stream keeps: a long-poll only needs the
+entries written while it waits."""
 
 
 class RunStore:
@@ -89,7 +94,19 @@ class RunStore:
         pipe.hset(self.store.keys.run(run_id), mapping=mapping)
         if mapping.get("status") in ENDED:
             self.expire_run(pipe, run_id)
+        self.announce(pipe, run_id, mapping.get("status"))
         pipe.execute()
+
+    def announce(self, pipe: Any, run_id: str, status: str | None) -> None:
+        """Queue on `pipe` (after the status write) the entry that wakes the long-polls on
+        `run_id`, when `status` is one they answer on; nothing for other statuses."""
+        if status in ANNOUNCED:
+            pipe.xadd(
+                self.store.keys.run_events_of(run_id),
+                {"run_id": run_id, "status": status},
+                maxlen=RUN_EVENTS_MAXLEN,
+                approximate=True,
+            )
 
     def expire_run(self, pipe: Any, run_id: str) -> None:
         """Queue on `pipe` the expiry of every key of an ended run (after `retention_s`)."""

@@ -446,4 +446,5 @@ class AgentRunner:
         starter = self.broker.run_fields(run_id).get("started_by") or None
         calls = [c.model_copy(update={"created_by": starter}) for c in pause.requests()]
         self.broker.create_round(run_id, pause.round, calls)
+        self.broker.announce_run(run_id, RunStatus.waiting.value)
         return RunStatus.waiting.value

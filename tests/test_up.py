@@ -11,7 +11,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from approval_broker.up import banner
+from approval_broker.up import banner, roles
 from broker.config import Settings
 from broker.redis_server import free_port
 from tests.conftest import wait_for
@@ -115,6 +115,26 @@ def test_roles_stop_themselves_when_up_is_sigkilled(up):
     finally:
         for pid in redis | {pid for pid in roles if alive(pid)}:
             os.kill(pid, signal.SIGKILL)
+
+
+def worker_processes(up_pid: int) -> list[int]:
+    return [pid for pid in descendants(up_pid) if _command_line(pid).endswith(" worker ")]
+
+
+def test_up_starts_as_many_worker_processes_as_asked(tmp_path: Path):
+    assert roles(1).count(("worker",)) == 1  # the default
+    proc, url = start_up(tmp_path, "--workers", "3")
+    try:
+        wait_for(lambda: healthy(url) or proc.poll() is not None, timeout=60)
+        assert proc.poll() is None, proc.stdout.read() if proc.stdout else ""
+        wait_for(lambda: len(worker_processes(proc.pid)) == 3, timeout=30)
+        out = stop_up(proc)
+        assert proc.returncode == 0, out
+        assert out.count("[up] starting worker") == 3, out
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
 
 
 def test_up_refuses_a_port_in_use(tmp_path: Path):
