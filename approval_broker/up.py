@@ -37,13 +37,17 @@ from broker.rules import sync_at_start
 from broker.rules.from_config import parse_config_rules
 
 LOG_LEVEL_ENV = "APPROVAL_BROKER_LOG_LEVEL"
-"""The roles' log level: `up` sets WARNING, `up --verbose` INFO (every role's own lines, RQ's
-line per job, uvicorn's startup)."""
+"""The roles' log level (`Settings.log_level`): `up` passes its own (default WARNING), `up
+--verbose` INFO (every role's own lines, RQ's line per job and its scheduler)."""
 
 FRESH_NEEDS_EMBEDDED = (
     "--fresh empties the embedded Redis that `up` runs; with APPROVAL_BROKER_REDIS_URL set the "
     "Redis is not up's to empty (unset it, or pass another --data-dir)"
 )
+
+API_START_S = 120.0
+"""How long `up` waits for the API to answer before it says so: a busy laptop (or CI box) may
+take well over 30 s to import every role at once."""
 
 ROLES: tuple[tuple[str, ...], ...] = (("api",), ("worker",), ("notifier",), ("sweeper",))
 
@@ -99,6 +103,7 @@ def banner(
     asked_run: str | None = None,
     tcp_url: str | None = None,
     loaded: list[str] | None = None,
+    verbose: bool = False,
 ) -> str:
     """Where to click; the admin token only if `up` made it (a given one is already known);
     `tcp_url`: the embedded Redis's TCP URL, beside the socket's the roles use; `loaded`: the
@@ -130,7 +135,8 @@ def banner(
         lines.append(
             f"  question     {asked_run} (order A105: card or store credit? the inbox shows its form)"
         )
-    lines += ["Roles log warnings only (`up --verbose` for everything). Press Ctrl-C to stop.", ""]
+    logs = "Roles log everything (--verbose)." if verbose else "Roles log warnings only (`up --verbose` for everything)."  # fmt: skip
+    lines += [f"{logs} Press Ctrl-C to stop.", ""]
     return "\n".join(lines)
 
 
@@ -284,11 +290,11 @@ def run_up(
             child.start()
             children.append(child)
         url = f"http://{settings.host}:{settings.port}"
-        if not wait_healthy(url):
+        if not wait_healthy(url, API_START_S):
             typer.echo(
                 f"[up] the API did not answer on {url}/healthz; see its output above", err=True
             )
-        elif demo:
+        if demo:  # queued in Redis: the worker takes them when it is ready, API or not
             from refunds_demo.runs import (
                 start_demo_runs,
                 start_question_demo_run,
@@ -301,7 +307,15 @@ def run_up(
         tcp_url = embedded.url if embedded and embedded.unix_url else None
         typer.echo(
             banner(
-                settings, admin_token, generated, demo_runs, ruled_run, asked_run, tcp_url, loaded
+                settings,
+                admin_token,
+                generated,
+                demo_runs,
+                ruled_run,
+                asked_run,
+                tcp_url,
+                loaded,
+                verbose=verbose,
             )
         )
         while not stop.wait(0.5):
