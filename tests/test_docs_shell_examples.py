@@ -4,7 +4,7 @@ with the reason it can't run locally. A new example that is none of these fails
 `test_every_shell_example_is_run_or_skipped_for_a_reason`: no example is left unchecked silently.
 
 "As written" allows only what a reader changes too: `localhost:8000` becomes the live `up`'s
-address, `TOKEN=...` the admin token, a placeholder (`REQ_ID`, `RUN_ID`, `RULE_ID`, `req_...`)
+address, `TOKEN=...` the admin token, a placeholder (`REQ_ID`, `REQ_1`, `RULE_ID`)
 the id an earlier step printed, and `uv run approval-broker` the same command of this
 environment.
 """
@@ -74,7 +74,7 @@ def example(page: str, first: str) -> Example:
 
 RUN_HERE = {
     ("docs/walkthrough.md", "uv run approval-broker up --demo --fresh"): "the `live` fixture",
-    ("docs/walkthrough.md", "uv run approval-broker pending"): "test_the_walkthrough_shell_step",
+    ("docs/walkthrough.md", "uv run approval-broker pending              # one line per request, its id first"): "test_the_walkthrough_shell_step",
     ("docs/walkthrough.md", "TOKEN=...   # the admin token from the banner, or an approver's token"): "test_the_walkthrough_http_step",
     ("docs/policy-rules.md", "approval-broker rules add --effect allow --tool refund --agent refunds --args '{\"amount\": {\"le\": 100}}'"): "test_the_rules_commands",
     ("docs/policy-rules.md", "curl -s -X POST localhost:8000/v1/requests/REQ_ID/decision -H \"Authorization: Bearer $TOKEN\" \\"): "test_remembering_a_rule_from_a_decision",
@@ -100,7 +100,7 @@ SKIPPED = {
     ("docs/benchmarks.md", "uv run python bench/run_all.py          # about 5 minutes; --quick for a smoke run"): "minutes of benchmarks on a machine of their own, not a test",
     ("docs/channels.md", "curl -s \"https://api.telegram.org/bot$TELEGRAM_BOT_TOKEN/setWebhook\" \\"): "needs Telegram's servers and a bot token",
     ("docs/channels.md", "APPROVAL_BROKER_CONFIG=approval-broker.toml uv run approval-broker up --demo"): "needs Telegram's and Discord's servers to reach the API over HTTPS",
-    ("docs/walkthrough.md", "export SLACK_BOT_TOKEN=xoxb-... SLACK_SIGNING_SECRET=..."): "needs Slack's servers and a Slack app (tests/test_api_slack.py checks signed clicks)",
+    ("docs/walkthrough.md", "export SLACK_BOT_TOKEN=xoxb-... SLACK_SIGNING_SECRET=..."): "needs Slack's servers and a Slack app (tests/test_walkthrough_slack_config.py: this config's approver decides by a signed click)",
     ("docs/deployment.md", "cp deploy/.env.example deploy/.env     # fill in the admin token and the secrets the config names"): "needs Docker (tests/test_deploy*.py check the compose files and image)",
     ("docs/tracing.md", "export OTEL_EXPORTER_OTLP_ENDPOINT=http://otel-collector:4318   # OTLP over HTTP (protobuf)"): "needs an OTLP collector at otel-collector (tests/test_tracing_fleet.py runs the fleet against a local one)",
     ("docs/workers.md", "approval-broker worker --concurrency 100          # or [workers] concurrency = 100"): "runs until stopped; tests/test_workers_fleet.py starts workers with --concurrency",
@@ -239,12 +239,15 @@ def start_refund(live: Live, prompt: str) -> dict:
 def test_the_walkthrough_shell_step(live: Live) -> None:
     wait_for(lambda: len(pending_ids(live)) >= 3, timeout=120, interval=0.1)  # the demo's
     listing, decide = commands(
-        example("docs/walkthrough.md", "uv run approval-broker pending").text
+        example(
+            "docs/walkthrough.md",
+            "uv run approval-broker pending              # one line per request, its id first",
+        ).text
     )
     shown = live.run(listing).stdout
-    first = re.search(r"^(req_\w+)\s", shown, flags=re.M)
+    first = re.match(r"(\S+)  ", shown)
     assert first, shown
-    decided = live.run(decide, **{"req_...": first.group(1)})
+    decided = live.run(decide, REQ_ID=first.group(1))
     assert decided.stdout.strip() == f"{first.group(1)}: rejected"
     with live.http() as http:
         request = http.get(f"/v1/requests/{first.group(1)}").json()
@@ -299,7 +302,9 @@ def test_remembering_a_rule_from_a_decision(live: Live) -> None:
     second = start_refund(live, "Refund $65 on order A103 because a pole bent.")
     decided = json.loads(live.run(by_curl, REQ_ID=first["id"]).stdout)
     assert decided["status"] == "approved", decided
-    assert live.run(by_cli, REQ_ID=second["id"]).stdout.strip() == f"{second['id']}: approved"
+    kept, outcome = live.run(by_cli, REQ_ID=second["id"]).stdout.strip().splitlines()
+    assert kept.startswith("rule rule_") and " kept: " in kept
+    assert outcome == f"{second['id']}: approved"
     with live.http() as http:
         rules = http.get("/v1/rules").json()
     assert {first["id"], second["id"]} <= {r["from_request"] for r in rules}
