@@ -145,14 +145,18 @@ def _names(names: list[str], none: str = "none") -> str:
 
 
 def loaded_lines(
-    settings: Settings, config: Config, *, demo_agent: bool = False, demo_rule: str | None = None
+    settings: Settings,
+    config: Config,
+    *,
+    demo_agent: str | None = None,
+    demo_rule: str | None = None,
 ) -> list[str]:
     """The banner's account of the config: which file, and its queues, channels, agents and
     rules by name (what `up --demo` added marked as the demo's), one short line each."""
     channels = sorted({c for q in config.queues.values() for c in q.channels})
     agents = sorted(config.agents)
-    if demo_agent and "refunds" not in config.agents:
-        agents.append("refunds (demo)")
+    if demo_agent and demo_agent not in config.agents:  # the config's own wins (register_demo)
+        agents.append(f"{demo_agent} (demo)")
     rules = [rule.id for rule in parse_config_rules(config.rules, config)]
     if demo_rule:
         rules.append(f"{demo_rule} (demo)")
@@ -273,7 +277,13 @@ def run_up(
         asked_run: str | None = None
         broker = Broker(connect(settings.redis_url), config, prefix=settings.key_prefix)
         sync_at_start(broker.requests.rules)  # the config's [[rules]], before any run starts
-        from refunds_demo.runs import RULE_DEMO, add_demo_rule, register_demo, withdraw_demo
+        from refunds_demo.runs import (
+            AGENT_NAME,
+            RULE_DEMO,
+            add_demo_rule,
+            register_demo,
+            withdraw_demo,
+        )
 
         if demo:
             register_demo(broker)
@@ -282,7 +292,10 @@ def run_up(
             for gone in withdraw_demo(broker):  # an earlier --demo's, on a Redis that kept it
                 typer.echo(f"[up] no --demo: withdrew the demo's {gone}")
         loaded = loaded_lines(
-            settings, config, demo_agent=demo, demo_rule=RULE_DEMO["id"] if demo else None
+            settings,
+            config,
+            demo_agent=AGENT_NAME if demo else None,
+            demo_rule=RULE_DEMO["id"] if demo else None,
         )
         for args in ROLES:
             child = Child(args, env)

@@ -26,7 +26,7 @@ import pytest
 
 from broker.redis_server import free_port
 from tests.conftest import wait_for
-from tests.docs_examples import ROOT
+from tests.docs_examples import ROOT, blocks, page
 from tests.test_up import ADMIN, healthy, stop_up
 
 SHELL = ("sh", "bash", "shell", "console")
@@ -190,7 +190,8 @@ def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Live]:
     [start] = commands(example("docs/walkthrough.md", "uv run approval-broker up --demo --fresh").text)  # fmt: skip
     assert start == "uv run approval-broker up --demo --fresh"
     home = tmp_path_factory.mktemp("docs-examples")
-    (home / "approval-broker.toml").write_text(CONFIG)
+    [shadow] = [b for b in blocks(page("policy-rules.md"), "toml") if "small-refunds-trial" in b]
+    (home / "approval-broker.toml").write_text(CONFIG + shadow)  # the rule `replay` replays
     port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("APPROVAL_BROKER_")}
     env.update(
@@ -313,7 +314,14 @@ def test_remembering_a_rule_from_a_decision(live: Live) -> None:
 def test_the_replay_console(live: Live) -> None:
     [replay] = commands(example("docs/policy-rules.md", "approval-broker rules replay --since 2026-11-01").text)  # fmt: skip
     out = live.run(replay).stdout
-    assert re.match(r"\d+ approval requests created since 2026-11-01 00:00:00Z\n", out), out
+    created, shadow, *disagrees = out.splitlines()
+    assert re.fullmatch(r"\d+ approval requests created since 2026-11-01 00:00:00Z", created), out
+    assert re.fullmatch(
+        r"small-refunds-trial \(shadow\)  allow refund: would decide \d+; agreements \d+, "
+        r"disagreements \d+, undecided \d+, unknown \d+",
+        shadow,
+    ), out
+    assert all(re.fullmatch(r"  disagrees: \S+ was \w+ by \S+", line) for line in disagrees), out
 
 
 def test_the_next_page_link(live: Live) -> None:

@@ -137,7 +137,7 @@ def test_the_banner_names_the_config_file_and_what_it_defines(tmp_path: Path) ->
         }
     )
     settings = Settings(redis_url="redis://x", config=tmp_path / "approval-broker.toml")
-    lines = loaded_lines(settings, config, demo_agent=True, demo_rule=RULE)
+    lines = loaded_lines(settings, config, demo_agent=refunds_demo.AGENT_NAME, demo_rule=RULE)
     assert lines == [
         f"  config       {tmp_path / 'approval-broker.toml'}",
         "  queues       default, managers",
@@ -149,3 +149,15 @@ def test_the_banner_names_the_config_file_and_what_it_defines(tmp_path: Path) ->
     assert all(line in text for line in lines)
     assert "Roles log warnings only (`up --verbose` for everything)" in text
     assert "Roles log everything (--verbose)" in banner(settings, "t", False, [], verbose=True)
+
+
+def test_a_bad_log_level_is_one_line_and_no_start(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("APPROVAL_BROKER_")}
+    env.update(APPROVAL_BROKER_ADMIN_TOKEN=ADMIN, APPROVAL_BROKER_LOG_LEVEL="loud")
+    done = subprocess.run(
+        up_command(free_port(), tmp_path), env=env, capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 1
+    assert done.stderr.strip() == (
+        "error: APPROVAL_BROKER_LOG_LEVEL: Input should be 'DEBUG', 'INFO', 'WARNING' or 'ERROR'"
+    )
