@@ -5,74 +5,63 @@ It lives outside `broker/` and `workers/` so that the fleet knows nothing of it:
 path like any user's agent (`refunds_demo:agent`, deps `refunds_demo:make_deps`); the wheel ships
 it as the top-level package `refunds_demo`, so an installed `up --demo` still has it.
 
-* `agent`: the agent and its tools; `model`: its offline scripted model; `shop`: the orders, the
+Every public name is importable from the package, loaded when first asked for (PEP 562): `up`
+imports `refunds_demo.runs` to register or withdraw the demo without loading the agent, whose
+model and tools take seconds to import on a busy machine.
+
+* `refunds`: the agent and its tools; `model`: its offline scripted model; `shop`: the orders, the
   ledger and the demo's own Redis keys; `runs`: what `up --demo` registers and starts.
 """
 
 from __future__ import annotations
 
-from refunds_demo.agent import RefundOutcome, agent, refunds_agent
-from refunds_demo.model import Ask, demo_model, script
-from refunds_demo.runs import (
-    DEMO_PROMPTS,
-    QUESTION_DEMO_CUSTOMER,
-    QUESTION_DEMO_PROMPT,
-    RULE_DEMO,
-    RULE_DEMO_CUSTOMER,
-    RULE_DEMO_PROMPT,
-    add_demo_rule,
-    register_demo,
-    start_demo,
-    start_demo_runs,
-    start_question_demo_run,
-    start_rule_demo_run,
-    withdraw_demo,
-)
-from refunds_demo.shop import (
-    AGENT_NAME,
-    AUTO_REFUND_LIMIT,
-    ORDERS,
-    QUEUE,
-    SPLIT_PAYMENT,
-    TWO_PERSON_LIMIT,
-    AlreadyRefunded,
-    Ledger,
-    Order,
-    Refund,
-    RefundDeps,
-    make_deps,
-)
+import importlib
+from typing import Any
 
-__all__ = [
-    "AGENT_NAME",
-    "AUTO_REFUND_LIMIT",
-    "DEMO_PROMPTS",
-    "ORDERS",
-    "QUESTION_DEMO_CUSTOMER",
-    "QUESTION_DEMO_PROMPT",
-    "QUEUE",
-    "RULE_DEMO",
-    "RULE_DEMO_CUSTOMER",
-    "RULE_DEMO_PROMPT",
-    "SPLIT_PAYMENT",
-    "TWO_PERSON_LIMIT",
-    "AlreadyRefunded",
-    "Ask",
-    "Ledger",
-    "Order",
-    "Refund",
-    "RefundDeps",
-    "RefundOutcome",
-    "add_demo_rule",
-    "agent",
-    "demo_model",
-    "make_deps",
-    "refunds_agent",
-    "register_demo",
-    "script",
-    "start_demo",
-    "start_demo_runs",
-    "start_question_demo_run",
-    "start_rule_demo_run",
-    "withdraw_demo",
-]
+_HOMES = {
+    "AGENT_NAME": "shop",
+    "AUTO_REFUND_LIMIT": "shop",
+    "DEMO_PROMPTS": "runs",
+    "ORDERS": "shop",
+    "QUESTION_DEMO_CUSTOMER": "runs",
+    "QUESTION_DEMO_PROMPT": "runs",
+    "QUEUE": "shop",
+    "RULE_DEMO": "runs",
+    "RULE_DEMO_CUSTOMER": "runs",
+    "RULE_DEMO_PROMPT": "runs",
+    "SPLIT_PAYMENT": "shop",
+    "TWO_PERSON_LIMIT": "shop",
+    "AlreadyRefunded": "shop",
+    "Ask": "model",
+    "Ledger": "shop",
+    "Order": "shop",
+    "Refund": "shop",
+    "RefundDeps": "shop",
+    "RefundOutcome": "refunds",
+    "add_demo_rule": "runs",
+    "agent": "refunds",
+    "demo_model": "model",
+    "make_deps": "shop",
+    "refunds_agent": "refunds",
+    "register_demo": "runs",
+    "script": "model",
+    "start_demo": "runs",
+    "start_demo_runs": "runs",
+    "start_question_demo_run": "runs",
+    "start_rule_demo_run": "runs",
+    "withdraw_demo": "runs",
+}
+"""Where each public name lives: `refunds_demo.NAME` imports `refunds_demo.<module>`."""
+
+__all__ = sorted(_HOMES)
+
+
+def __getattr__(name: str) -> Any:
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module 'refunds_demo' has no attribute {name!r}")
+    return getattr(importlib.import_module(f"refunds_demo.{home}"), name)
+
+
+def __dir__() -> list[str]:
+    return [*globals(), *_HOMES]

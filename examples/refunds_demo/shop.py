@@ -3,7 +3,7 @@
 The ledger is a Redis hash per customer (so a forked worker and the test that checks it see the
 same thing) and pays an order once: a job retried after its worker died may run the refund step
 again (`attempts` counts each run), and the ledger still holds one refund. This module knows no
-agent and no model (`refunds_demo/agent.py` is the agent). Its Redis keys are its own
+agent and no model (`refunds_demo/refunds.py` is the agent). Its Redis keys are its own
 (`ledger_key`, `attempts_key`): the broker's key registry knows nothing of the demo.
 """
 
