@@ -277,20 +277,20 @@ def run_up(
         asked_run: str | None = None
         broker = Broker(connect(settings.redis_url), config, prefix=settings.key_prefix)
         sync_at_start(broker.requests.rules)  # the config's [[rules]], before any run starts
-        if demo:  # before the roles start: the worker finds the agent, creates the rule
-            from refunds_demo.runs import add_demo_rule, register_demo
+        # before any role starts, so the API never serves a demo that is going away (the
+        # demo's runs module loads no agent: `refunds_demo` loads its names lazily)
+        from refunds_demo.runs import (
+            AGENT_NAME,
+            RULE_DEMO,
+            add_demo_rule,
+            register_demo,
+            withdraw_demo,
+        )
 
+        if demo:
             register_demo(broker)
             add_demo_rule(broker)
-        for args in ROLES:
-            child = Child(args, env)
-            typer.echo(f"[up] starting {child.name} ...")
-            child.start()
-            children.append(child)
-        # the demo's package loads while the roles start (seconds on a busy machine)
-        from refunds_demo.runs import AGENT_NAME, RULE_DEMO, withdraw_demo
-
-        if not demo:
+        else:
             for gone in withdraw_demo(broker):  # an earlier --demo's, on a Redis that kept it
                 typer.echo(f"[up] no --demo: withdrew the demo's {gone}")
         loaded = loaded_lines(
@@ -299,6 +299,11 @@ def run_up(
             demo_agent=AGENT_NAME if demo else None,
             demo_rule=RULE_DEMO["id"] if demo else None,
         )
+        for args in ROLES:
+            child = Child(args, env)
+            typer.echo(f"[up] starting {child.name} ...")
+            child.start()
+            children.append(child)
         url = f"http://{settings.host}:{settings.port}"
         if not wait_healthy(url, API_START_S):
             typer.echo(
