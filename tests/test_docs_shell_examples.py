@@ -29,6 +29,8 @@ from tests.conftest import wait_for
 from tests.docs_examples import ROOT, blocks, page
 from tests.test_up import ADMIN, healthy, stop_up
 
+pytestmark = pytest.mark.timeout(600)  # the first test also waits for the live `up` to start
+
 SHELL = ("sh", "bash", "shell", "console")
 COMMAND = re.compile(r"\s*(?:\$ )?(?:uv run )?(?:approval-broker|curl) ")
 """An untagged block whose first line is a command is a shell example too."""
