@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Annotated, Any, NoReturn
 
 import typer
+from pydantic import ValidationError
 from redis.exceptions import RedisError
 
 from broker import connection
@@ -49,6 +50,10 @@ def clear_errors() -> Iterator[None]:
         fail(exc.detail)
     except RedisError as exc:
         fail(f"Redis: {exc}")
+    except ValidationError as exc:  # a bad APPROVAL_BROKER_* value (Settings)
+        error = exc.errors()[0]
+        name = "APPROVAL_BROKER_" + str(error["loc"][0]).upper() if error["loc"] else "environment"
+        fail(f"{name}: {error['msg']}")
 
 
 def json_arg(value: str | None, name: str) -> Any:

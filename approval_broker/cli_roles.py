@@ -7,6 +7,7 @@ imported only by the command that runs it (a shell command need not load a web s
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -25,6 +26,16 @@ from broker.redis_server import EmbeddedRedis, redact, running_local_url
 def up(
     demo: Annotated[
         bool, typer.Option(help="Also register the demo refunds agent and start two runs.")
+    ] = False,
+    fresh: Annotated[
+        bool,
+        typer.Option(
+            help="Empty the embedded Redis first: no request, run, rule or demo refund of an "
+            "earlier `up` is left (refused with APPROVAL_BROKER_REDIS_URL set)."
+        ),
+    ] = False,
+    verbose: Annotated[
+        bool, typer.Option(help="The roles log everything (INFO), not only warnings.")
     ] = False,
     port: Annotated[int | None, typer.Option(help="HTTP port (env APPROVAL_BROKER_PORT).")] = None,
     data_dir: DataDir = None,
@@ -46,7 +57,7 @@ def up(
         settings.port = port
     with clear_errors():
         check_admin_token(settings)
-        run_up(settings, config, demo=demo, workers=workers)
+        run_up(settings, config, demo=demo, fresh=fresh, verbose=verbose, workers=workers)
 
 
 @contextmanager
@@ -62,6 +73,8 @@ def role(
     settings, config = load_settings(data_dir)
     if port is not None:
         settings.port = port
+    # the role's own loggers; `up` passes WARNING so its banner stays readable, --verbose INFO
+    logging.basicConfig(level=settings.log_level, format="%(asctime)s %(name)s %(message)s")
     embedded: EmbeddedRedis | None = None
     with clear_errors():
         here = settings.data_dir and settings.data_dir / "redis"

@@ -1,7 +1,11 @@
 """`approval-broker up`: the whole fleet in one process group, for a laptop or a demo.
 
 Each role runs as a child process (as in production, just on one machine); Ctrl-C or SIGTERM
-stops them all, process groups included, so no RQ work-horse is left behind.
+stops them all, process groups included, so no RQ work-horse is left behind. The banner says
+which config file was loaded and what it defines; the roles log warnings only unless
+`--verbose` (`LOG_LEVEL_ENV`), so the banner stays readable. `--fresh` empties the embedded
+Redis first, so a walkthrough never meets what an earlier one used up; `up` without `--demo`
+takes back what an earlier `--demo` left (its agent and rule).
 """
 
 from __future__ import annotations
@@ -30,6 +34,20 @@ from broker.links import prepare_link_secret
 from broker.receipt_keys import prepare_receipt_key
 from broker.redis_server import EmbeddedRedis, redact, redis_dir
 from broker.rules import sync_at_start
+from broker.rules.from_config import parse_config_rules
+
+LOG_LEVEL_ENV = "APPROVAL_BROKER_LOG_LEVEL"
+"""The roles' log level (`Settings.log_level`): `up` passes its own (default WARNING), `up
+--verbose` INFO (every role's own lines, RQ's line per job and its scheduler)."""
+
+FRESH_NEEDS_EMBEDDED = (
+    "--fresh empties the embedded Redis that `up` runs; with APPROVAL_BROKER_REDIS_URL set the "
+    "Redis is not up's to empty (unset it, or pass another --data-dir)"
+)
+
+API_START_S = 120.0
+"""How long `up` waits for the API to answer before it says so: a busy laptop (or CI box) may
+take well over 30 s to import every role at once."""
 
 
 def roles(workers: int) -> tuple[tuple[str, ...], ...]:
@@ -87,9 +105,12 @@ def banner(
     ruled_run: str | None = None,
     asked_run: str | None = None,
     tcp_url: str | None = None,
+    loaded: list[str] | None = None,
+    verbose: bool = False,
 ) -> str:
     """Where to click; the admin token only if `up` made it (a given one is already known);
-    `tcp_url`: the embedded Redis's TCP URL, beside the socket's the roles use."""
+    `tcp_url`: the embedded Redis's TCP URL, beside the socket's the roles use; `loaded`: the
+    config file and what it defines (`loaded_lines`)."""
     url = f"http://{settings.host}:{settings.port}"
     token = (
         f"{admin_token}   (generated; set APPROVAL_BROKER_ADMIN_TOKEN to keep one)"
@@ -106,6 +127,7 @@ def banner(
     ]
     if tcp_url:
         lines.append(f"  Redis (TCP)  {redact(tcp_url)}   (for tools that can't use the socket)")
+    lines += loaded or []
     if demo_runs:
         lines.append(f"  demo runs    {', '.join(demo_runs)} (their approvals wait in the inbox)")
     if ruled_run:
@@ -116,8 +138,38 @@ def banner(
         lines.append(
             f"  question     {asked_run} (order A105: card or store credit? the inbox shows its form)"
         )
-    lines += ["Press Ctrl-C to stop.", ""]
+    logs = "Roles log everything (--verbose)." if verbose else "Roles log warnings only (`up --verbose` for everything)."  # fmt: skip
+    lines += [f"{logs} Press Ctrl-C to stop.", ""]
     return "\n".join(lines)
+
+
+def _names(names: list[str], none: str = "none") -> str:
+    return ", ".join(names) if names else none
+
+
+def loaded_lines(
+    settings: Settings,
+    config: Config,
+    *,
+    demo_agent: str | None = None,
+    demo_rule: str | None = None,
+) -> list[str]:
+    """The banner's account of the config: which file, and its queues, channels, agents and
+    rules by name (what `up --demo` added marked as the demo's), one short line each."""
+    channels = sorted({c for q in config.queues.values() for c in q.channels})
+    agents = sorted(config.agents)
+    if demo_agent and demo_agent not in config.agents:  # the config's own wins (register_demo)
+        agents.append(f"{demo_agent} (demo)")
+    rules = [rule.id for rule in parse_config_rules(config.rules, config)]
+    if demo_rule:
+        rules.append(f"{demo_rule} (demo)")
+    return [
+        f"  config       {settings.config or 'none: the defaults (APPROVAL_BROKER_CONFIG unset)'}",
+        f"  queues       {_names(sorted(config.queues))}",
+        f"  channels     {_names(channels)}",
+        f"  agents       {_names(agents)}",
+        f"  rules        {_names(rules)}",
+    ]
 
 
 def wait_healthy(url: str, timeout: float = 30.0) -> bool:
@@ -169,9 +221,23 @@ def check_single_redis(settings: Settings, config: Config, redis: Redis) -> None
         raise BrokerError(ONE_REDIS)
 
 
-def run_up(settings: Settings, config: Config, *, demo: bool = False, workers: int = 1) -> None:
-    """Start Redis (unless a URL is set) and every role, print where to click, wait for Ctrl-C."""
+def run_up(
+    settings: Settings,
+    config: Config,
+    *,
+    demo: bool = False,
+    fresh: bool = False,
+    verbose: bool = False,
+    workers: int = 1,
+) -> None:
+    """Start Redis (unless a URL is set) and every role, print where to click, wait for Ctrl-C.
+
+    `fresh`: empty the embedded Redis before anything starts (refused on a Redis `up` doesn't
+    run); `verbose`: the roles log at INFO rather than WARNING; `workers`: agent worker
+    processes."""
     check_port_free(settings.host, settings.port)
+    if fresh and settings.redis_url:
+        raise BrokerError(FRESH_NEEDS_EMBEDDED)
     embedded: EmbeddedRedis | None = None
     children: list[Child] = []
     stop = threading.Event()
@@ -185,6 +251,9 @@ def run_up(settings: Settings, config: Config, *, demo: bool = False, workers: i
             typer.echo(f"[up] starting embedded Redis (AOF on) in {embedded.data_dir} ...")
             embedded.start()
             settings.redis_url = embedded.local_url  # the roles run here: the Unix socket
+            if fresh:  # before any role starts: nothing can race the emptying
+                connect(settings.redis_url).flushall()
+                typer.echo("[up] --fresh: the embedded Redis starts empty")
             if embedded.socket_path is None:
                 typer.echo(
                     f"[up] {embedded.data_dir} is too long a path for a Unix socket: "
@@ -202,6 +271,7 @@ def run_up(settings: Settings, config: Config, *, demo: bool = False, workers: i
             "APPROVAL_BROKER_HOST": settings.host,
             "APPROVAL_BROKER_KEY_PREFIX": settings.key_prefix,
             "PYTHONUNBUFFERED": "1",
+            LOG_LEVEL_ENV: "INFO" if verbose else settings.log_level,
         }
         if settings.config:
             env["APPROVAL_BROKER_CONFIG"] = str(settings.config)
@@ -212,23 +282,40 @@ def run_up(settings: Settings, config: Config, *, demo: bool = False, workers: i
         asked_run: str | None = None
         broker = Broker(connect(settings.redis_url), config, prefix=settings.key_prefix)
         sync_at_start(broker.requests.rules)  # the config's [[rules]], before any run starts
-        if demo:
-            from workers.demo import add_demo_rule, register_demo
+        # before any role starts, so the API never serves a demo that is going away (the
+        # demo's runs module loads no agent: `refunds_demo` loads its names lazily)
+        from refunds_demo.runs import (
+            AGENT_NAME,
+            RULE_DEMO,
+            add_demo_rule,
+            register_demo,
+            withdraw_demo,
+        )
 
+        if demo:
             register_demo(broker)
             add_demo_rule(broker)
+        else:
+            for gone in withdraw_demo(broker):  # an earlier --demo's, on a Redis that kept it
+                typer.echo(f"[up] no --demo: withdrew the demo's {gone}")
+        loaded = loaded_lines(
+            settings,
+            config,
+            demo_agent=AGENT_NAME if demo else None,
+            demo_rule=RULE_DEMO["id"] if demo else None,
+        )
         for args in roles(workers):
             child = Child(args, env)
             typer.echo(f"[up] starting {child.name} ...")
             child.start()
             children.append(child)
         url = f"http://{settings.host}:{settings.port}"
-        if not wait_healthy(url):
+        if not wait_healthy(url, API_START_S):
             typer.echo(
                 f"[up] the API did not answer on {url}/healthz; see its output above", err=True
             )
-        elif demo:
-            from workers.demo import (
+        if demo:  # queued in Redis: the worker takes them when it is ready, API or not
+            from refunds_demo.runs import (
                 start_demo_runs,
                 start_question_demo_run,
                 start_rule_demo_run,
@@ -239,7 +326,17 @@ def run_up(settings: Settings, config: Config, *, demo: bool = False, workers: i
             asked_run = start_question_demo_run(broker)
         tcp_url = embedded.url if embedded and embedded.unix_url else None
         typer.echo(
-            banner(settings, admin_token, generated, demo_runs, ruled_run, asked_run, tcp_url)
+            banner(
+                settings,
+                admin_token,
+                generated,
+                demo_runs,
+                ruled_run,
+                asked_run,
+                tcp_url,
+                loaded,
+                verbose=verbose,
+            )
         )
         while not stop.wait(0.5):
             for child in children:

@@ -11,7 +11,7 @@ import binascii
 import os
 import tomllib
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -49,6 +49,13 @@ class Settings(BaseSettings):
     data_dir: Path | None = None
     redis_cluster: bool = False  # REDIS_URL names a node of a Redis Cluster (broker/cluster.py)
     rq_redis_url: str | None = None  # RQ's own single Redis; required when clustered
+    # The roles' log level: `up` passes WARNING (its banner stays readable), `up --verbose` INFO
+    log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "WARNING"
+
+    @field_validator("log_level", mode="before")
+    @classmethod
+    def _upper_level(cls, value: Any) -> Any:
+        return value.upper() if isinstance(value, str) else value
 
 
 def check_admin_token(settings: Settings) -> None:

@@ -189,14 +189,6 @@ class Keys(Partitioned, StepKeys):
             self.prefix if self.partitions <= 1 else "{" + f"{self.prefix}parked:{channel}" + "}:"
         )
 
-    def demo_ledger(self, customer: str | None = None) -> str:
-        """Hash: the demo refunds agent's ledger, order id -> refund JSON (one per customer)."""
-        return f"{self.prefix}demo:ledger" + (f":{customer}" if customer else "")
-
-    def demo_attempts(self, customer: str | None = None) -> str:
-        """Hash: how often the demo's refund step ran, tool call id -> count."""
-        return f"{self.prefix}demo:attempts" + (f":{customer}" if customer else "")
-
     @property
     def rules(self) -> RuleKeys:
         """The policy rules' keys (`broker.rules`); on a cluster under one tag of their own."""

@@ -14,13 +14,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from redis.exceptions import RedisError
+from refunds_demo import AGENT_NAME
 
 from broker.client import Broker
 from broker.models import RunStatus
 from broker.redis_cluster import LocalCluster
 from broker.runs import start_run
 from tests.fleet_checks import FINAL, Started
-from workers.demo import AGENT_NAME
 
 
 @dataclass

@@ -15,6 +15,7 @@ from typing import Any
 
 from redis import Redis
 from redis.exceptions import ResponseError
+from refunds_demo import Ledger
 from rq.exceptions import NoSuchJobError
 from rq.job import Job
 from rq.serializers import JSONSerializer
@@ -25,7 +26,6 @@ from broker.models import Request, Run, RunStatus, Status
 from broker.runs import resume_job_id, run_job_id, run_queue
 from tests.fakes.deciding_receiver import Answered, DecidingReceiver, Intent
 from tests.fleet_processes import ROLES, Events
-from workers.demo import Ledger
 
 FINAL = (RunStatus.finished, RunStatus.failed)
 REJECT_REASON = "Photos show wear, not damage"

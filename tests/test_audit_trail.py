@@ -40,7 +40,7 @@ RAW = {
         "managers": {"channels": ["inbox"], "timeout_s": 1800},
         "pair": {"channels": ["inbox"], "quorum": 2},
     },
-    "agents": {"refunds": {"path": "workers.demo:agent"}},
+    "agents": {"refunds": {"path": "refunds_demo:agent"}},
     "approvers": {
         "alice": person("tok-alice", ["finance"]),
         "bob": person("tok-bob", ["finance"]),

@@ -35,7 +35,7 @@ roles = ["finance"]
 token_sha256 = "1111111111111111111111111111111111111111111111111111111111111111"
 roles = ["finance"]
 [agents.refunds]
-path = "workers.demo:refunds_agent"
+path = "refunds_demo:refunds_agent"
 [[rules]]
 id = "small"
 effect = "allow"
@@ -70,7 +70,7 @@ def test_config_check_prints_what_the_file_defines(env: str) -> None:
     assert lines[0] == f"config {env}: ok"
     assert "queue default: inbox, webhook:ops; waits 600 s, then managers" in lines
     assert "queue managers: inbox; waits 60 s, then timed_out, quorum 2" in lines
-    assert "agent refunds: workers.demo:refunds_agent (queue default)" in lines
+    assert "agent refunds: refunds_demo:refunds_agent (queue default)" in lines
     assert "approver alice: roles finance" in lines
     assert "webhook ops: http://127.0.0.1:9/hook" in lines
     assert "rule small: allow issue_refund" in lines
@@ -111,7 +111,7 @@ def test_status_counts_pending_requests_and_dead_letters(env: str, broker: Broke
 
 
 def test_runs_show_prints_the_run_and_refuses_an_unknown_id(env: str, broker: Broker) -> None:
-    register_agent(broker, "refunds", "workers.demo:refunds_agent")
+    register_agent(broker, "refunds", "refunds_demo:refunds_agent")
     run_ = start_run(broker, "refunds", "Refund $5 on A100")
     out = run("runs", "show", run_.id)
     assert out.exit_code == 0, out.output

@@ -35,6 +35,7 @@ from pathlib import Path
 
 import pytest
 from redis import Redis
+from refunds_demo import register_demo
 
 from broker.client import Broker
 from broker.cluster import connect_cluster
@@ -46,7 +47,6 @@ from tests.cluster_fleet_faults import Faults, Tracker, drive, kill_masters, pol
 from tests.fakes.deciding_receiver import DecidingReceiver, mix_policy
 from tests.fleet_checks import BOT, ENDPOINT, REJECT_REASON, Started
 from tests.fleet_processes import Fleet
-from workers.demo import register_demo
 
 RUNS = int(os.environ.get("APPROVAL_BROKER_CLUSTER_FLEET_RUNS", "200"))
 KILLS = int(os.environ.get("APPROVAL_BROKER_CLUSTER_FLEET_KILLS", "2"))

@@ -5,6 +5,7 @@ from __future__ import annotations
 import threading
 
 import pytest
+import refunds_demo as demo
 from pydantic_ai.messages import (
     ModelMessage,
     ModelResponse,
@@ -13,13 +14,12 @@ from pydantic_ai.messages import (
     ToolReturnPart,
 )
 from pydantic_ai.models.function import AgentInfo, FunctionModel
+from refunds_demo import AlreadyRefunded, Ledger, Refund
 
 from broker.agents import DepsContext, register_agent
 from broker.client import Broker
 from broker.models import Decision, Run, RunStatus
 from broker.testing import SyncWorker
-from workers import demo
-from workers.demo import AlreadyRefunded, Ledger, Refund
 
 
 @pytest.fixture
@@ -187,7 +187,7 @@ def test_the_ledger_pays_an_order_once_under_a_race(broker: Broker, ledger: Ledg
 
 
 def test_registered_without_its_deps_factory_fails_clearly(broker: Broker) -> None:
-    register_agent(broker, "bare", "workers.demo:agent")
+    register_agent(broker, "bare", "refunds_demo:agent")
     from broker.runs import start_run
 
     started = start_run(broker, "bare", "Refund $10 on order A101 because.")

@@ -41,8 +41,9 @@ PACKAGES = (
     "approval_broker",
     "mcp_gateway",
     "clients/python/approval_broker_client",
+    "examples/refunds_demo",
 )
-OURS = {*PACKAGES, "tests", "bench", "clients", "approval_broker_client"}
+OURS = {*PACKAGES, "tests", "bench", "clients", "approval_broker_client", "refunds_demo"}
 
 INTERNAL_MODULES = ("uvicorn.protocols", "uvicorn.lifespan", "uvicorn.loops", "redis._parsers")
 RQ_PUBLIC = {

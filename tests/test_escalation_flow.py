@@ -8,6 +8,7 @@ import threading
 from collections.abc import Callable, Iterator
 
 import pytest
+from refunds_demo import Ledger
 
 from broker.agents import register_agent
 from broker.client import Broker
@@ -23,7 +24,6 @@ from tests.backends import (  # noqa: F401 - redis, broker, api_broker on both b
 from tests.conftest import jobs_bound_to, wait_for, work
 from tests.fakes.harness import SECRET, running, webhook
 from tests.fakes.webhook_receiver import WebhookReceiver
-from workers.demo import Ledger
 from workers.sweeper import sweep_forever
 
 QUEUES = ("default", "leads", "managers")
@@ -68,7 +68,7 @@ def test_two_escalations_then_a_time_out_reach_each_queues_channels_and_resume_o
     chain: Broker, receiver: WebhookReceiver
 ):
     broker = chain
-    register_agent(broker, "refunds", "workers.demo:agent", deps="workers.demo:make_deps")
+    register_agent(broker, "refunds", "refunds_demo:agent", deps="refunds_demo:make_deps")
     run = start_run(broker, "refunds", "Refund $120 on order A103 because the tent floor is torn.")
     work(broker)
     [request_id] = broker.get_run(run.id).pending

@@ -16,7 +16,7 @@ from broker.models import RunStatus
 from broker.runs import wait_run
 from tests.conftest import jobs_bound_to, work
 
-DEMO = "workers.demo:agent"
+DEMO = "refunds_demo:agent"
 TOKENS = {"svc": "tok-svc-fixups-0123456789", "bob": "tok-bob-fixups-0123456789"}
 
 
@@ -40,7 +40,7 @@ def cfg() -> Config:
 
 @pytest.fixture
 def fleet(api_broker: Broker) -> Iterator[Broker]:
-    register_agent(api_broker, "refunds", DEMO, deps="workers.demo:make_deps", max_rounds=3)
+    register_agent(api_broker, "refunds", DEMO, deps="refunds_demo:make_deps", max_rounds=3)
     with jobs_bound_to(api_broker):
         yield api_broker
 
@@ -86,6 +86,6 @@ def test_the_runs_starter_may_not_approve_its_call_and_another_approver_may(
 def test_a_run_started_without_the_api_has_no_creator(api_broker: Broker) -> None:
     from broker.runs import start_run
 
-    register_agent(api_broker, "refunds", DEMO, deps="workers.demo:make_deps")
+    register_agent(api_broker, "refunds", DEMO, deps="refunds_demo:make_deps")
     run = start_run(api_broker, "refunds", "hi")
     assert "started_by" not in api_broker.run_fields(run.id)

@@ -54,6 +54,8 @@ from typing import Any
 import pytest
 from redis import Redis
 from redis.exceptions import RedisError
+from refunds_demo import AGENT_NAME, register_demo
+from refunds_demo.runs import AGENT_PATH, DEPS_PATH
 from standardwebhooks import Webhook
 
 from api.app import create_app
@@ -85,8 +87,6 @@ from tests.fleet_checks import (
 )
 from tests.fleet_processes import ROLES, Events, Fleet
 from tests.fleet_telegram_checks import check_telegram, shows_outcome
-from workers.demo import AGENT_NAME, register_demo
-from workers.demo_runs import AGENT_PATH, DEPS_PATH
 
 RUNS = int(os.environ.get("APPROVAL_BROKER_FLEET_RUNS", "2000"))
 KILL_EVERY_S = float(os.environ.get("APPROVAL_BROKER_FLEET_KILL_EVERY_S", "4"))

@@ -123,7 +123,7 @@ def test_a_schema_that_is_not_one_is_refused_at_creation(
 
 
 def test_a_request_from_a_real_agent_run_carries_the_tools_schema(bound: Broker) -> None:
-    register_agent(bound, "refunds", "workers.demo:agent", deps="workers.demo:make_deps")
+    register_agent(bound, "refunds", "refunds_demo:agent", deps="refunds_demo:make_deps")
     run = start_run(bound, "refunds", "Refund $120 on order A103 because the floor is torn.")
     work(bound)
     [rid] = bound.get_run(run.id).pending

@@ -16,6 +16,7 @@ from typing import Any
 from urllib.parse import urlencode
 
 import pytest
+import refunds_demo as demo
 from fastapi.testclient import TestClient
 from pydantic_ai import Agent, CallDeferred, DeferredToolRequests
 from pydantic_ai.messages import (
@@ -46,7 +47,6 @@ from broker.slack_forms import ANSWER_FORM
 from tests.conftest import jobs_bound_to, work
 from tests.fakes.harness import SECRET, webhook
 from tests.fakes.slack import FakeSlack
-from workers import demo
 
 SIGNING = "signing-secret-for-the-question-fleet"
 ADMIN = "admin-token-for-the-question-fleet-test"

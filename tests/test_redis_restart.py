@@ -33,7 +33,7 @@ def test_worker_and_sweeper_survive_a_redis_restart(tmp_path: Path):
     ]
     try:
         broker = Broker(Redis.from_url(server.url))
-        register_agent(broker, "refunds", "workers.demo:agent", deps="workers.demo:make_deps")
+        register_agent(broker, "refunds", "refunds_demo:agent", deps="refunds_demo:make_deps")
         wait_for(lambda: len(Worker.all(connection=broker.redis)) >= 1, timeout=30)
         broker.redis.close()
 

@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 from redis.exceptions import ResponseError
+from refunds_demo import Ledger
 from rq import Queue
 
 from broker import resume_step
@@ -31,7 +32,6 @@ from tests.backends import (  # noqa: F401 - redis, broker, api_broker on both b
 )
 from tests.conftest import wait_for, work
 from workers import resumer as resumer_module
-from workers.demo import Ledger
 
 
 def pending_entries(broker: Broker, partition: int = 0) -> int:
@@ -41,7 +41,7 @@ def pending_entries(broker: Broker, partition: int = 0) -> int:
 
 def answered_run(broker: Broker) -> str:
     """A demo run whose single approval is decided: its resume sits in the outbox."""
-    register_agent(broker, "refunds", "workers.demo:agent", deps="workers.demo:make_deps")
+    register_agent(broker, "refunds", "refunds_demo:agent", deps="refunds_demo:make_deps")
     run = start_run(broker, "refunds", "Refund $120 on order A103 because the floor is torn.")
     work(broker)
     [request_id] = broker.get_run(run.id).pending

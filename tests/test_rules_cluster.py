@@ -25,7 +25,7 @@ from broker.rules import parse_body, sync_at_start
 
 CONFIG = {
     "queues": {"default": {"channels": ["inbox"]}},
-    "agents": {"refunds": {"path": "workers.demo:agent"}},
+    "agents": {"refunds": {"path": "refunds_demo:agent"}},
     "approvers": {"pat": {"roles": ["policy"]}, "alice": {"roles": ["finance"]}},
     "rules": [{"id": "lookups", "effect": "allow", "tool": "lookup"}],
 }

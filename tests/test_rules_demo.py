@@ -3,13 +3,14 @@
 
 from __future__ import annotations
 
+import refunds_demo as demo
+from refunds_demo import Ledger
+
 from approval_broker.up import banner
 from broker.client import Broker
 from broker.config import Settings
 from broker.models import RunStatus, Status
 from broker.testing import SyncWorker
-from workers import demo
-from workers.demo import Ledger
 
 
 def test_the_rule_demo_run_is_approved_by_the_rule_and_the_others_still_wait(

@@ -19,6 +19,7 @@ from pydantic_ai import Agent, DeferredToolRequests, RunContext
 from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart, ToolCallPart
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 from redis import Redis
+from refunds_demo import Ledger
 from standardwebhooks.webhooks import Webhook
 
 from api.app import create_app
@@ -38,7 +39,6 @@ from tests.fakes.smtp import SmtpSink
 from tests.fakes.webhook_receiver import WebhookReceiver
 from tests.notifier_setup import email_section, slack_section
 from tests.test_workers_support import Recorder, recorder_for
-from workers.demo import Ledger
 from workers.resumer import Resumer
 
 # ---- a scripted agent that asks for three approvals in one round, then one more ----------
@@ -109,7 +109,7 @@ def fleet_config(slack: FakeSlack, smtp: SmtpSink, receiver: WebhookReceiver) ->
             "email": email_section(smtp, lists={"leads": {"to": ["lead@example.com"]}}),
             "approvers": {"alice": {"roles": ["finance"]}, "bob": {"roles": ["finance"]}},
             "agents": {
-                "refunds": {"path": "workers.demo:agent", "deps": "workers.demo:make_deps"},
+                "refunds": {"path": "refunds_demo:agent", "deps": "refunds_demo:make_deps"},
                 "trio": {
                     "path": "tests.test_rules_fleet:trio",
                     "deps": "tests.test_workers_support:make_recorder",
@@ -298,7 +298,7 @@ ALICE = "tok-alice-rules-fleet"  # finance, no `policy`
 
 def channels_config() -> Config:
     """`refunds` waits in the inbox's queue, `refunds_web` in one decided only by webhook ops."""
-    demo = {"path": "workers.demo:agent", "deps": "workers.demo:make_deps"}
+    demo = {"path": "refunds_demo:agent", "deps": "refunds_demo:make_deps"}
     return parse_config(
         {
             "queues": {"default": {"channels": ["inbox"]}, "web": {"channels": ["webhook:ops"]}},

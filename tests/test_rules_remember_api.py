@@ -32,7 +32,7 @@ def person(token: str, roles: list[str]) -> dict[str, Any]:
 
 RAW = {
     "queues": {"default": {"channels": ["inbox"]}},
-    "agents": {"refunds": {"path": "workers.demo:agent"}},
+    "agents": {"refunds": {"path": "refunds_demo:agent"}},
     "approvers": {
         "pat": person("tok-pat", ["policy"]),
         "alice": person("tok-alice", ["finance"]),
@@ -98,7 +98,7 @@ def test_rest_remember_refusals_write_nothing(client, api_broker: Broker) -> Non
 
 @pytest.fixture
 def env(redis_url: str, tmp_config, monkeypatch) -> None:
-    path = tmp_config('[queues.default]\n[agents.refunds]\npath = "workers.demo:agent"\n')
+    path = tmp_config('[queues.default]\n[agents.refunds]\npath = "refunds_demo:agent"\n')
     monkeypatch.setenv("APPROVAL_BROKER_REDIS_URL", redis_url)
     monkeypatch.setenv("APPROVAL_BROKER_CONFIG", str(path))
     monkeypatch.setenv("APPROVAL_BROKER_KEY_PREFIX", "t:")

@@ -23,7 +23,7 @@ def cfg() -> Config:
                 "default": {"channels": ["inbox"]},
                 "finance": {"channels": ["inbox"], "roles": ["finance"]},
             },
-            "agents": {"payments": {"path": "workers.demo:agent"}},
+            "agents": {"payments": {"path": "refunds_demo:agent"}},
             "approvers": {
                 "bob": person("tok-bob", ["ops", "requester"]),
                 "pat": person("tok-pat", ["policy"]),

@@ -26,7 +26,7 @@ def person(token: str, roles: list[str]) -> dict[str, Any]:
 
 RAW = {
     "queues": {"default": {"channels": ["inbox"]}},
-    "agents": {"refunds": {"path": "workers.demo:agent"}},
+    "agents": {"refunds": {"path": "refunds_demo:agent"}},
     "approvers": {
         "pat": person("tok-pat", ["policy"]),
         "alice": person("tok-alice", ["finance"]),
@@ -154,7 +154,7 @@ CONFIG_TOML = """
 [queues.default]
 channels = ["inbox"]
 [agents.refunds]
-path = "workers.demo:agent"
+path = "refunds_demo:agent"
 [[rules]]
 id = "small"
 effect = "allow"

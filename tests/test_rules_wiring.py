@@ -23,7 +23,7 @@ from broker.text import as_str
 
 CONFIG = {
     "queues": {"default": {"channels": ["inbox"]}},
-    "agents": {"refunds": {"path": "workers.demo:agent"}},
+    "agents": {"refunds": {"path": "refunds_demo:agent"}},
     "approvers": {
         "pat": {"roles": ["policy"]},
         "alice": {"roles": ["finance"]},

@@ -5,9 +5,9 @@ from __future__ import annotations
 from pydantic_ai import Agent, CallDeferred, DeferredToolRequests
 from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart, ToolCallPart
 from pydantic_ai.models.function import AgentInfo, FunctionModel
+from refunds_demo import Ledger, make_deps, refunds_agent  # your own agent and deps factory here
 
 from broker.testing import InMemoryBroker
-from workers.demo import Ledger, make_deps, refunds_agent  # your own agent and deps factory here
 
 
 def test_big_refund_waits_for_a_person() -> None:

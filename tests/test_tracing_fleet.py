@@ -59,8 +59,8 @@ effect = "allow"
 tool = "ping"
 
 [agents.refunds]
-path = "workers.demo:agent"
-deps = "workers.demo:make_deps"
+path = "refunds_demo:agent"
+deps = "refunds_demo:make_deps"
 """
 
 

@@ -21,6 +21,7 @@ import httpx
 import pytest
 from redis import Redis
 from redis.connection import UnixDomainSocketConnection
+from refunds_demo import AGENT_NAME, register_demo
 
 from approval_broker.up import banner
 from broker.client import Broker
@@ -44,7 +45,6 @@ from tests.conftest import wait_for
 from tests.fakes.deciding_receiver import DecidingReceiver, mix_policy
 from tests.fleet_processes import Fleet
 from tests.test_up import healthy, start_up, stop_up
-from workers.demo import AGENT_NAME, register_demo
 
 ADMIN = "ab_test-admin-token-for-unix-sockets"
 SECRET = "whsec_" + base64.b64encode(b"unix-socket-test-secret-0123456").decode()

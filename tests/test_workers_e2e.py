@@ -10,6 +10,7 @@ from __future__ import annotations
 import time
 
 import pytest
+from refunds_demo import Ledger
 from rq import SimpleWorker
 from rq.serializers import JSONSerializer
 
@@ -19,10 +20,9 @@ from broker.models import Decision, Request, Run, RunStatus, Status
 from broker.runs import resume_job_id, run_queue, start_run
 from tests.test_workers_support import FLAKY, SECRET, recorder_for
 from workers import jobs
-from workers.demo import Ledger
 from workers.resumer import Resumer
 
-DEMO = "workers.demo:agent"
+DEMO = "refunds_demo:agent"
 
 
 class Fleet:
@@ -59,7 +59,7 @@ def fleet(bound: Broker) -> Fleet:
 
 @pytest.fixture
 def refunds(broker: Broker) -> Ledger:
-    register_agent(broker, "refunds", DEMO, deps="workers.demo:make_deps", max_rounds=3)
+    register_agent(broker, "refunds", DEMO, deps="refunds_demo:make_deps", max_rounds=3)
     return Ledger(broker.redis, broker.keys.prefix)
 
 
@@ -278,7 +278,7 @@ def test_agent_registered_in_another_process_as_an_object_fails_clearly(
 
 
 def test_deps_factory_gets_the_run_and_its_data(broker: Broker, fleet: Fleet) -> None:
-    register_agent(broker, "refunds", DEMO, deps="workers.demo:make_deps")
+    register_agent(broker, "refunds", DEMO, deps="refunds_demo:make_deps")
     run = start_run(broker, "refunds", "Refund $70 on order A100 because scuffed.", deps={"limit": 100})  # fmt: skip
     run = fleet.run(run.id)  # under this run's own limit: no approval asked
     assert run.status is RunStatus.finished and run.output["refunded"] is True

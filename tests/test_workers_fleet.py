@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 from redis import Redis
+from refunds_demo import Ledger
 
 from broker.client import Broker
 from broker.config import load_config
@@ -22,7 +23,6 @@ from broker.models import Decision, RunStatus
 from broker.runs import start_run, wait_run
 from tests.conftest import wait_for
 from tests.test_workers_support import recorder_for
-from workers.demo import Ledger
 
 CONFIG = """
 [queues.default]
@@ -33,8 +33,8 @@ timeout_s = 600
 channels = ["inbox"]
 
 [agents.refunds]
-path = "workers.demo:agent"
-deps = "workers.demo:make_deps"
+path = "refunds_demo:agent"
+deps = "refunds_demo:make_deps"
 max_rounds = 3
 
 [agents.asker]

@@ -167,7 +167,7 @@ def test_transient_errors_are_the_ones_worth_retrying(exc: Exception, transient:
 def test_a_job_that_died_between_saving_and_registering_registers_on_retry(
     broker: Broker, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    register_agent(broker, "refunds", "workers.demo:agent", deps="workers.demo:make_deps")
+    register_agent(broker, "refunds", "refunds_demo:agent", deps="refunds_demo:make_deps")
     run = start_run(broker, "refunds", "Refund $120 on order A103 because the floor is torn.")
     real_create_round = broker.create_round
 
@@ -195,7 +195,7 @@ def test_a_job_that_died_between_saving_and_registering_registers_on_retry(
 def test_final_attempt_of_a_transient_error_fails_the_run(
     broker: Broker, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    register_agent(broker, "refunds", "workers.demo:agent", deps="workers.demo:make_deps")
+    register_agent(broker, "refunds", "refunds_demo:agent", deps="refunds_demo:make_deps")
     run = start_run(broker, "refunds", "Refund $120 on order A103 because the floor is torn.")
 
     def redis_gone(*args: Any, **kwargs: Any) -> Any:

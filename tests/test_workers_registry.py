@@ -22,8 +22,8 @@ def test_registered_agent_is_known_fleet_wide_with_its_spec(broker: Broker) -> N
     spec = register_agent(
         broker,
         "refunds",
-        "workers.demo:agent",
-        deps="workers.demo:make_deps",
+        "refunds_demo:agent",
+        deps="refunds_demo:make_deps",
         tool_queues={"issue_refund": "managers"},
         max_rounds=4,
     )
@@ -33,7 +33,7 @@ def test_registered_agent_is_known_fleet_wide_with_its_spec(broker: Broker) -> N
     # another process (a fresh Broker on the same Redis) loads the same agent
     other = Broker(Redis(connection_pool=broker.redis.connection_pool), broker.config, prefix="t:")
     loaded = load_agent(other, "refunds")
-    from workers.demo import agent, make_deps
+    from refunds_demo import agent, make_deps
 
     assert loaded.agent is agent and loaded.deps_factory is make_deps
     unregister_agent(broker, "refunds")
@@ -43,19 +43,19 @@ def test_registered_agent_is_known_fleet_wide_with_its_spec(broker: Broker) -> N
 def test_default_max_rounds_is_the_fleets(redis: Redis) -> None:
     config = parse_config({"broker": {"max_rounds": 7}})
     broker = Broker(redis, config, prefix="t:")
-    assert register_agent(broker, "a", "workers.demo:agent").max_rounds == 7
+    assert register_agent(broker, "a", "refunds_demo:agent").max_rounds == 7
 
 
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [
-        ({"agent": "workers.demo"}, "is not an import path"),
-        ({"agent": "workers.demo:agent", "deps": "nope"}, "is not an import path"),
-        ({"agent": "workers.demo:agent", "queue": "nowhere"}, "queue 'nowhere' is not defined"),
-        ({"agent": "workers.demo:agent", "tool_queues": {"t": "x"}}, "queue 'x' is not defined"),
-        ({"agent": "workers.demo:agent", "name": "bad name!"}, "may hold only letters"),
+        ({"agent": "refunds_demo"}, "is not an import path"),
+        ({"agent": "refunds_demo:agent", "deps": "nope"}, "is not an import path"),
+        ({"agent": "refunds_demo:agent", "queue": "nowhere"}, "queue 'nowhere' is not defined"),
+        ({"agent": "refunds_demo:agent", "tool_queues": {"t": "x"}}, "queue 'x' is not defined"),
+        ({"agent": "refunds_demo:agent", "name": "bad name!"}, "may hold only letters"),
         (
-            {"agent": "workers.demo:agent", "deps": 42},
+            {"agent": "refunds_demo:agent", "deps": 42},
             "deps must be an import path or a callable",
         ),  # fmt: skip
     ],
@@ -71,11 +71,11 @@ def test_bad_registrations_are_refused_clearly(
 
 def test_config_agents_win_and_cannot_be_shadowed(redis: Redis) -> None:
     config = parse_config(
-        {"agents": {"refunds": {"path": "workers.demo:agent", "deps": "workers.demo:make_deps"}}}
+        {"agents": {"refunds": {"path": "refunds_demo:agent", "deps": "refunds_demo:make_deps"}}}
     )
     broker = Broker(redis, config, prefix="t:")
     assert "refunds" in known_agents(broker)
-    assert agent_spec(broker, "refunds").path == "workers.demo:agent"
+    assert agent_spec(broker, "refunds").path == "refunds_demo:agent"
     with pytest.raises(InvalidInput, match="defined in the config"):
         register_agent(broker, "refunds", "tests.test_workers_support:ask_agent")
 
@@ -85,7 +85,7 @@ def test_starting_an_unknown_agent_or_bad_deps_is_refused_before_anything_is_sto
 ) -> None:
     with pytest.raises(NotFound, match="no agent named 'ghost'"):
         start_run(broker, "ghost", "hi")
-    register_agent(broker, "refunds", "workers.demo:agent")
+    register_agent(broker, "refunds", "refunds_demo:agent")
     with pytest.raises(InvalidInput, match="deps must be JSON-serializable"):
         start_run(broker, "refunds", "hi", deps={"when": object()})
     assert list(broker.redis.scan_iter(broker.keys.prefix + "run:*")) == []
@@ -93,7 +93,7 @@ def test_starting_an_unknown_agent_or_bad_deps_is_refused_before_anything_is_sto
 
 
 def test_start_run_stores_a_queued_run_and_one_job(broker: Broker) -> None:
-    register_agent(broker, "refunds", "workers.demo:agent")
+    register_agent(broker, "refunds", "refunds_demo:agent")
     run = start_run(broker, "refunds", "hi", deps={"limit": 5})
     assert run.status is RunStatus.queued and run.round == 0
     job = run_queue(broker).fetch_job(run_job_id(run.id))
@@ -106,8 +106,8 @@ def test_start_run_stores_a_queued_run_and_one_job(broker: Broker) -> None:
     ("path", "message"),
     [
         ("no_such_module_xyz:agent", "cannot import 'no_such_module_xyz'"),
-        ("workers.demo:nothing_here", "has no 'nothing_here'"),
-        ("workers.demo:ORDERS", "is not a pydantic-ai Agent"),
+        ("refunds_demo:nothing_here", "has no 'nothing_here'"),
+        ("refunds_demo:ORDERS", "is not a pydantic-ai Agent"),
     ],
 )
 def test_agents_that_cannot_be_loaded_say_why(
@@ -120,17 +120,17 @@ def test_agents_that_cannot_be_loaded_say_why(
 
 
 def test_registering_again_replaces_the_in_process_agent(broker: Broker) -> None:
-    from workers.demo import agent as demo_agent
+    from refunds_demo import agent as demo_agent
 
     local = LocalAgents()
     inline = Agent(FunctionModel(lambda messages, info: ModelResponse(parts=[TextPart("hi")])))
     register_agent(broker, "x", inline, deps=lambda ctx: "inline deps", local=local)
     assert load_agent(broker, "x", local).agent is inline
 
-    register_agent(broker, "x", "workers.demo:agent", deps="workers.demo:make_deps", local=local)
+    register_agent(broker, "x", "refunds_demo:agent", deps="refunds_demo:make_deps", local=local)
     loaded = load_agent(broker, "x", local)
     assert loaded.agent is demo_agent  # not the object registered before
-    from workers.demo import make_deps
+    from refunds_demo import make_deps
 
     assert loaded.deps_factory is make_deps
 
@@ -164,7 +164,7 @@ def test_a_run_and_its_first_job_are_stored_together_or_not_at_all(broker: Broke
     from redis.client import Pipeline
     from redis.exceptions import ConnectionError as RedisConnectionError
 
-    register_agent(broker, "refunds", "workers.demo:agent")
+    register_agent(broker, "refunds", "refunds_demo:agent")
     with (
         mock.patch.object(Pipeline, "execute", side_effect=RedisConnectionError("gone")),
         pytest.raises(RedisConnectionError),

@@ -81,7 +81,9 @@ class SlotWorker(SimpleWorker):
 class Slots:
     """N slot threads on one queue, plus the thread that beats, cleans and schedules for them."""
 
-    def __init__(self, queue_name: str, connection: Redis, concurrency: int) -> None:
+    def __init__(
+        self, queue_name: str, connection: Redis, concurrency: int, log_level: str = "WARNING"
+    ) -> None:
         self.queue_name = queue_name
         self.connection = connection
         base = f"{os.getpid()}.{uuid.uuid4().hex[:8]}"
@@ -100,7 +102,9 @@ class Slots:
             [queue_name], name=f"{base}.upkeep", connection=connection, serializer=JSONSerializer
         )
         self.upkeep_token = base
-        self.scheduler = RQScheduler([queue_name], connection=connection, serializer=JSONSerializer)
+        self.scheduler = RQScheduler(  # its lock line only with `up --verbose` (`log_level`)
+            [queue_name], connection=connection, serializer=JSONSerializer, logging_level=log_level
+        )
         self.stop = threading.Event()
         self._busy = 0
         self._busy_lock = threading.Lock()

@@ -63,7 +63,8 @@ def run_worker(
     broker = Broker.from_settings(settings, config, patient=True)
     sync_at_start(broker.requests.rules)  # the config's [[rules]], before the first round
     jobs.bind(broker)
-    logging.getLogger("rq.worker").setLevel(logging.WARNING)  # a line per job is too many
+    # RQ's line per job is too many for a terminal; `up --verbose` (log level INFO) shows them
+    logging.getLogger("rq.worker").setLevel(settings.log_level)
     stop = threading.Event()
     thread: threading.Thread | None = None
     if with_resumer:
@@ -79,7 +80,16 @@ def run_worker(
     shared = SharedLoop(run_timeout_s=section.run_timeout_s, loop_block_s=section.loop_block_s)
     run_coroutines_with(shared.run)
     try:
-        asyncio.run(_serve(broker, shared, slots_n, burst=burst, with_resumer=with_resumer))
+        asyncio.run(
+            _serve(
+                broker,
+                shared,
+                slots_n,
+                burst=burst,
+                with_resumer=with_resumer,
+                log_level=settings.log_level,
+            )
+        )
     finally:
         run_coroutines_with(None)
         stop.set()
@@ -88,12 +98,18 @@ def run_worker(
 
 
 async def _serve(
-    broker: Broker, shared: SharedLoop, concurrency: int, *, burst: bool, with_resumer: bool
+    broker: Broker,
+    shared: SharedLoop,
+    concurrency: int,
+    *,
+    burst: bool,
+    with_resumer: bool,
+    log_level: str = "WARNING",
 ) -> None:
     """The main thread's loop: serve the slots' runs until they have all ended."""
     loop = asyncio.get_running_loop()
     shared.attach(loop)
-    slots = Slots(RUN_QUEUE, broker.store.rq_redis, concurrency)
+    slots = Slots(RUN_QUEUE, broker.store.rq_redis, concurrency, log_level)
     signals = {"n": 0}
 
     def on_signal() -> None:

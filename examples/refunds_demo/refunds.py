@@ -18,9 +18,9 @@
 Offline it runs on `script`, a FunctionModel that follows the prompt deterministically; set
 APPROVAL_BROKER_DEMO_MODEL (e.g. "openai:gpt-4o-mini") to use a real model instead.
 
-This module is the agent and its tools; the orders and ledger are `workers/demo_shop.py`, the
-scripted model `workers/demo_model.py`, what `up --demo` starts `workers/demo_runs.py`. Every
-name stays importable from here (`workers.demo:agent`, `workers.demo:make_deps`, ...).
+This module is the agent and its tools; the orders and ledger are `refunds_demo/shop.py`, the
+scripted model `refunds_demo/model.py`, what `up --demo` starts `refunds_demo/runs.py`. The
+package re-exports every public name (`refunds_demo:agent`, `refunds_demo:make_deps`, ...).
 """
 
 from __future__ import annotations
@@ -39,74 +39,24 @@ from pydantic_ai import (
 )
 
 from broker.ask import ask, question
-from workers.demo_model import Ask, demo_model, script
-from workers.demo_runs import (
-    DEMO_PROMPTS,
-    QUESTION_DEMO_CUSTOMER,
-    QUESTION_DEMO_PROMPT,
-    RULE_DEMO,
-    RULE_DEMO_CUSTOMER,
-    RULE_DEMO_PROMPT,
-    add_demo_rule,
-    register_demo,
-    start_demo,
-    start_demo_runs,
-    start_question_demo_run,
-    start_rule_demo_run,
-)
-from workers.demo_shop import (
+from refunds_demo.model import demo_model
+from refunds_demo.shop import (
     AGENT_NAME,
     AUTO_REFUND_LIMIT,
-    ORDERS,
     QUEUE,
     SPLIT_PAYMENT,
     TWO_PERSON_LIMIT,
     AlreadyRefunded,
-    Ledger,
     Order,
     Refund,
     RefundDeps,
-    make_deps,
 )
-
-__all__ = [  # what other code imports from `workers.demo` (the modules behind it may move)
-    "AGENT_NAME",
-    "AUTO_REFUND_LIMIT",
-    "DEMO_PROMPTS",
-    "ORDERS",
-    "QUESTION_DEMO_CUSTOMER",
-    "QUESTION_DEMO_PROMPT",
-    "QUEUE",
-    "RULE_DEMO",
-    "RULE_DEMO_CUSTOMER",
-    "RULE_DEMO_PROMPT",
-    "SPLIT_PAYMENT",
-    "TWO_PERSON_LIMIT",
-    "AlreadyRefunded",
-    "Ask",
-    "Ledger",
-    "Order",
-    "Refund",
-    "RefundDeps",
-    "RefundOutcome",
-    "add_demo_rule",
-    "agent",
-    "demo_model",
-    "make_deps",
-    "refunds_agent",
-    "register_demo",
-    "script",
-    "start_demo",
-    "start_demo_runs",
-    "start_question_demo_run",
-    "start_rule_demo_run",
-]
 
 
 def _deps(ctx: RunContext[RefundDeps]) -> RefundDeps:
     if not isinstance(ctx.deps, RefundDeps):
         raise RuntimeError(
-            "the refunds demo needs its deps factory: register it with deps='workers.demo:make_deps'"
+            "the refunds demo needs its deps factory: register it with deps='refunds_demo:make_deps'"
         )
     return ctx.deps
 

@@ -1,18 +1,21 @@
 """What `approval-broker up --demo` starts: the demo agent registered for the fleet, its runs
-and the demo's policy rule. The agent is named by import path (`workers.demo:agent`), so any
-worker can run it; this module never imports the agent itself.
+and the demo's policy rule; and what `up` without `--demo` takes back (`withdraw_demo`), so the
+demo's agent and rule never outlive the demo on a Redis that keeps them. The agent is named by
+import path (`refunds_demo:agent`), so any worker can run it; this module never imports the
+agent itself.
 """
 
 from __future__ import annotations
 
-from broker.agents import register_agent
+from broker.agents import agent_spec, register_agent, unregister_agent
 from broker.client import Broker
+from broker.errors import NotFound
 from broker.rules import RuleExists, parse_body
 from broker.runs import start_run
-from workers.demo_shop import AGENT_NAME, QUEUE
+from refunds_demo.shop import AGENT_NAME, QUEUE
 
-AGENT_PATH = "workers.demo:agent"
-DEPS_PATH = "workers.demo:make_deps"
+AGENT_PATH = "refunds_demo:agent"
+DEPS_PATH = "refunds_demo:make_deps"
 
 DEMO_PROMPTS = (
     "Please refund $120 on order A103 because the tent arrived with a torn floor.",
@@ -46,11 +49,42 @@ RULE_DEMO_CUSTOMER = "c-regular"
 
 
 def add_demo_rule(broker: Broker) -> None:
-    """Keep the demo's policy rule (made once, by `demo`; a restart finds it in place)."""
+    """Keep the demo's policy rule (made once, by `demo`; a restart finds it in place).
+
+    One that `withdraw_demo` revoked is made anew: a revoked rule never matches again, and the
+    demo's run must still be decided by it."""
+    rules = broker.requests.rules
     try:
-        broker.requests.rules.create(parse_body(RULE_DEMO), created_by="demo")
+        rules.create(parse_body(RULE_DEMO), created_by="demo")
     except RuleExists:
-        pass
+        existing = rules.get(RULE_DEMO["id"])
+        if existing.revoked_at is None:
+            return
+        rules.discard(existing)  # its creation and revocation stay in the audit trail
+        rules.create(parse_body(RULE_DEMO), created_by="demo")
+
+
+def withdraw_demo(broker: Broker) -> list[str]:
+    """Take back what an earlier `up --demo` left in Redis: the demo agent it registered and
+    its rule (revoked, so the audit trail says so). A config's own `[agents.refunds]` stays.
+    Returns what was withdrawn, for `up` to say."""
+    gone: list[str] = []
+    if AGENT_NAME not in broker.config.agents:
+        try:
+            spec = agent_spec(broker, AGENT_NAME)
+        except NotFound:
+            spec = None
+        if spec is not None and spec.path == AGENT_PATH:  # the demo's, not one of the user's
+            unregister_agent(broker, AGENT_NAME)
+            gone.append(f"agent {AGENT_NAME}")
+    try:
+        rule = broker.requests.rules.get(RULE_DEMO["id"])
+    except NotFound:
+        rule = None
+    if rule is not None and rule.revoked_at is None and rule.created_by == "demo":
+        broker.requests.rules.revoke(rule.id, by="demo")
+        gone.append(f"rule {rule.id}")
+    return gone
 
 
 def start_rule_demo_run(broker: Broker) -> str:

@@ -3,7 +3,8 @@
 The ledger is a Redis hash per customer (so a forked worker and the test that checks it see the
 same thing) and pays an order once: a job retried after its worker died may run the refund step
 again (`attempts` counts each run), and the ledger still holds one refund. This module knows no
-agent and no model (`workers/demo.py` is the agent).
+agent and no model (`refunds_demo/refunds.py` is the agent). Its Redis keys are its own
+(`ledger_key`, `attempts_key`): the broker's key registry knows nothing of the demo.
 """
 
 from __future__ import annotations
@@ -15,7 +16,6 @@ from dataclasses import dataclass, field
 from redis import Redis
 
 from broker.agents import DepsContext
-from broker.keys import Keys
 
 AGENT_NAME = "refunds"
 QUEUE = "default"
@@ -40,6 +40,8 @@ ORDERS: dict[str, Order] = {
         Order("A103", "Two-person tent", 240.00, "delivered"),
         Order("A104", "Camping stove", 65.00, "cancelled"),
         Order("A105", "Headlamp", 45.00, "delivered"),
+        # no demo run touches it: the walkthrough's own run over HTTP refunds it
+        Order("A106", "Sleeping bag", 95.00, "delivered"),
     ]
 }
 # Paid partly with a gift card: the money can go back to the card or as store credit, and the
@@ -61,6 +63,16 @@ class Refund:
     at: float
 
 
+def ledger_key(prefix: str, customer: str | None = None) -> str:
+    """Hash: a customer's ledger, order id -> refund JSON (no customer: the shop's own)."""
+    return f"{prefix}demo:ledger" + (f":{customer}" if customer else "")
+
+
+def attempts_key(prefix: str, customer: str | None = None) -> str:
+    """Hash: how often the refund step ran, tool call id -> count (a retried job shows)."""
+    return f"{prefix}demo:attempts" + (f":{customer}" if customer else "")
+
+
 _CUSTOMER = re.compile(r"[A-Za-z0-9][\w.-]{0,99}")
 
 
@@ -74,9 +86,8 @@ class Ledger:
             )
         self.redis = redis
         self.customer = customer
-        keys = Keys(prefix)
-        self.key = keys.demo_ledger(customer)
-        self.attempts_key = keys.demo_attempts(customer)
+        self.key = ledger_key(prefix, customer)
+        self.attempts_key = attempts_key(prefix, customer)
 
     def record(self, refund: Refund) -> Refund:
         """Write a refund unless the order has one; a retried call gets its own refund back.
