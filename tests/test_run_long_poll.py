@@ -31,7 +31,7 @@ from tests.conftest import jobs_bound_to, wait_for, work
 ADMIN = "tok-admin-long-poll-0123456789"
 SEES = "tok-starter-long-poll-0123456789"
 OTHER = "tok-other-long-poll-0123456789"
-DEMO = "workers.demo:agent"
+DEMO = "refunds_demo:agent"
 PROMPT = "Refund $120 on order A103 because the floor is torn."
 
 
@@ -52,7 +52,7 @@ def cfg() -> Config:
 def api_broker(make_broker_on: Callable[..., Broker], cfg: Config) -> Iterator[Broker]:
     """On a single Redis or the local cluster (RQ then on a single Redis beside it)."""
     broker = make_broker_on(cfg)
-    register_agent(broker, "refunds", DEMO, deps="workers.demo:make_deps", max_rounds=3)
+    register_agent(broker, "refunds", DEMO, deps="refunds_demo:make_deps", max_rounds=3)
     with jobs_bound_to(broker):
         yield broker
 
