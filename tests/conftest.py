@@ -8,34 +8,28 @@ from __future__ import annotations
 
 import itertools
 import secrets
-import signal
-import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
 from redis import Redis
-from rq import SimpleWorker
-from rq.serializers import JSONSerializer
 
 from broker.client import Broker
 from broker.config import Config, Settings, parse_config
 from broker.links import SECRET_ENV
 from broker.redis_server import EmbeddedRedis
-from broker.runs import run_queue
-from tests.backends import (  # noqa: F401 - fixtures the modules on both backends build on
+from tests.support.backends import (  # noqa: F401 - fixtures the modules on both backends build on
     backend_param,
     on_backend_connect,
     on_backend_env,
     on_backend_make_broker,
     on_backend_rq,
 )
-from tests.cluster_harness import cluster_client, redis_cluster  # noqa: F401 - fixtures
-from tests.notifier_setup import fake_receiver, fake_slack, fake_smtp  # noqa: F401 - the fakes
-from workers import jobs
+from tests.support.cluster_harness import cluster_client, redis_cluster  # noqa: F401 - fixtures
+from tests.support.jobs import jobs_bound_to
+from tests.support.notifier_setup import fake_receiver, fake_slack, fake_smtp  # noqa: F401 - the fakes
 
 _db_numbers = itertools.cycle(range(1, 16))
 
@@ -114,18 +108,6 @@ def broker(redis: Redis, config: Config) -> Broker:
     return Broker(redis, config, prefix="t:")
 
 
-def wait_for(predicate: Callable[[], Any], timeout: float = 10.0, interval: float = 0.02) -> Any:
-    """Poll until `predicate()` is truthy, or fail after `timeout` seconds."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"condition not met within {timeout}s")
-        time.sleep(interval)
-
-
 @pytest.fixture
 def tmp_config(tmp_path: Path) -> Callable[[str], Path]:
     def write(text: str) -> Path:
@@ -136,31 +118,11 @@ def tmp_config(tmp_path: Path) -> Callable[[str], Path]:
     return write
 
 
-@contextmanager
-def jobs_bound_to(broker: Broker) -> Iterator[Broker]:
-    """Run RQ jobs in this process against `broker`; restore the signal handlers RQ replaces."""
-    handlers = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
-    jobs.bind(broker)
-    try:
-        yield broker
-    finally:
-        jobs.bind(None)
-        for s, handler in handlers.items():
-            signal.signal(s, handler)
-
-
 @pytest.fixture
 def bound(broker: Broker) -> Iterator[Broker]:
     """The test's broker, with in-process RQ jobs bound to it."""
     with jobs_bound_to(broker):
         yield broker
-
-
-def work(broker: Broker) -> None:
-    """Run every queued agent job in this process (RQ's SimpleWorker, burst mode)."""
-    SimpleWorker(
-        [run_queue(broker)], connection=broker.store.rq_redis, serializer=JSONSerializer
-    ).work(burst=True, logging_level="WARNING")
 
 
 @pytest.fixture
@@ -181,3 +143,22 @@ def client(api_broker: Broker, cfg: Config, api_settings: Settings) -> Iterator[
 
     with TestClient(create_app(api_settings, cfg, api_broker)) as c:
         yield c
+
+
+_LEVEL_ORDER = {"system": 1, "integration": 2, "unit": 3}
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Run the fleet tests first, then system, integration and unit tests (each in file order).
+
+    Under pytest-xdist the fleet test alone takes minutes: started last it would be the tail of
+    the run, started first the other workers get through everything else meanwhile. Short unit
+    tests last fill the workers' ends evenly.
+    """
+
+    def rank(item: pytest.Item) -> int:
+        if item.get_closest_marker("fleet") is not None:
+            return 0
+        return _LEVEL_ORDER.get(item.path.parent.name, 2)
+
+    items.sort(key=rank)

@@ -15,14 +15,10 @@ from broker.config import Config, parse_config
 from broker.deciding import Deciding
 from broker.errors import Conflict
 from broker.models import Decision, NewRequest, Request
-from tests.backends import (  # noqa: F401 - redis, broker, api_broker on both backends
-    on_backend,
-    on_backend_api_broker,
-    on_backend_broker,
-)
-from tests.conftest import wait_for
-from tests.test_decide import snapshot
-from tests.test_quorum import SIGNING, slack_click
+from tests.support.backends import on_backend, on_backend_api_broker, on_backend_broker  # noqa: F401 - redis, broker, api_broker on both backends
+from tests.support.decisions import snapshot
+from tests.support.slack_forms import SIGNING, slack_click
+from tests.support.waiting import wait_for
 
 TOKENS = {"alice": "tok-alice-0123456789abcdef", "eve": "tok-eve-0123456789abcdef0"}
 

@@ -20,13 +20,13 @@ from broker.config import Settings
 from broker.models import Decision
 from broker.text import as_str
 from notifiers.events import parse_entry
-from tests.conftest import wait_for
-from tests.fakes.harness import running
-from tests.fakes.slack import FakeSlack
-from tests.fakes.smtp import SmtpSink
-from tests.fakes.webhook_receiver import WebhookReceiver
-from tests.notifier_setup import every_channel, make_broker, refund, settled
-from tests.test_events import events_of, next_event
+from tests.support.fakes.harness import running
+from tests.support.fakes.slack import FakeSlack
+from tests.support.fakes.smtp import SmtpSink
+from tests.support.fakes.webhook_receiver import WebhookReceiver
+from tests.support.notifier_setup import every_channel, make_broker, refund, settled
+from tests.support.sse import events_of, next_event
+from tests.support.waiting import wait_for
 
 ALICE = {"Authorization": "Bearer tok-alice-fixups-ack-0123"}
 

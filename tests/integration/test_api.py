@@ -28,12 +28,7 @@ from broker.client import Broker
 from broker.config import Config, Settings, parse_config
 from broker.models import NewRequest, Request
 from broker.runs import RUN_QUEUE
-from tests.backends import (  # noqa: F401 - redis, broker, api_broker on both backends
-    on_backend,
-    on_backend_api_broker,
-    on_backend_broker,
-    single_only,
-)
+from tests.support.backends import on_backend, on_backend_api_broker, on_backend_broker, single_only  # noqa: F401 - redis, broker, api_broker on both backends
 
 ADMIN = "tok-admin-of-the-api-tests-0123"
 

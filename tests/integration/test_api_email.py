@@ -16,11 +16,8 @@ from broker.client import Broker
 from broker.config import Config, Settings, parse_config
 from broker.links import new_nonce, read_link, sign_link
 from broker.models import Decision, NewRequest, Outcome, Request
-from tests.backends import (  # noqa: F401 - redis, broker, api_broker on both backends
-    on_backend,
-    on_backend_api_broker,
-    on_backend_broker,
-)
+from tests.support.backends import on_backend, on_backend_api_broker, on_backend_broker  # noqa: F401 - redis, broker, api_broker on both backends
+from tests.support.email_links import link, page_error  # noqa: F401
 
 
 @pytest.fixture
@@ -47,22 +44,6 @@ def make(broker: Broker, **kw: Any) -> Request:
     kw.setdefault("tool_name", "refund")
     kw.setdefault("args", {"order_id": "A1", "amount": 120})
     return broker.create_request(NewRequest(**kw))
-
-
-def link(
-    broker: Broker,
-    req: Request,
-    action: str,
-    to: str = "alice@example.com",
-    nonce: str | None = None,
-) -> str:
-    return "/v1/email/" + sign_link(broker, req.id, to, action, nonce or new_nonce())
-
-
-def page_error(resp: Any, status: int, error: str) -> None:
-    assert resp.status_code == status, resp.text
-    assert resp.headers["content-type"].startswith("text/html")
-    assert f'data-error="{error}"' in resp.text, resp.text
 
 
 def test_get_shows_the_request_and_changes_nothing(client: TestClient, api_broker: Broker) -> None:

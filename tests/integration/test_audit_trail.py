@@ -26,8 +26,8 @@ from broker.scripts import source
 from notifiers.commit import Committer
 from notifiers.parking import ParkedStore
 from notifiers.results import DeliveryResult, ResultKind
-from tests.conftest import wait_for
-from tests.test_notify_batches import _pending_entry
+from tests.support.outbox_entries import pending_entry
+from tests.support.waiting import wait_for
 
 
 def person(token: str, roles: list[str]) -> dict[str, Any]:
@@ -191,7 +191,7 @@ def test_deliveries_are_in_the_trail_from_the_committer_and_the_note_step(
     a = broker.create_request(NewRequest(tool_name="refund", args={"n": 1}))
     committer = Committer(broker, lambda _: None, ParkedStore(broker, lease_s=30), print)
     try:
-        entry = _pending_entry(broker, a.id)
+        entry = pending_entry(broker, a.id)
         committer.put(DeliveryResult(entry, ResultKind.delivered, "webhook:a", "webhook", "204"))
         wait_for(lambda: len(trail_of(broker)) == 2)
     finally:

@@ -12,7 +12,7 @@ from broker.config import parse_config
 from broker.ids import new_id, round_request_id
 from notifiers.copies import keeps_copies
 from notifiers.runner import build_channels
-from tests.fakes.harness import options, webhook
+from tests.support.fakes.harness import options, webhook
 
 
 @pytest.mark.parametrize(

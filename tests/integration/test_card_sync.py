@@ -12,7 +12,7 @@ from broker import card_ids as ids
 from broker.client import Broker
 from broker.config import Settings, parse_config
 from broker.models import Decision, NewRequest, Outcome, Status
-from tests.chat_setup import (  # noqa: F401 - fixtures
+from tests.support.chat_setup import (  # noqa: F401 - fixtures
     ALICE_DC,
     ALICE_TG,
     BOB_DC,
@@ -24,12 +24,12 @@ from tests.chat_setup import (  # noqa: F401 - fixtures
     telegram_section,
     tg_post,
 )
-from tests.conftest import wait_for
-from tests.fakes.discord import FakeDiscord, custom_ids
-from tests.fakes.harness import running
-from tests.fakes.slack import FakeSlack
-from tests.fakes.telegram import FakeTelegram, buttons
-from tests.notifier_setup import fake_slack, settled, slack_section  # noqa: F401 - fixtures
+from tests.support.fakes.discord import FakeDiscord, custom_ids
+from tests.support.fakes.harness import running
+from tests.support.fakes.slack import FakeSlack
+from tests.support.fakes.telegram import FakeTelegram, buttons
+from tests.support.notifier_setup import fake_slack, settled, slack_section  # noqa: F401 - fixtures
+from tests.support.waiting import wait_for
 
 
 def test_copies_left_behind_by_an_escalation_show_the_decision_made_in_the_next_queue(

@@ -21,7 +21,7 @@ from broker.client import Broker
 from broker.config import Settings, parse_config
 from broker.models import Request, RunStatus, Status
 from broker.runs import run_queue, start_run
-from tests.chat_setup import (  # noqa: F401 - fixtures
+from tests.support.chat_setup import (  # noqa: F401 - fixtures
     ALICE_DC,
     ALICE_TG,
     TG_CHAT,
@@ -33,12 +33,13 @@ from tests.chat_setup import (  # noqa: F401 - fixtures
     telegram_section,
     tg_post,
 )
-from tests.conftest import jobs_bound_to, wait_for, work
-from tests.fakes.discord import FakeDiscord, custom_ids
-from tests.fakes.harness import running
-from tests.fakes.slack import FakeSlack
-from tests.fakes.telegram import FakeTelegram, buttons
-from tests.notifier_setup import slack_section
+from tests.support.fakes.discord import FakeDiscord, custom_ids
+from tests.support.fakes.harness import running
+from tests.support.fakes.slack import FakeSlack
+from tests.support.fakes.telegram import FakeTelegram, buttons
+from tests.support.jobs import jobs_bound_to, work
+from tests.support.notifier_setup import slack_section
+from tests.support.waiting import wait_for
 from workers.resumer import Resumer
 
 ADMIN = "admin-token-for-the-chat-channels-fleet"

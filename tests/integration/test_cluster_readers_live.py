@@ -17,8 +17,8 @@ from broker.client import Broker
 from broker.config import Config
 from broker.live_wait import LIVE, RESUMER, claim, claimed_by, wait_and_claim, wait_round
 from broker.models import Decision, NewRequest
-from tests.cluster_reads import blocked_reads
-from tests.conftest import wait_for
+from tests.support.cluster_reads import blocked_reads
+from tests.support.waiting import wait_for
 
 
 @pytest.fixture(params=["single", "cluster"])

@@ -15,7 +15,7 @@ import pytest
 
 from broker.client import Broker
 from broker.models import Decision, NewRequest, Status
-from tests.conftest import wait_for
+from tests.support.waiting import wait_for
 from workers.sweeper import sweep_due, sweep_forever
 
 HOUR = 3600.0

@@ -17,7 +17,7 @@ from broker.client import Broker
 from broker.config import Config, parse_config
 from broker.errors import Conflict
 from broker.models import Decision, HistoryEntry, NewRequest, RunStatus, Status, utcnow
-from tests.test_decide import race
+from tests.support.decisions import race
 
 PUBLIC = {
     "from_settings": [],

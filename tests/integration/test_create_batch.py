@@ -13,7 +13,7 @@ from broker.client import Broker
 from broker.config import parse_config
 from broker.errors import InvalidInput
 from broker.models import NewRequest, Status
-from tests.backends import on_backend  # noqa: F401 - redis on both backends
+from tests.support.backends import on_backend  # noqa: F401 - redis on both backends
 
 CONFIG = {
     "queues": {"default": {}, "finance": {"quorum": 2}},

@@ -21,7 +21,7 @@ from broker.models import NewRequest, Request, Status, args_hash, canonical_json
 from broker.request_hash import canonical_args
 from broker.rules import sync_at_start
 from broker.text import as_str
-from tests.backends import on_backend  # noqa: F401 - redis on both backends
+from tests.support.backends import on_backend  # noqa: F401 - redis on both backends
 
 CONFIG = {
     "queues": {"default": {}, "finance": {"quorum": 2, "timeout_s": 60}, "ops": {}},

@@ -17,8 +17,8 @@ from broker.client import Broker
 from broker.config import parse_config
 from broker.models import NewRequest, Request
 from broker.rules import parse_body
-from tests.acl_user import readme_user
-from tests.backends import on_backend  # noqa: F401 - redis on both backends
+from tests.support.acl_user import readme_user
+from tests.support.backends import on_backend  # noqa: F401 - redis on both backends
 
 CONFIG = {"queues": {"default": {}, "other": {"timeout_s": 60}}}
 PER_REQUEST = {b"id", b"tool_call_id", b"created_at", b"expires_at"}

@@ -17,7 +17,7 @@ from broker.config import parse_config
 from broker.errors import InvalidInput
 from broker.models import NewRequest
 from broker.text import as_str
-from tests.backends import on_backend  # noqa: F401 - redis on both backends
+from tests.support.backends import on_backend  # noqa: F401 - redis on both backends
 
 CONFIG = {"queues": {"default": {}}, "broker": {"stream_maxlen": 1000}}
 

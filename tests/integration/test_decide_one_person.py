@@ -19,8 +19,8 @@ from broker.client import Broker
 from broker.config import Config, parse_config
 from broker.errors import ConfigError
 from broker.models import NewRequest, Request
-from tests.test_api_email import link
-from tests.test_api_webhooks import NEW_SECRET, OTHER_SECRET, post, signed
+from tests.support.email_links import link
+from tests.support.webhooks import NEW_SECRET, OTHER_SECRET, post, signed  # noqa: F401
 
 ALICE = "tok-alice-one-person"
 CAROL = "tok-carol-one-person"

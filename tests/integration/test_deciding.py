@@ -21,11 +21,7 @@ from broker.config import Config, Settings, load_config
 from broker.deciding import Deciding
 from broker.errors import Conflict, InvalidInput
 from broker.models import Decision, NewRequest, Outcome, Request
-from tests.backends import (  # noqa: F401 - redis, broker, api_broker on both backends
-    on_backend,
-    on_backend_api_broker,
-    on_backend_broker,
-)
+from tests.support.backends import on_backend, on_backend_api_broker, on_backend_broker  # noqa: F401 - redis, broker, api_broker on both backends
 
 ADMIN = "admin-token-of-the-deciding-tests"
 CONFIG = f"""

@@ -18,7 +18,7 @@ from broker import card_ids as ids
 from broker.client import Broker
 from broker.config import Settings, parse_config
 from broker.models import Decision, NewRequest, Outcome, Status
-from tests.chat_setup import (  # noqa: F401 - fixtures
+from tests.support.chat_setup import (  # noqa: F401 - fixtures
     ALICE_DC,
     BOB_DC,
     DC_CHANNEL,
@@ -29,10 +29,10 @@ from tests.chat_setup import (  # noqa: F401 - fixtures
     fake_discord,
     people,
 )
-from tests.conftest import wait_for
-from tests.fakes.discord import FakeDiscord, custom_ids
-from tests.fakes.harness import running
-from tests.notifier_setup import settled
+from tests.support.fakes.discord import FakeDiscord, custom_ids
+from tests.support.fakes.harness import running
+from tests.support.notifier_setup import settled
+from tests.support.waiting import wait_for
 
 
 def stat(broker: Broker, name: str) -> int:

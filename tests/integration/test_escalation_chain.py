@@ -17,7 +17,7 @@ from broker.deciding import Deciding
 from broker.errors import Conflict, Forbidden
 from broker.links import new_nonce, read_link, sign_link
 from broker.models import Decision, NewRequest, Outcome, Request
-from tests.test_decide import race
+from tests.support.decisions import race
 
 ADMIN = "admin-token-for-the-harden-tests-0123456789"
 ALICE = Principal("alice", frozenset({"finance"}))

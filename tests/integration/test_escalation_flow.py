@@ -14,15 +14,11 @@ from broker.client import Broker
 from broker.config import parse_config
 from broker.models import Status
 from broker.runs import start_run
-from tests.backends import (  # noqa: F401 - redis, broker, api_broker on both backends
-    on_backend,
-    on_backend_api_broker,
-    on_backend_broker,
-    resume_once,
-)
-from tests.conftest import jobs_bound_to, wait_for, work
-from tests.fakes.harness import SECRET, running, webhook
-from tests.fakes.webhook_receiver import WebhookReceiver
+from tests.support.backends import on_backend, on_backend_api_broker, on_backend_broker, resume_once  # noqa: F401 - redis, broker, api_broker on both backends
+from tests.support.fakes.harness import SECRET, running, webhook
+from tests.support.fakes.webhook_receiver import WebhookReceiver
+from tests.support.jobs import jobs_bound_to, work
+from tests.support.waiting import wait_for
 from workers.demo import Ledger
 from workers.sweeper import sweep_forever
 

@@ -7,13 +7,11 @@ they happened, so those tests compare sets, and check that their requests span p
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -30,8 +28,9 @@ from broker.client import Broker
 from broker.config import Config, Settings, parse_config
 from broker.errors import ConfigError
 from broker.models import Decision, NewRequest, Request
-from tests.cluster_reads import blocked_reads
-from tests.conftest import wait_for
+from tests.support.cluster_reads import blocked_reads
+from tests.support.sse import events_of, next_event  # noqa: F401
+from tests.support.waiting import wait_for
 
 ADMIN = "tok-admin-of-the-event-stream-tests"
 APPROVERS = {
@@ -56,43 +55,6 @@ def config() -> Config:
             },
         }
     )
-
-
-@dataclass
-class Event:
-    event: str | None = None
-    id: str | None = None
-    data: Any = None
-    comment: str | None = None
-
-
-def events_of(lines: Iterator[str]) -> Iterator[Event]:
-    """Parse an SSE body into events and comments (one Event per blank-line-ended block)."""
-    current = Event()
-    for line in lines:
-        if line == "":
-            if current != Event():
-                yield current
-            current = Event()
-        elif line.startswith(":"):
-            current.comment = line[1:].strip()
-        elif line.startswith("event: "):
-            current.event = line.removeprefix("event: ")
-        elif line.startswith("id: "):
-            current.id = line.removeprefix("id: ")
-        elif line.startswith("data: "):
-            current.data = json.loads(line.removeprefix("data: "))
-
-
-def next_event(events: Iterator[Event], within: float = 10.0) -> Event:
-    """The next real event, skipping comments (heartbeats); fails after `within` seconds."""
-    deadline = time.monotonic() + within
-    for item in events:
-        if item.event:
-            return item
-        if time.monotonic() > deadline:
-            raise AssertionError(f"no event within {within}s")
-    raise AssertionError("the stream ended")
 
 
 @pytest.fixture

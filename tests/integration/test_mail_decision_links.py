@@ -13,9 +13,9 @@ from broker.deciding import Deciding
 from broker.email_deciders import email_decider
 from broker.links import read_link
 from broker.models import NewRequest
-from tests.conftest import wait_for
-from tests.fakes.harness import running
-from tests.fakes.smtp import SmtpSink
+from tests.support.fakes.harness import running
+from tests.support.fakes.smtp import SmtpSink
+from tests.support.waiting import wait_for
 
 PUBLIC = "http://approvals.test"
 FINANCE = "fin@example.com"  # approver with finance

@@ -12,9 +12,9 @@ from redis import Redis
 from broker.client import Broker
 from broker.config import parse_config
 from broker.models import NewRequest
-from tests.conftest import wait_for
-from tests.fakes.harness import running
-from tests.fakes.smtp import SmtpSink
+from tests.support.fakes.harness import running
+from tests.support.fakes.smtp import SmtpSink
+from tests.support.waiting import wait_for
 
 
 @pytest.fixture

@@ -17,7 +17,7 @@ from broker.deciding import Deciding
 from broker.errors import InvalidInput
 from broker.models import Decision, Outcome
 from broker.runs import start_run
-from tests.conftest import work
+from tests.support.jobs import work
 
 SCHEMA: dict[str, Any] = {
     "type": "object",

@@ -22,17 +22,12 @@ from broker.models import Decision, NewRequest, Outcome, Request
 from notifiers.events import parse_entry
 from notifiers.parking import Parked, ParkedStore
 from notifiers.retry import RETRY_AFTER_LIMIT_S
-from tests.backends import (  # noqa: F401 - redis, broker, api_broker on both backends
-    on_backend,
-    on_backend_api_broker,
-    on_backend_broker,
-)
-from tests.conftest import wait_for
-from tests.fakes.harness import OLD_SECRET, SECRET, WRONG_SECRET, running, webhook
-from tests.fakes.slack import FakeSlack, request_id_of
-from tests.fakes.smtp import SmtpSink
-from tests.fakes.webhook_receiver import WebhookReceiver
-from tests.notifier_setup import (
+from tests.support.backends import on_backend, on_backend_api_broker, on_backend_broker  # noqa: F401 - redis, broker, api_broker on both backends
+from tests.support.fakes.harness import OLD_SECRET, SECRET, WRONG_SECRET, running, webhook
+from tests.support.fakes.slack import FakeSlack, request_id_of
+from tests.support.fakes.smtp import SmtpSink
+from tests.support.fakes.webhook_receiver import WebhookReceiver
+from tests.support.notifier_setup import (
     PUBLIC,
     email_section,
     make_broker,
@@ -42,6 +37,7 @@ from tests.notifier_setup import (
     settled,
     slack_section,
 )
+from tests.support.waiting import wait_for
 
 
 def stat(broker: Broker, name: str) -> int:

@@ -19,7 +19,7 @@ from notifiers.parking import Parked, ParkedStore
 from notifiers.results import DeliveryResult, ResultKind
 from notifiers.retry import Retry, RetryPolicy
 from notifiers.tasks import InflightEntry, Task, TaskState
-from tests.conftest import wait_for
+from tests.support.waiting import wait_for
 
 CONFIG = parse_config({"queues": {"default": {"channels": ["inbox"]}}})
 STALL_LIMIT_S = 30.0  # a stalled call gives up after this, so a broken test fails, not hangs

@@ -20,9 +20,9 @@ from notifiers.mail import smtp_target
 from notifiers.mail_render import BIDI_CONTROLS, Link, render_mail
 from notifiers.runner import start_notifier
 from notifiers.slack_blocks import render
-from tests.conftest import wait_for
-from tests.fakes.harness import options
-from tests.fakes.slack import FakeSlack
+from tests.support.fakes.harness import options
+from tests.support.fakes.slack import FakeSlack
+from tests.support.waiting import wait_for
 
 NOW = datetime(2025, 1, 2, 3, 4, 5, tzinfo=UTC)
 MENTION = "<!channel>"

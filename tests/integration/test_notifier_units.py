@@ -43,13 +43,9 @@ from notifiers.slack import claim_stale_s, slack_client
 from notifiers.slack_blocks import render
 from notifiers.tasks import InflightEntry, Task
 from notifiers.webhook import Signer, signature_headers, webhook_body
-from tests.backends import (  # noqa: F401 - redis, broker, api_broker on both backends
-    on_backend,
-    on_backend_api_broker,
-    on_backend_broker,
-)
-from tests.conftest import wait_for
-from tests.fakes.harness import OLD_SECRET, SECRET, WRONG_SECRET
+from tests.support.backends import on_backend, on_backend_api_broker, on_backend_broker  # noqa: F401 - redis, broker, api_broker on both backends
+from tests.support.fakes.harness import OLD_SECRET, SECRET, WRONG_SECRET
+from tests.support.waiting import wait_for
 
 NOW = datetime(2025, 1, 2, 3, 4, 5, tzinfo=UTC)
 

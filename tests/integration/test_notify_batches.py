@@ -12,11 +12,10 @@ from broker.client import Broker
 from broker.keys import NOTIFIER_GROUP
 from broker.models import NewRequest
 from notifiers.commit import Committer
-from notifiers.events import REQUESTED, parse_entry
 from notifiers.parking import ParkedStore
 from notifiers.results import DeliveryResult, ResultKind
-from notifiers.tasks import InflightEntry
-from tests.conftest import wait_for
+from tests.support.outbox_entries import pending_entry  # noqa: F401
+from tests.support.waiting import wait_for
 
 # ---- the committer's step ---------------------------------------------------------------
 
@@ -37,17 +36,6 @@ def committed(broker: Broker) -> Iterator[tuple[Broker, Committer, list[str]]]:
     assert fatal == []
 
 
-def _pending_entry(broker: Broker, request_id: str) -> InflightEntry:
-    stream = broker.keys.stream("default")
-    broker.ensure_group(stream, NOTIFIER_GROUP)
-    fields = {"type": REQUESTED, "request_id": request_id}
-    broker.redis.xadd(stream, fields)
-    ((_, entries),) = broker.redis.xreadgroup(NOTIFIER_GROUP, "t", {stream: ">"}, count=1)
-    entry_id = entries[0][0].decode()
-    event = parse_entry(stream, "default", entry_id, fields)
-    return InflightEntry(event, None, remaining={"webhook:a", "webhook:b"})
-
-
 def _pending_ids(broker: Broker) -> list[str]:
     stream = broker.keys.stream("default")
     return [
@@ -61,7 +49,7 @@ def test_one_step_writes_markers_notes_counters_and_acks_only_when_all_are_done(
 ) -> None:
     broker, committer, acked = committed
     request = broker.create_request(NewRequest(tool_name="refund", args={"n": 1}))
-    entry = _pending_entry(broker, request.id)
+    entry = pending_entry(broker, request.id)
     history_before = len(broker.get_request(request.id).history)
 
     committer.put(
@@ -95,8 +83,8 @@ def test_one_step_leaves_a_gone_request_alone_and_survives_a_refused_write(
     committed: tuple[Broker, Committer, list[str]],
 ) -> None:
     broker, committer, acked = committed
-    gone = _pending_entry(broker, "gone-1")
-    broken = _pending_entry(broker, "broken-1")
+    gone = pending_entry(broker, "gone-1")
+    broken = pending_entry(broker, "broken-1")
     broker.redis.set(broker.keys.delivery("broken-1"), "not a hash")  # HSET will be refused
     for entry in (gone, broken):
         for channel in ("webhook:a", "webhook:b"):
@@ -113,7 +101,7 @@ def test_the_step_comes_back_after_redis_forgot_its_script(
 ) -> None:
     broker, committer, acked = committed
     broker.redis.script_flush()  # a restarted or failed-over Redis knows no scripts
-    entry = _pending_entry(broker, "flushed-1")
+    entry = pending_entry(broker, "flushed-1")
     for channel in ("webhook:a", "webhook:b"):
         committer.put(DeliveryResult(entry, ResultKind.delivered, channel, "webhook", "ok"))
     wait_for(lambda: acked == [entry.event.entry_id])

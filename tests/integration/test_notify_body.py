@@ -23,7 +23,7 @@ from notifiers.events import parse_entry
 from notifiers.stored import StoredRequest
 from notifiers.tasks import InflightEntry
 from notifiers.webhook import entry_body, webhook_body
-from tests.fakes.harness import SECRET
+from tests.support.fakes.harness import SECRET
 
 UNICODE = 'é"\\ \n\t\x01\x7f\u2028 😀 \u00a0/'
 

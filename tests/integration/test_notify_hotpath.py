@@ -13,7 +13,7 @@ from standardwebhooks import Webhook
 
 from notifiers.events import EVENT_TYPES, parse_entry
 from notifiers.webhook import Signer, _head
-from tests.fakes.harness import SECRET
+from tests.support.fakes.harness import SECRET
 
 
 def test_signatures_are_the_packages_byte_for_byte() -> None:

@@ -28,12 +28,12 @@ from broker.config import Config, Settings, parse_config
 from broker.links import read_link
 from broker.models import NewRequest, Request, Status
 from broker.slack_forms import ANSWER_FORM, ANSWER_FORM_CALLBACK
-from tests.conftest import wait_for
-from tests.fakes.harness import SECRET, running, webhook
-from tests.fakes.slack import FakeSlack
-from tests.fakes.smtp import SmtpSink
-from tests.fakes.webhook_receiver import WebhookReceiver
-from tests.notifier_setup import email_section, slack_section
+from tests.support.fakes.harness import SECRET, running, webhook
+from tests.support.fakes.slack import FakeSlack
+from tests.support.fakes.smtp import SmtpSink
+from tests.support.fakes.webhook_receiver import WebhookReceiver
+from tests.support.notifier_setup import email_section, slack_section
+from tests.support.waiting import wait_for
 
 SIGNING = "signing-secret-for-question-tests"
 ADMIN = "admin-token-for-question-channel-tests"

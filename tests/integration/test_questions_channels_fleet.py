@@ -1,6 +1,6 @@
 """An agent's structured question, answered over each channel, resumes the run as the contract says.
 
-Real agent runs on RQ jobs run in this process (`tests.conftest.work`), the API in-process, Slack
+Real agent runs on RQ jobs run in this process (`tests.support.jobs.work`), the API in-process, Slack
 as the loopback fake: whichever channel answers (REST, the Slack modal, the email form, a signed
 webhook reply), the model reads one line per question and the tool-return part's metadata is
 the structured answer. The demo's refunds agent asks its question the same way.
@@ -43,9 +43,9 @@ from broker.models import Request, RunStatus
 from broker.outbox import Resumer
 from broker.runs import start_run
 from broker.slack_forms import ANSWER_FORM
-from tests.conftest import jobs_bound_to, work
-from tests.fakes.harness import SECRET, webhook
-from tests.fakes.slack import FakeSlack
+from tests.support.fakes.harness import SECRET, webhook
+from tests.support.fakes.slack import FakeSlack
+from tests.support.jobs import jobs_bound_to, work
 from workers import demo
 
 SIGNING = "signing-secret-for-the-question-fleet"

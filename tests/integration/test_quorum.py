@@ -8,40 +8,29 @@ from __future__ import annotations
 import base64
 import json
 import threading
-import time
 from collections.abc import Callable
 from datetime import UTC, datetime
 from functools import partial
-from itertools import count
 from typing import Any
-from urllib.parse import urlencode
 
 import httpx
 import pytest
 from fastapi.testclient import TestClient
 from redis import Redis
-from slack_sdk.signature import SignatureVerifier
 from standardwebhooks.webhooks import Webhook
 
 from api.app import create_app
 from api.testing import ServerThread
-from broker import slack_ids as ids
 from broker.auth import hash_token
 from broker.client import Broker
 from broker.config import Config, Settings, parse_config
 from broker.models import Decision, NewRequest, Request, args_hash
-from tests.backends import (  # noqa: F401 - redis, broker, api_broker on both backends
-    on_backend,
-    on_backend_api_broker,
-    on_backend_broker,
-    single_only,
-)
-from tests.test_decide import snapshot
+from tests.support.backends import on_backend, on_backend_api_broker, on_backend_broker, single_only  # noqa: F401 - redis, broker, api_broker on both backends
+from tests.support.decisions import snapshot
+from tests.support.slack_forms import SIGNING, _ids, slack_click  # noqa: F401
 
-SIGNING = "8f742231b10e8888abcd99yyyzzz85a5"
 WEBHOOK_SECRET = "whsec_" + base64.b64encode(b"quorum-secret-for-ops-endpoint!!").decode()
 TOKENS = {name: f"tok-{name}-0123456789abcdef" for name in ("alice", "bob", "dave", "svc", "eve")}
-_ids = count()
 
 
 @pytest.fixture
@@ -78,25 +67,6 @@ def cfg() -> Config:
 
 def auth(name: str) -> dict[str, str]:
     return {"Authorization": f"Bearer {TOKENS[name]}"}
-
-
-def slack_click(user: str, request_id: str, action: str = ids.APPROVE) -> tuple[bytes, dict]:
-    payload = {
-        "type": "block_actions",
-        "user": {"id": user},
-        "channel": {"id": "C1"},
-        "trigger_id": f"trig-{next(_ids)}",
-        "actions": [{"action_id": action, "value": request_id, "type": "button"}],
-    }
-    body = urlencode({"payload": json.dumps(payload)}).encode()
-    ts = str(int(time.time()))
-    sig = SignatureVerifier(SIGNING).generate_signature(timestamp=ts, body=body)
-    headers = {
-        "X-Slack-Request-Timestamp": ts,
-        "X-Slack-Signature": str(sig),
-        "Content-Type": "application/x-www-form-urlencoded",
-    }
-    return body, headers
 
 
 def webhook_reply(body: dict[str, Any]) -> tuple[bytes, dict[str, str]]:

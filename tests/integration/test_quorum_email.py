@@ -9,7 +9,7 @@ from fastapi.testclient import TestClient
 from broker.client import Broker
 from broker.config import Config, parse_config
 from broker.models import NewRequest
-from tests.test_api_email import link, page_error
+from tests.support.email_links import link, page_error
 
 
 @pytest.fixture

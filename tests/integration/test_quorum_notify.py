@@ -10,12 +10,12 @@ from redis import Redis
 from broker import slack_ids as ids
 from broker.models import Decision
 from notifiers.events import parse_entry
-from tests.conftest import wait_for
-from tests.fakes.harness import running
-from tests.fakes.slack import FakeSlack
-from tests.fakes.smtp import SmtpSink
-from tests.fakes.webhook_receiver import WebhookReceiver
-from tests.notifier_setup import every_channel, make_broker, refund, settled
+from tests.support.fakes.harness import running
+from tests.support.fakes.slack import FakeSlack
+from tests.support.fakes.smtp import SmtpSink
+from tests.support.fakes.webhook_receiver import WebhookReceiver
+from tests.support.notifier_setup import every_channel, make_broker, refund, settled
+from tests.support.waiting import wait_for
 
 
 def test_a_vote_updates_slack_in_place_and_is_sent_to_webhooks_not_mailed(

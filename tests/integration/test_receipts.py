@@ -27,7 +27,7 @@ from broker.receipt_keys import prepare_receipt_key, private_key_file
 from broker.receipts import CallFacts, ReceiptKeys, ReceiptRefused, Receipts
 from broker.rule_decisions import RuleDecisions
 from broker.rules import sync_at_start
-from tests.receipts_support import key_file, receipts_config
+from tests.support.receipts import key_file, receipts_config
 
 TOKENS = {
     "ann": "tok-ann-0123456789abcdef0123",

@@ -24,8 +24,8 @@ from broker.client import Broker
 from broker.config import Config, Settings, parse_config
 from broker.receipts import REFUSED_TEXT
 from broker.remote import BrokerApprovals, RemoteBroker, Request
-from tests.receipts_support import key_file
-from tests.test_remote import decide_when_asked, make_agent
+from tests.support.receipts import key_file
+from tests.support.remote_agents import decide_when_asked, make_agent
 
 TOKENS = {"agent": "tok-agent", "bob": "tok-bob", "carol": "tok-carol"}
 PROMPT = "Refund $120 on A103 and ask for photos"

@@ -22,11 +22,11 @@ from broker.models import Decision, RunStatus
 from broker.receipt_checks import ReceiptChecks
 from broker.receipts import REFUSED_TEXT, ReceiptRefused
 from broker.runs import enqueue_resume, start_run
-from tests.conftest import jobs_bound_to, work
-from tests.receipts_support import key_file, receipts_config
-from tests.test_workers_support import Recorder, recorder_for
+from tests.support.agents import Recorder, recorder_for
+from tests.support.jobs import jobs_bound_to, work
+from tests.support.receipts import key_file, receipts_config
 
-SUPPORT = "tests.slots_support"
+SUPPORT = "tests.support.slot_agents"
 
 
 @pytest.fixture
@@ -42,7 +42,7 @@ def _broker(redis: Redis, key: Path, **receipts: object) -> Broker:
 
 def _paused_run(broker: Broker) -> tuple[str, str]:
     """A refund run waiting for approval of its one call: (run id, request id)."""
-    register_agent(broker, "refund", f"{SUPPORT}:refund_agent", deps="tests.test_workers_support:make_recorder")  # fmt: skip
+    register_agent(broker, "refund", f"{SUPPORT}:refund_agent", deps="tests.support.agents:make_recorder")  # fmt: skip
     run = start_run(broker, "refund", "Refund A1.")
     work(broker)
     paused = broker.get_run(run.id)

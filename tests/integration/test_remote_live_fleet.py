@@ -28,7 +28,8 @@ from broker.live_wait import LIVE, RESUMER, claim
 from broker.models import Decision, RunStatus
 from broker.outbox import Resumer
 from broker.runs import resume_job_id, run_queue, start_run
-from tests.conftest import jobs_bound_to, wait_for
+from tests.support.jobs import jobs_bound_to
+from tests.support.waiting import wait_for
 from workers import jobs
 
 executed: list[str] = []

@@ -15,7 +15,7 @@ from broker.auth import hash_token
 from broker.client import Broker
 from broker.config import Config, Settings, parse_config
 from broker.remote import RemoteBroker
-from tests.docs_examples import page
+from tests.support.docs_examples import page
 
 README = page("remote-agents.md")
 

@@ -23,10 +23,10 @@ from broker.auth import hash_token
 from broker.client import Broker
 from broker.config import Settings, parse_config
 from broker.remote import BrokerApprovals, RemoteBroker
-from tests.conftest import wait_for
-from tests.fakes.harness import running
-from tests.fakes.slack import FakeSlack, request_id_of
-from tests.test_remote import make_agent
+from tests.support.fakes.harness import running
+from tests.support.fakes.slack import FakeSlack, request_id_of
+from tests.support.remote_agents import make_agent
+from tests.support.waiting import wait_for
 
 SIGNING_SECRET = "remote-slack-signing-secret"
 

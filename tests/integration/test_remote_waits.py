@@ -24,8 +24,8 @@ from broker.config import Config, Settings, parse_config
 from broker.errors import NotFound
 from broker.models import Decision, NewRequest, Request
 from broker.remote import RemoteBroker
-from tests.cluster_reads import blocked_reads
-from tests.conftest import wait_for
+from tests.support.cluster_reads import blocked_reads
+from tests.support.waiting import wait_for
 
 ADMIN = "tok-admin"
 

@@ -14,40 +14,25 @@ from redis.exceptions import ResponseError
 from rq import Queue
 
 from broker import resume_step
-from broker.agents import register_agent
 from broker.client import Broker
 from broker.config import Config
 from broker.keys import RESUMER_GROUP
 from broker.live_wait import LIVE, claim
 from broker.models import Decision, NewRequest, RunStatus
 from broker.outbox import Resumer
-from broker.runs import RESUME_JOB, enqueue_resume, resume_job_id, run_queue, start_run
-from tests.backends import (  # noqa: F401 - redis, broker, api_broker on both backends
+from broker.runs import RESUME_JOB, enqueue_resume, resume_job_id, run_queue
+from tests.support.backends import (  # noqa: F401 - redis, broker, api_broker on both backends
     on_backend,
     on_backend_api_broker,
     on_backend_broker,
     resume_once,
     settings_for,
 )
-from tests.conftest import wait_for, work
+from tests.support.jobs import work
+from tests.support.resumes import answered_run, pending_entries  # noqa: F401
+from tests.support.waiting import wait_for
 from workers import resumer as resumer_module
 from workers.demo import Ledger
-
-
-def pending_entries(broker: Broker, partition: int = 0) -> int:
-    stream = broker.keys.part(partition).resumes
-    return int(broker.redis.xpending(stream, RESUMER_GROUP)["pending"])
-
-
-def answered_run(broker: Broker) -> str:
-    """A demo run whose single approval is decided: its resume sits in the outbox."""
-    register_agent(broker, "refunds", "workers.demo:agent", deps="workers.demo:make_deps")
-    run = start_run(broker, "refunds", "Refund $120 on order A103 because the floor is torn.")
-    work(broker)
-    [request_id] = broker.get_run(run.id).pending
-    broker.decide(request_id, Decision(outcome="approved"), decided_by="alice")
-    assert broker.redis.xlen(broker.keys.of_run(run.id).resumes) == 1
-    return run.id
 
 
 def _crashing_resumer(

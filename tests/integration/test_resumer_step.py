@@ -22,15 +22,15 @@ from broker.models import RunStatus
 from broker.outbox import Resumer
 from broker.resume_step import ClaimStep
 from broker.runs import resume_job_id, run_queue
-from tests.backends import (  # noqa: F401 - redis, broker, api_broker on both backends
+from tests.support.backends import (  # noqa: F401 - redis, broker, api_broker on both backends
     on_backend,
     on_backend_api_broker,
     on_backend_broker,
     settings_for,
     single_only,
 )
-from tests.conftest import work
-from tests.test_resumer import answered_run, pending_entries
+from tests.support.jobs import work
+from tests.support.resumes import answered_run, pending_entries
 
 
 def _outbox(broker: Broker, run_ids: list[str], round_no: int = 1) -> None:

@@ -29,7 +29,7 @@ def cfg() -> Config:
             "approvers": {
                 n: {"token_sha256": hash_token(f"tok-{n}"), "roles": r} for n, r in ROLES.items()
             },
-            "agents": {"chat": {"path": "tests.test_remote_messages:chat_agent"}},
+            "agents": {"chat": {"path": "tests.integration.test_remote_messages:chat_agent"}},
         }
     )
 

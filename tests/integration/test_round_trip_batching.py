@@ -15,7 +15,7 @@ from notifiers.events import parse_entry, text
 from notifiers.parking import ParkedStore
 from notifiers.results import DeliveryResult, ResultKind
 from notifiers.tasks import InflightEntry
-from tests.conftest import wait_for
+from tests.support.waiting import wait_for
 
 
 def script_calls(redis: Redis, command: str) -> int:

@@ -17,10 +17,10 @@ from broker.config import Config, Settings, parse_config
 from broker.links import read_link
 from broker.models import NewRequest, Status
 from notifiers.slack_blocks import action_blocks
-from tests.conftest import wait_for
-from tests.fakes.harness import running
-from tests.fakes.smtp import SmtpSink
-from tests.test_api_slack import cfg, click, fake_slack, send, signed  # noqa: F401 (fixtures)
+from tests.support.fakes.harness import running
+from tests.support.fakes.smtp import SmtpSink
+from tests.support.slack_api import click, send, signed, slack_cfg  # noqa: F401
+from tests.support.waiting import wait_for
 
 
 def run_round(broker: Broker, n: int = 2) -> tuple[str, list]:

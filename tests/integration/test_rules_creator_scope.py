@@ -10,7 +10,7 @@ from fastapi.testclient import TestClient
 from broker.client import Broker
 from broker.config import Config, parse_config
 from broker.models import NewRequest
-from tests.test_rules_remember_api import bearer, person
+from tests.support.auth import bearer, person
 
 BOB, PAT = bearer("tok-bob"), bearer("tok-pat")
 

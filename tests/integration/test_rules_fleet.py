@@ -31,13 +31,14 @@ from broker.redis_server import EmbeddedRedis
 from broker.rule_decisions import RuleDecisions
 from broker.rules import parse_body, sync_at_start
 from broker.runs import run_queue, start_run
-from tests.conftest import jobs_bound_to, wait_for, work
-from tests.fakes.harness import SECRET, running, webhook
-from tests.fakes.slack import FakeSlack
-from tests.fakes.smtp import SmtpSink
-from tests.fakes.webhook_receiver import WebhookReceiver
-from tests.notifier_setup import email_section, slack_section
-from tests.test_workers_support import Recorder, recorder_for
+from tests.support.agents import Recorder, recorder_for
+from tests.support.fakes.harness import SECRET, running, webhook
+from tests.support.fakes.slack import FakeSlack
+from tests.support.fakes.smtp import SmtpSink
+from tests.support.fakes.webhook_receiver import WebhookReceiver
+from tests.support.jobs import jobs_bound_to, work
+from tests.support.notifier_setup import email_section, slack_section
+from tests.support.waiting import wait_for
 from workers.demo import Ledger
 from workers.resumer import Resumer
 
@@ -111,8 +112,8 @@ def fleet_config(slack: FakeSlack, smtp: SmtpSink, receiver: WebhookReceiver) ->
             "agents": {
                 "refunds": {"path": "workers.demo:agent", "deps": "workers.demo:make_deps"},
                 "trio": {
-                    "path": "tests.test_rules_fleet:trio",
-                    "deps": "tests.test_workers_support:make_recorder",
+                    "path": "tests.integration.test_rules_fleet:trio",
+                    "deps": "tests.support.agents:make_recorder",
                 },
             },
             "rules": [

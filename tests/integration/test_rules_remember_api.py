@@ -5,50 +5,22 @@ the rule figures on /metrics."""
 
 from __future__ import annotations
 
-from typing import Any
-
 import pytest
 from typer.testing import CliRunner
 
 from approval_broker.cli import app as cli_app
-from broker.auth import hash_token
 from broker.client import Broker
 from broker.config import Config, parse_config
-from broker.models import NewRequest, Status
+from broker.models import Status
+from tests.support.auth import bearer, person  # noqa: F401
+from tests.support.remember import ALICE, PAT, RAW, round_of  # noqa: F401
 
 runner = CliRunner()
-
-
-def bearer(token: str) -> dict[str, str]:
-    return {"Authorization": f"Bearer {token}"}
-
-
-PAT, ALICE = bearer("tok-pat"), bearer("tok-alice")
-
-
-def person(token: str, roles: list[str]) -> dict[str, Any]:
-    return {"token_sha256": hash_token(token), "roles": roles}
-
-
-RAW = {
-    "queues": {"default": {"channels": ["inbox"]}},
-    "agents": {"refunds": {"path": "workers.demo:agent"}},
-    "approvers": {
-        "pat": person("tok-pat", ["policy"]),
-        "alice": person("tok-alice", ["finance"]),
-    },
-}
 
 
 @pytest.fixture
 def cfg() -> Config:
     return parse_config(dict(RAW))
-
-
-def round_of(broker: Broker, n: int = 2, tool: str = "refund") -> tuple[str, list]:
-    run_id = broker.create_run("refunds", "p").id
-    calls = [NewRequest(tool_name=tool, args={"amount": 10 * (i + 1)}) for i in range(n)]
-    return run_id, broker.create_round(run_id, 1, calls)
 
 
 def test_rest_decision_with_remember_keeps_the_rule_and_decides_the_sibling(

@@ -13,7 +13,7 @@ from broker.client import Broker
 from broker.config import Config, parse_config
 from broker.models import NewRequest
 from broker.rule_decisions import RuleDecisions
-from tests.test_rules_remember_api import ALICE, PAT, RAW, round_of
+from tests.support.remember import ALICE, PAT, RAW, round_of
 
 
 @pytest.fixture

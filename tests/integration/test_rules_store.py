@@ -277,7 +277,7 @@ def test_the_readme_rules_example_is_a_valid_policy(cfg: Config) -> None:
     import tomllib
     from pathlib import Path
 
-    readme = (Path(__file__).parent.parent / "docs" / "policy-rules.md").read_text()
+    readme = (Path(__file__).resolve().parents[2] / "docs" / "policy-rules.md").read_text()
     [example] = re.findall(r"```toml rules\n(.*?)```", readme, flags=re.S)
     [rule] = parse_config_rules(tomllib.loads(example)["rules"], cfg)
     assert rule.effect == "deny" and rule.args == {"amount": {"gt": 10000}}

@@ -7,7 +7,7 @@ from fastapi.testclient import TestClient
 
 from broker.client import Broker
 from broker.models import NewRequest, Status
-from tests.test_api_webhooks import cfg, post, signed  # noqa: F401 (fixtures)
+from tests.support.webhooks import post, signed, webhook_cfg  # noqa: F401
 
 
 def test_a_webhook_reply_with_remember_keeps_a_run_rule(

@@ -22,11 +22,11 @@ from broker.models import Decision, RunStatus
 from broker.runner import TOOLS, Pause, _json_messages
 from broker.runs import enqueue_resume, start_run
 from broker.tool_guard import returned_field, tools_field
-from tests.conftest import work
-from tests.slots_support import refund_agent
-from tests.test_workers_support import Recorder, recorder_for
+from tests.support.agents import Recorder, recorder_for
+from tests.support.jobs import work
+from tests.support.slot_agents import refund_agent
 
-SUPPORT = "tests.slots_support"
+SUPPORT = "tests.support.slot_agents"
 
 
 async def _messages_before_the_tool_step(recorder: Recorder) -> list[Any]:
@@ -38,7 +38,7 @@ async def _messages_before_the_tool_step(recorder: Recorder) -> list[Any]:
 
 
 def _died_in_the_step(broker: Broker, recorder: Recorder, tools_started: int) -> str:
-    register_agent(broker, "refund", f"{SUPPORT}:refund_agent", deps="tests.test_workers_support:make_recorder")  # fmt: skip
+    register_agent(broker, "refund", f"{SUPPORT}:refund_agent", deps="tests.support.agents:make_recorder")  # fmt: skip
     run = start_run(broker, "refund", "Refund A1.")
     messages = asyncio.run(_messages_before_the_tool_step(recorder))
     marker = Pause(0, messages, stage=TOOLS, worker="worker-host:4242")
@@ -83,7 +83,7 @@ def test_a_step_where_a_tool_had_started_fails_the_run_rather_than_run_it_twice(
 def _died_after_the_approved_tool_returned(broker: Broker, kept: str | None) -> tuple[str, str]:
     """A run whose approved refund ran in round 1's step, the worker dying before the step's
     end: the marker is left, the count is back to zero and (when `kept`) its return is kept."""
-    register_agent(broker, "refund", f"{SUPPORT}:refund_agent", deps="tests.test_workers_support:make_recorder")  # fmt: skip
+    register_agent(broker, "refund", f"{SUPPORT}:refund_agent", deps="tests.support.agents:make_recorder")  # fmt: skip
     run = start_run(broker, "refund", "Refund A1.")
     work(broker)
     waiting = broker.get_run(run.id)
@@ -123,7 +123,7 @@ def test_a_tool_that_returned_before_the_worker_died_gives_back_its_kept_return_
 def test_an_approved_tool_that_returns_keeps_its_return_and_is_no_longer_counted(
     bound: Broker, recorder: Recorder
 ) -> None:
-    register_agent(bound, "refund", f"{SUPPORT}:refund_agent", deps="tests.test_workers_support:make_recorder")  # fmt: skip
+    register_agent(bound, "refund", f"{SUPPORT}:refund_agent", deps="tests.support.agents:make_recorder")  # fmt: skip
     run = start_run(bound, "refund", "Refund A1.")
     work(bound)
     bound.decide(bound.get_run(run.id).pending[0], Decision(outcome="approved"), decided_by="ann")

@@ -14,7 +14,7 @@ from broker.client import Broker
 from broker.config import Config, parse_config
 from broker.models import RunStatus
 from broker.runs import wait_run
-from tests.conftest import jobs_bound_to, work
+from tests.support.jobs import jobs_bound_to, work
 
 DEMO = "workers.demo:agent"
 TOKENS = {"svc": "tok-svc-fixups-0123456789", "bob": "tok-bob-fixups-0123456789"}

@@ -28,7 +28,7 @@ from broker.auth import hash_token
 from broker.errors import InvalidInput
 from broker.questions import InvalidAnswer, validate_answer, validate_question_metadata
 from broker.redis_server import EmbeddedRedis, free_port
-from tests.conftest import wait_for
+from tests.support.waiting import wait_for
 
 SERVICE = "tok-service-requester-only"
 ALICE = "tok-alice-approver"

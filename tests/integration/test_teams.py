@@ -5,7 +5,7 @@ card shows the outcome: in the invoke response for the clicker, and updated (PUT
 
 The API runs the Microsoft 365 Agents SDK in its anonymous mode (no app id: what a local
 emulator talks to); one test checks that with an app id an unsigned activity is refused.
-Agent jobs run in this process (`tests.conftest.work`), the notifier in threads.
+Agent jobs run in this process (`tests.support.jobs.work`), the notifier in threads.
 """
 
 from __future__ import annotations
@@ -42,9 +42,10 @@ from broker.outbox import Resumer
 from broker.runs import start_run
 from notifiers.retry import GiveUp, Retry
 from notifiers.teams import TeamsCalls, TeamsCopy, card_activity, update_teams_copy
-from tests.conftest import jobs_bound_to, wait_for, work
-from tests.fakes.harness import running
-from tests.fakes.teams import FakeConnector
+from tests.support.fakes.harness import running
+from tests.support.fakes.teams import FakeConnector
+from tests.support.jobs import jobs_bound_to, work
+from tests.support.waiting import wait_for
 
 ADMIN = "admin-token-for-the-teams-tests-0123"
 CONVERSATION = "19:approvals@thread.tacv2"
@@ -533,7 +534,7 @@ def test_update_teams_copy_edits_a_posted_card_to_the_outcome(
 
 
 def test_the_teams_app_manifest_names_one_bot_and_the_api_host() -> None:
-    root = Path(__file__).resolve().parent.parent / "deploy" / "teams"
+    root = Path(__file__).resolve().parents[2] / "deploy" / "teams"
     manifest = json.loads((root / "manifest.json").read_text())
     assert manifest["manifestVersion"] == "1.17"
     [bot] = manifest["bots"]

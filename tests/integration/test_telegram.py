@@ -17,7 +17,7 @@ from broker import card_ids as ids
 from broker.client import Broker
 from broker.config import Settings, parse_config
 from broker.models import Decision, NewRequest, Outcome, Status
-from tests.chat_setup import (  # noqa: F401 - fixtures
+from tests.support.chat_setup import (  # noqa: F401 - fixtures
     ALICE_TG,
     BOB_TG,
     EVE_TG,
@@ -29,10 +29,10 @@ from tests.chat_setup import (  # noqa: F401 - fixtures
     telegram_section,
     tg_post,
 )
-from tests.conftest import wait_for
-from tests.fakes.harness import running
-from tests.fakes.telegram import FakeTelegram, buttons
-from tests.notifier_setup import settled
+from tests.support.fakes.harness import running
+from tests.support.fakes.telegram import FakeTelegram, buttons
+from tests.support.notifier_setup import settled
+from tests.support.waiting import wait_for
 
 
 def stat(broker: Broker, name: str) -> int:

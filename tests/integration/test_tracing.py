@@ -2,7 +2,7 @@
 
 Off (this test process has no `OTEL_*`): no tracer provider, exporter or thread is set up, `span()` is one shared
 no-op, a request's hash gets no `traceparent` field and the outbox entry of a resume none either.
-What tracing does when on is proven across real processes in tests/test_tracing_fleet.py.
+What tracing does when on is proven across real processes in tests/system/test_tracing_fleet.py.
 """
 
 from __future__ import annotations

@@ -26,7 +26,7 @@ from notifiers.retry import GiveUp, Retry
 from notifiers.tasks import InflightEntry, Task
 from notifiers.webhook import WebhookChannel
 from notifiers.webhook_http import Sender, UnusableURL
-from tests.conftest import wait_for
+from tests.support.waiting import wait_for
 
 SECRET = "whsec_" + "MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWY="
 
@@ -237,7 +237,7 @@ def test_an_acknowledged_entry_is_freed_without_the_cyclic_gc() -> None:
 def test_the_e2e_backlog_stays_out_of_the_notifiers_sight_until_the_rewind(
     redis: Redis, broker: Broker, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parent.parent / "bench"))
+    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[2] / "bench"))
     from bench_e2e import make_backlog
 
     make_backlog(broker, 3)

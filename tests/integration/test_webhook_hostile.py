@@ -36,7 +36,7 @@ from notifiers.parking import ParkedStore
 from notifiers.results import DeliveryResult, ResultKind
 from notifiers.tasks import InflightEntry, Task
 from notifiers.webhook import WebhookChannel
-from tests.conftest import wait_for
+from tests.support.waiting import wait_for
 
 SECRET = "whsec_" + "MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWY="
 DEADLINE_S = 3.0

@@ -6,9 +6,7 @@ from __future__ import annotations
 from fastapi.testclient import TestClient
 
 from broker.client import Broker
-from tests.test_api_webhooks import cfg, make, post, signed
-
-__all__ = ["cfg"]  # the module's config fixture, shared with test_api_webhooks
+from tests.support.webhooks import make, post, signed, webhook_cfg  # noqa: F401 - the config fixture
 
 
 def test_the_creator_may_not_approve_through_a_webhook(

@@ -10,46 +10,17 @@ from __future__ import annotations
 import time
 
 import pytest
-from rq import SimpleWorker
-from rq.serializers import JSONSerializer
 
 from broker.agents import register_agent
 from broker.client import Broker
 from broker.models import Decision, Request, Run, RunStatus, Status
 from broker.runs import resume_job_id, run_queue, start_run
-from tests.test_workers_support import FLAKY, SECRET, recorder_for
+from tests.support.agents import FLAKY, SECRET, recorder_for
+from tests.support.inprocess_fleet import Fleet  # noqa: F401
 from workers import jobs
 from workers.demo import Ledger
-from workers.resumer import Resumer
 
 DEMO = "workers.demo:agent"
-
-
-class Fleet:
-    """An RQ SimpleWorker and a resumer, driven step by step from the test."""
-
-    def __init__(self, broker: Broker) -> None:
-        self.broker = broker
-        self.resumer = Resumer(broker, consumer="test-resumer", block_ms=None)
-        self.resumed: list[str] = []
-
-    def work(self) -> None:
-        queue = run_queue(self.broker)
-        worker = SimpleWorker([queue], connection=self.broker.redis, serializer=JSONSerializer)
-        worker.work(burst=True, logging_level="WARNING")
-
-    def settle(self) -> None:
-        """Resume what is answered and run every job, until nothing is left to do."""
-        for _ in range(20):
-            self.resumed += [h.action for h in self.resumer.run_once()]
-            if run_queue(self.broker).count == 0:
-                return
-            self.work()
-        raise AssertionError("the fleet never settled")
-
-    def run(self, run_id: str) -> Run:
-        self.settle()
-        return self.broker.get_run(run_id)
 
 
 @pytest.fixture
@@ -145,7 +116,7 @@ def test_timed_out_approval_is_a_denial_with_the_sweepers_reason(
 def test_answered_question_is_the_tools_result_and_metadata_stays_out(
     broker: Broker, fleet: Fleet
 ) -> None:
-    register_agent(broker, "asker", "tests.test_workers_support:ask_agent")
+    register_agent(broker, "asker", "tests.support.agents:ask_agent")
     run = start_run(broker, "asker", "What colour does the customer want?")
     request = only_request(broker, fleet.run(run.id))
     assert (request.kind, request.prompt) == ("question", "Customer asks: Which colour?")
@@ -158,7 +129,7 @@ def test_answered_question_is_the_tools_result_and_metadata_stays_out(
 
 
 def test_rejected_question_tells_the_model_why(broker: Broker, fleet: Fleet) -> None:
-    register_agent(broker, "asker", "tests.test_workers_support:ask_agent")
+    register_agent(broker, "asker", "tests.support.agents:ask_agent")
     run = start_run(broker, "asker", "What colour does the customer want?")
     request = only_request(broker, fleet.run(run.id))
     broker.decide(request.id, Decision(outcome="rejected", reason="Not our business"), decided_by="e")  # fmt: skip
@@ -173,8 +144,8 @@ def test_two_pending_calls_resume_once_only_after_both_are_decided(
     register_agent(
         broker,
         "pair",
-        "tests.test_workers_support:pair_agent",
-        deps="tests.test_workers_support:make_recorder",  # fmt: skip
+        "tests.support.agents:pair_agent",
+        deps="tests.support.agents:make_recorder",  # fmt: skip
     )
     run = fleet.run(start_run(broker, "pair", "Email Ann and charge her card.").id)
     assert run.status is RunStatus.waiting and run.round == 1
@@ -201,7 +172,7 @@ def test_two_pending_calls_resume_once_only_after_both_are_decided(
 
 
 def test_run_asking_past_max_rounds_fails_clearly(broker: Broker, fleet: Fleet) -> None:
-    register_agent(broker, "looper", "tests.test_workers_support:loop_agent", max_rounds=2)
+    register_agent(broker, "looper", "tests.support.agents:loop_agent", max_rounds=2)
     run = fleet.run(start_run(broker, "looper", "go").id)
     for expected_round in (1, 2):
         request = only_request(broker, run)
@@ -220,7 +191,7 @@ def test_run_asking_past_max_rounds_fails_clearly(broker: Broker, fleet: Fleet) 
 def test_transient_model_error_is_retried_with_back_off(
     broker: Broker, fleet: Fleet, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    register_agent(broker, "flaky", "tests.test_workers_support:flaky_agent")
+    register_agent(broker, "flaky", "tests.support.agents:flaky_agent")
     monkeypatch.setitem(FLAKY, "failures_left", 1)
     run = start_run(broker, "flaky", "hello")
     before = time.time()
@@ -242,7 +213,7 @@ def test_transient_model_error_is_retried_with_back_off(
 
 
 def test_non_transient_error_fails_the_run_at_once(broker: Broker, fleet: Fleet) -> None:
-    register_agent(broker, "broken", "tests.test_workers_support:broken_agent")
+    register_agent(broker, "broken", "tests.support.agents:broken_agent")
     run = fleet.run(start_run(broker, "broken", "hello").id)
     assert run.status is RunStatus.failed
     assert run.error == "ValueError: the model adapter is broken"

@@ -77,7 +77,7 @@ def test_config_agents_win_and_cannot_be_shadowed(redis: Redis) -> None:
     assert "refunds" in known_agents(broker)
     assert agent_spec(broker, "refunds").path == "workers.demo:agent"
     with pytest.raises(InvalidInput, match="defined in the config"):
-        register_agent(broker, "refunds", "tests.test_workers_support:ask_agent")
+        register_agent(broker, "refunds", "tests.support.agents:ask_agent")
 
 
 def test_starting_an_unknown_agent_or_bad_deps_is_refused_before_anything_is_stored(
@@ -142,14 +142,14 @@ def test_registering_again_replaces_the_in_process_agent(broker: Broker) -> None
 
 
 def test_an_agent_that_cannot_pause_is_refused_before_any_run(broker: Broker, redis: Redis) -> None:
-    from tests.test_workers_support import validated_agent
+    from tests.support.agents import validated_agent
 
     with pytest.raises(InvalidInput, match="has output validators but its output_type") as err:
         register_agent(broker, "v", validated_agent, local=LocalAgents())
     assert err.value.code == "agent_cannot_pause"
     assert "v" not in known_agents(broker)
 
-    config = parse_config({"agents": {"v": {"path": "tests.test_workers_support:validated_agent"}}})
+    config = parse_config({"agents": {"v": {"path": "tests.support.agents:validated_agent"}}})
     from_config = Broker(redis, config, prefix="t:")
     [problem] = preload(from_config)  # the worker says so when it starts
     assert "DeferredToolRequests" in problem and "'v'" in problem

@@ -22,12 +22,12 @@ from broker.client import Broker
 from broker.models import Decision, RunStatus
 from broker.runner import AgentRunner
 from broker.runs import resume_job_id, run_job_id, run_queue, start_run
-from tests.test_workers_e2e import Fleet
-from tests.test_workers_support import FAIL_AFTER, MAY_DIE, Recorder, recorder_for
+from tests.support.agents import FAIL_AFTER, MAY_DIE, Recorder, recorder_for
+from tests.support.inprocess_fleet import Fleet
 from workers import jobs
 from workers.slots import HEARTBEAT_TTL_S
 
-SUPPORT = "tests.test_workers_support"
+SUPPORT = "tests.support.agents"
 
 
 @pytest.fixture

@@ -12,7 +12,7 @@ from redis import Redis
 
 from broker.redis_server import EmbeddedRedis
 
-README = Path(__file__).resolve().parent.parent / "docs" / "security.md"
+README = Path(__file__).resolve().parents[2] / "docs" / "security.md"
 
 
 def readme_acl() -> list[str]:

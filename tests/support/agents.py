@@ -1,6 +1,6 @@
 """Scripted agents and helpers for the worker tests (no tests here).
 
-The agents are importable as `tests.test_workers_support:NAME`, so a forked or separate worker
+The agents are importable as `tests.support.agents:NAME`, so a forked or separate worker
 process loads them the same way a fleet worker loads a user's agent. What their tools do is
 recorded in Redis, so a test sees it whichever process ran the tool.
 """

@@ -4,7 +4,7 @@ A module opts in by importing the fixtures below; they replace conftest's `redis
 and `api_broker` for that module only, parametrised over `backend` ("single", "cluster"), so
 its tests run twice and stay unchanged:
 
-    from tests.backends import on_backend, on_backend_api_broker, on_backend_broker  # noqa: F401
+    from tests.support.backends import on_backend, on_backend_api_broker, on_backend_broker  # noqa: F401
 
 On the cluster the broker's keys live on the cluster and RQ on a single Redis of its own, as
 `Broker.from_settings` sets a clustered broker up. conftest imports the fixtures those build on

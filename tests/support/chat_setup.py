@@ -10,8 +10,8 @@ import pytest
 from fastapi.testclient import TestClient
 from httpx import Response
 
-from tests.fakes.discord import FakeDiscord
-from tests.fakes.telegram import FakeTelegram, dumps
+from tests.support.fakes.discord import FakeDiscord
+from tests.support.fakes.telegram import FakeTelegram, dumps
 
 TG_SECRET = "telegram-webhook-secret-0123456789"
 TG_CHAT = -1001234567890  # a supergroup's id

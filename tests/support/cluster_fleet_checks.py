@@ -1,6 +1,6 @@
 """The cluster fleet test's checks: what must hold once the fleet drained after master kills.
 
-The checks of outcomes and resumes are `tests/fleet_checks.py`'s, which read every partition
+The checks of outcomes and resumes are `tests/support/fleet_checks.py`'s, which read every partition
 and take the Redis RQ keeps its jobs on (its own, on a cluster). Only the runs' section
 is its own: there is no plan of role kills to hold the failed runs against (the test checks
 its master kills itself).
@@ -14,8 +14,8 @@ from redis import Redis
 
 from broker.client import Broker
 from broker.models import Request, RunStatus
-from tests.fakes.deciding_receiver import DecidingReceiver
-from tests.fleet_checks import (
+from tests.support.fakes.deciding_receiver import DecidingReceiver
+from tests.support.fleet_checks import (
     FAILED_RUN_REASONS,
     FINAL,
     Findings,

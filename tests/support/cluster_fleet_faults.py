@@ -19,7 +19,7 @@ from broker.client import Broker
 from broker.models import RunStatus
 from broker.redis_cluster import LocalCluster
 from broker.runs import start_run
-from tests.fleet_checks import FINAL, Started
+from tests.support.fleet_checks import FINAL, Started
 from workers.demo import AGENT_NAME
 
 

@@ -23,8 +23,8 @@ from broker.client import Broker
 from broker.keys import RESUMER_GROUP
 from broker.models import Request, Run, RunStatus, Status
 from broker.runs import resume_job_id, run_job_id, run_queue
-from tests.fakes.deciding_receiver import Answered, DecidingReceiver, Intent
-from tests.fleet_processes import ROLES, Events
+from tests.support.fakes.deciding_receiver import Answered, DecidingReceiver, Intent
+from tests.support.fleet_processes import ROLES, Events
 from workers.demo import Ledger
 
 FINAL = (RunStatus.finished, RunStatus.failed)

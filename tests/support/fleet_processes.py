@@ -20,7 +20,7 @@ from pathlib import Path
 
 import httpx
 
-from tests.proc import alive, descendants
+from tests.support.proc import alive, descendants
 
 CLI = [sys.executable, "-m", "approval_broker"]
 ROLES = ("api", "notifier", "worker", "sweeper", "resumer")

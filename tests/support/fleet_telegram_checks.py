@@ -19,9 +19,9 @@ from typing import Any
 
 from broker.client import Broker
 from broker.models import Request, Status
-from tests.fakes.telegram import FakeTelegram, buttons
-from tests.fakes.telegram_person import TelegramPerson
-from tests.fleet_checks import LATE, REJECT_REASON, Findings, judge, outcome_events
+from tests.support.fakes.telegram import FakeTelegram, buttons
+from tests.support.fakes.telegram_person import TelegramPerson
+from tests.support.fleet_checks import LATE, REJECT_REASON, Findings, judge, outcome_events
 
 OUTCOME_TEXT = {
     Status.approved: "Approved by {who}",

@@ -18,7 +18,7 @@ import httpx
 
 from broker.auth import hash_token
 from broker.redis_server import free_port
-from tests.conftest import wait_for
+from tests.support.waiting import wait_for
 
 ADMIN = "ab_live-up-admin-token-for-tests"
 APPROVER = "ab_live-up-approver-only-token"

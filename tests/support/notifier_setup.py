@@ -19,10 +19,10 @@ from broker.client import Broker
 from broker.config import parse_config
 from broker.keys import NOTIFIER_GROUP
 from broker.models import NewRequest
-from tests.fakes.harness import SECRET, webhook
-from tests.fakes.slack import FakeSlack
-from tests.fakes.smtp import SmtpSink
-from tests.fakes.webhook_receiver import WebhookReceiver
+from tests.support.fakes.harness import SECRET, webhook
+from tests.support.fakes.slack import FakeSlack
+from tests.support.fakes.smtp import SmtpSink
+from tests.support.fakes.webhook_receiver import WebhookReceiver
 
 PUBLIC = "https://approvals.example.com"
 LEADS = {"leads": {"to": ["lead@example.com", "cfo@example.com"], "unmapped_may_decide": True}}

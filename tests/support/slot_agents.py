@@ -15,7 +15,7 @@ from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart, ToolCall
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 
 from broker.agents import DepsContext
-from tests.test_workers_support import Recorder, _returns
+from tests.support.agents import Recorder, _returns
 
 SLOW_S = 1.0
 

@@ -16,7 +16,7 @@ import httpx
 
 from approval_broker.up import check_port_free
 from broker.redis_server import free_port
-from tests.api_process import api_env, start_api, stop
+from tests.support.api_process import api_env, start_api, stop
 
 
 def lingering(port: int) -> bool:

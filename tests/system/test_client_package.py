@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import wait_for
-from tests.live_up import AGENT, LiveUp, start_live_up
+from tests.support.live_up import AGENT, LiveUp, start_live_up
+from tests.support.waiting import wait_for
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 CLIENT = ROOT / "clients" / "python"
 SERVER_SIDE = ["broker", "api", "workers", "notifiers", "approval_broker", "fastapi", "rq",
                "redis", "slack_sdk", "fakeredis", "uvicorn"]  # fmt: skip
@@ -94,7 +94,7 @@ def test_the_wheel_depends_on_httpx_and_pydantic_and_pydantic_ai_only_as_extra(
 def test_the_installed_capability_waits_for_a_person_on_a_live_up(
     venv_python: Path, up: LiveUp
 ) -> None:
-    script = str(Path(__file__).parent / "client_pkg" / "agent_script.py")
+    script = str(Path(__file__).resolve().parents[1] / "support" / "client_pkg" / "agent_script.py")
     agent = subprocess.Popen(
         [str(venv_python), "-I", script, up.url, AGENT],
         cwd=venv_python.parent,

@@ -33,10 +33,10 @@ from broker.cluster import connect_cluster
 from broker.keys import NOTIFIER_GROUP, RESUMER_GROUP, Keys
 from broker.redis_cluster import LocalCluster
 from broker.redis_server import find_redis_server, free_port
-from tests.conftest import wait_for
-from tests.test_deploy import DUMMY_SECRETS, config_env_names
+from tests.support.deploy import DUMMY_SECRETS, config_env_names
+from tests.support.waiting import wait_for
 
-DEPLOY = Path(__file__).resolve().parent.parent / "deploy"
+DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
 ROLES = ("api", "worker", "notifier", "sweeper")
 
 

@@ -2,7 +2,7 @@
 
 A local cluster (3 masters + 3 replicas, `broker.redis_cluster.LocalCluster`) holds the broker's
 keys; RQ runs on its own embedded single Redis (APPROVAL_BROKER_RQ_REDIS_URL). The roles are
-real OS processes started with APPROVAL_BROKER_REDIS_CLUSTER=1 (`tests/fleet_processes.py`):
+real OS processes started with APPROVAL_BROKER_REDIS_CLUSTER=1 (`tests/support/fleet_processes.py`):
 2 API processes, 2 notifiers, 2 agent workers, a sweeper and the resumer. The test process is
 the app (it starts runs of the demo refunds agent) and the people: a webhook receiver approves,
 rejects or ignores each request and replies through either API process, recording its intent.
@@ -10,7 +10,7 @@ rejects or ignores each request and replies through either API process, recordin
 While the runs flow, a master is SIGKILLed at a third of the runs, and at two thirds the replica
 that took over from it (so one shard fails over twice, back to the node first killed); each
 time the test waits for the promotion, then starts the killed node again (it rejoins as a
-replica). At the end (`tests/cluster_fleet_checks.py`): every reply the API
+replica). At the end (`tests/support/cluster_fleet_checks.py`): every reply the API
 acknowledged (HTTP 200) is the recorded outcome, and every outcome is what the receiver meant
 (silence -> timed out by the sweeper); each request has one outcome event in its partition's
 stream and one at the webhook (no decision doubled); each answered round has one resume job;
@@ -41,11 +41,11 @@ from broker.cluster import connect_cluster
 from broker.config import load_config
 from broker.redis_cluster import LocalCluster
 from broker.redis_server import EmbeddedRedis, free_port
-from tests.cluster_fleet_checks import all_request_ids, check, outbox_left
-from tests.cluster_fleet_faults import Faults, Tracker, drive, kill_masters, poll_until
-from tests.fakes.deciding_receiver import DecidingReceiver, mix_policy
-from tests.fleet_checks import BOT, ENDPOINT, REJECT_REASON, Started
-from tests.fleet_processes import Fleet
+from tests.support.cluster_fleet_checks import all_request_ids, check, outbox_left
+from tests.support.cluster_fleet_faults import Faults, Tracker, drive, kill_masters, poll_until
+from tests.support.fakes.deciding_receiver import DecidingReceiver, mix_policy
+from tests.support.fleet_checks import BOT, ENDPOINT, REJECT_REASON, Started
+from tests.support.fleet_processes import Fleet
 from workers.demo import register_demo
 
 RUNS = int(os.environ.get("APPROVAL_BROKER_CLUSTER_FLEET_RUNS", "200"))

@@ -28,7 +28,7 @@ from broker.cluster import (
 )
 from broker.redis_cluster import SLOTS, LocalCluster, LocalClusterError
 
-MOVE = (Path(__file__).parent / "lua" / "cluster_move.lua").read_text()
+MOVE = (Path(__file__).resolve().parents[1] / "support" / "lua" / "cluster_move.lua").read_text()
 
 
 def node_client(cluster: LocalCluster, i: int) -> Redis:

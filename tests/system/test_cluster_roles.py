@@ -24,9 +24,9 @@ from broker.models import Decision, NewRequest, Status
 from broker.outbox import Resumer
 from broker.runs import RUN_QUEUE, resume_job_id
 from notifiers.runner import start_notifier
-from tests.conftest import wait_for
-from tests.fakes.harness import options
-from tests.fakes.slack import FakeSlack
+from tests.support.fakes.harness import options
+from tests.support.fakes.slack import FakeSlack
+from tests.support.waiting import wait_for
 
 ADMIN = "tok-admin-of-the-cluster-tests-01"
 ALICE = {"Authorization": "Bearer tok-alice"}

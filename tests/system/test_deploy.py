@@ -10,7 +10,6 @@ one config everywhere and every secret it names provided to every role.
 
 from __future__ import annotations
 
-import base64
 import copy
 import importlib
 import os
@@ -42,9 +41,10 @@ from broker.config import load_config
 from broker.errors import ConfigError
 from broker.keys import NOTIFIER_GROUP, RESUMER_GROUP, Keys
 from broker.models import NewRequest, Status
-from tests.conftest import wait_for
+from tests.support.deploy import DUMMY_SECRETS, config_env_names  # noqa: F401
+from tests.support.waiting import wait_for
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"
 K8S = DEPLOY / "k8s"
 COMPOSE = DEPLOY / "compose.yaml"
@@ -101,22 +101,6 @@ def env_of(c: dict[str, Any]) -> dict[str, dict[str, Any]]:
     return {e["name"]: e for e in c.get("env", [])}
 
 
-def config_env_names(text: str) -> set[str]:
-    """The NAMEs of every `env:NAME` secret a TOML config refers to."""
-
-    def walk(node: Any) -> Iterator[str]:
-        if isinstance(node, dict):
-            for value in node.values():
-                yield from walk(value)
-        elif isinstance(node, list):
-            for value in node:
-                yield from walk(value)
-        elif isinstance(node, str) and node.startswith("env:"):
-            yield node[4:]
-
-    return set(walk(tomllib.loads(text)))
-
-
 def check_compose(path: Path) -> subprocess.CompletedProcess[str]:
     """Validate a compose file with check-jsonschema's vendored Compose Specification schema."""
     return subprocess.run(
@@ -157,15 +141,6 @@ def dockerfile_instructions(text: str) -> list[tuple[str, str]]:
 @pytest.fixture(scope="module")
 def compose() -> dict[str, Any]:
     return load_yaml(COMPOSE)
-
-
-DUMMY_SECRETS = {
-    "SLACK_BOT_TOKEN": "xoxb-0000-dummy",
-    "SLACK_SIGNING_SECRET": "dummy-signing-secret",
-    "OPS_WEBHOOK_SECRET": "whsec_" + base64.b64encode(b"dummy webhook secret 24b!").decode(),
-    "SMTP_PASSWORD": "dummy-smtp-password",
-    "EMAIL_LINK_SECRET": "dummy-email-link-secret-of-32-chars-or-more",
-}
 
 
 @pytest.fixture

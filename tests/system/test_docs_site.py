@@ -9,7 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 PAGES = [ROOT / "README.md", ROOT / "CHANGELOG.md", *sorted((ROOT / "docs").glob("*.md"))]
 DIARY = re.compile(r"\b[Ii]ssues? \d+\b|\blate night\b|\btonight\b|\bthis (?:morning|evening)\b")
 

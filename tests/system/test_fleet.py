@@ -4,30 +4,30 @@ A real fleet of separate OS processes on one Redis with AOF: 2 API processes, 3 
 2 agent workers (each advancing up to 50 runs at once, `--no-resumer`), 2 sweepers and the resumer. The test
 process is the app and the people: it starts runs of the demo refunds agent (each run for a
 customer of its own, so each has its own order to refund), and a webhook receiver
-(`tests/fakes/deciding_receiver.py`) approves, rejects or ignores each approval request it is
+(`tests/support/fakes/deciding_receiver.py`) approves, rejects or ignores each approval request it is
 sent, replying through the signed `/v1/webhooks/{name}/replies` of either API process. Ignored
 requests time out through the sweepers.
 
 Every TG_EVERY-th run is of the same demo agent registered under a second name whose requests
 go to a queue whose channel is Telegram (`telegram:fleet`, on a fake Bot API). There a person,
-`tg-ann` (`tests/fakes/telegram_person.py`), watches the chat for the bot's cards and decides
+`tg-ann` (`tests/support/fakes/telegram_person.py`), watches the chat for the bot's cards and decides
 them by the same mix: presses Approve, presses Reject and answers the bot's ForceReply prompt
 with the reason, or stays silent; each update goes to `/v1/telegram/updates` of either API
 process, sent again while an API is down.
 
 Meanwhile a role process is SIGKILLed (with the processes below it, if any) every few seconds and
 restarted, the roles taking turns so that each is killed (only the timing and which process of
-a role are random; `tests/fleet_processes.py`), and Redis itself is SIGKILLed once and started
+a role are random; `tests/support/fleet_processes.py`), and Redis itself is SIGKILLed once and started
 again on the same port and data directory. A process that dies on its own is restarted too, and
 fails the test.
 
-At the end (`tests/fleet_checks.py`): every run finished, or failed for a reason on a short list
+At the end (`tests/support/fleet_checks.py`): every run finished, or failed for a reason on a short list
 (a worker killed mid-step), no more runs failed than workers were SIGKILLed; every request has
 exactly one outcome (one outcome event in its stream, one at the webhook, none pending), and it
 is what the receiver meant: approve -> approved, reject -> rejected with its reason, both
 decided by the endpoint, silence -> timed out by the sweeper; the one allowed exception is a
 reply that landed after its request expired, and the sweeper's time proves it. The Telegram
-requests likewise (`tests/fleet_telegram_checks.py`): one outcome event each, what tg-ann meant,
+requests likewise (`tests/support/fleet_telegram_checks.py`): one outcome event each, what tg-ann meant,
 decided by tg-ann, and a card in the chat edited to show it. No round resumed
 twice (one RQ resume job per answered round); no tool step ran twice: the ledger counts exactly
 one refund attempt for each approved call of a finished run, at most one for a failed run, none
@@ -65,12 +65,11 @@ from broker.keys import NOTIFIER_GROUP
 from broker.models import Decision, NewRequest, Request, RunStatus, Status
 from broker.redis_server import EmbeddedRedis, free_port
 from broker.runs import start_run
-from tests.conftest import wait_for
-from tests.fakes.deciding_receiver import Answered, DecidingReceiver, Intent, mix_policy
-from tests.fakes.harness import running
-from tests.fakes.telegram import FakeTelegram
-from tests.fakes.telegram_person import TelegramPerson
-from tests.fleet_checks import (
+from tests.support.fakes.deciding_receiver import Answered, DecidingReceiver, Intent, mix_policy
+from tests.support.fakes.harness import running
+from tests.support.fakes.telegram import FakeTelegram
+from tests.support.fakes.telegram_person import TelegramPerson
+from tests.support.fleet_checks import (
     BOT,
     BY_WEBHOOK,
     ENDPOINT,
@@ -83,8 +82,9 @@ from tests.fleet_checks import (
     group_pending,
     judge,
 )
-from tests.fleet_processes import ROLES, Events, Fleet
-from tests.fleet_telegram_checks import check_telegram, shows_outcome
+from tests.support.fleet_processes import ROLES, Events, Fleet
+from tests.support.fleet_telegram_checks import check_telegram, shows_outcome
+from tests.support.waiting import wait_for
 from workers.demo import AGENT_NAME, register_demo
 from workers.demo_runs import AGENT_PATH, DEPS_PATH
 

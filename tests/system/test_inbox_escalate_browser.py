@@ -14,7 +14,7 @@ from broker.auth import hash_token
 from broker.client import Broker
 from broker.config import Settings, parse_config
 from broker.models import NewRequest
-from tests.test_inbox_browser import CHROMIUM_ARGS, chromium  # noqa: F401 - the fixture
+from tests.support.browser import CHROMIUM_ARGS  # noqa: F401
 
 ADMIN = "tok-admin-fixups-inbox-0123456789"
 ALICE = "tok-alice-fixups-inbox-0123456789"

@@ -8,13 +8,8 @@ from pathlib import Path
 
 import httpx
 
-from tests.test_inbox_browser import (  # noqa: F401 - fixtures
-    CHROMIUM_ARGS,
-    chromium,
-    demo,
-    demo_pending,
-)
-from tests.test_up import ADMIN, stop_up
+from tests.support.browser import CHROMIUM_ARGS, demo_pending  # noqa: F401
+from tests.support.up import ADMIN, stop_up
 
 
 def test_the_modify_form_shows_the_schema_and_checks_args_before_sending(

@@ -16,7 +16,7 @@ from api.testing import ServerThread
 from broker.client import Broker
 from broker.config import Config, Settings, parse_config
 from broker.models import Decision, NewRequest, Status
-from tests.test_inbox_browser import chromium, signed_in  # noqa: F401 - the fixture
+from tests.support.browser import signed_in  # noqa: F401
 
 ADMIN = "tok-admin-0123456789abcdefghij"
 

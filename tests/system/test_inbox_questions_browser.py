@@ -4,7 +4,7 @@ Pick options, type an "Other", fill a schema form: what the page posts is the co
 an answer that doesn't fit is refused on the page (and by the API) and the request stays
 pending, and the demo's own question (order A105: card or store credit?, which `up --demo`
 starts) resumes its run.
-Chromium and its set-up come from tests/test_inbox_browser.py.
+Chromium and its set-up come from tests/support/browser.py.
 """
 
 from __future__ import annotations
@@ -14,14 +14,9 @@ from typing import Any
 
 import httpx
 
-from tests.conftest import wait_for
-from tests.test_inbox_browser import (  # noqa: F401 - fixtures
-    CHROMIUM_ARGS,
-    chromium,
-    demo,
-    demo_pending,
-)
-from tests.test_up import ADMIN, stop_up
+from tests.support.browser import CHROMIUM_ARGS, demo_pending  # noqa: F401
+from tests.support.up import ADMIN, stop_up
+from tests.support.waiting import wait_for
 
 QUESTIONS = [
     {

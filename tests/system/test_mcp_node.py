@@ -13,11 +13,11 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import wait_for
-from tests.live_up import AGENT
-from tests.test_mcp_gateway import World, decide, world  # noqa: F401 (the fixture)
+from tests.support.live_up import AGENT
+from tests.support.mcp_world import World, decide  # noqa: F401
+from tests.support.waiting import wait_for
 
-SCRIPT = Path(__file__).parent / "node" / "mcp_call.mjs"
+SCRIPT = Path(__file__).resolve().parents[1] / "support" / "node" / "mcp_call.mjs"
 
 
 pytestmark = pytest.mark.timeout(

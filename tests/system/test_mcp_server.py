@@ -11,9 +11,9 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.conftest import wait_for
-from tests.live_up import ADMIN, AGENT, APPROVER, LiveUp, start_live_up
-from tests.mcp_client import body, mcp_session
+from tests.support.live_up import ADMIN, AGENT, APPROVER, LiveUp, start_live_up
+from tests.support.mcp_client import body, mcp_session
+from tests.support.waiting import wait_for
 
 pytestmark = pytest.mark.timeout(
     900

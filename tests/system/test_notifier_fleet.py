@@ -20,11 +20,11 @@ from broker.keys import NOTIFIER_GROUP
 from broker.models import NewRequest
 from notifiers.delivery_state import DeliveryState
 from notifiers.parking import ParkedStore
-from tests.conftest import wait_for
-from tests.fakes.harness import SECRET
-from tests.fakes.slack import FakeSlack
-from tests.fakes.webhook_receiver import WebhookReceiver
-from tests.test_notifier_channels import settled
+from tests.support.fakes.harness import SECRET
+from tests.support.fakes.slack import FakeSlack
+from tests.support.fakes.webhook_receiver import WebhookReceiver
+from tests.support.notifier_setup import settled
+from tests.support.waiting import wait_for
 
 CLI = str(Path(sys.executable).parent / "approval-broker")
 N = 30

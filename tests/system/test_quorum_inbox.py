@@ -9,7 +9,7 @@ from api.testing import ServerThread
 from broker.client import Broker
 from broker.config import Settings, parse_config
 from broker.models import Decision, NewRequest
-from tests.test_inbox_browser import CHROMIUM_ARGS, chromium  # noqa: F401 - the fixture
+from tests.support.browser import CHROMIUM_ARGS  # noqa: F401
 
 ADMIN = "admin-token-for-the-quorum-inbox-test"
 

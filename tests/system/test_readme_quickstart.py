@@ -18,10 +18,10 @@ import pytest
 
 from broker.redis_server import free_port
 from broker.remote import RemoteBroker
-from tests.conftest import wait_for
-from tests.docs_examples import blocks, page
-from tests.proc import alive, descendants
-from tests.test_up import ADMIN, healthy, stop_up, up_command
+from tests.support.docs_examples import blocks, page
+from tests.support.proc import alive, descendants
+from tests.support.up import ADMIN, healthy, stop_up, up_command
+from tests.support.waiting import wait_for
 
 README = page("README.md")
 

@@ -22,10 +22,10 @@ from broker.config import parse_config
 from broker.models import Decision, RunStatus
 from broker.receipts import REFUSED_TEXT
 from broker.runs import enqueue_resume, start_run
-from tests.conftest import wait_for
-from tests.receipts_support import key_file
-from tests.test_worker_slots import WorkerProcess
-from tests.test_workers_support import recorder_for
+from tests.support.agents import recorder_for
+from tests.support.receipts import key_file
+from tests.support.waiting import wait_for
+from tests.support.worker_process import WorkerProcess
 
 PREFIX = "t:"
 BASE = """
@@ -34,7 +34,7 @@ channels = ["inbox"]
 
 [agents.refund]
 path = "tests.slots_support:refund_agent"
-deps = "tests.test_workers_support:make_recorder"
+deps = "tests.support.agents:make_recorder"
 
 [receipts]
 key_file = "{key}"

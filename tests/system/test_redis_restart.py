@@ -15,7 +15,7 @@ from broker.client import Broker
 from broker.models import RunStatus
 from broker.redis_server import EmbeddedRedis
 from broker.runs import start_run, wait_run
-from tests.conftest import wait_for
+from tests.support.waiting import wait_for
 
 
 def test_worker_and_sweeper_survive_a_redis_restart(tmp_path: Path):

@@ -43,8 +43,8 @@ from broker.redis_server import (
     private_secret,
     running_url,
 )
-from tests.conftest import wait_for
-from tests.fakes.smtp import SmtpSink
+from tests.support.fakes.smtp import SmtpSink
+from tests.support.waiting import wait_for
 
 ADMIN = "ab_test-admin-token-for-redis-security"
 SALT = "approval-broker.email-link:ab:"

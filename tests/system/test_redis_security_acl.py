@@ -24,9 +24,9 @@ from redis.exceptions import NoPermissionError
 
 from broker.links import SECRET_ENV
 from broker.redis_server import EmbeddedRedis, free_port
-from tests.acl_user import readme_user
-from tests.conftest import wait_for
-from tests.fakes.smtp import SmtpSink
+from tests.support.acl_user import readme_user
+from tests.support.fakes.smtp import SmtpSink
+from tests.support.waiting import wait_for
 
 ADMIN = "ab_test-admin-token-for-the-acl-fleet"
 

@@ -22,7 +22,7 @@ import httpx
 import pytest
 
 from broker.redis_server import EmbeddedRedis
-from tests.api_process import ADMIN, api_env, start_api, stop
+from tests.support.api_process import ADMIN, api_env, start_api, stop
 
 HEALTH_LIMIT_S = 2.0
 WRITE_LIMIT_S = 5.0

@@ -18,9 +18,9 @@ from typing import Any
 import pytest
 from standardwebhooks import Webhook
 
-from tests.conftest import wait_for
+from tests.support.waiting import wait_for
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 SECRET = "whsec_" + base64.b64encode(b"receiver-test-secret-0123456789ab").decode()
 
 

@@ -8,14 +8,9 @@ from pathlib import Path
 
 import httpx
 
-from tests.conftest import wait_for
-from tests.test_inbox_browser import (  # noqa: F401 (fixtures)
-    CHROMIUM_ARGS,
-    chromium,
-    demo,
-    demo_pending,
-)
-from tests.test_up import ADMIN, stop_up
+from tests.support.browser import CHROMIUM_ARGS, demo_pending  # noqa: F401
+from tests.support.up import ADMIN, stop_up
+from tests.support.waiting import wait_for
 
 
 def test_inbox_offers_approve_always_and_keeps_the_rule(chromium: str, demo, tmp_path: Path):  # noqa: F811

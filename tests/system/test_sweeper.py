@@ -21,13 +21,13 @@ from broker.client import Broker
 from broker.config import Settings, parse_config
 from broker.models import NewRequest, Status
 from broker.sweeping import SweepBatch
-from tests.backends import (  # noqa: F401 - redis, broker, api_broker on both backends
+from tests.support.backends import (  # noqa: F401 - redis, broker, api_broker on both backends
     on_backend,
     on_backend_api_broker,
     on_backend_broker,
     stream_entries,
 )
-from tests.conftest import wait_for
+from tests.support.waiting import wait_for
 from workers.sweeper import sweep_due, sweep_forever
 
 CHAIN = {

@@ -1,7 +1,7 @@
 """One trace for an approved run across real `api`, `notifier` and `worker` processes (OTLP).
 
 The roles run as OS processes on a real Redis with the standard `OTEL_*` environment pointing
-at a local OTLP/HTTP receiver (`tests.fakes.otlp_receiver`, decoding with `opentelemetry-proto`).
+at a local OTLP/HTTP receiver (`tests.support.fakes.otlp_receiver`, decoding with `opentelemetry-proto`).
 A run started with `POST /v1/runs` pauses on a refund that needs approval, the notifier delivers
 it to a webhook, a person approves it over the API, the worker's resumer enqueues the resume
 and the tool runs: every span of that is in ONE trace, each parent is a span of it, and the
@@ -21,11 +21,11 @@ from pathlib import Path
 
 import httpx
 
-from tests.api_process import ADMIN, api_env
-from tests.conftest import wait_for
-from tests.fakes.harness import SECRET
-from tests.fakes.otlp_receiver import OtlpReceiver, Span
-from tests.fakes.webhook_receiver import WebhookReceiver
+from tests.support.api_process import ADMIN, api_env
+from tests.support.fakes.harness import SECRET
+from tests.support.fakes.otlp_receiver import OtlpReceiver, Span
+from tests.support.fakes.webhook_receiver import WebhookReceiver
+from tests.support.waiting import wait_for
 
 PREFIX = "trace:"
 PROMPT = "Refund $120 on order A103 because the floor is torn."

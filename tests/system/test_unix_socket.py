@@ -40,10 +40,10 @@ from broker.redis_server import (
 )
 from broker.remote import RemoteBroker
 from broker.runs import run_queue
-from tests.conftest import wait_for
-from tests.fakes.deciding_receiver import DecidingReceiver, mix_policy
-from tests.fleet_processes import Fleet
-from tests.test_up import healthy, start_up, stop_up
+from tests.support.fakes.deciding_receiver import DecidingReceiver, mix_policy
+from tests.support.fleet_processes import Fleet
+from tests.support.up import healthy, start_up, stop_up
+from tests.support.waiting import wait_for
 from workers.demo import AGENT_NAME, register_demo
 
 ADMIN = "ab_test-admin-token-for-unix-sockets"

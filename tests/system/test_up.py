@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import sys
 from pathlib import Path
 
 import httpx
@@ -13,45 +12,9 @@ import pytest
 
 from approval_broker.up import banner
 from broker.config import Settings
-from broker.redis_server import free_port
-from tests.conftest import wait_for
-from tests.proc import alive, descendants
-
-ADMIN = "ab_test-admin-token-for-up"
-
-
-def up_command(port: int, data_dir: Path, *extra: str) -> list[str]:
-    return [
-        sys.executable, "-m", "approval_broker", "up",
-        "--port", str(port), "--data-dir", str(data_dir), *extra,
-    ]  # fmt: skip
-
-
-def start_up(tmp_path: Path, *extra: str) -> tuple[subprocess.Popen[str], str]:
-    port = free_port()
-    env = {k: v for k, v in os.environ.items() if not k.startswith("APPROVAL_BROKER_")}
-    env.update({"APPROVAL_BROKER_ADMIN_TOKEN": ADMIN, "PYTHONUNBUFFERED": "1"})
-    proc = subprocess.Popen(
-        up_command(port, tmp_path, *extra),
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
-    return proc, f"http://127.0.0.1:{port}"
-
-
-def healthy(url: str) -> bool:
-    try:
-        return httpx.get(f"{url}/healthz", timeout=1).status_code == 200
-    except httpx.HTTPError:
-        return False
-
-
-def stop_up(proc: subprocess.Popen[str]) -> str:
-    proc.send_signal(signal.SIGINT)
-    out, _ = proc.communicate(timeout=60)
-    return out
+from tests.support.proc import alive, descendants
+from tests.support.up import ADMIN, healthy, start_up, stop_up, up_command  # noqa: F401
+from tests.support.waiting import wait_for
 
 
 @pytest.fixture

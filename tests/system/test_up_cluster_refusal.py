@@ -17,7 +17,7 @@ import pytest
 from approval_broker.up import ONE_REDIS
 from broker.redis_cluster import LocalCluster
 from broker.redis_server import free_port
-from tests.api_process import ADMIN, START_TIMEOUT_S
+from tests.support.api_process import ADMIN, START_TIMEOUT_S
 
 
 @pytest.fixture

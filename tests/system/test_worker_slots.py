@@ -11,9 +11,6 @@ them, and no tool runs twice.
 from __future__ import annotations
 
 import os
-import signal
-import subprocess
-import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -26,8 +23,9 @@ from broker.config import load_config, parse_config
 from broker.errors import ConfigError
 from broker.models import RunStatus
 from broker.runs import start_run
-from tests.conftest import wait_for
-from tests.slots_support import SLOW_S, effects_key
+from tests.support.slot_agents import SLOW_S, effects_key
+from tests.support.waiting import wait_for
+from tests.support.worker_process import WorkerProcess  # noqa: F401
 from workers.slots import HEARTBEAT_TTL_S, MAINTENANCE_S
 
 PREFIX = "t:"
@@ -55,39 +53,6 @@ path = "tests.slots_support:blocking_agent"
 """
 
 FINAL = (RunStatus.finished, RunStatus.failed)
-READY = "worker ready on queue agent-runs"
-
-
-class WorkerProcess:
-    """`approval-broker worker` as a child process with its own log file."""
-
-    def __init__(self, env: dict[str, str], log: Path) -> None:
-        self.log = log
-        cli = Path(sys.executable).parent / "approval-broker"
-        with log.open("a") as out:
-            self.process = subprocess.Popen(
-                [str(cli), "worker", "--no-resumer"],
-                env=env,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
-
-    def wait_ready(self, seen: int = 0) -> None:
-        wait_for(lambda: self.log.read_text().count(READY) > seen, timeout=90)
-
-    def kill(self) -> None:
-        os.killpg(self.process.pid, signal.SIGKILL)
-        self.process.wait()
-
-    def stop(self) -> None:
-        if self.process.poll() is not None:
-            return
-        self.process.send_signal(signal.SIGINT)  # stop taking jobs; runs in flight end
-        try:
-            self.process.wait(20)
-        except subprocess.TimeoutExpired:
-            self.kill()
 
 
 @pytest.fixture

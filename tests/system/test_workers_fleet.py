@@ -20,8 +20,8 @@ from broker.client import Broker
 from broker.config import load_config
 from broker.models import Decision, RunStatus
 from broker.runs import start_run, wait_run
-from tests.conftest import wait_for
-from tests.test_workers_support import recorder_for
+from tests.support.agents import recorder_for
+from tests.support.waiting import wait_for
 from workers.demo import Ledger
 
 CONFIG = """
@@ -38,14 +38,14 @@ deps = "workers.demo:make_deps"
 max_rounds = 3
 
 [agents.asker]
-path = "tests.test_workers_support:ask_agent"
+path = "tests.support.agents:ask_agent"
 
 [agents.pair]
-path = "tests.test_workers_support:pair_agent"
-deps = "tests.test_workers_support:make_recorder"
+path = "tests.support.agents:pair_agent"
+deps = "tests.support.agents:make_recorder"
 
 [agents.looper]
-path = "tests.test_workers_support:loop_agent"
+path = "tests.support.agents:loop_agent"
 max_rounds = 1
 """
 

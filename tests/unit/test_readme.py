@@ -7,8 +7,8 @@ import re
 import pytest
 
 from broker.config import parse_config
-from tests.docs_examples import blocks as code_blocks
-from tests.docs_examples import every_page, page
+from tests.support.docs_examples import blocks as code_blocks
+from tests.support.docs_examples import every_page, page
 
 
 def blocks(language: str) -> list[str]:

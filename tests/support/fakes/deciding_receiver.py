@@ -1,6 +1,6 @@
 """A webhook receiver that plays the people at a webhook endpoint: it decides what it is sent.
 
-Every POST is verified (Standard Webhooks) like `tests.fakes.webhook_receiver`, answered 204
+Every POST is verified (Standard Webhooks) like `tests.support.fakes.webhook_receiver`, answered 204
 at once, and recorded. For an `approval.requested` event seen for the first time, a `policy`
 says what to answer (`{"outcome": "approved"}`, `{"outcome": "rejected", "reason": ...}`, or
 None to leave it unanswered), and a pool of threads signs that reply with the endpoint's secret
@@ -13,7 +13,7 @@ What it meant to do with each request is kept in `intents` (approve, reject or s
 request's `expires_at`), and how each reply ended in `answered` (with when the try that got the
 answer was sent and answered), so a test can hold every recorded outcome against the intent.
 
-Run alone (for benchmarks): `python -m tests.fakes.deciding_receiver --secret whsec_...
+Run alone (for benchmarks): `python -m tests.support.fakes.deciding_receiver --secret whsec_...
 --api http://127.0.0.1:8001 [--api ...] [--mix approve=1] [--port N]`; it prints
 `listening on URL`, and `GET /stats` gives counts, `GET /times` when each request arrived and
 was decided.
@@ -36,7 +36,7 @@ from typing import Any
 import httpcore
 from standardwebhooks import Webhook, WebhookVerificationError
 
-from tests.fakes._http import QuietHandler, ServerThread, serve_until_stopped
+from tests.support.fakes._http import QuietHandler, ServerThread, serve_until_stopped
 
 Reply = dict[str, Any]
 Policy = Callable[[dict[str, Any]], Reply | None]

@@ -23,7 +23,7 @@ from typing import Any
 
 from nacl.signing import SigningKey
 
-from tests.fakes._http import QuietHandler, ServerThread
+from tests.support.fakes._http import QuietHandler, ServerThread
 
 _MESSAGES = re.compile(r"^/api/v10/channels/(?P<channel>\d+)/messages(?:/(?P<message>\d+))?$")
 

@@ -4,7 +4,7 @@ Every tool run is appended as one JSON line to the file named by `--log`, so a t
 how often, and with which args, the upstream really ran. `hang` never answers; `die` ends the
 process mid-call.
 
-    python tests/fakes/mcp_notes_server.py --log runs.jsonl [--http PORT]
+    python tests/support/fakes/mcp_notes_server.py --log runs.jsonl [--http PORT]
 """
 
 from __future__ import annotations

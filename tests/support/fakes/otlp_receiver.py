@@ -19,7 +19,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
 )
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue
 
-from tests.fakes._http import QuietHandler, ServerThread
+from tests.support.fakes._http import QuietHandler, ServerThread
 
 PROTOBUF = "application/x-protobuf"
 

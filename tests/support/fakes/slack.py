@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import parse_qsl
 
-from tests.fakes._http import QuietHandler, ServerThread
+from tests.support.fakes._http import QuietHandler, ServerThread
 
 
 @dataclass

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import unquote
 
-from tests.fakes._http import QuietHandler, ServerThread
+from tests.support.fakes._http import QuietHandler, ServerThread
 
 CARD = "application/vnd.microsoft.card.adaptive"
 

@@ -19,7 +19,7 @@ from collections import defaultdict, deque
 from dataclasses import dataclass, field
 from typing import Any
 
-from tests.fakes._http import QuietHandler, ServerThread
+from tests.support.fakes._http import QuietHandler, ServerThread
 
 
 @dataclass

@@ -1,8 +1,8 @@
 """A person in a Telegram chat who decides the approval cards the bot posts there.
 
-It watches the fake Bot API (`tests.fakes.telegram.FakeTelegram`) for the cards the notifiers
+It watches the fake Bot API (`tests.support.fakes.telegram.FakeTelegram`) for the cards the notifiers
 send, and for each request seen for the first time a `policy` (the webhook receiver's,
-`tests.fakes.deciding_receiver.mix_policy`) says what to do: press Approve, press Reject and
+`tests.support.fakes.deciding_receiver.mix_policy`) says what to do: press Approve, press Reject and
 answer the bot's ForceReply prompt with the reason, or stay silent. Each update is POSTed to
 `/v1/telegram/updates` of one of the API processes with the secret token, as Telegram would:
 a connection error or 5xx is sent again, the same update (same `update_id`) to the next API
@@ -29,8 +29,8 @@ from typing import Any
 import httpx
 
 from broker import card_ids as ids
-from tests.fakes.deciding_receiver import INTENT_OF, Answered, Intent, Policy
-from tests.fakes.telegram import FakeTelegram, buttons, dumps
+from tests.support.fakes.deciding_receiver import INTENT_OF, Answered, Intent, Policy
+from tests.support.fakes.telegram import FakeTelegram, buttons, dumps
 
 SECRET_HEADER = "X-Telegram-Bot-Api-Secret-Token"
 TOO_LATE = re.compile(r"already (\w+)")

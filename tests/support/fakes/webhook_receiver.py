@@ -6,7 +6,7 @@ bad signature gets 401. What a verified delivery is answered with is programmabl
 `default("/gone", 410)` answers every one; `delay["/slow"] = 0.3` makes a path answer late.
 `GET /stats` gives counts (for the benchmark).
 
-Run alone: `python -m tests.fakes.webhook_receiver --secret whsec_... [--port N] [--no-record]`.
+Run alone: `python -m tests.support.fakes.webhook_receiver --secret whsec_... [--port N] [--no-record]`.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from typing import Any
 
 from standardwebhooks import Webhook, WebhookVerificationError
 
-from tests.fakes._http import QuietHandler, ServerThread, serve_until_stopped
+from tests.support.fakes._http import QuietHandler, ServerThread, serve_until_stopped
 
 Answer = int | tuple[int, dict[str, str]]
 
