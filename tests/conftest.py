@@ -6,6 +6,7 @@ no test depends on a Redis already running.
 
 from __future__ import annotations
 
+import copy
 import itertools
 import secrets
 from collections.abc import Callable, Iterator
@@ -125,9 +126,23 @@ def bound(broker: Broker) -> Iterator[Broker]:
         yield broker
 
 
+DEFAULT_API_CONFIG: dict[str, Any] = {"queues": {"default": {"channels": ["inbox"]}}}
+
+
+@pytest.fixture
+def cfg(request: pytest.FixtureRequest) -> Config:
+    """The config of an API test module's app: its `API_CONFIG` (a raw config), else one queue.
+
+    A module that needs other fixtures to build its config overrides `cfg` with a fixture of its
+    own, named after what differs.
+    """
+    raw = getattr(request.module, "API_CONFIG", DEFAULT_API_CONFIG)
+    return parse_config(copy.deepcopy(raw))  # parsing resolves secrets in place: keep the module's
+
+
 @pytest.fixture
 def api_broker(redis: Redis, cfg: Config) -> Broker:
-    """For API tests: a broker on the module's `cfg` fixture (each API test module has one)."""
+    """For API tests: a broker on the module's `cfg`."""
     return Broker(redis, cfg, prefix="t:")
 
 

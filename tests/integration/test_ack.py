@@ -11,10 +11,10 @@ from fastapi.testclient import TestClient
 from broker import slack_ids as ids
 from broker.auth import Principal, hash_token
 from broker.client import Broker
-from broker.config import Config, parse_config
 from broker.deciding import Deciding
 from broker.errors import Conflict
 from broker.models import Decision, NewRequest, Request
+from tests.support.auth import bearer_by_name, person
 from tests.support.backends import on_backend, on_backend_api_broker, on_backend_broker  # noqa: F401 - redis, broker, api_broker on both backends
 from tests.support.decisions import snapshot
 from tests.support.slack_forms import SIGNING, slack_click
@@ -23,46 +23,41 @@ from tests.support.waiting import wait_for
 TOKENS = {"alice": "tok-alice-0123456789abcdef", "eve": "tok-eve-0123456789abcdef0"}
 
 
-@pytest.fixture
-def cfg() -> Config:
-    return parse_config(
-        {
-            "queues": {
-                "default": {
-                    "channels": ["inbox", "slack:approvals"],
-                    "timeout_s": 60,
-                    "escalate_to": "managers",
-                    "ack_timeout_s": 300,
-                    "roles": ["ops"],
-                },
-                "managers": {"channels": ["inbox"], "timeout_s": 600, "quorum": 2},
-                "fast": {
-                    "channels": ["inbox"],
-                    "timeout_s": 0.3,
-                    "escalate_to": "managers",
-                    "ack_timeout_s": 1.5,
-                },
-            },  # fmt: skip
-            "slack": {
-                "bot_token": "xoxb-test",
-                "signing_secret": SIGNING,
-                "api_base_url": "http://127.0.0.1:9/api",
-                "channels": {"approvals": {"channel": "C1"}},
-            },
-            "approvers": {
-                "alice": {
-                    "roles": ["ops"],
-                    "slack_user_id": "U_ALICE",
-                    "token_sha256": hash_token(TOKENS["alice"]),
-                },
-                "eve": {"roles": ["marketing"], "token_sha256": hash_token(TOKENS["eve"])},
-            },
-        }
-    )
+API_CONFIG = {
+    "queues": {
+        "default": {
+            "channels": ["inbox", "slack:approvals"],
+            "timeout_s": 60,
+            "escalate_to": "managers",
+            "ack_timeout_s": 300,
+            "roles": ["ops"],
+        },
+        "managers": {"channels": ["inbox"], "timeout_s": 600, "quorum": 2},
+        "fast": {
+            "channels": ["inbox"],
+            "timeout_s": 0.3,
+            "escalate_to": "managers",
+            "ack_timeout_s": 1.5,
+        },
+    },  # fmt: skip
+    "slack": {
+        "bot_token": "xoxb-test",
+        "signing_secret": SIGNING,
+        "api_base_url": "http://127.0.0.1:9/api",
+        "channels": {"approvals": {"channel": "C1"}},
+    },
+    "approvers": {
+        "alice": {
+            "roles": ["ops"],
+            "slack_user_id": "U_ALICE",
+            "token_sha256": hash_token(TOKENS["alice"]),
+        },
+        "eve": person(TOKENS["eve"], ["marketing"]),
+    },
+}
 
 
-def auth(name: str) -> dict[str, str]:
-    return {"Authorization": f"Bearer {TOKENS[name]}"}
+auth = bearer_by_name(TOKENS)
 
 
 def new(broker: Broker, **kw: Any) -> Request:

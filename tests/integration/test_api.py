@@ -28,13 +28,10 @@ from broker.client import Broker
 from broker.config import Config, Settings, parse_config
 from broker.models import NewRequest, Request
 from broker.runs import RUN_QUEUE
+from tests.support.auth import bearer, person
 from tests.support.backends import on_backend, on_backend_api_broker, on_backend_broker, single_only  # noqa: F401 - redis, broker, api_broker on both backends
 
 ADMIN = "tok-admin-of-the-api-tests-0123"
-
-
-def bearer(token: str) -> dict[str, str]:
-    return {"Authorization": f"Bearer {token}"}
 
 
 ALICE, BOB, CAROL = bearer("tok-alice"), bearer("tok-bob"), bearer("tok-carol")
@@ -52,8 +49,8 @@ def api_config(extra_approvers: dict[str, Any] | None = None) -> Config:
                     "token_sha256": hash_token("tok-alice"),
                     "roles": ["finance", "requester"],
                 },
-                "bob": {"token_sha256": hash_token("tok-bob"), "roles": ["ops"]},
-                "carol": {"token_sha256": hash_token("tok-carol"), "roles": []},
+                "bob": person("tok-bob", ["ops"]),
+                "carol": person("tok-carol", []),
                 **(extra_approvers or {}),
             },
             "webhooks": {
@@ -569,9 +566,7 @@ def test_a_requester_alone_can_not_decide(
     client: TestClient, api_broker: Broker, cfg: Config
 ) -> None:
     """An agent's token (role `requester` only) may ask, never approve its own tool calls."""
-    cfg.approvers["svc"] = cfg.approvers["bob"].model_copy(
-        update={"token_sha256": hash_token("tok-svc"), "roles": ["requester"]}
-    )
+    cfg.approvers["svc"] = cfg.approvers["bob"].model_copy(update=person("tok-svc", ["requester"]))
     created = client.post("/v1/requests", json={"tool_name": "wire"}, headers=bearer("tok-svc"))
     assert created.status_code == 201
     rid = created.json()["id"]

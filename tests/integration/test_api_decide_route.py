@@ -26,6 +26,7 @@ from broker.auth import hash_token
 from broker.client import Broker
 from broker.config import Config, Settings, parse_config
 from broker.models import NewRequest, Request
+from tests.support.auth import bearer_by_name
 
 TOKENS = {
     "alice": "tok-alice-hotapi",  # finance
@@ -75,8 +76,7 @@ def client(api_broker: Broker, cfg: Config, settings: Settings) -> Iterator[Test
         yield c
 
 
-def auth(who: str) -> dict[str, str]:
-    return {"Authorization": f"Bearer {TOKENS[who]}"}
+auth = bearer_by_name(TOKENS)
 
 
 def shape(resp: httpx.Response, request_id: str) -> dict[str, Any]:

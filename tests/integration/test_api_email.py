@@ -19,25 +19,20 @@ from broker.models import Decision, NewRequest, Outcome, Request
 from tests.support.backends import on_backend, on_backend_api_broker, on_backend_broker  # noqa: F401 - redis, broker, api_broker on both backends
 from tests.support.email_links import link, page_error  # noqa: F401
 
-
-@pytest.fixture
-def cfg() -> Config:
-    return parse_config(
-        {
-            "queues": {"default": {"channels": ["email:leads"]}},
-            "email": {
-                "public_url": "http://testserver",
-                "link_ttl_s": 3600,
-                "lists": {
-                    "leads": {
-                        "to": ["alice@example.com", "stranger@example.com"],
-                        "unmapped_may_decide": True,
-                    }
-                },
-            },
-            "approvers": {"alice": {"roles": ["finance"], "email": "Alice@Example.com"}},
-        }
-    )
+API_CONFIG = {
+    "queues": {"default": {"channels": ["email:leads"]}},
+    "email": {
+        "public_url": "http://testserver",
+        "link_ttl_s": 3600,
+        "lists": {
+            "leads": {
+                "to": ["alice@example.com", "stranger@example.com"],
+                "unmapped_may_decide": True,
+            }
+        },
+    },
+    "approvers": {"alice": {"roles": ["finance"], "email": "Alice@Example.com"}},
+}
 
 
 def make(broker: Broker, **kw: Any) -> Request:

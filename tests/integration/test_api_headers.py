@@ -12,7 +12,7 @@ from redis import Redis
 
 from api.app import create_app
 from broker.client import Broker
-from broker.config import Config, Settings, parse_config
+from broker.config import Config, Settings
 from broker.links import new_nonce, sign_link
 from broker.models import NewRequest
 
@@ -24,18 +24,14 @@ PAGE_HEADERS = {
 }
 
 
-@pytest.fixture
-def cfg() -> Config:
-    return parse_config(
-        {
-            "queues": {"default": {"channels": ["email:leads"]}},
-            "email": {
-                "public_url": "http://testserver",
-                "lists": {"leads": {"to": ["alice@example.com"]}},
-            },
-            "approvers": {"alice": {"roles": ["finance"], "email": "alice@example.com"}},
-        }
-    )
+API_CONFIG = {
+    "queues": {"default": {"channels": ["email:leads"]}},
+    "email": {
+        "public_url": "http://testserver",
+        "lists": {"leads": {"to": ["alice@example.com"]}},
+    },
+    "approvers": {"alice": {"roles": ["finance"], "email": "alice@example.com"}},
+}
 
 
 @pytest.fixture

@@ -25,15 +25,10 @@ from api.app import create_app
 from api.server import KEEP_ALIVE_S
 from api.testing import ServerThread
 from broker.client import Broker
-from broker.config import Config, Settings, parse_config
+from broker.config import Config, Settings
 
 CONNECTIONS = 50
 MARGIN_S = 3.0
-
-
-@pytest.fixture
-def cfg() -> Config:
-    return parse_config({"queues": {"default": {"channels": ["inbox"]}}})
 
 
 @pytest.fixture

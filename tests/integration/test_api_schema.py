@@ -22,10 +22,10 @@ from schemathesis.checks import (
 from schemathesis.core.failures import FailureGroup
 
 from api.app import create_app
-from broker.auth import hash_token
 from broker.client import Broker
 from broker.config import Settings, parse_config
 from broker.models import NewRequest
+from tests.support.auth import person
 
 ADMIN = "tok-admin"
 MAX_EXAMPLES = 30
@@ -56,9 +56,7 @@ def app_and_broker(redis: Redis) -> tuple[Any, Broker]:
             },
             "slack": {"bot_token": "xoxb-x", "signing_secret": "sekrit"},
             "email": {"lists": {}},
-            "approvers": {
-                "alice": {"token_sha256": hash_token("tok-alice"), "roles": ["requester"]}
-            },
+            "approvers": {"alice": person("tok-alice", ["requester"])},
         }
     )
     broker = Broker(redis, cfg, prefix="t:")

@@ -17,22 +17,18 @@ from redis import asyncio as aredis
 
 from api.app import create_app
 from api.testing import ServerThread
-from broker.auth import hash_token
 from broker.client import Broker
-from broker.config import Config, Settings, parse_config
+from broker.config import Config, Settings
 from broker.models import NewRequest
+from tests.support.auth import person
 
 TOKEN = "tok-hot-shutdown"
 
 
-@pytest.fixture
-def cfg() -> Config:
-    return parse_config(
-        {
-            "queues": {"default": {"channels": ["inbox"]}},
-            "approvers": {"alice": {"token_sha256": hash_token(TOKEN), "roles": ["finance"]}},
-        }
-    )
+API_CONFIG = {
+    "queues": {"default": {"channels": ["inbox"]}},
+    "approvers": {"alice": person(TOKEN, ["finance"])},
+}
 
 
 def clients_by(redis: Redis, cmd: str) -> set[str]:

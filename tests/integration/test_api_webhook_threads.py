@@ -21,23 +21,17 @@ from standardwebhooks.webhooks import Webhook
 from api import webhooks
 from api.app import create_app
 from broker.client import Broker
-from broker.config import Config, Settings, parse_config
+from broker.config import Config, Settings
 from broker.models import NewRequest
 
 OLD = "whsec_" + base64.b64encode(b"hot-webhook-old-secret-0123456789").decode()
 NEW = "whsec_" + base64.b64encode(b"hot-webhook-new-secret-0123456789").decode()
 
 
-@pytest.fixture
-def cfg() -> Config:
-    return parse_config(
-        {
-            "queues": {"default": {"channels": ["webhook:ops"]}},
-            "webhooks": {
-                "ops": {"url": "http://127.0.0.1:9/ops", "secret": [OLD, NEW], "roles": ["ops"]}
-            },
-        }
-    )
+API_CONFIG = {
+    "queues": {"default": {"channels": ["webhook:ops"]}},
+    "webhooks": {"ops": {"url": "http://127.0.0.1:9/ops", "secret": [OLD, NEW], "roles": ["ops"]}},
+}
 
 
 @pytest.fixture

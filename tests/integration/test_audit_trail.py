@@ -8,14 +8,12 @@ from __future__ import annotations
 
 import hashlib
 import time
-from typing import Any
 
-import pytest
 from redis import Redis
 
 from broker.audit import AuditTrail, entry_hash, verify
 from broker.audit.trail import append_entry
-from broker.auth import Principal, hash_token
+from broker.auth import Principal
 from broker.client import Broker
 from broker.config import Config, parse_config
 from broker.deciding import Deciding
@@ -26,13 +24,9 @@ from broker.scripts import source
 from notifiers.commit import Committer
 from notifiers.parking import ParkedStore
 from notifiers.results import DeliveryResult, ResultKind
+from tests.support.auth import person
 from tests.support.outbox_entries import pending_entry
 from tests.support.waiting import wait_for
-
-
-def person(token: str, roles: list[str]) -> dict[str, Any]:
-    return {"token_sha256": hash_token(token), "roles": roles}
-
 
 RAW = {
     "queues": {
@@ -50,9 +44,7 @@ RAW = {
 }
 
 
-@pytest.fixture
-def cfg() -> Config:
-    return parse_config(dict(RAW))
+API_CONFIG = RAW
 
 
 def trail_of(broker: Broker) -> list:

@@ -18,6 +18,7 @@ from tests.support.fakes.harness import options, webhook
 @pytest.mark.parametrize(
     "request_id",
     [new_id("req"), round_request_id(new_id("run"), 10, 99), round_request_id(new_id("run"), 1, 0)],
+    ids=["request", "round-10-call-99", "round-1-call-0"],  # the same names in every xdist worker
 )
 def test_every_token_of_a_broker_made_id_fits_64_bytes_and_reads_back(request_id: str) -> None:
     for verb, index in [(ids.APPROVE, None), (ids.OPTION, 9), (ids.ALWAYS_RULE, 4)]:

@@ -14,11 +14,11 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
-from broker.auth import hash_token
 from broker.client import Broker
-from broker.config import Config, parse_config
+from broker.config import parse_config
 from broker.errors import ConfigError
 from broker.models import NewRequest, Request
+from tests.support.auth import person
 from tests.support.email_links import link
 from tests.support.webhooks import NEW_SECRET, OTHER_SECRET, post, signed  # noqa: F401
 
@@ -26,39 +26,35 @@ ALICE = "tok-alice-one-person"
 CAROL = "tok-carol-one-person"
 
 
-@pytest.fixture
-def cfg() -> Config:
-    return parse_config(
-        {
-            "queues": {
-                "default": {"channels": ["inbox", "webhook:ops", "webhook:audit"]},
-                "pair": {"channels": ["inbox", "webhook:ops", "email:ext"], "quorum": 2},
-            },
-            "webhooks": {
-                "ops": {"url": "http://127.0.0.1:9/ops", "secret": NEW_SECRET},
-                "audit": {
-                    "url": "http://127.0.0.1:9/audit",
-                    "secret": OTHER_SECRET,
-                    "events": ["approval.decided", "approval.timed_out"],
-                    "decides": False,
-                },
-            },
-            "email": {
-                "public_url": "http://testserver",
-                "link_ttl_s": 3600,
-                "lists": {
-                    "ext": {
-                        "to": ["ext@example.com", "EXT@example.com"],
-                        "unmapped_may_decide": True,
-                    }
-                },
-            },
-            "approvers": {
-                "alice": {"token_sha256": hash_token(ALICE), "roles": ["finance"]},
-                "carol": {"token_sha256": hash_token(CAROL), "roles": ["finance"]},
-            },
-        }
-    )
+API_CONFIG = {
+    "queues": {
+        "default": {"channels": ["inbox", "webhook:ops", "webhook:audit"]},
+        "pair": {"channels": ["inbox", "webhook:ops", "email:ext"], "quorum": 2},
+    },
+    "webhooks": {
+        "ops": {"url": "http://127.0.0.1:9/ops", "secret": NEW_SECRET},
+        "audit": {
+            "url": "http://127.0.0.1:9/audit",
+            "secret": OTHER_SECRET,
+            "events": ["approval.decided", "approval.timed_out"],
+            "decides": False,
+        },
+    },
+    "email": {
+        "public_url": "http://testserver",
+        "link_ttl_s": 3600,
+        "lists": {
+            "ext": {
+                "to": ["ext@example.com", "EXT@example.com"],
+                "unmapped_may_decide": True,
+            }
+        },
+    },
+    "approvers": {
+        "alice": person(ALICE, ["finance"]),
+        "carol": person(CAROL, ["finance"]),
+    },
+}
 
 
 def make(broker: Broker, **kw: Any) -> Request:

@@ -21,6 +21,7 @@ from broker.config import Config, Settings, load_config
 from broker.deciding import Deciding
 from broker.errors import Conflict, InvalidInput
 from broker.models import Decision, NewRequest, Outcome, Request
+from tests.support.auth import bearer
 from tests.support.backends import on_backend, on_backend_api_broker, on_backend_broker  # noqa: F401 - redis, broker, api_broker on both backends
 
 ADMIN = "admin-token-of-the-deciding-tests"
@@ -54,10 +55,6 @@ roles = ["finance", "ops", "requester"]
 runner = CliRunner()
 
 
-def bearer(token: str) -> dict[str, str]:
-    return {"Authorization": f"Bearer {token}"}
-
-
 ALICE, BOB, DAVE = bearer("tok-alice"), bearer("tok-bob"), bearer("tok-dave")
 
 
@@ -66,8 +63,8 @@ def config_path(tmp_config: Any) -> Path:
     return tmp_config(CONFIG)  # type: ignore[no-any-return]
 
 
-@pytest.fixture
-def cfg(config_path: Path) -> Config:
+@pytest.fixture(name="cfg")
+def cfg_loaded_from_a_file(config_path: Path) -> Config:
     return load_config(config_path)
 
 

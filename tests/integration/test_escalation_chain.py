@@ -12,7 +12,7 @@ from redis import Redis
 from api.app import create_app
 from broker.auth import EVERY_ROLE, Principal, hash_token
 from broker.client import Broker
-from broker.config import Config, Settings, parse_config
+from broker.config import Config, Settings
 from broker.deciding import Deciding
 from broker.errors import Conflict, Forbidden
 from broker.links import new_nonce, read_link, sign_link
@@ -24,41 +24,37 @@ ALICE = Principal("alice", frozenset({"finance"}))
 ROOT = Principal("root", frozenset({EVERY_ROLE}))
 
 
-@pytest.fixture
-def cfg() -> Config:
-    return parse_config(
-        {
-            "queues": {
-                "default": {
-                    "channels": ["email:leads", "inbox"],
-                    "escalate_to": "managers",
-                    "timeout_s": 100,
-                },
-                "managers": {
-                    "channels": ["email:bosses", "inbox"],
-                    "escalate_to": "directors",
-                    "timeout_s": 1000,
-                },
-                "directors": {"channels": ["inbox"], "timeout_s": 5000},
-                "audit": {"channels": [], "timeout_s": 50},  # nobody watches it
-            },
-            "email": {
-                "public_url": "http://testserver",
-                "lists": {
-                    "leads": {"to": ["alice@example.com"]},
-                    "bosses": {"to": ["boss@example.com"]},
-                },
-            },
-            "approvers": {
-                "alice": {
-                    "roles": ["finance"],
-                    "email": "alice@example.com",
-                    "token_sha256": hash_token("tok-alice"),
-                },
-                "boss": {"roles": ["finance"], "email": "boss@example.com"},
-            },
-        }
-    )
+API_CONFIG = {
+    "queues": {
+        "default": {
+            "channels": ["email:leads", "inbox"],
+            "escalate_to": "managers",
+            "timeout_s": 100,
+        },
+        "managers": {
+            "channels": ["email:bosses", "inbox"],
+            "escalate_to": "directors",
+            "timeout_s": 1000,
+        },
+        "directors": {"channels": ["inbox"], "timeout_s": 5000},
+        "audit": {"channels": [], "timeout_s": 50},  # nobody watches it
+    },
+    "email": {
+        "public_url": "http://testserver",
+        "lists": {
+            "leads": {"to": ["alice@example.com"]},
+            "bosses": {"to": ["boss@example.com"]},
+        },
+    },
+    "approvers": {
+        "alice": {
+            "roles": ["finance"],
+            "email": "alice@example.com",
+            "token_sha256": hash_token("tok-alice"),
+        },
+        "boss": {"roles": ["finance"], "email": "boss@example.com"},
+    },
+}
 
 
 @pytest.fixture

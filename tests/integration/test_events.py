@@ -23,11 +23,11 @@ from redis.cluster import RedisCluster
 from api.app import create_app
 from api.events import EventsSettings, decode_position, encode_position
 from api.testing import ServerThread
-from broker.auth import hash_token
 from broker.client import Broker
 from broker.config import Config, Settings, parse_config
 from broker.errors import ConfigError
 from broker.models import Decision, NewRequest, Request
+from tests.support.auth import bearer, person
 from tests.support.cluster_reads import blocked_reads
 from tests.support.sse import events_of, next_event  # noqa: F401
 from tests.support.waiting import wait_for
@@ -41,18 +41,11 @@ APPROVERS = {
 }
 
 
-def bearer(token: str) -> dict[str, str]:
-    return {"Authorization": f"Bearer {token}"}
-
-
 def config() -> Config:
     return parse_config(
         {
             "queues": {"default": {"channels": ["inbox"]}, "other": {"channels": ["inbox"]}},
-            "approvers": {
-                name: {"token_sha256": hash_token(f"tok-{name}"), "roles": roles}
-                for name, roles in APPROVERS.items()
-            },
+            "approvers": {name: person(f"tok-{name}", roles) for name, roles in APPROVERS.items()},
         }
     )
 

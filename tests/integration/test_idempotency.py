@@ -14,10 +14,10 @@ from rq.serializers import JSONSerializer
 
 from api.app import create_app
 from api.testing import ServerThread
-from broker.auth import hash_token
 from broker.client import Broker
-from broker.config import Config, Settings, parse_config
+from broker.config import Config, Settings
 from broker.runs import RUN_QUEUE
+from tests.support.auth import person
 
 ADMIN = "tok-admin"
 ALICE = {"Authorization": "Bearer tok-alice"}
@@ -29,16 +29,12 @@ def key(k: str, who: dict[str, str] = ALICE) -> dict[str, str]:
     return {**who, "Idempotency-Key": k}
 
 
-@pytest.fixture
-def cfg() -> Config:
-    return parse_config(
-        {
-            "approvers": {
-                "alice": {"token_sha256": hash_token("tok-alice"), "roles": ["requester"]},
-                "dave": {"token_sha256": hash_token("tok-dave"), "roles": ["requester"]},
-            }
-        }
-    )
+API_CONFIG = {
+    "approvers": {
+        "alice": person("tok-alice", ["requester"]),
+        "dave": person("tok-dave", ["requester"]),
+    }
+}
 
 
 @pytest.fixture

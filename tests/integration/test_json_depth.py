@@ -23,35 +23,31 @@ from standardwebhooks.webhooks import Webhook
 
 from api.app import create_app
 from broker import bounded_json
-from broker.auth import hash_token
 from broker.client import Broker
-from broker.config import Config, Settings, parse_config
+from broker.config import Config, Settings
 from broker.errors import InvalidInput
 from broker.models import NewRequest
+from tests.support.auth import person
 
 SIGNING_SECRET = "8f742231b10e8888abcd99yyyzzz85a5"
 HOOK_SECRET = "whsec_" + base64.b64encode(b"secret-for-the-ops-endpoint-0123").decode()
 AGENT = {"Authorization": "Bearer tok-agent"}
 
 
-@pytest.fixture
-def cfg() -> Config:
-    return parse_config(
-        {
-            "queues": {"default": {"channels": ["slack:approvals", "webhook:ops", "inbox"]}},
-            "slack": {
-                "bot_token": "xoxb-test",
-                "signing_secret": SIGNING_SECRET,
-                "api_base_url": "http://127.0.0.1:9/api",
-                "channels": {"approvals": {"channel": "C1"}},
-            },
-            "webhooks": {"ops": {"url": "http://127.0.0.1:9/ops", "secret": HOOK_SECRET}},
-            "approvers": {
-                "agent": {"token_sha256": hash_token("tok-agent"), "roles": ["requester"]},
-                "alice": {"roles": ["finance"], "slack_user_id": "U_ALICE"},
-            },
-        }
-    )
+API_CONFIG = {
+    "queues": {"default": {"channels": ["slack:approvals", "webhook:ops", "inbox"]}},
+    "slack": {
+        "bot_token": "xoxb-test",
+        "signing_secret": SIGNING_SECRET,
+        "api_base_url": "http://127.0.0.1:9/api",
+        "channels": {"approvals": {"channel": "C1"}},
+    },
+    "webhooks": {"ops": {"url": "http://127.0.0.1:9/ops", "secret": HOOK_SECRET}},
+    "approvers": {
+        "agent": person("tok-agent", ["requester"]),
+        "alice": {"roles": ["finance"], "slack_user_id": "U_ALICE"},
+    },
+}
 
 
 @pytest.fixture

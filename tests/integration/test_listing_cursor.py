@@ -17,23 +17,17 @@ from fastapi.testclient import TestClient
 from redis import Redis
 
 from api.app import create_app
-from broker.auth import hash_token
 from broker.client import Broker
-from broker.config import Config, Settings, parse_config
+from broker.config import Config, Settings
+from tests.support.auth import person
 
 AGENT = {"Authorization": "Bearer tok-agent"}
 
 
-@pytest.fixture
-def cfg() -> Config:
-    return parse_config(
-        {
-            "queues": {"default": {"channels": ["inbox"]}},
-            "approvers": {
-                "agent": {"token_sha256": hash_token("tok-agent"), "roles": ["requester"]}
-            },
-        }
-    )
+API_CONFIG = {
+    "queues": {"default": {"channels": ["inbox"]}},
+    "approvers": {"agent": person("tok-agent", ["requester"])},
+}
 
 
 @pytest.fixture

@@ -10,13 +10,14 @@ from fastapi.testclient import TestClient
 
 from api.app import create_app
 from broker.agents import register_agent
-from broker.auth import Principal, hash_token
+from broker.auth import Principal
 from broker.client import Broker
-from broker.config import Config, Settings, parse_config
+from broker.config import Config, Settings
 from broker.deciding import Deciding
 from broker.errors import InvalidInput
 from broker.models import Decision, Outcome
 from broker.runs import start_run
+from tests.support.auth import person
 from tests.support.jobs import work
 
 SCHEMA: dict[str, Any] = {
@@ -33,17 +34,13 @@ AGENT = {"Authorization": "Bearer tok-agent"}
 ALICE = {"Authorization": "Bearer tok-alice"}
 
 
-@pytest.fixture
-def cfg() -> Config:
-    return parse_config(
-        {
-            "queues": {"default": {"channels": ["inbox"]}},
-            "approvers": {
-                "agent": {"roles": ["requester"], "token_sha256": hash_token("tok-agent")},
-                "alice": {"roles": ["finance"], "token_sha256": hash_token("tok-alice")},
-            },
-        }
-    )
+API_CONFIG = {
+    "queues": {"default": {"channels": ["inbox"]}},
+    "approvers": {
+        "agent": person("tok-agent", ["requester"]),
+        "alice": person("tok-alice", ["finance"]),
+    },
+}
 
 
 @pytest.fixture

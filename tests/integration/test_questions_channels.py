@@ -81,8 +81,8 @@ def channels_config(slack: FakeSlack, smtp: SmtpSink, receiver: WebhookReceiver)
     )
 
 
-@pytest.fixture
-def cfg(slack: FakeSlack, smtp: SmtpSink, receiver: WebhookReceiver) -> Config:
+@pytest.fixture(name="cfg")
+def cfg_on_the_fake_channels(slack: FakeSlack, smtp: SmtpSink, receiver: WebhookReceiver) -> Config:
     return channels_config(slack, smtp, receiver)
 
 

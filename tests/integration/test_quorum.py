@@ -25,6 +25,7 @@ from broker.auth import hash_token
 from broker.client import Broker
 from broker.config import Config, Settings, parse_config
 from broker.models import Decision, NewRequest, Request, args_hash
+from tests.support.auth import bearer_by_name
 from tests.support.backends import on_backend, on_backend_api_broker, on_backend_broker, single_only  # noqa: F401 - redis, broker, api_broker on both backends
 from tests.support.decisions import snapshot
 from tests.support.slack_forms import SIGNING, _ids, slack_click  # noqa: F401
@@ -65,8 +66,7 @@ def cfg() -> Config:
     )
 
 
-def auth(name: str) -> dict[str, str]:
-    return {"Authorization": f"Bearer {TOKENS[name]}"}
+auth = bearer_by_name(TOKENS)
 
 
 def webhook_reply(body: dict[str, Any]) -> tuple[bytes, dict[str, str]]:

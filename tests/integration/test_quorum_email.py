@@ -3,32 +3,25 @@ decided, and one person's used link is not a second vote."""
 
 from __future__ import annotations
 
-import pytest
 from fastapi.testclient import TestClient
 
 from broker.client import Broker
-from broker.config import Config, parse_config
 from broker.models import NewRequest
 from tests.support.email_links import link, page_error
 
-
-@pytest.fixture
-def cfg() -> Config:
-    return parse_config(
-        {
-            "queues": {"default": {"channels": ["email:leads"], "quorum": 2}},
-            "email": {
-                "public_url": "http://testserver",
-                "link_ttl_s": 3600,
-                "lists": {"leads": {"to": ["alice@example.com", "bob@example.com", "cfo@example.com"]}},
-            },
-            "approvers": {
-                "alice": {"roles": ["finance"], "email": "alice@example.com"},
-                "bob": {"roles": ["finance"], "email": "bob@example.com"},
-                "cfo": {"roles": ["finance"], "email": "cfo@example.com"},
-            },
-        }
-    )  # fmt: skip
+API_CONFIG = {
+    "queues": {"default": {"channels": ["email:leads"], "quorum": 2}},
+    "email": {
+        "public_url": "http://testserver",
+        "link_ttl_s": 3600,
+        "lists": {"leads": {"to": ["alice@example.com", "bob@example.com", "cfo@example.com"]}},
+    },
+    "approvers": {
+        "alice": {"roles": ["finance"], "email": "alice@example.com"},
+        "bob": {"roles": ["finance"], "email": "bob@example.com"},
+        "cfo": {"roles": ["finance"], "email": "cfo@example.com"},
+    },
+}
 
 
 def test_links_of_the_others_stay_valid_until_the_request_is_decided(

@@ -41,8 +41,8 @@ def key(tmp_path: Path) -> Path:
     return key_file(tmp_path)
 
 
-@pytest.fixture
-def cfg(key: Path) -> Config:
+@pytest.fixture(name="cfg")
+def cfg_with_a_receipt_key(key: Path) -> Config:
     raw = receipts_config(key)
     raw["queues"]["pair"] = {"channels": ["inbox"], "quorum": 2}
     raw["approvers"]["app"] = {"roles": ["requester"]}

@@ -19,11 +19,11 @@ from pydantic_ai import DeferredToolRequests
 
 from api.app import create_app
 from api.testing import ServerThread
-from broker.auth import hash_token
 from broker.client import Broker
 from broker.config import Config, Settings, parse_config
 from broker.receipts import REFUSED_TEXT
 from broker.remote import BrokerApprovals, RemoteBroker, Request
+from tests.support.auth import person
 from tests.support.receipts import key_file
 from tests.support.remote_agents import decide_when_asked, make_agent
 
@@ -31,14 +31,14 @@ TOKENS = {"agent": "tok-agent", "bob": "tok-bob", "carol": "tok-carol"}
 PROMPT = "Refund $120 on A103 and ask for photos"
 
 
-@pytest.fixture
-def cfg(tmp_path: Path) -> Config:
+@pytest.fixture(name="cfg")
+def cfg_with_a_receipt_key_file(tmp_path: Path) -> Config:
     return parse_config(
         {
             "approvers": {
-                "agent": {"token_sha256": hash_token(TOKENS["agent"]), "roles": ["requester"]},
-                "bob": {"token_sha256": hash_token(TOKENS["bob"]), "roles": ["finance"]},
-                "carol": {"token_sha256": hash_token(TOKENS["carol"]), "roles": ["finance"]},
+                "agent": person(TOKENS["agent"], ["requester"]),
+                "bob": person(TOKENS["bob"], ["finance"]),
+                "carol": person(TOKENS["carol"], ["finance"]),
             },
             "receipts": {"key_file": str(key_file(tmp_path)), "recheck_roles": True},
         }

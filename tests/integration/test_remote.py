@@ -13,9 +13,8 @@ from pydantic_ai import DeferredToolRequests
 
 from api.app import create_app
 from api.testing import ServerThread
-from broker.auth import hash_token
 from broker.client import Broker
-from broker.config import Config, Settings, parse_config
+from broker.config import Config, Settings
 from broker.errors import Conflict, Forbidden, InvalidInput, NotFound
 from broker.remote import (
     AsyncRemoteBroker,
@@ -25,26 +24,23 @@ from broker.remote import (
     Unauthorized,
 )
 from broker.results import RoundNotReady
+from tests.support.auth import person
 from tests.support.remote_agents import decide_when_asked, make_agent  # noqa: F401
 
 AGENT_TOKEN, BOB_TOKEN = "tok-agent", "tok-bob"
 
 
-@pytest.fixture
-def cfg() -> Config:
-    return parse_config(
-        {
-            "queues": {
-                # bob escalates default -> finance: a person may only follow escalate_to
-                "default": {"timeout_s": 600, "escalate_to": "finance"},
-                "finance": {"timeout_s": 600},
-            },
-            "approvers": {
-                "agent": {"token_sha256": hash_token(AGENT_TOKEN), "roles": ["requester"]},
-                "bob": {"token_sha256": hash_token(BOB_TOKEN), "roles": ["finance"]},
-            },
-        }
-    )
+API_CONFIG = {
+    "queues": {
+        # bob escalates default -> finance: a person may only follow escalate_to
+        "default": {"timeout_s": 600, "escalate_to": "finance"},
+        "finance": {"timeout_s": 600},
+    },
+    "approvers": {
+        "agent": person(AGENT_TOKEN, ["requester"]),
+        "bob": person(BOB_TOKEN, ["finance"]),
+    },
+}
 
 
 @pytest.fixture

@@ -20,12 +20,12 @@ from pydantic_ai.messages import (
 )
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 
-from broker.auth import hash_token
 from broker.client import Broker
-from broker.config import Config, Settings, parse_config
+from broker.config import Settings
 from broker.models import RunStatus
 from broker.runs import start_run
 from broker.testing import SyncWorker
+from tests.support.auth import person
 
 REQUESTER = {"Authorization": "Bearer tok-app"}
 APPROVER = {"Authorization": "Bearer tok-alice"}
@@ -52,18 +52,14 @@ def refund(amount: float) -> str:
     return f"refunded {amount}"
 
 
-@pytest.fixture
-def cfg() -> Config:
-    path = f"{__name__}:chat_agent"  # this very module, so `executed` is the one the tool fills
-    return parse_config(
-        {
-            "approvers": {
-                "app": {"token_sha256": hash_token("tok-app"), "roles": ["requester"]},
-                "alice": {"token_sha256": hash_token("tok-alice"), "roles": ["finance"]},
-            },
-            "agents": {"chat": {"path": path}, "strict": {"path": path, "unanswered": "raise"}},
-        }
-    )
+_CHAT = f"{__name__}:chat_agent"  # this very module, so `executed` is the one the tool fills
+API_CONFIG = {
+    "approvers": {
+        "app": person("tok-app", ["requester"]),
+        "alice": person("tok-alice", ["finance"]),
+    },
+    "agents": {"chat": {"path": _CHAT}, "strict": {"path": _CHAT, "unanswered": "raise"}},
+}
 
 
 @pytest.fixture

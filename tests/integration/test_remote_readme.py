@@ -11,25 +11,21 @@ import pytest
 
 from api.app import create_app
 from api.testing import ServerThread
-from broker.auth import hash_token
 from broker.client import Broker
-from broker.config import Config, Settings, parse_config
+from broker.config import Config, Settings
 from broker.remote import RemoteBroker
+from tests.support.auth import person
 from tests.support.docs_examples import page
 
 README = page("remote-agents.md")
 
 
-@pytest.fixture
-def cfg() -> Config:
-    return parse_config(
-        {
-            "approvers": {
-                "agent": {"token_sha256": hash_token("tok-agent"), "roles": ["requester"]},
-                "alice": {"token_sha256": hash_token("tok-alice"), "roles": ["finance"]},
-            }
-        }
-    )
+API_CONFIG = {
+    "approvers": {
+        "agent": person("tok-agent", ["requester"]),
+        "alice": person("tok-alice", ["finance"]),
+    }
+}
 
 
 @pytest.fixture

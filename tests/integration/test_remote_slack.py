@@ -19,10 +19,10 @@ from slack_sdk.signature import SignatureVerifier
 from api.app import create_app
 from api.testing import ServerThread
 from broker import slack_ids as ids
-from broker.auth import hash_token
 from broker.client import Broker
 from broker.config import Settings, parse_config
 from broker.remote import BrokerApprovals, RemoteBroker
+from tests.support.auth import person
 from tests.support.fakes.harness import running
 from tests.support.fakes.slack import FakeSlack, request_id_of
 from tests.support.remote_agents import make_agent
@@ -50,7 +50,7 @@ def slack_broker(redis: Redis, slack: FakeSlack) -> Broker:
                 "channels": {"approvals": {"channel": "C1"}},
             },
             "approvers": {
-                "agent": {"token_sha256": hash_token("tok-agent"), "roles": ["requester"]},
+                "agent": person("tok-agent", ["requester"]),
                 "alice": {"roles": ["finance"], "slack_user_id": "U0ALICE"},
             },
         }

@@ -20,7 +20,7 @@ from redis.cluster import RedisCluster
 from api.app import create_app
 from api.testing import ServerThread
 from broker.client import Broker
-from broker.config import Config, Settings, parse_config
+from broker.config import Config, Settings
 from broker.errors import NotFound
 from broker.models import Decision, NewRequest, Request
 from broker.remote import RemoteBroker
@@ -30,16 +30,12 @@ from tests.support.waiting import wait_for
 ADMIN = "tok-admin"
 
 
-@pytest.fixture
-def cfg() -> Config:
-    return parse_config(
-        {
-            "queues": {
-                "default": {"timeout_s": 600, "escalate_to": "managers"},
-                "managers": {"timeout_s": 1800},
-            }
-        }
-    )
+API_CONFIG = {
+    "queues": {
+        "default": {"timeout_s": 600, "escalate_to": "managers"},
+        "managers": {"timeout_s": 1800},
+    }
+}
 
 
 @pytest.fixture(params=["single", "cluster"])

@@ -6,32 +6,26 @@ from __future__ import annotations
 import pytest
 from fastapi.testclient import TestClient
 
-from broker.auth import Principal, hash_token
+from broker.auth import Principal
 from broker.client import Broker
-from broker.config import Config, parse_config
 from broker.deciding import INBOX, Deciding
 from broker.models import NewRequest
 from broker.runs import start_run
+from tests.support.auth import bearer, person
 
 ROLES = {"app": ["requester"], "bob": ["requester"], "audit": ["auditor"],
          "audreq": ["auditor", "requester"], "alice": ["finance"]}  # fmt: skip
 
 
 def h(name: str) -> dict[str, str]:
-    return {"Authorization": f"Bearer tok-{name}"}
+    return bearer(f"tok-{name}")
 
 
-@pytest.fixture
-def cfg() -> Config:
-    return parse_config(
-        {
-            "queues": {"default": {"channels": ["inbox"]}},
-            "approvers": {
-                n: {"token_sha256": hash_token(f"tok-{n}"), "roles": r} for n, r in ROLES.items()
-            },
-            "agents": {"chat": {"path": "tests.integration.test_remote_messages:chat_agent"}},
-        }
-    )
+API_CONFIG = {
+    "queues": {"default": {"channels": ["inbox"]}},
+    "approvers": {n: person(f"tok-{n}", r) for n, r in ROLES.items()},
+    "agents": {"chat": {"path": "tests.integration.test_remote_messages:chat_agent"}},
+}
 
 
 @pytest.mark.parametrize("who", ["audit", "audreq"])

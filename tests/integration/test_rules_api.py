@@ -11,14 +11,9 @@ from redis import Redis
 from typer.testing import CliRunner
 
 from approval_broker.cli import app as cli_app
-from broker.auth import hash_token
-from broker.config import Config, parse_config
+from tests.support.auth import bearer, person
 
 ADMIN = "tok-admin"
-
-
-def bearer(token: str) -> dict[str, str]:
-    return {"Authorization": f"Bearer {token}"}
 
 
 PAT, ALICE, SVC, AUDITOR = (
@@ -29,23 +24,16 @@ PAT, ALICE, SVC, AUDITOR = (
 )
 
 
-@pytest.fixture
-def cfg() -> Config:
-    def person(token: str, roles: list[str]) -> dict[str, Any]:
-        return {"token_sha256": hash_token(token), "roles": roles}
-
-    return parse_config(
-        {
-            "queues": {"default": {}, "managers": {}},
-            "agents": {"refunds": {"path": "pkg.mod:agent"}},
-            "approvers": {
-                "pat": person("tok-pat", ["policy"]),
-                "alice": person("tok-alice", ["finance"]),
-                "svc": person("tok-svc", ["requester"]),
-                "aud": person("tok-aud", ["auditor"]),
-            },
-        }
-    )
+API_CONFIG = {
+    "queues": {"default": {}, "managers": {}},
+    "agents": {"refunds": {"path": "pkg.mod:agent"}},
+    "approvers": {
+        "pat": person("tok-pat", ["policy"]),
+        "alice": person("tok-alice", ["finance"]),
+        "svc": person("tok-svc", ["requester"]),
+        "aud": person("tok-aud", ["auditor"]),
+    },
+}
 
 
 @pytest.fixture

@@ -16,7 +16,7 @@ from redis.cluster import RedisCluster
 
 from broker.auth import Principal
 from broker.client import Broker
-from broker.config import Config, parse_config
+from broker.config import Config
 from broker.deciding import Deciding
 from broker.errors import Conflict
 from broker.models import Decision, NewRequest, Outcome, Status
@@ -40,9 +40,7 @@ def client(request: pytest.FixtureRequest) -> Iterator[Redis | RedisCluster]:
         yield request.getfixturevalue("cluster_client")
 
 
-@pytest.fixture
-def cfg() -> Config:
-    return parse_config(dict(CONFIG))
+API_CONFIG = CONFIG
 
 
 def broker_on(client: Redis | RedisCluster, cfg: Config) -> Broker:

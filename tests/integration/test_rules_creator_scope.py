@@ -4,33 +4,27 @@ queue the creator may not decide in. Role `policy` keeps its wide rules."""
 
 from __future__ import annotations
 
-import pytest
 from fastapi.testclient import TestClient
 
 from broker.client import Broker
-from broker.config import Config, parse_config
 from broker.models import NewRequest
 from tests.support.auth import bearer, person
 
 BOB, PAT = bearer("tok-bob"), bearer("tok-pat")
 
 
-@pytest.fixture
-def cfg() -> Config:
-    return parse_config(
-        {
-            "queues": {
-                "default": {"channels": ["inbox"]},
-                "finance": {"channels": ["inbox"], "roles": ["finance"]},
-            },
-            "agents": {"payments": {"path": "workers.demo:agent"}},
-            "approvers": {
-                "bob": person("tok-bob", ["ops", "requester"]),
-                "pat": person("tok-pat", ["policy"]),
-                "fin": person("tok-fin", ["finance"]),
-            },
-        }
-    )
+API_CONFIG = {
+    "queues": {
+        "default": {"channels": ["inbox"]},
+        "finance": {"channels": ["inbox"], "roles": ["finance"]},
+    },
+    "agents": {"payments": {"path": "workers.demo:agent"}},
+    "approvers": {
+        "bob": person("tok-bob", ["ops", "requester"]),
+        "pat": person("tok-pat", ["policy"]),
+        "fin": person("tok-fin", ["finance"]),
+    },
+}
 
 
 def wire(broker: Broker, queue: str = "default", created_by: str = "app") -> str:

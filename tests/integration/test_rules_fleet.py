@@ -22,7 +22,7 @@ from redis import Redis
 from standardwebhooks.webhooks import Webhook
 
 from api.app import create_app
-from broker.auth import Principal, hash_token
+from broker.auth import Principal
 from broker.client import Broker
 from broker.config import Config, Settings, parse_config
 from broker.deciding import Deciding
@@ -32,6 +32,7 @@ from broker.rule_decisions import RuleDecisions
 from broker.rules import parse_body, sync_at_start
 from broker.runs import run_queue, start_run
 from tests.support.agents import Recorder, recorder_for
+from tests.support.auth import person
 from tests.support.fakes.harness import SECRET, running, webhook
 from tests.support.fakes.slack import FakeSlack
 from tests.support.fakes.smtp import SmtpSink
@@ -304,7 +305,7 @@ def channels_config() -> Config:
         {
             "queues": {"default": {"channels": ["inbox"]}, "web": {"channels": ["webhook:ops"]}},
             "webhooks": {"ops": webhook("http://127.0.0.1:9/ops", roles=["finance"])},
-            "approvers": {"alice": {"token_sha256": hash_token(ALICE), "roles": ["finance"]}},
+            "approvers": {"alice": person(ALICE, ["finance"])},
             "agents": {"refunds": demo, "refunds_web": {**demo, "queue": "web"}},
         }
     )

@@ -10,7 +10,6 @@ from typer.testing import CliRunner
 
 from approval_broker.cli import app as cli_app
 from broker.client import Broker
-from broker.config import Config, parse_config
 from broker.models import Status
 from tests.support.auth import bearer, person  # noqa: F401
 from tests.support.remember import ALICE, PAT, RAW, round_of  # noqa: F401
@@ -18,9 +17,7 @@ from tests.support.remember import ALICE, PAT, RAW, round_of  # noqa: F401
 runner = CliRunner()
 
 
-@pytest.fixture
-def cfg() -> Config:
-    return parse_config(dict(RAW))
+API_CONFIG = RAW
 
 
 def test_rest_decision_with_remember_keeps_the_rule_and_decides_the_sibling(

@@ -10,21 +10,18 @@ import pytest
 from fastapi.testclient import TestClient
 
 from broker.client import Broker
-from broker.config import Config, parse_config
 from broker.models import NewRequest
 from broker.rule_decisions import RuleDecisions
 from tests.support.remember import ALICE, PAT, RAW, round_of
 
-
-@pytest.fixture
-def cfg() -> Config:
-    raw = dict(RAW)
-    raw["queues"] = {
+API_CONFIG = {
+    **RAW,
+    "queues": {
         "default": {"channels": ["inbox"], "escalate_to": "other"},
         "other": {"channels": ["inbox"]},
         "pair": {"channels": ["inbox"], "quorum": 2},
-    }
-    return parse_config(raw)
+    },
+}
 
 
 def remember(client: TestClient, rid: str, who: dict[str, str], rule: Any = 0) -> Any:

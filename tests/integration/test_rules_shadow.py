@@ -5,24 +5,16 @@ would have decided against what people decided."""
 
 from __future__ import annotations
 
-from typing import Any
-
-import pytest
 from redis import Redis
 from typer.testing import CliRunner
 
 from approval_broker.cli import app as cli_app
 from broker.audit import AuditTrail
-from broker.auth import hash_token
 from broker.client import Broker
-from broker.config import Config, parse_config
+from broker.config import Config
 from broker.models import Decision, NewRequest, Status
 from broker.rules import sync_at_start
-
-
-def person(token: str, roles: list[str]) -> dict[str, Any]:
-    return {"token_sha256": hash_token(token), "roles": roles}
-
+from tests.support.auth import person
 
 RAW = {
     "queues": {"default": {"channels": ["inbox"]}},
@@ -44,9 +36,7 @@ RAW = {
 PAT, ALICE = {"Authorization": "Bearer tok-pat"}, {"Authorization": "Bearer tok-alice"}
 
 
-@pytest.fixture
-def cfg() -> Config:
-    return parse_config(dict(RAW))
+API_CONFIG = RAW
 
 
 def shadow_broker(redis: Redis, cfg: Config) -> Broker:

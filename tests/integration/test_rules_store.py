@@ -10,7 +10,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from redis import Redis
 
-from broker.config import Config, parse_config
+from broker.config import Config
 from broker.errors import ConfigError, InvalidInput, NotFound
 from broker.keys import Keys
 from broker.rules import (
@@ -29,9 +29,7 @@ CONFIG = {
 }
 
 
-@pytest.fixture
-def cfg() -> Config:
-    return parse_config(dict(CONFIG))
+API_CONFIG = CONFIG
 
 
 @pytest.fixture

@@ -13,7 +13,7 @@ from redis.cluster import RedisCluster
 
 from broker.auth import Principal
 from broker.client import Broker
-from broker.config import Config, parse_config
+from broker.config import Config
 from broker.deciding import Deciding
 from broker.errors import Conflict, Forbidden, InvalidInput
 from broker.models import Decision, NewRequest, Outcome, Status
@@ -45,9 +45,7 @@ ALICE = Principal("alice", frozenset({"finance"}))
 BOB = Principal("bob", frozenset({"support"}))
 
 
-@pytest.fixture
-def cfg() -> Config:
-    return parse_config(dict(CONFIG))
+API_CONFIG = CONFIG
 
 
 @pytest.fixture(params=["single", "cluster"])

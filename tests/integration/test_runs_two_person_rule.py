@@ -9,33 +9,27 @@ import pytest
 from fastapi.testclient import TestClient
 
 from broker.agents import register_agent
-from broker.auth import hash_token
 from broker.client import Broker
-from broker.config import Config, parse_config
 from broker.models import RunStatus
 from broker.runs import wait_run
+from tests.support.auth import bearer_by_name, person
 from tests.support.jobs import jobs_bound_to, work
 
 DEMO = "workers.demo:agent"
 TOKENS = {"svc": "tok-svc-fixups-0123456789", "bob": "tok-bob-fixups-0123456789"}
 
 
-def auth(name: str) -> dict[str, str]:
-    return {"Authorization": f"Bearer {TOKENS[name]}"}
+auth = bearer_by_name(TOKENS)
 
 
-@pytest.fixture
-def cfg() -> Config:
-    return parse_config(
-        {
-            "queues": {"default": {"channels": ["inbox"], "timeout_s": 600}},
-            "approvers": {
-                # svc starts runs and holds an approver's role too: only the rule stops it
-                "svc": {"token_sha256": hash_token(TOKENS["svc"]), "roles": ["requester", "ops"]},
-                "bob": {"token_sha256": hash_token(TOKENS["bob"]), "roles": ["ops"]},
-            },
-        }
-    )
+API_CONFIG = {
+    "queues": {"default": {"channels": ["inbox"], "timeout_s": 600}},
+    "approvers": {
+        # svc starts runs and holds an approver's role too: only the rule stops it
+        "svc": person(TOKENS["svc"], ["requester", "ops"]),
+        "bob": person(TOKENS["bob"], ["ops"]),
+    },
+}
 
 
 @pytest.fixture

@@ -456,10 +456,8 @@ def test_two_approvers_with_one_teams_user_are_refused() -> None:
         )
 
 
-@pytest.fixture
-def cfg() -> Config:
-    """The config of the API tests' `client` fixture: no [teams]."""
-    return parse_config({})
+API_CONFIG: dict = {}
+"""The config of the API tests' `client` fixture: no [teams]."""
 
 
 # ---- the card and the notifier -------------------------------------------------------------

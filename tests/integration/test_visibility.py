@@ -12,10 +12,10 @@ from fastapi.testclient import TestClient
 from redis import Redis
 
 from api.app import create_app
-from broker.auth import hash_token
 from broker.client import Broker
-from broker.config import Config, Settings, parse_config
+from broker.config import Config, Settings
 from broker.models import NewRequest
+from tests.support.auth import person
 
 ADMIN = "tok-admin-0123456789abcdefghij"
 ROLES = {"fin": ["finance"], "ops": ["ops"], "svc": ["requester"], "svc2": ["requester"],
@@ -26,19 +26,13 @@ def h(name: str) -> dict[str, str]:
     return {"Authorization": f"Bearer {ADMIN if name == 'admin' else 'tok-' + name}"}
 
 
-@pytest.fixture
-def cfg() -> Config:
-    return parse_config(
-        {
-            "queues": {
-                "default": {"channels": ["inbox"]},
-                "money": {"channels": ["inbox"], "roles": ["finance"]},
-            },
-            "approvers": {
-                n: {"token_sha256": hash_token(f"tok-{n}"), "roles": r} for n, r in ROLES.items()
-            },
-        }
-    )
+API_CONFIG = {
+    "queues": {
+        "default": {"channels": ["inbox"]},
+        "money": {"channels": ["inbox"], "roles": ["finance"]},
+    },
+    "approvers": {n: person(f"tok-{n}", r) for n, r in ROLES.items()},
+}
 
 
 @pytest.fixture

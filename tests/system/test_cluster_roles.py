@@ -17,13 +17,13 @@ from typer.testing import CliRunner
 from api.app import create_app
 from approval_broker.cli import app
 from approval_broker.cli_ops import fleet_status
-from broker.auth import hash_token
 from broker.client import Broker
 from broker.config import Settings, parse_config
 from broker.models import Decision, NewRequest, Status
 from broker.outbox import Resumer
 from broker.runs import RUN_QUEUE, resume_job_id
 from notifiers.runner import start_notifier
+from tests.support.auth import person
 from tests.support.fakes.harness import options
 from tests.support.fakes.slack import FakeSlack
 from tests.support.waiting import wait_for
@@ -96,8 +96,8 @@ def test_a_decision_over_http_on_the_cluster(cluster_client: RedisCluster):
         {
             "queues": {"default": {"channels": ["inbox"], "timeout_s": 600}},
             "approvers": {
-                "alice": {"token_sha256": hash_token("tok-alice"), "roles": ["requester"]},
-                "bob": {"token_sha256": hash_token("tok-bob"), "roles": ["finance"]},
+                "alice": person("tok-alice", ["requester"]),
+                "bob": person("tok-bob", ["finance"]),
             },
         }
     )

@@ -10,10 +10,10 @@ from redis import Redis
 
 from api.app import create_app
 from api.testing import ServerThread
-from broker.auth import hash_token
 from broker.client import Broker
 from broker.config import Settings, parse_config
 from broker.models import NewRequest
+from tests.support.auth import person
 from tests.support.browser import CHROMIUM_ARGS  # noqa: F401
 
 ADMIN = "tok-admin-fixups-inbox-0123456789"
@@ -31,7 +31,7 @@ def served(redis: Redis) -> Iterator[tuple[str, Broker]]:
                 "directors": inbox,
                 "unrelated": inbox,
             },
-            "approvers": {"alice": {"token_sha256": hash_token(ALICE), "roles": ["ops"]}},
+            "approvers": {"alice": person(ALICE, ["ops"])},
         }
     )
     broker = Broker(redis, config, prefix="t:")

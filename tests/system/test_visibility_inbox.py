@@ -10,10 +10,10 @@ from redis import Redis
 
 from api.app import create_app
 from api.testing import ServerThread
-from broker.auth import hash_token
 from broker.client import Broker
 from broker.config import Config, Settings, parse_config
 from broker.models import NewRequest
+from tests.support.auth import person
 from tests.support.browser import CHROMIUM_ARGS  # noqa: F401
 
 ADMIN = "tok-admin-0123456789abcdefghij"
@@ -24,7 +24,7 @@ def served(redis: Redis) -> Iterator[tuple[str, Broker]]:
     cfg: Config = parse_config(
         {
             "queues": {"default": {"channels": ["inbox"]}},
-            "approvers": {"ops": {"token_sha256": hash_token("tok-ops"), "roles": ["ops"]}},
+            "approvers": {"ops": person("tok-ops", ["ops"])},
         }
     )
     broker = Broker(redis, cfg, prefix="t:")
