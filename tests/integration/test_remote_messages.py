@@ -4,21 +4,8 @@ an agent with `unanswered = "raise"` refuses with 409."""
 
 from __future__ import annotations
 
-from typing import Any
-
 import pytest
 from fastapi.testclient import TestClient
-from pydantic_ai import Agent, DeferredToolRequests
-from pydantic_ai.messages import (
-    ModelMessage,
-    ModelRequest,
-    ModelResponse,
-    TextPart,
-    ToolCallPart,
-    ToolReturnPart,
-    UserPromptPart,
-)
-from pydantic_ai.models.function import AgentInfo, FunctionModel
 
 from broker.client import Broker
 from broker.config import Settings
@@ -26,33 +13,13 @@ from broker.models import RunStatus
 from broker.runs import start_run
 from broker.testing import SyncWorker
 from tests.support.auth import person
+from tests.support.chat_agent import executed
 
 REQUESTER = {"Authorization": "Bearer tok-app"}
 APPROVER = {"Authorization": "Bearer tok-alice"}
-executed: list[Any] = []
 
 
-def script(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
-    """First a refund that needs approval; then say what the tool said and what the user said."""
-    last = messages[-1]
-    assert isinstance(last, ModelRequest)
-    returns = [p for p in last.parts if isinstance(p, ToolReturnPart)]
-    if not returns:
-        return ModelResponse(parts=[ToolCallPart("refund", {"amount": 120}, tool_call_id="c1")])
-    said = [p.content for p in last.parts if isinstance(p, UserPromptPart)]
-    return ModelResponse(parts=[TextPart(f"tool: {returns[0].content} | user: {said}")])
-
-
-chat_agent: Agent[None, Any] = Agent(FunctionModel(script), output_type=[str, DeferredToolRequests])
-
-
-@chat_agent.tool_plain(requires_approval=True)
-def refund(amount: float) -> str:
-    executed.append(amount)
-    return f"refunded {amount}"
-
-
-_CHAT = f"{__name__}:chat_agent"  # this very module, so `executed` is the one the tool fills
+_CHAT = "tests.support.chat_agent:chat_agent"  # the module whose `executed` this test reads
 API_CONFIG = {
     "approvers": {
         "app": person("tok-app", ["requester"]),

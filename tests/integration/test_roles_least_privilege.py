@@ -24,7 +24,7 @@ def h(name: str) -> dict[str, str]:
 API_CONFIG = {
     "queues": {"default": {"channels": ["inbox"]}},
     "approvers": {n: person(f"tok-{n}", r) for n, r in ROLES.items()},
-    "agents": {"chat": {"path": "tests.integration.test_remote_messages:chat_agent"}},
+    "agents": {"chat": {"path": "tests.support.chat_agent:chat_agent"}},
 }
 
 
