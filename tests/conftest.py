@@ -160,20 +160,26 @@ def client(api_broker: Broker, cfg: Config, api_settings: Settings) -> Iterator[
         yield c
 
 
-_LEVEL_ORDER = {"system": 1, "integration": 2, "unit": 3}
-
-
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Run the fleet tests first, then system, integration and unit tests (each in file order).
+    """Order the run for pytest-xdist's workers (one module per unit of work, taken in order).
 
-    Under pytest-xdist the fleet test alone takes minutes: started last it would be the tail of
-    the run, started first the other workers get through everything else meanwhile. Short unit
-    tests last fill the workers' ends evenly.
+    The fleet test (minutes, 14 processes) goes first so it is not the tail; the other system
+    modules (processes, browsers, clusters) are spread among the integration modules, so that
+    at most about one worker at a time starts a fleet of processes; the short unit tests go last
+    and even out the workers' ends.
     """
-
-    def rank(item: pytest.Item) -> int:
-        if item.get_closest_marker("fleet") is not None:
-            return 0
-        return _LEVEL_ORDER.get(item.path.parent.name, 2)
-
-    items.sort(key=rank)
+    modules: dict[Path, list[pytest.Item]] = {}
+    for item in items:
+        modules.setdefault(item.path, []).append(item)
+    fleets = [m for m, its in modules.items() if any(i.get_closest_marker("fleet") for i in its)]
+    first = sorted(fleets, key=lambda m: m.name != "test_fleet.py")[:1]  # the longest of them
+    system = [m for m in modules if m.parent.name == "system" and m not in first]
+    unit = [m for m in modules if m.parent.name == "unit"]
+    rest = [m for m in modules if m not in first and m not in system and m not in unit]
+    spread: list[Path] = []
+    step = max(1, len(rest) // max(1, len(system)))
+    for n, module in enumerate(rest):
+        if n % step == 0 and system:
+            spread.append(system.pop(0))
+        spread.append(module)
+    items[:] = [i for m in [*first, *spread, *system, *unit] for i in modules[m]]

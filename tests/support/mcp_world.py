@@ -21,7 +21,7 @@ from tests.support.waiting import wait_for
 ROOT = Path(__file__).resolve().parents[2]
 
 
-FAKE = str(ROOT / "tests" / "fakes" / "mcp_notes_server.py")
+FAKE = str(ROOT / "tests" / "support" / "fakes" / "mcp_notes_server.py")
 
 
 GATE = '["write_*", "delete_note", "archive_note"]'

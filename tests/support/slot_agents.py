@@ -1,6 +1,6 @@
 """Scripted agents for the worker-slot tests (no tests here): quick, slow, and faulty ones.
 
-Importable as `tests.slots_support:NAME` by a separate `approval-broker worker` process. Their
+Importable as `tests.support.slot_agents:NAME` by a separate `approval-broker worker` process. Their
 model functions are async, so they run on the worker's shared event loop, as a real model
 client's calls do.
 """

@@ -33,7 +33,7 @@ BASE = """
 channels = ["inbox"]
 
 [agents.refund]
-path = "tests.slots_support:refund_agent"
+path = "tests.support.slot_agents:refund_agent"
 deps = "tests.support.agents:make_recorder"
 
 [receipts]

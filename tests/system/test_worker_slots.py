@@ -1,6 +1,6 @@
 """One `approval-broker worker` process runs many agent runs at once, and a bad one stays alone.
 
-A real worker process on a real Redis (agents from `tests.slots_support`, loaded by import
+A real worker process on a real Redis (agents from `tests.support.slot_agents`, loaded by import
 path): many slow runs advance together on its one event loop, while a run that raises, one that
 hangs past `[workers] run_timeout_s` and one that blocks the loop with `time.sleep` each fail
 with their cause in the run (what `GET /v1/runs/{id}` shows), and the others finish. A worker
@@ -39,17 +39,17 @@ run_timeout_s = 20
 loop_block_s = 3
 
 [agents.slow]
-path = "tests.slots_support:slow_agent"
-deps = "tests.slots_support:per_run"
+path = "tests.support.slot_agents:slow_agent"
+deps = "tests.support.slot_agents:per_run"
 
 [agents.raising]
-path = "tests.slots_support:raising_agent"
+path = "tests.support.slot_agents:raising_agent"
 
 [agents.hanging]
-path = "tests.slots_support:hanging_agent"
+path = "tests.support.slot_agents:hanging_agent"
 
 [agents.blocking]
-path = "tests.slots_support:blocking_agent"
+path = "tests.support.slot_agents:blocking_agent"
 """
 
 FINAL = (RunStatus.finished, RunStatus.failed)
