@@ -12,12 +12,13 @@ from hypothesis import strategies as st
 
 from broker.client import Broker
 from tests.support.backends import on_backend, on_backend_api_broker, on_backend_broker, single_only  # noqa: F401 - redis, broker, api_broker on both backends
-from tests.support.webhooks import (  # noqa: F401
+from tests.support.webhooks import (  # noqa: F401 - webhook_cfg: the module's `cfg` fixture
     OLD_SECRET,
     OTHER_SECRET,
-    make,  # noqa: F401
+    make,
     post,
     signed,
+    webhook_cfg,
 )
 
 
