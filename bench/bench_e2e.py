@@ -11,7 +11,7 @@ broker api` (x2), `approval-broker notifier` (x2), `approval-broker resumer`, an
 receiver that verifies each delivery and approves it through the signed
 `/v1/webhooks/{name}/replies` of the API (bench/webhook_receiver.py: Starlette on uvicorn,
 replying with httpx from the same loop; `--receiver threaded` for
-tests/fakes/deciding_receiver.py). Its
+tests/support/fakes/deciding_receiver.py). Its
 endpoint is sent `approval.requested` only, what it decides on (`--events all`: every event
 type, `approval.decided` too, as before webhooks had `events`). A cycle is one
 round of one run with one request; it ends when the resumer has put the run's resume job on the
@@ -78,7 +78,7 @@ TARGET_P99_MS = 50.0
 TRANSPORTS = ("unix", "tcp")
 RECEIVERS = {  # both verify every delivery with standardwebhooks and reply the same way
     "stock": [str(ROOT / "bench" / "webhook_receiver.py")],
-    "threaded": ["-m", "tests.fakes.deciding_receiver"],
+    "threaded": ["-m", "tests.support.fakes.deciding_receiver"],
 }
 
 

@@ -2,7 +2,7 @@
 a person's decision to the upstream's result for a gated one.
 
 Starts an embedded Redis, `approval-broker api`, a small upstream MCP server
-(tests/fakes/mcp_notes_server.py, Streamable HTTP) and `approval-broker mcp-gateway bench --http`
+(tests/support/fakes/mcp_notes_server.py, Streamable HTTP) and `approval-broker mcp-gateway bench --http`
 in front of it. With the official `mcp` client, in one session each:
 
 1. ungated: `read_note` straight to the upstream, and the same through the gateway; p50/p99 of

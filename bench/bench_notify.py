@@ -3,7 +3,7 @@
     uv run python bench/bench_notify.py [--requests 10000] [--procs 1,3]
 
 Everything runs on this machine: an embedded Redis, a receiver that verifies every Standard
-Webhooks signature (tests/fakes/webhook_receiver.py, its own process), and `approval-broker
+Webhooks signature (tests/support/fakes/webhook_receiver.py, its own process), and `approval-broker
 notifier` processes. The backlog of requests is created first, with the notifiers' group
 pointed past it; once every notifier is up, the group is rewound and the clock starts, so
 start-up time is not counted. The clock stops when the receiver has accepted every request.
@@ -32,14 +32,21 @@ from broker.config import load_config  # noqa: E402
 from broker.keys import NOTIFIER_GROUP  # noqa: E402
 from broker.models import NewRequest  # noqa: E402
 from broker.redis_server import EmbeddedRedis  # noqa: E402
-from tests.fakes.harness import SECRET  # noqa: E402
+from tests.support.fakes.harness import SECRET  # noqa: E402
 
 CLI = str(Path(sys.executable).parent / "approval-broker")
 
 
 def start_receiver() -> tuple[subprocess.Popen[str], str]:
     process = subprocess.Popen(
-        [sys.executable, "-m", "tests.fakes.webhook_receiver", "--secret", SECRET, "--no-record"],
+        [
+            sys.executable,
+            "-m",
+            "tests.support.fakes.webhook_receiver",
+            "--secret",
+            SECRET,
+            "--no-record",
+        ],
         cwd=ROOT,
         stdout=subprocess.PIPE,
         text=True,

@@ -104,7 +104,7 @@ def main() -> None:
     if args.child:
         print(json.dumps(child(args.child, args.n)))
         return
-    from tests.fakes.otlp_receiver import OtlpReceiver
+    from tests.support.fakes.otlp_receiver import OtlpReceiver
 
     receiver = OtlpReceiver().start()
     try:

@@ -1,6 +1,6 @@
 """The benchmark's deciding webhook receiver: a small Starlette app on uvicorn, one event loop.
 
-It does what `tests.fakes.deciding_receiver` does for the e2e benchmark: verifies every delivery
+It does what `tests.support.fakes.deciding_receiver` does for the e2e benchmark: verifies every delivery
 with `standardwebhooks`, records when each request's `approval.requested` first arrived, and
 answers it with a reply signed with the endpoint's secret, POSTed to
 `/v1/webhooks/{endpoint}/replies` on the API processes in turn (a connection error or 5xx goes
@@ -41,7 +41,7 @@ from starlette.routing import Route
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from tests.fakes.deciding_receiver import Policy, mix_policy, parse_mix  # noqa: E402
+from tests.support.fakes.deciding_receiver import Policy, mix_policy, parse_mix  # noqa: E402
 
 REQUESTED = "approval.requested"
 GIVE_UP_AFTER_S = 120.0

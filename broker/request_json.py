@@ -7,7 +7,7 @@ put in a dict in the model's field order, and orjson writes it (its numbers, str
 times are pydantic's; an integer past 64 bits goes to pydantic's `to_json`).
 
 It must never accept a hash `parse_request` refuses, nor give other bytes than the model
-(tests/test_notify_body.py compares both over many shapes): anything outside the usual shapes
+(tests/integration/test_notify_body.py compares both over many shapes): anything outside the usual shapes
 (a number written oddly, a time not in the broker's form, a field of the wrong type) gives
 None, and the caller takes the pydantic way, which coerces or raises exactly as before.
 """

@@ -23,7 +23,7 @@ made with jsonschema's public extension API (`jsonschema.validators.extend`):
   `TooCostly` (HTTP 422). With RE2 and the caps no single keyword call is slow, so this bounds
   a validation's time: at most `DEADLINE_S` (0.5 s) of wall time, and the budget alone runs
   out after 0.3-0.4 s of CPU on a loaded 2-core machine (the doubling `$ref` schema in
-  tests/test_schema_regex_safety.py), whatever the schema.
+  tests/integration/test_schema_regex_safety.py), whatever the schema.
 
 Callers (`broker.answer_schema`, `broker.args_schema`) run these off the event loop (the
 API's routes call the broker in the thread pool). Nothing here decides or stores anything.

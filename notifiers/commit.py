@@ -237,7 +237,7 @@ def _stamp(now: datetime) -> str:
 
 def _note(stamp: str, event: str, channel: str | None, detail: str | None) -> str:
     """`HistoryEntry(at, event, channel, detail).model_dump_json(exclude_none=True)`, the same
-    text (tests/test_notify_batches.py compares them), without building a model per delivery."""
+    text (tests/integration/test_notify_batches.py compares them), without building a model per delivery."""
     out = f'{stamp},"event":{_text(event)}'
     if channel is not None:
         out += f',"channel":{_text(channel)}'

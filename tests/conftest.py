@@ -6,36 +6,31 @@ no test depends on a Redis already running.
 
 from __future__ import annotations
 
+import copy
 import itertools
 import secrets
-import signal
-import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
 from redis import Redis
-from rq import SimpleWorker
-from rq.serializers import JSONSerializer
 
 from broker.client import Broker
 from broker.config import Config, Settings, parse_config
 from broker.links import SECRET_ENV
 from broker.redis_server import EmbeddedRedis
-from broker.runs import run_queue
-from tests.backends import (  # noqa: F401 - fixtures the modules on both backends build on
+from tests.support.backends import (  # noqa: F401 - fixtures the modules on both backends build on
     backend_param,
     on_backend_connect,
     on_backend_env,
     on_backend_make_broker,
     on_backend_rq,
 )
-from tests.cluster_harness import cluster_client, redis_cluster  # noqa: F401 - fixtures
-from tests.notifier_setup import fake_receiver, fake_slack, fake_smtp  # noqa: F401 - the fakes
-from workers import jobs
+from tests.support.cluster_harness import cluster_client, redis_cluster  # noqa: F401 - fixtures
+from tests.support.jobs import jobs_bound_to
+from tests.support.notifier_setup import fake_receiver, fake_slack, fake_smtp  # noqa: F401 - the fakes
 
 _db_numbers = itertools.cycle(range(1, 16))
 
@@ -114,18 +109,6 @@ def broker(redis: Redis, config: Config) -> Broker:
     return Broker(redis, config, prefix="t:")
 
 
-def wait_for(predicate: Callable[[], Any], timeout: float = 10.0, interval: float = 0.02) -> Any:
-    """Poll until `predicate()` is truthy, or fail after `timeout` seconds."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"condition not met within {timeout}s")
-        time.sleep(interval)
-
-
 @pytest.fixture
 def tmp_config(tmp_path: Path) -> Callable[[str], Path]:
     def write(text: str) -> Path:
@@ -136,19 +119,6 @@ def tmp_config(tmp_path: Path) -> Callable[[str], Path]:
     return write
 
 
-@contextmanager
-def jobs_bound_to(broker: Broker) -> Iterator[Broker]:
-    """Run RQ jobs in this process against `broker`; restore the signal handlers RQ replaces."""
-    handlers = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
-    jobs.bind(broker)
-    try:
-        yield broker
-    finally:
-        jobs.bind(None)
-        for s, handler in handlers.items():
-            signal.signal(s, handler)
-
-
 @pytest.fixture
 def bound(broker: Broker) -> Iterator[Broker]:
     """The test's broker, with in-process RQ jobs bound to it."""
@@ -156,16 +126,23 @@ def bound(broker: Broker) -> Iterator[Broker]:
         yield broker
 
 
-def work(broker: Broker) -> None:
-    """Run every queued agent job in this process (RQ's SimpleWorker, burst mode)."""
-    SimpleWorker(
-        [run_queue(broker)], connection=broker.store.rq_redis, serializer=JSONSerializer
-    ).work(burst=True, logging_level="WARNING")
+DEFAULT_API_CONFIG: dict[str, Any] = {"queues": {"default": {"channels": ["inbox"]}}}
+
+
+@pytest.fixture
+def cfg(request: pytest.FixtureRequest) -> Config:
+    """The config of an API test module's app: its `API_CONFIG` (a raw config), else one queue.
+
+    A module that needs other fixtures to build its config overrides `cfg` with a fixture of its
+    own, named after what differs.
+    """
+    raw = getattr(request.module, "API_CONFIG", DEFAULT_API_CONFIG)
+    return parse_config(copy.deepcopy(raw))  # parsing resolves secrets in place: keep the module's
 
 
 @pytest.fixture
 def api_broker(redis: Redis, cfg: Config) -> Broker:
-    """For API tests: a broker on the module's `cfg` fixture (each API test module has one)."""
+    """For API tests: a broker on the module's `cfg`."""
     return Broker(redis, cfg, prefix="t:")
 
 
@@ -181,3 +158,28 @@ def client(api_broker: Broker, cfg: Config, api_settings: Settings) -> Iterator[
 
     with TestClient(create_app(api_settings, cfg, api_broker)) as c:
         yield c
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Order the run for pytest-xdist's workers (one module per unit of work, taken in order).
+
+    The fleet test (minutes, 14 processes) goes first so it is not the tail; the other system
+    modules (processes, browsers, clusters) are spread among the integration modules, so that
+    at most about one worker at a time starts a fleet of processes; the short unit tests go last
+    and even out the workers' ends.
+    """
+    modules: dict[Path, list[pytest.Item]] = {}
+    for item in items:
+        modules.setdefault(item.path, []).append(item)
+    fleets = [m for m, its in modules.items() if any(i.get_closest_marker("fleet") for i in its)]
+    first = sorted(fleets, key=lambda m: m.name != "test_fleet.py")[:1]  # the longest of them
+    system = [m for m in modules if m.parent.name == "system" and m not in first]
+    unit = [m for m in modules if m.parent.name == "unit"]
+    rest = [m for m in modules if m not in first and m not in system and m not in unit]
+    spread: list[Path] = []
+    step = max(1, len(rest) // max(1, len(system)))
+    for n, module in enumerate(rest):
+        if n % step == 0 and system:
+            spread.append(system.pop(0))
+        spread.append(module)
+    items[:] = [i for m in [*first, *spread, *system, *unit] for i in modules[m]]

@@ -1,6 +1,6 @@
 -- SHA-256 (FIPS 180-4) in Lua 5.1 with Redis's `bit` library: Redis's Lua offers only
 -- redis.sha1hex, and the audit chain is sha256 (checked against Python's hashlib by
--- tests/test_audit_trail.py). Prepended to every step; defined only where Redis's `bit`
+-- tests/integration/test_audit_trail.py). Prepended to every step; defined only where Redis's `bit`
 -- library exists (fakeredis's Lua has none: `broker.testing` runs with the trail off).
 local sha256
 if bit then

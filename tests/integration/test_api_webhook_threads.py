@@ -1,0 +1,96 @@
+"""A signed webhook reply's signature check runs off the event loop, whatever its size.
+
+Checking a signature is an HMAC over the whole body per secret in force: milliseconds for a
+1 MiB one with a few secrets, and on the loop nothing else would be served meanwhile. The
+check and the decision run in a thread; the answer is the same for every size.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+from standardwebhooks.webhooks import Webhook
+
+from api import webhooks
+from api.app import create_app
+from broker.client import Broker
+from broker.config import Config, Settings
+from broker.models import NewRequest
+
+OLD = "whsec_" + base64.b64encode(b"hot-webhook-old-secret-0123456789").decode()
+NEW = "whsec_" + base64.b64encode(b"hot-webhook-new-secret-0123456789").decode()
+
+
+API_CONFIG = {
+    "queues": {"default": {"channels": ["webhook:ops"]}},
+    "webhooks": {"ops": {"url": "http://127.0.0.1:9/ops", "secret": [OLD, NEW], "roles": ["ops"]}},
+}
+
+
+@pytest.fixture
+def on_loop(monkeypatch: pytest.MonkeyPatch) -> list[bool]:
+    """For each signature check: did it run with an event loop running in its thread?"""
+    seen: list[bool] = []
+    real = webhooks.verify
+
+    def spying(*args: Any, **kwargs: Any) -> None:
+        try:
+            asyncio.get_running_loop()
+            seen.append(True)
+        except RuntimeError:
+            seen.append(False)
+        real(*args, **kwargs)
+
+    monkeypatch.setattr(webhooks, "verify", spying)
+    return seen
+
+
+@pytest.fixture
+def client(api_broker: Broker, cfg: Config) -> Iterator[TestClient]:
+    with TestClient(create_app(Settings(), cfg, api_broker)) as c:
+        yield c
+
+
+def signed(body: bytes, msg_id: str) -> dict[str, str]:
+    now = datetime.now(UTC)
+    return {
+        "webhook-id": msg_id,
+        "webhook-timestamp": str(int(now.timestamp())),
+        "webhook-signature": Webhook(NEW).sign(msg_id, now, body.decode()),
+        "content-type": "application/json",
+    }
+
+
+@pytest.mark.parametrize("padding", [0, 32 * 1024 - 200, 600 * 1024])
+def test_every_reply_is_verified_off_the_loop(
+    padding: int,
+    client: TestClient,
+    api_broker: Broker,
+    on_loop: list[bool],
+) -> None:
+    req = api_broker.create_request(NewRequest(tool_name="refund", args={}))
+    body = json.dumps({"request_id": req.id, "outcome": "approved"}).encode() + b" " * padding
+    resp = client.post("/v1/webhooks/ops/replies", content=body, headers=signed(body, "msg_big"))
+    assert resp.status_code == 200, resp.text
+    assert resp.json()["status"] == "approved"
+    assert api_broker.get_request(req.id).status.value == "approved"
+    assert on_loop == [False]
+
+
+def test_a_large_reply_with_a_bad_signature_is_401_from_the_thread(
+    client: TestClient, api_broker: Broker, on_loop: list[bool]
+) -> None:
+    req = api_broker.create_request(NewRequest(tool_name="refund", args={}))
+    body = json.dumps({"request_id": req.id, "outcome": "approved"}).encode() + b" " * 600_000
+    headers = signed(body, "msg_bad") | {"webhook-signature": "v1,AAAA"}
+    resp = client.post("/v1/webhooks/ops/replies", content=body, headers=headers)
+    assert resp.status_code == 401 and resp.json()["error"] == "bad_signature"
+    assert on_loop == [False]
+    assert api_broker.get_request(req.id).is_pending

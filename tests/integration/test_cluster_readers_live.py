@@ -1,0 +1,74 @@
+"""A run's live wait (`broker.live_wait`, an agent's `live_wait_s`) on a single Redis and on the
+local Redis Cluster: the waiting job wakes on the outcome of its round's requests, which live in
+the run's partition (chosen here outside partition 0), and claims the round once."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from redis import Redis
+from redis.cluster import RedisCluster
+
+from broker.client import Broker
+from broker.config import Config
+from broker.live_wait import LIVE, RESUMER, claim, claimed_by, wait_and_claim, wait_round
+from broker.models import Decision, NewRequest
+from tests.support.cluster_reads import blocked_reads
+from tests.support.waiting import wait_for
+
+
+@pytest.fixture(params=["single", "cluster"])
+def any_broker(request: pytest.FixtureRequest, config: Config) -> Broker:
+    name = "redis" if request.param == "single" else "cluster_client"
+    client: Redis | RedisCluster = request.getfixturevalue(name)
+    return Broker(client, config, prefix="t:")
+
+
+def run_outside_partition_0(broker: Broker, calls: int) -> tuple[str, list[str]]:
+    """A run (and its round 1 of `calls` requests) in a partition other than the first."""
+    n = 0
+    while broker.keys.partitions > 1 and broker.keys.partition_of_run(f"run-live{n}") == 0:
+        n += 1
+    run_id = f"run-live{n}"
+    broker.create_run("refunds", "go", run_id=run_id)
+    made = broker.create_round(run_id, 1, [NewRequest(tool_name="refund") for _ in range(calls)])
+    return run_id, [r.id for r in made]
+
+
+def in_thread(fn: Callable[[], Any]) -> tuple[threading.Thread, list[Any]]:
+    out: list[Any] = []
+    thread = threading.Thread(target=lambda: out.append(fn()), daemon=True)
+    thread.start()
+    return thread, out
+
+
+def test_a_live_wait_wakes_on_its_rounds_outcomes_and_claims_the_round(any_broker: Broker):
+    broker = any_broker
+    run_id, ids = run_outside_partition_0(broker, 2)
+    started = time.monotonic()
+    thread, out = in_thread(lambda: wait_and_claim(broker, run_id, 1, 30))
+    wait_for(lambda: blocked_reads(broker) == 1)  # one blocking read: the run's partition
+    broker.decide(ids[0], Decision(outcome="approved"), decided_by="ann")
+    thread.join(0.5)  # a bounded look: a wait that woke on the first outcome would be done
+    assert thread.is_alive() and out == []  # one call of the round still pending
+    broker.decide(ids[1], Decision(outcome="rejected", reason="no"), decided_by="ann")
+    thread.join(10)
+    assert out == [True]
+    assert time.monotonic() - started < 10  # by the outcomes, not the 30 s
+    assert claimed_by(broker, run_id, 1) == LIVE
+    assert not claim(broker, run_id, 1, RESUMER)  # the resumer backs off
+
+
+def test_a_live_wait_gives_up_after_its_time_with_the_round_still_open(any_broker: Broker):
+    broker = any_broker
+    run_id, ids = run_outside_partition_0(broker, 1)
+    started = time.monotonic()
+    assert wait_round(broker, run_id, 1, 0.3) is False
+    assert time.monotonic() - started >= 0.3
+    assert claimed_by(broker, run_id, 1) is None
+    broker.decide(ids[0], Decision(outcome="approved"), decided_by="ann")
+    assert wait_round(broker, run_id, 1, 5) is True  # decided before: at once

@@ -1,0 +1,159 @@
+"""One person, one vote, whatever channel carries it; a notify-only endpoint decides nothing.
+
+`webhook:NAME/PERSON` counts as the approver PERSON names, names compared after Unicode
+normalisation (NFKC, format characters removed, case-folded), email addresses compared
+case-insensitively; so neither a second channel nor a second spelling is a second vote, and
+the one who asked never approves under another spelling. A `[webhooks.NAME] decides = false`
+endpoint's signed replies are 403. The config refuses two approvers sharing an identity.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+
+from broker.client import Broker
+from broker.config import parse_config
+from broker.errors import ConfigError
+from broker.models import NewRequest, Request
+from tests.support.auth import person
+from tests.support.email_links import link
+from tests.support.webhooks import NEW_SECRET, OTHER_SECRET, post, signed  # noqa: F401
+
+ALICE = "tok-alice-one-person"
+CAROL = "tok-carol-one-person"
+
+
+API_CONFIG = {
+    "queues": {
+        "default": {"channels": ["inbox", "webhook:ops", "webhook:audit"]},
+        "pair": {"channels": ["inbox", "webhook:ops", "email:ext"], "quorum": 2},
+    },
+    "webhooks": {
+        "ops": {"url": "http://127.0.0.1:9/ops", "secret": NEW_SECRET},
+        "audit": {
+            "url": "http://127.0.0.1:9/audit",
+            "secret": OTHER_SECRET,
+            "events": ["approval.decided", "approval.timed_out"],
+            "decides": False,
+        },
+    },
+    "email": {
+        "public_url": "http://testserver",
+        "link_ttl_s": 3600,
+        "lists": {
+            "ext": {
+                "to": ["ext@example.com", "EXT@example.com"],
+                "unmapped_may_decide": True,
+            }
+        },
+    },
+    "approvers": {
+        "alice": person(ALICE, ["finance"]),
+        "carol": person(CAROL, ["finance"]),
+    },
+}
+
+
+def make(broker: Broker, **kw: Any) -> Request:
+    return broker.create_request(NewRequest(tool_name="refund", args={"amount": 9}, **kw))
+
+
+def reply(client: TestClient, req: Request, msg_id: str, **fields: Any) -> Any:
+    body = {"request_id": req.id, "outcome": "approved", **fields}
+    return post(client, "ops", *signed(body, msg_id=msg_id))
+
+
+@pytest.mark.parametrize("spelling", ["alice", "Alice", "alice\u200b", "ＡＬＩＣＥ"])
+def test_a_rest_vote_and_a_webhook_reply_naming_the_same_person_are_one_vote(
+    spelling: str, client: TestClient, api_broker: Broker
+) -> None:
+    req = make(api_broker, queue="pair")
+    rest = client.post(
+        f"/v1/requests/{req.id}/decision",
+        json={"outcome": "approved"},
+        headers={"Authorization": f"Bearer {ALICE}"},
+    )
+    assert rest.status_code == 200 and rest.json()["status"] == "pending"
+    again = reply(client, req, "msg_alice", decided_by=spelling)
+    assert again.status_code == 200, again.text
+    stored = api_broker.get_request(req.id)
+    assert stored.is_pending  # quorum 2 is not met by one person
+    assert [v.by for v in stored.approvals] == ["alice"]
+    # a second person does meet it
+    other = reply(client, req, "msg_carol", decided_by="carol")
+    assert other.status_code == 200 and other.json()["status"] == "approved"
+    assert sorted(v.by for v in api_broker.get_request(req.id).approvals) == ["alice", "carol"]
+
+
+def test_two_addresses_differing_in_case_are_one_person(
+    client: TestClient, api_broker: Broker
+) -> None:
+    req = make(api_broker, queue="pair")
+    lower = link(api_broker, req, "approve", "ext@example.com")
+    upper = link(api_broker, req, "approve", "EXT@example.com")
+    assert client.post(lower).status_code == 200
+    assert client.post(upper).status_code == 200  # a harmless repeat of the same vote
+    stored = api_broker.get_request(req.id)
+    assert stored.is_pending
+    assert [v.by for v in stored.approvals] == ["email:ext@example.com"]
+
+
+@pytest.mark.parametrize("spelling", ["carol\u200b", "Carol", "CAROL", "ｃａｒｏｌ", "c\u00adarol"])
+def test_the_creator_may_not_approve_through_a_webhook_under_another_spelling(
+    spelling: str, client: TestClient, api_broker: Broker
+) -> None:
+    req = make(api_broker, created_by="carol")
+    resp = reply(client, req, "msg_creator", decided_by=spelling)
+    assert resp.status_code == 403, resp.text
+    assert resp.json()["error"] == "creator_may_not_approve"
+    assert api_broker.get_request(req.id).is_pending
+
+
+def test_a_notify_only_endpoint_is_refused_and_a_deciding_one_still_decides(
+    client: TestClient, api_broker: Broker
+) -> None:
+    req = make(api_broker)
+    body = {"request_id": req.id, "outcome": "approved"}
+    refused = post(client, "audit", *signed(body, OTHER_SECRET, msg_id="msg_audit"))
+    assert refused.status_code == 403, refused.text
+    assert "notify-only" in refused.json()["detail"]
+    with_rule = {**body, "remember": {"tool": "refund", "run_id": "run_x"}}
+    refused = post(client, "audit", *signed(with_rule, OTHER_SECRET, msg_id="msg_audit_2"))
+    assert refused.status_code == 403, refused.text
+    unsigned = post(client, "audit", *signed(body, NEW_SECRET, msg_id="msg_audit_3"))
+    assert unsigned.status_code == 401  # the signature is checked first, as for any endpoint
+    assert api_broker.get_request(req.id).is_pending
+    decided = reply(client, req, "msg_ops")  # `decides` left out: true
+    assert decided.status_code == 200 and decided.json()["status"] == "approved"
+
+
+@pytest.mark.parametrize(
+    ("second", "key"),
+    [
+        ({"slack_user_id": "U1"}, "approvers.bob.slack_user_id"),
+        ({"email": "ALICE@example.com"}, "approvers.bob.email"),
+    ],
+)
+def test_the_config_refuses_two_approvers_sharing_an_identity(
+    second: dict[str, str], key: str
+) -> None:
+    with pytest.raises(ConfigError) as caught:
+        parse_config(
+            {
+                "approvers": {
+                    "alice": {"roles": ["finance"], "slack_user_id": "U1", "email": "alice@example.com"},
+                    "bob": {"roles": ["finance"], **second},
+                }
+            }
+        )  # fmt: skip
+    text = str(caught.value)
+    assert "\n" not in text and key in text and "'alice'" in text
+
+
+def test_the_config_refuses_two_approver_names_that_normalise_alike() -> None:
+    with pytest.raises(ConfigError) as caught:
+        parse_config({"approvers": {"alice": {"roles": ["a"]}, "Alice": {"roles": ["a"]}}})
+    assert "approvers.Alice" in str(caught.value)

@@ -1,0 +1,33 @@
+"""Runs with answered rounds and the outbox entries that resume them."""
+
+from __future__ import annotations
+
+from broker.agents import register_agent
+from broker.client import Broker
+from broker.keys import RESUMER_GROUP
+from broker.models import Decision
+from broker.runs import start_run
+from tests.support.backends import (  # noqa: F401 - redis, broker, api_broker on both backends
+    on_backend,
+    on_backend_api_broker,
+    on_backend_broker,
+    resume_once,
+    settings_for,
+)
+from tests.support.jobs import work
+
+
+def pending_entries(broker: Broker, partition: int = 0) -> int:
+    stream = broker.keys.part(partition).resumes
+    return int(broker.redis.xpending(stream, RESUMER_GROUP)["pending"])
+
+
+def answered_run(broker: Broker) -> str:
+    """A demo run whose single approval is decided: its resume sits in the outbox."""
+    register_agent(broker, "refunds", "refunds_demo:agent", deps="refunds_demo:make_deps")
+    run = start_run(broker, "refunds", "Refund $120 on order A103 because the floor is torn.")
+    work(broker)
+    [request_id] = broker.get_run(run.id).pending
+    broker.decide(request_id, Decision(outcome="approved"), decided_by="alice")
+    assert broker.redis.xlen(broker.keys.of_run(run.id).resumes) == 1
+    return run.id

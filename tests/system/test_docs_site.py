@@ -1,0 +1,42 @@
+"""The user docs: README stays short, the docs site builds with every link whole, and no page
+reads like a diary (an issue number, a time of day)."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+PAGES = [ROOT / "README.md", ROOT / "CHANGELOG.md", *sorted((ROOT / "docs").glob("*.md"))]
+DIARY = re.compile(r"\b[Ii]ssues? \d+\b|\blate night\b|\btonight\b|\bthis (?:morning|evening)\b")
+
+
+def test_readme_is_at_most_400_lines() -> None:
+    assert len((ROOT / "README.md").read_text().splitlines()) <= 400
+
+
+def test_no_page_names_an_issue_or_a_time_of_day() -> None:
+    found = [
+        f"{page.relative_to(ROOT)}:{n}: {line.strip()}"
+        for page in PAGES
+        for n, line in enumerate(page.read_text().splitlines(), 1)
+        if DIARY.search(line)
+    ]
+    assert found == []
+
+
+def test_the_docs_site_builds_strictly(tmp_path: Path) -> None:
+    """`mkdocs build --strict`: a broken link or anchor, or a page missing from the nav, fails."""
+    done = subprocess.run(
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "-q", "-d", str(tmp_path / "site")],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "NO_MKDOCS_2_WARNING": "1"},
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert (tmp_path / "site" / "index.html").exists()
