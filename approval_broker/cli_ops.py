@@ -24,7 +24,7 @@ from approval_broker.cli_common import DataDir, clear_errors, connect, fail
 from broker.client import Broker
 from broker.config import Config, ConfigError, Settings, load_config
 from broker.keys import NOTIFIER_GROUP
-from broker.rules.from_config import parse_config_rules
+from broker.rules.config_rules import parse_config_rules
 from broker.runs import run_queue
 from broker.text import as_str
 

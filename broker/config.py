@@ -329,7 +329,7 @@ class Config(_Section):
     mcp_gateways: dict[str, McpGatewayConfig] = Field(default_factory=dict)
     rules: list[Any] = Field(
         default_factory=list,
-        description="[[rules]]: the operator's policy rules (checked by broker.rules.from_config)",
+        description="[[rules]]: the operator's policy rules (checked by broker.rules.config_rules)",
     )
 
     @model_validator(mode="after")
@@ -492,9 +492,10 @@ def parse_config(raw: dict[str, Any], source: str = "config") -> Config:
         config = Config.model_validate(raw)
     except ValidationError as exc:
         raise ConfigError(_format_validation_error(exc, source)) from None
-    # [[rules]] are checked here so a bad one stops every role at start, naming the key; the
-    # rules package builds on this module, hence the import at call time.
-    from broker.rules.from_config import parse_config_rules
+    # [[rules]] are checked here so a bad one stops every role at start, naming the key. The
+    # check needs no config module; its package's other modules (the rule store) do, hence the
+    # import at call time.
+    from broker.rules.config_rules import parse_config_rules
 
     parse_config_rules(config.rules, config, source)
     return config

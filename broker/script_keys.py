@@ -2,7 +2,7 @@
 
 A script never spells a key: its call lists every key it touches in KEYS and tells it, in the
 one JSON argument, at which position each role is (see `ScriptKeys.args`). The builders are
-`StepKeys`, a part of `broker.keys.Keys`: they list the names `Keys` gives, grouped so that each
+`StepKeys`, a part of `broker.keys.Keys`: they list the names `Keys` gives (`KeyNames`), grouped so that each
 step touches one partition (`broker.partitions`). This module never invents a key name.
 """
 
@@ -10,12 +10,9 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol, Self
 
 from broker.models import Status
-
-if TYPE_CHECKING:
-    from broker.keys import Keys
 
 DONE_STATUSES = tuple(s.value for s in Status if s is not Status.pending)
 """The final statuses, each with its listing indexes (`done`, `done_in`)."""
@@ -73,6 +70,54 @@ class ScriptKeys:
         )
 
 
+class KeyNames(Protocol):
+    """The names a builder lists, as `broker.keys.Keys` gives them.
+
+    Why a protocol rather than `Keys` itself: `Keys` is built from `StepKeys`, so naming it here
+    would make the two modules import each other. This lists what the builders read, nothing more.
+    """
+
+    at: int
+    partitions: int
+    audit_keep_s: int
+
+    @property
+    def audit(self) -> str: ...
+    @property
+    def audit_head(self) -> str: ...
+    @property
+    def expiry(self) -> str: ...
+    @property
+    def requests(self) -> str: ...
+    @property
+    def counts(self) -> str: ...
+    @property
+    def resumes(self) -> str: ...
+    @property
+    def rules(self) -> Any: ...
+    def part(self, partition: int) -> Self: ...
+    def of_request(self, request_id: str) -> Self: ...
+    def partition_of_request(self, request_id: str) -> int: ...
+    def in_partition(self, key: str, partition: int) -> str: ...
+    def request(self, request_id: str) -> str: ...
+    def run(self, run_id: str) -> str: ...
+    def run_pending(self, run_id: str) -> str: ...
+    def run_requests(self, run_id: str) -> str: ...
+    def run_round(self, run_id: str, round_no: int) -> str: ...
+    def by_creator(self, name: str) -> str: ...
+    def receipt_spent(self, request_id: str, jti_digest: str) -> str: ...
+    def done(self, status: str) -> str: ...
+    def done_in(self, status: str, queue: str) -> str: ...
+    def stream(self, queue: str) -> str: ...
+    def pending_in(self, queue: str) -> str: ...
+    def in_queue(self, queue: str) -> str: ...
+    def decide_keys(
+        self, request_id: str, run_id: str | None, queues: Iterable[str], once_key: str | None
+    ) -> ScriptKeys: ...
+    def note_keys(self, request_id: str) -> ScriptKeys: ...
+    def _shared(self, queues: Iterable[str]) -> ScriptKeys: ...
+
+
 class StepKeys:
     """The KEYS of each Lua step, built from the names of the `Keys` this is part of."""
 
@@ -98,7 +143,11 @@ class StepKeys:
         return keys
 
     def decide_keys(
-        self: Keys, request_id: str, run_id: str | None, queues: Iterable[str], once_key: str | None
+        self: KeyNames,
+        request_id: str,
+        run_id: str | None,
+        queues: Iterable[str],
+        once_key: str | None,
     ) -> ScriptKeys:
         """decide.lua and escalate.lua: the request's hash, its one-time marker, its run's hash
         and pending set (when it belongs to a run), the shared indexes and queue streams."""
@@ -113,12 +162,12 @@ class StepKeys:
             keys.name("run_requests", self.run_requests(run_id))
         return keys
 
-    def due_keys(self: Keys) -> ScriptKeys:
+    def due_keys(self: KeyNames) -> ScriptKeys:
         """due.lua: the two request indexes."""
         return ScriptKeys().name("expiry", self.expiry).name("requests", self.requests)
 
     def sweep_keys(
-        self: Keys, items: Iterable[tuple[str, str | None]], queues: Iterable[str]
+        self: KeyNames, items: Iterable[tuple[str, str | None]], queues: Iterable[str]
     ) -> ScriptKeys:
         """sweep.lua: the shared indexes and queue streams, then for each due (request id, run id)
         the request's hash and its run's hash and pending set (roles `req`, `run`, `pending` of
@@ -133,17 +182,17 @@ class StepKeys:
                 keys.of_request(rid, "run_requests", self.run_requests(run_id))
         return keys
 
-    def ack_keys(self: Keys, request_id: str) -> ScriptKeys:
+    def ack_keys(self: KeyNames, request_id: str) -> ScriptKeys:
         """ack.lua: the request's hash and the expiry index."""
         mine = self.of_request(request_id)
         return ScriptKeys().name("req", self.request(request_id)).name("expiry", mine.expiry)
 
-    def note_keys(self: Keys, request_id: str) -> ScriptKeys:
+    def note_keys(self: KeyNames, request_id: str) -> ScriptKeys:
         """note.lua: the request's hash."""
         return ScriptKeys().name("req", self.request(request_id))
 
     def receipt_keys(
-        self: Keys, request_id: str, queue: str, jti_digest: str, run_id: str | None
+        self: KeyNames, request_id: str, queue: str, jti_digest: str, run_id: str | None
     ) -> ScriptKeys:
         """receipt.lua: the request's hash, its jti marker, its partition's counts and its
         queue's stream, and the hash of the run whose tool step it counts (if any)."""
@@ -157,7 +206,7 @@ class StepKeys:
             keys.audit(mine.audit, mine.audit_head, self.audit_keep_s)
         return keys
 
-    def shadow_keys(self: Keys, request_id: str, queues: Iterable[str] = ()) -> ScriptKeys:
+    def shadow_keys(self: KeyNames, request_id: str, queues: Iterable[str] = ()) -> ScriptKeys:
         """note.lua with an audit entry (a shadow rule's match, a delivery): the request's hash
         and its partition's audit chain, and the partition's streams of `queues` (a shadow
         rule's match is an event on the stream of the request's queue)."""
@@ -169,16 +218,16 @@ class StepKeys:
             keys.stream(queue, mine.stream(queue))
         return keys
 
-    def reindex_keys(self: Keys, queues: Iterable[str]) -> ScriptKeys:
+    def reindex_keys(self: KeyNames, queues: Iterable[str]) -> ScriptKeys:
         """reindex.lua: the shared indexes and each queue's; the caller adds each request's
         `req`, `creator` and `run_requests`."""
         return self._shared(queues)
 
-    def page_keys(self: Keys, index: str) -> ScriptKeys:
+    def page_keys(self: KeyNames, index: str) -> ScriptKeys:
         """page.lua: the one listing index a page is read from."""
         return ScriptKeys().name("index", index)
 
-    def _shared(self: Keys, queues: Iterable[str]) -> ScriptKeys:
+    def _shared(self: KeyNames, queues: Iterable[str]) -> ScriptKeys:
         keys = ScriptKeys(self.at)
         keys.name("expiry", self.expiry).name("requests", self.requests)
         if self.audit_keep_s:
@@ -196,7 +245,7 @@ class StepKeys:
 
 
 def create_batch_keys(
-    keys: Keys,
+    keys: KeyNames,
     partition: int,
     run_id: str | None,
     round_no: int,

@@ -1,12 +1,13 @@
 """Policy rules: "always allow / always deny this tool call", decided without a person.
 
 `models` (Rule, RuleBody, matcher checks), `matching` (matches, evaluate, suggested rules,
-who may remember), `records` (Redis keys and fields), `store` (RuleStore), `from_config`
-(`[[rules]]`). Rules decide only `approval` requests; questions and external calls always go
-to a person.
+who may remember), `records` (Redis keys and fields), `store` (RuleStore), `config_rules`
+(checking `[[rules]]`), `from_config` (loading them). Rules decide only `approval` requests;
+questions and external calls always go to a person.
 """
 
-from broker.rules.from_config import parse_config_rules, sync_at_start, sync_config_rules
+from broker.rules.config_rules import parse_config_rules
+from broker.rules.from_config import sync_at_start, sync_config_rules
 from broker.rules.matching import (
     Call,
     creator_channel_for,

@@ -1,62 +1,18 @@
-"""The operator's policy: `[[rules]]` in the config, checked at start and loaded idempotently.
+"""The operator's policy loaded into Redis: the config's `[[rules]]`, stored idempotently.
 
-A bad rule stops the broker with a message naming the key (`rules[2].args.amount: ...`);
-loading the same config twice changes nothing, and a rule dropped from the file is revoked.
+Loading the same config twice changes nothing, and a rule dropped from the file is revoked.
+Checking the rules is `broker.rules.config_rules` (no Redis), which every role runs first.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from broker.config import Config
-from broker.errors import ConfigError, InvalidInput
-from broker.rules.models import Rule, RuleBody, parse_body
+from broker.errors import ConfigError
+from broker.rules.config_rules import parse_config_rules
+from broker.rules.models import CONFIG_CREATOR, Rule, RuleBody
 from broker.rules.records import epoch, to_fields
-from broker.rules.store import CONFIG_CREATOR, RuleStore
-
-
-def parse_config_rules(raw: Any, config: Config, source: str = "config") -> list[Rule]:
-    """The config's rules, or ConfigError naming the first bad key."""
-    if raw is None:
-        return []
-    if not isinstance(raw, list):
-        raise ConfigError(f"{source}: rules: must be an array of tables ([[rules]])")
-    rules: list[Rule] = []
-    seen: set[str] = set()
-    for i, entry in enumerate(raw):
-        where = f"rules[{i}]"
-        try:
-            body = parse_body(entry, where)
-        except InvalidInput as exc:
-            raise ConfigError(f"{source}: {exc.detail}") from None
-        problem = _problem(body, config, seen)
-        if problem:
-            raise ConfigError(f"{source}: {where}.{problem}")
-        assert body.id is not None
-        seen.add(body.id)
-        rules.append(
-            Rule.model_validate(
-                {**body.model_dump(), "created_by": CONFIG_CREATOR, "created_at": _EPOCH}
-            )
-        )
-    return rules
-
-
-_EPOCH = "1970-01-01T00:00:00Z"  # replaced by the load time when the rule is first stored
-
-
-def _problem(body: RuleBody, config: Config, seen: set[str]) -> str | None:
-    if body.id is None:
-        return "id: required in the config, so a restart finds the same rule"
-    if body.id in seen:
-        return f"id: {body.id!r} is used by an earlier rule"
-    if body.run_id is not None:
-        return "run_id: a config rule can't name a run (runs come and go)"
-    if body.queue is not None and body.queue not in config.queues:
-        return f"queue: queue {body.queue!r} is not defined"
-    if body.agent is not None and body.agent not in config.agents:
-        return f"agent: agent {body.agent!r} is not defined under [agents.{body.agent}]"
-    return None
+from broker.rules.store import RuleStore
 
 
 def sync_config_rules(store: RuleStore, rules: list[Rule]) -> bool:

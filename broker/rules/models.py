@@ -16,6 +16,9 @@ from pydantic_core import PydanticCustomError
 
 from broker.errors import InvalidInput
 
+CONFIG_CREATOR = "config"
+"""`created_by` of a rule the config holds (`[[rules]]`), never a person's name."""
+
 Effect = Literal["allow", "deny"]
 Mode = Literal["enforce", "shadow"]
 """`shadow`: the rule decides nothing; each request it would have decided records that instead

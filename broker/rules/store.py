@@ -24,10 +24,9 @@ from broker.config import Config
 from broker.errors import InvalidInput, NotFound
 from broker.keys import Keys
 from broker.rules.matching import Call, evaluate, in_queue
-from broker.rules.models import Effect, Rule, RuleBody, is_glob
+from broker.rules.models import CONFIG_CREATOR, Effect, Rule, RuleBody, is_glob
 from broker.rules.records import RuleKeys, epoch, from_fields, new_rule_id, to_fields
 
-CONFIG_CREATOR = "config"
 _UNREAD = object()  # the rules' version was not read by the caller
 
 
