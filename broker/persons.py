@@ -11,10 +11,19 @@ case-insensitively. Pure functions of the config: never touches Redis.
 from __future__ import annotations
 
 import unicodedata
-from typing import TYPE_CHECKING
+from collections.abc import Mapping
+from typing import Any, Protocol
 
-if TYPE_CHECKING:  # broker.config checks approvers with the functions below
-    from broker.config import Config
+
+class HasApprovers(Protocol):
+    """What these functions read of the config: its approvers by name.
+
+    A protocol rather than `broker.config.Config`: the config checks its approvers with the
+    functions below, so naming its class here would make the two modules import each other."""
+
+    @property
+    def approvers(self) -> Mapping[str, Any]: ...
+
 
 WEBHOOK = "webhook:"
 EMAIL = "email:"
@@ -32,7 +41,7 @@ def normal_address(address: str) -> str:
     return address.strip().casefold()
 
 
-def approver_named(config: Config, name: str) -> str | None:
+def approver_named(config: HasApprovers, name: str) -> str | None:
     """The configured approver whose name is `name` after normalisation, or None."""
     if name in config.approvers:
         return name
@@ -47,7 +56,7 @@ def webhook_person(decided_by: str) -> str | None:
     return None
 
 
-def voter_of(config: Config, decided_by: str) -> str:
+def voter_of(config: HasApprovers, decided_by: str) -> str:
     """The person a reply recorded as `decided_by` counts as, for quorum and the creator rule.
 
     `webhook:NAME/PERSON` is the approver PERSON names (after normalisation), else
@@ -63,7 +72,7 @@ def voter_of(config: Config, decided_by: str) -> str:
     return decided_by
 
 
-def same_person(config: Config, created_by: str, decided_by: str) -> bool:
+def same_person(config: HasApprovers, created_by: str, decided_by: str) -> bool:
     """Is the reply recorded as `decided_by` from the one recorded as `created_by`?"""
     if created_by == decided_by or created_by == voter_of(config, decided_by):
         return True

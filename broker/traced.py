@@ -14,8 +14,9 @@ only `swept` reads Redis (the requests' traces, while tracing is on).
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from contextlib import AbstractContextManager
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from opentelemetry.trace import Span
 from redis.exceptions import RedisError
@@ -25,9 +26,31 @@ from broker.models import Decision, Request
 from broker.text import as_str
 from broker.tracing import SpanKind
 
-if TYPE_CHECKING:
-    from broker.client import Broker
-    from broker.sweeping import SweepResult
+
+class Swept(Protocol):
+    """What the sweeper did to one request, as a span records it (`broker.sweeping.SweepResult`)."""
+
+    @property
+    def request_id(self) -> str: ...
+    @property
+    def action(self) -> str: ...
+    @property
+    def from_queue(self) -> str: ...
+    @property
+    def to_queue(self) -> str | None: ...
+
+
+class ReadsRequests(Protocol):
+    """Where a request's `traceparent` is read: a Redis client and the key schema (a `Broker`).
+
+    Protocols rather than the classes: the services that record spans are what `Broker` and
+    the sweeper are built from, so naming them here would make the modules import each other."""
+
+    @property
+    def redis(self) -> Any: ...
+    @property
+    def keys(self) -> Any: ...
+
 
 log = logging.getLogger("broker.traced")
 
@@ -181,7 +204,7 @@ def job_meta(run_id: str, round_no: int, parent: str | None = None) -> dict[str,
     return {tracing.TRACEPARENT: carried} if carried else None
 
 
-def swept(broker: Broker, results: list[SweepResult], started_ns: int) -> None:
+def swept(broker: ReadsRequests, results: Sequence[Swept], started_ns: int) -> None:
     """A span per request the sweeper timed out or escalated, each in its request's trace.
 
     The requests' `traceparent`s take one pipelined read, made only while tracing is on; a read
