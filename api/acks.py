@@ -15,9 +15,9 @@ from api.auth import Caller
 from api.requests import RequestId, unseen_as_missing
 from api.schemas import ERRORS, ConflictBody
 from api.state import State
-from broker.deciding import INBOX
-from broker.errors import Forbidden
-from broker.models import Request
+from broker.domain.errors import Forbidden
+from broker.domain.models import Request
+from broker.judge.deciding import INBOX
 
 router = APIRouter(prefix="/v1/requests", tags=["requests"])
 

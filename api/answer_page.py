@@ -1,7 +1,7 @@
 """What a server-rendered page needs to show a structured question's form (the email page).
 
 Turns a request's `questions` or `answer_schema` into plain dicts a Jinja template loops over:
-input names and option values as `broker.answer_forms` reads them back (`q{i}`, `q{i}_other`,
+input names and option values as `broker.channels.answer_forms` reads them back (`q{i}`, `q{i}_other`,
 `field:NAME`; values are indices), what was submitted (so a refused form comes back as the
 person filled it in) and each error beside its input. It renders nothing and decides nothing.
 """
@@ -11,9 +11,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from broker.answer_forms import field_input, other_input, question_input
-from broker.answer_schema import FormField, check_schema
-from broker.questions import Question, has_form, questions_of
+from broker.channels.answer_forms import field_input, other_input, question_input
+from broker.domain.answer_schema import FormField, check_schema
+from broker.domain.questions import Question, has_form, questions_of
 
 Submitted = Mapping[str, list[str]]
 

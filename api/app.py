@@ -41,7 +41,7 @@ from api.openapi import install_openapi
 from api.state import ApiState, lifespan
 from api.waits import router as waits_router
 from broker.client import Broker
-from broker.config import Config, Settings
+from broker.domain.config import Config, Settings
 
 ROUTERS: tuple[APIRouter, ...] = (
     health.router,

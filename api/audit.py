@@ -19,8 +19,8 @@ from api.schemas import ERRORS
 from api.state import State
 from broker.audit.chain import Entry
 from broker.audit.trail import AuditTrail
-from broker.auth import AUDITOR
-from broker.errors import Forbidden, InvalidInput
+from broker.domain.errors import Forbidden, InvalidInput
+from broker.domain.principals import AUDITOR
 
 router = APIRouter(prefix="/v1/audit", tags=["audit"])
 

@@ -1,6 +1,6 @@
 """Bearer-token authentication and role checks as FastAPI dependencies.
 
-Tokens are looked up by sha256 in constant time (broker.auth); the admin token has every role.
+Tokens are looked up by sha256 in constant time (broker.domain.principals); the admin token has every role.
 The dependencies are `async def` though they never await: FastAPI runs a sync dependency in
 its thread pool, one hop per dependency per request, for a check that takes microseconds.
 """
@@ -14,9 +14,9 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from api.errors import ApiError, unauthorized
 from api.state import State
-from broker.auth import REQUESTER, Principal, authenticate
-from broker.config import Config
-from broker.errors import Forbidden
+from broker.domain.config import Config
+from broker.domain.errors import Forbidden
+from broker.domain.principals import REQUESTER, Principal, authenticate
 
 bearer = HTTPBearer(
     auto_error=False,
@@ -80,7 +80,7 @@ def approver_by_chat_user(config: Config, platform: str, user_id: str) -> Princi
     """The approver whose `telegram_user_id` / `discord_user_id` (as `platform` says) this is.
 
     As with Slack, anyone else in the chat is refused: an account is an approver only once the
-    config names it, and then it is that approver on every channel (`broker.persons`).
+    config names it, and then it is that approver on every channel (`broker.domain.persons`).
     """
     for name, approver in config.approvers.items():
         known = approver.telegram_user_id if platform == "telegram" else approver.discord_user_id

@@ -1,7 +1,7 @@
 """A click on a chat card's button (Telegram, Discord), whatever the platform: the token read
-(`broker.card_ids`), the clicker as an approver, and the decision service asked.
+(`broker.channels.cards.button_tokens`), the clicker as an approver, and the decision service asked.
 
-Every click goes through the one judge (`broker.deciding`, via `ApiState.decide`, or
+Every click goes through the one judge (`broker.judge.deciding`, via `ApiState.decide`, or
 `api.rules.remember` for "Approve always"), with the channels the click came from (`via`), so
 roles, channel binding, the creator rule and one vote per person hold as on every channel.
 The platform modules (`api/telegram.py`, `api/discord.py`) verify, parse and turn a
@@ -18,13 +18,13 @@ from api.auth import approver_by_chat_user
 from api.errors import ApiError
 from api.rules import remember
 from api.state import ApiState
-from broker import card_ids as ids
-from broker.card_options import option_answer
-from broker.decisions import Once
-from broker.errors import BrokerError, Conflict
-from broker.models import Decision, Outcome
-from broker.models import Request as BrokerRequest
-from broker.printable import one_line
+from broker.channels.cards import button_tokens as ids
+from broker.channels.cards.answer_options import option_answer
+from broker.domain.errors import BrokerError, Conflict
+from broker.domain.models import Decision, Outcome
+from broker.domain.models import Request as BrokerRequest
+from broker.domain.printable import one_line
+from broker.store.decisions import Once
 
 MAX_REASON = 10_000  # what a Decision's reason may hold
 

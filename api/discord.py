@@ -29,14 +29,14 @@ from api.card_clicks import ClickResult, Result
 from api.errors import ApiError
 from api.schemas import ERRORS, ErrorBody
 from api.state import ApiState, State
-from broker import bounded_json
-from broker import card_ids as ids
-from broker.chat_config import DiscordConfig
-from broker.deciding import REPLAY_TTL_S
-from broker.decisions import Once
-from broker.errors import InvalidInput
-from broker.printable import one_line
-from broker.slack_always import rule_text
+from broker.channels.cards import button_tokens as ids
+from broker.channels.slack.always_modal import rule_text
+from broker.domain import bounded_json
+from broker.domain.chat_config import DiscordConfig
+from broker.domain.errors import InvalidInput
+from broker.domain.printable import one_line
+from broker.judge.deciding import REPLAY_TTL_S
+from broker.store.decisions import Once
 
 router = APIRouter(prefix="/v1/discord", tags=["discord"])
 

@@ -29,16 +29,16 @@ from api.answer_page import answer_form
 from api.errors import ApiError, broker_error_status
 from api.rules import remember
 from api.state import ApiState, State
-from broker.answer_forms import answer_from_form, error_inputs
-from broker.auth import Principal
-from broker.config import EmailConfig
-from broker.email_deciders import email_decider
-from broker.errors import BrokerError, Conflict, Forbidden
-from broker.links import LinkClaims, LinkError, link_once, read_link
-from broker.models import Decision, Outcome
-from broker.models import Request as BrokerRequest
-from broker.questions import InvalidAnswer, answer_text, has_form
-from broker.rule_decisions import run_rule_index
+from broker.channels.answer_forms import answer_from_form, error_inputs
+from broker.channels.email.deciders import email_decider
+from broker.channels.email.links import LinkClaims, LinkError, link_once, read_link
+from broker.domain.config import EmailConfig
+from broker.domain.errors import BrokerError, Conflict, Forbidden
+from broker.domain.models import Decision, Outcome
+from broker.domain.models import Request as BrokerRequest
+from broker.domain.principals import Principal
+from broker.domain.questions import InvalidAnswer, answer_text, has_form
+from broker.judge.rule_decisions import run_rule_index
 
 router = APIRouter(prefix="/v1/email", tags=["email"])
 templates = Jinja2Templates(directory=str(FilePath(__file__).parent / "templates"))

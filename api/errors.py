@@ -17,7 +17,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from broker.errors import BrokerError, Conflict, Forbidden, InvalidInput, NotFound
+from broker.domain.errors import BrokerError, Conflict, Forbidden, InvalidInput, NotFound
 
 log = logging.getLogger("approval_broker.api")
 

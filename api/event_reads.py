@@ -23,7 +23,7 @@ from urllib.parse import parse_qsl, urlencode
 from api.errors import ApiError
 from api.follow import Subscriber, Waiter
 from api.redis_async import AsyncRedis
-from broker.keys import Keys
+from broker.store.keys import Keys
 
 BATCH = 100
 _ENTRY_ID = re.compile(r"^\d{1,20}-\d{1,20}$")

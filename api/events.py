@@ -43,9 +43,9 @@ from api.redis_async import socket_timeout
 from api.schemas import ERRORS
 from api.state import ApiState, State
 from api.visibility import may_see
-from broker.auth import Principal
-from broker.errors import ConfigError, NotFound
-from broker.models import Request as BrokerRequest
+from broker.domain.errors import ConfigError, NotFound
+from broker.domain.models import Request as BrokerRequest
+from broker.domain.principals import Principal
 
 log = logging.getLogger("approval_broker.api.events")
 router = APIRouter(tags=["events"])

@@ -1,7 +1,7 @@
 """The one reader of the queue streams per API process and event loop (`Waiter`).
 
 Every outcome is announced on its request's queue stream by the same Lua step that records it,
-and every run that pauses or ends on its partition's run-events stream (`broker.run_store`).
+and every run that pauses or ends on its partition's run-events stream (`broker.store.run_state`).
 This reader follows those streams (XREAD BLOCK) while anyone listens, and wakes whoever waits:
 long-polls by request or run id (`watching`), event streams on a cluster by partition
 (`subscribed`).
@@ -23,7 +23,7 @@ from fastapi import Request as HttpRequest
 
 from api.redis_async import AsyncRedis, async_client
 from api.state import ApiState
-from broker.models import Request
+from broker.domain.models import Request
 
 log = logging.getLogger("approval_broker.api.follow")
 

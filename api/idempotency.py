@@ -19,9 +19,9 @@ from pydantic import BaseModel
 
 from api.errors import ApiError
 from api.state import ApiState
-from broker.auth import Principal
-from broker.models import NewRequest, canonical_json
-from broker.runs import start_run
+from broker.domain.models import NewRequest, canonical_json
+from broker.domain.principals import Principal
+from broker.runs.starting import start_run
 
 TTL_S = 24 * 3600
 LOSER_WAIT_S = 10.0

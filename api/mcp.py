@@ -26,7 +26,7 @@ from starlette.types import Receive, Scope, Send
 from api.errors import error_response, known_error_response, unauthorized
 from api.mcp_tools import TOOLS, McpTools
 from api.state import ApiState
-from broker.auth import Principal, authenticate
+from broker.domain.principals import Principal, authenticate
 
 log = logging.getLogger("approval_broker.api.mcp")
 

@@ -23,9 +23,9 @@ from api.requests import ID_PATTERN, checked_new_request, visible_request
 from api.schemas import NewRequestBody
 from api.state import ApiState
 from api.waits import MAX_WAIT_S, wait_for_outcome
-from broker.auth import REQUESTER, Principal
-from broker.errors import InvalidInput
-from broker.models import Request
+from broker.domain.errors import InvalidInput
+from broker.domain.models import Request
+from broker.domain.principals import REQUESTER, Principal
 
 QUESTION_TOOL = "ask_question"
 """The `tool_name` of a request made by the `ask_question` tool."""

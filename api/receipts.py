@@ -3,7 +3,7 @@
 `GET /.well-known/jwks.json` (no token) serves the keys receipts are checked with, so an app
 can verify one with any JOSE library. `POST /v1/requests/{id}/receipt/spend` is how an agent
 outside the fleet (`BrokerApprovals`) uses its receipt just before it runs the approved tool:
-the broker checks it as the fleet worker does (`broker.receipt_checks`) and spends its jti once.
+the broker checks it as the fleet worker does (`broker.receipts.checks`) and spends its jti once.
 This module only parses and answers; the checks are the broker's.
 """
 
@@ -20,10 +20,10 @@ from api.errors import ApiError
 from api.requests import RequestId, visible_request
 from api.schemas import ERRORS, ErrorBody
 from api.state import State
-from broker.auth import EVERY_ROLE
-from broker.errors import Forbidden
-from broker.receipt_checks import ReceiptChecks
-from broker.receipts import ReceiptRefused
+from broker.domain.errors import Forbidden
+from broker.domain.principals import EVERY_ROLE
+from broker.domain.receipts import ReceiptRefused
+from broker.receipts.checks import ReceiptChecks
 
 router = APIRouter(tags=["receipts"])
 

@@ -3,7 +3,7 @@
 A redis.asyncio client is bound to the event loop it first ran on, so the API builds its own
 from the broker's sync client (or from APPROVAL_BROKER_REDIS_URL): a single-node client on a
 single Redis, a cluster client when the broker's client is a `RedisCluster`. Either has the
-impatient client's connect and socket timeouts (`broker.connection`): a stalled Redis costs a
+impatient client's connect and socket timeouts (`broker.redis.connection`): a stalled Redis costs a
 read an error after a bounded wait, never the event loop.
 """
 
@@ -16,8 +16,8 @@ from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
 from redis.cluster import RedisCluster
 
 from broker.client import Broker
-from broker.config import Settings
-from broker.connection import async_options, connect_async
+from broker.domain.config import Settings
+from broker.redis.connection import async_options, connect_async
 
 AsyncRedis = aredis.Redis | AsyncRedisCluster
 _KWARGS = ("host", "port", "db", "username", "password", "path")

@@ -17,11 +17,11 @@ from api.schemas import ERRORS, ConflictBody, DecisionBody, NewRequestBody
 from api.state import ApiState, State
 from api.visibility import seer, sees_all, sees_own_only
 from api.waits import LongPoll
-from broker.auth import Principal
-from broker.deciding import INBOX
-from broker.errors import Forbidden, InvalidInput, NotFound
-from broker.models import Decision, Request, Status
-from broker.rule_decisions import Remember
+from broker.domain.errors import Forbidden, InvalidInput, NotFound
+from broker.domain.models import Decision, Request, Status
+from broker.domain.principals import Principal
+from broker.judge.deciding import INBOX
+from broker.judge.rule_decisions import Remember
 
 router = APIRouter(prefix="/v1/requests", tags=["requests"])
 
@@ -53,7 +53,7 @@ async def create_request(
     nobody has would leave the request for the admin alone.
 
     In the thread pool: the create checks the request's schemas (`answer_schema`,
-    `args_schema`: bounded in size, depth and work, see `broker.schema_safety`) and calls
+    `args_schema`: bounded in size, depth and work, see `broker.domain.schema_safety`) and calls
     Redis, neither of which may hold the event loop; with an Idempotency-Key a concurrent
     create with the same key polls for the winner's id there too.
     """

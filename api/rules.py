@@ -18,13 +18,13 @@ from api.errors import ApiError
 from api.schemas import ERRORS, check_json_safe
 from api.state import ApiState, State
 from api.visibility import sees_all
-from broker.auth import Principal
-from broker.deciding import INBOX
-from broker.decisions import Once
-from broker.errors import Forbidden, InvalidInput, NotFound
-from broker.models import Decision
-from broker.models import Request as BrokerRequest
-from broker.rule_decisions import Remember, RuleDecisions
+from broker.domain.errors import Forbidden, InvalidInput, NotFound
+from broker.domain.models import Decision
+from broker.domain.models import Request as BrokerRequest
+from broker.domain.principals import Principal
+from broker.domain.rules.matching import POLICY
+from broker.judge.deciding import INBOX
+from broker.judge.rule_decisions import Remember, RuleDecisions
 from broker.rules import (
     Rule,
     RuleBody,
@@ -35,7 +35,7 @@ from broker.rules import (
     may_remember,
     parse_body,
 )
-from broker.rules.matching import POLICY
+from broker.store.decisions import Once
 
 router = APIRouter(prefix="/v1/rules", tags=["rules"])
 
@@ -62,7 +62,7 @@ def remember(
     decided_by: str | None = None,
     once: Once | None = None,
 ) -> BrokerRequest:
-    """Decide and keep a rule (`broker.rule_decisions`), counted in the metrics as `channel`."""
+    """Decide and keep a rule (`broker.judge.rule_decisions`), counted in the metrics as `channel`."""
     try:
         done = RuleDecisions(state.deciding).decide(
             request_id, decision, principal, spec, via=via, decided_by=decided_by, once=once

@@ -22,11 +22,11 @@ from api.schemas import ERRORS, ErrorBody, RunStart, RunStarted
 from api.state import State
 from api.visibility import may_see_run
 from api.waits import MAX_WAIT_S
-from broker.auth import EVERY_ROLE
-from broker.errors import Conflict, Forbidden, NotFound
-from broker.models import Run, RunStatus
-from broker.new_prompt import continue_with_prompt
-from broker.runs import FINAL, start_run
+from broker.domain.errors import Conflict, Forbidden, NotFound
+from broker.domain.models import Run, RunStatus
+from broker.domain.principals import EVERY_ROLE
+from broker.runs.new_prompt import continue_with_prompt
+from broker.runs.starting import FINAL, start_run
 
 router = APIRouter(prefix="/v1/runs", tags=["runs"])
 RunId = Annotated[str, Path(min_length=1, max_length=200, pattern=ID_PATTERN)]

@@ -20,8 +20,8 @@ from pydantic import (
     model_validator,
 )
 
-from broker.bounded_json import MAX_DEPTH
-from broker.models import Decision, NewRequest, Request
+from broker.domain.bounded_json import MAX_DEPTH
+from broker.domain.models import Decision, NewRequest, Request
 
 
 def check_json_safe(value: Any, where: str = "body") -> None:

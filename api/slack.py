@@ -30,10 +30,10 @@ from api.slack_payloads import BlockActions, ViewSubmission, parse_payload
 from api.slack_replies import SlackReply, post_notice
 from api.slack_signature import replayed, seen_key, verify
 from api.state import ApiState, State
-from broker.config import SlackConfig
-from broker.deciding import REPLAY_TTL_S
-from broker.decisions import Once
-from broker.slack_urls import response_url_allowed
+from broker.channels.slack.response_urls import response_url_allowed
+from broker.domain.config import SlackConfig
+from broker.judge.deciding import REPLAY_TTL_S
+from broker.store.decisions import Once
 
 router = APIRouter(prefix="/v1/slack", tags=["slack"])
 

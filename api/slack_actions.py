@@ -22,15 +22,15 @@ from api.slack_replies import (
 )
 from api.slack_signature import replayed
 from api.state import ApiState
-from broker import slack_always as always
-from broker import slack_ids as ids
-from broker.auth import Principal
-from broker.config import SlackConfig
-from broker.decisions import Once
-from broker.errors import BrokerError, Conflict
-from broker.models import Decision, Outcome
-from broker.questions import has_form
-from broker.slack_forms import ANSWER_FORM, answer_modal
+from broker.channels.slack import action_ids as ids
+from broker.channels.slack import always_modal as always
+from broker.channels.slack.question_modal import ANSWER_FORM, answer_modal
+from broker.domain.config import SlackConfig
+from broker.domain.errors import BrokerError, Conflict
+from broker.domain.models import Decision, Outcome
+from broker.domain.principals import Principal
+from broker.domain.questions import has_form
+from broker.store.decisions import Once
 
 DECIDING_ACTIONS = frozenset(
     {ids.APPROVE, ids.REJECT, ids.ESCALATE, ids.ANSWER, ids.ACK, ANSWER_FORM, always.ALWAYS}

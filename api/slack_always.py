@@ -1,5 +1,5 @@
 """Slack's "Always…": the click opens the modal of suggested rules, its submission decides and
-keeps the rule (through `broker.rule_decisions`, with the same who-may-decide checks).
+keeps the rule (through `broker.judge.rule_decisions`, with the same who-may-decide checks).
 
 `api/slack_actions.py` and `api/slack_modals.py` route here; this module holds no Slack
 protocol of its own.
@@ -21,12 +21,12 @@ from api.slack_replies import (
 )
 from api.slack_signature import replayed
 from api.state import ApiState
-from broker import slack_always as ids
-from broker.auth import Principal
-from broker.config import SlackConfig
-from broker.decisions import Once
-from broker.errors import BrokerError, Conflict
-from broker.models import Decision, Outcome
+from broker.channels.slack import always_modal as ids
+from broker.domain.config import SlackConfig
+from broker.domain.errors import BrokerError, Conflict
+from broker.domain.models import Decision, Outcome
+from broker.domain.principals import Principal
+from broker.store.decisions import Once
 
 
 def start_always(

@@ -1,5 +1,5 @@
 """Slack view submissions: the reject-reason modal, the answer form of a structured question
-(`broker.slack_forms`) and, routed on, the "Always…" modal (`api/slack_always.py`).
+(`broker.channels.slack.question_modal`) and, routed on, the "Always…" modal (`api/slack_always.py`).
 
 A refusal keeps the modal open with the error beside its input (`response_action: "errors"`);
 a decision closes it (`"clear"`). Each submission spends the signature with its decision.
@@ -13,15 +13,19 @@ from api.slack_payloads import ViewSubmission, input_value
 from api.slack_replies import SlackReply, channels_of, explain
 from api.slack_signature import replayed
 from api.state import ApiState
-from broker import slack_always as always
-from broker import slack_ids as ids
-from broker.config import SlackConfig
-from broker.decisions import Once
-from broker.errors import BrokerError, Conflict, InvalidInput
-from broker.models import Decision, Outcome
-from broker.models import Request as BrokerRequest
-from broker.questions import InvalidAnswer, has_form
-from broker.slack_forms import ANSWER_FORM_CALLBACK, answer_from_view_state, errors_for
+from broker.channels.slack import action_ids as ids
+from broker.channels.slack import always_modal as always
+from broker.channels.slack.question_modal import (
+    ANSWER_FORM_CALLBACK,
+    answer_from_view_state,
+    errors_for,
+)
+from broker.domain.config import SlackConfig
+from broker.domain.errors import BrokerError, Conflict, InvalidInput
+from broker.domain.models import Decision, Outcome
+from broker.domain.models import Request as BrokerRequest
+from broker.domain.questions import InvalidAnswer, has_form
+from broker.store.decisions import Once
 
 MAX_REASON = 10_000  # what a Decision's reason may hold
 

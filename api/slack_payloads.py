@@ -2,7 +2,7 @@
 
 Only the fields the broker uses are modelled; anything else Slack sends is ignored. A payload
 that is not the form field `payload` holding a JSON object, or one nested deeper or larger than
-`broker.bounded_json` allows, is a 400.
+`broker.domain.bounded_json` allows, is a 400.
 """
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ from urllib.parse import parse_qs
 from pydantic import BaseModel
 
 from api.errors import ApiError
-from broker import bounded_json
-from broker.errors import InvalidInput
+from broker.domain import bounded_json
+from broker.domain.errors import InvalidInput
 
 
 class SlackUser(BaseModel):

@@ -18,11 +18,11 @@ from slack_sdk import WebClient
 from slack_sdk.errors import SlackClientError
 
 from api.state import ApiState
-from broker.auth import Principal
-from broker.config import SlackConfig
-from broker.errors import BrokerError, Conflict
-from broker.models import Request as BrokerRequest
-from broker.printable import lines
+from broker.domain.config import SlackConfig
+from broker.domain.errors import BrokerError, Conflict
+from broker.domain.models import Request as BrokerRequest
+from broker.domain.principals import Principal
+from broker.domain.printable import lines
 
 log = logging.getLogger("approval_broker.api")
 

@@ -14,7 +14,7 @@ from slack_sdk.signature import SignatureVerifier
 
 from api.errors import ApiError
 from api.state import ApiState
-from broker.config import SlackConfig
+from broker.domain.config import SlackConfig
 
 
 def verify(slack: SlackConfig, body: bytes, headers: dict[str, str]) -> str:

@@ -15,12 +15,12 @@ from fastapi import Depends, FastAPI, Request
 
 from api.metrics import ApiMetrics
 from api.redis_async import AsyncRedis, async_client
-from broker.auth import Principal
 from broker.client import Broker, Once
-from broker.config import Config, Settings
-from broker.deciding import Deciding
-from broker.models import Decision, Outcome
-from broker.models import Request as BrokerRequest
+from broker.domain.config import Config, Settings
+from broker.domain.models import Decision, Outcome
+from broker.domain.models import Request as BrokerRequest
+from broker.domain.principals import Principal
+from broker.judge.deciding import Deciding
 
 
 @dataclass
@@ -47,7 +47,7 @@ class ApiState:
         current: BrokerRequest | None = None,
         once: Once | None = None,
     ) -> BrokerRequest:
-        """The decision service (`broker.deciding`), counted in the metrics as `channel`."""
+        """The decision service (`broker.judge.deciding`), counted in the metrics as `channel`."""
         done = self.deciding.decide(
             request_id,
             decision,

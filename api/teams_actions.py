@@ -1,7 +1,7 @@
 """Teams card clicks (`Action.Execute`): from a click to a decision, and the card to answer with.
 
 Sync code, run in a thread: it reads Redis and calls the one decision service
-(`broker.deciding`, through `ApiState.decide`), which checks roles, the channel binding (a
+(`broker.judge.deciding`, through `ApiState.decide`), which checks roles, the channel binding (a
 click decides only from a `[teams.channels.NAME]` conversation of the queue the request waits
 in now), the creator rule and the quorum per person (a Teams user mapped to alice is alice on
 every channel). The click's activity id is its one-time marker, spent with the decision: a
@@ -17,15 +17,15 @@ from typing import Any
 
 from api.auth import approver_by_teams_user
 from api.state import ApiState
-from broker import teams_cards as cards
-from broker.answer_forms import answer_from_form, question_input
-from broker.config import TeamsConfig
-from broker.deciding import REPLAY_TTL_S
-from broker.errors import BrokerError, Conflict, Forbidden, InvalidInput, NotFound
-from broker.models import Decision, Outcome
-from broker.models import Request as BrokerRequest
-from broker.printable import lines
-from broker.questions import is_structured, questions_of
+from broker.channels.answer_forms import answer_from_form, question_input
+from broker.channels.teams import adaptive_cards as cards
+from broker.domain.config import TeamsConfig
+from broker.domain.errors import BrokerError, Conflict, Forbidden, InvalidInput, NotFound
+from broker.domain.models import Decision, Outcome
+from broker.domain.models import Request as BrokerRequest
+from broker.domain.printable import lines
+from broker.domain.questions import is_structured, questions_of
+from broker.judge.deciding import REPLAY_TTL_S
 
 THREAD_REPLY = ";messageid="  # a channel post's conversation id carries its thread
 

@@ -38,8 +38,8 @@ from starlette.concurrency import run_in_threadpool
 from api.errors import UNAVAILABLE, ApiError
 from api.state import ApiState
 from api.teams_actions import Click, handle_click
-from broker import teams_cards as cards
-from broker.config import TeamsConfig
+from broker.channels.teams import adaptive_cards as cards
+from broker.domain.config import TeamsConfig
 
 log = logging.getLogger("approval_broker.api")
 

@@ -33,11 +33,11 @@ from api.errors import ApiError
 from api.schemas import ERRORS, ErrorBody
 from api.state import ApiState, State
 from api.telegram_updates import CallbackQuery, Message, Update, parse_update
-from broker import card_ids as ids
-from broker.chat_config import TelegramConfig
-from broker.decisions import Once
-from broker.printable import one_line
-from broker.slack_always import rule_text
+from broker.channels.cards import button_tokens as ids
+from broker.channels.slack.always_modal import rule_text
+from broker.domain.chat_config import TelegramConfig
+from broker.domain.printable import one_line
+from broker.store.decisions import Once
 
 log = logging.getLogger("approval_broker.api")
 

@@ -2,7 +2,7 @@
 
 Only the fields used are modelled (a callback query from an inline button, a message replying
 to the bot's ForceReply prompt); anything else Telegram sends is ignored. A body that is not a
-JSON object within `broker.bounded_json`'s limits, or an update of the wrong shape, is a 400.
+JSON object within `broker.domain.bounded_json`'s limits, or an update of the wrong shape, is a 400.
 """
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ from __future__ import annotations
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from api.errors import ApiError
-from broker import bounded_json
-from broker.errors import InvalidInput
+from broker.domain import bounded_json
+from broker.domain.errors import InvalidInput
 
 
 class _Shape(BaseModel):

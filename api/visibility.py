@@ -1,7 +1,7 @@
 """Who may see a request, on every read path: list, GET, waits, the inbox and SSE.
 
 One rule, so every read path answers the same: a principal sees a request if it may decide
-it (its roles, the request's `allowed_roles` and its queue's roles, as `broker.deciding`
+it (its roles, the request's `allowed_roles` and its queue's roles, as `broker.judge.deciding`
 judges), created it, has the role `auditor` (read-only, sees everything), or is the admin.
 Others are told the request does not exist (404), and lists never show it.
 """
@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from collections.abc import Callable, Collection
 
-from broker.auth import EVERY_ROLE, REQUESTER, Principal
-from broker.config import Config
-from broker.models import Request
+from broker.domain.config import Config
+from broker.domain.models import Request
+from broker.domain.principals import EVERY_ROLE, REQUESTER, Principal
 
 AUDITOR = "auditor"
 

@@ -24,9 +24,9 @@ from api.follow import Fetch, waiter_for
 from api.schemas import ERRORS
 from api.state import ApiState, State
 from api.visibility import seer
-from broker.auth import Principal
-from broker.errors import NotFound
-from broker.models import Request
+from broker.domain.errors import NotFound
+from broker.domain.models import Request
+from broker.domain.principals import Principal
 
 router = APIRouter(prefix="/v1/requests", tags=["requests"])
 

@@ -27,11 +27,11 @@ from api.errors import ApiError
 from api.rules import remember
 from api.schemas import ERRORS, ConflictBody, WebhookReply, inline_schema
 from api.state import ApiState, State
-from broker.auth import Principal
 from broker.client import Once
-from broker.config import WebhookConfig
-from broker.deciding import REPLAY_TTL_S
-from broker.models import Request as BrokerRequest
+from broker.domain.config import WebhookConfig
+from broker.domain.models import Request as BrokerRequest
+from broker.domain.principals import Principal
+from broker.judge.deciding import REPLAY_TTL_S
 
 log = logging.getLogger("approval_broker.api")
 
@@ -113,7 +113,7 @@ def prepare(state: ApiState, name: str, body: bytes, headers: Iterable[tuple[str
 def record(state: ApiState, given: Reply, current: BrokerRequest | None = None) -> BrokerRequest:
     """Record a prepared reply through the decision service (sync: a thread's work).
 
-    The judge (`broker.deciding`) says whether the endpoint may decide at all (`decides`), in
+    The judge (`broker.judge.deciding`) says whether the endpoint may decide at all (`decides`), in
     the request's queue, with its roles, and who the person it names counts as."""
     reply, principal, decided_by, once = given.reply, given.principal, given.decided_by, given.once
     if reply.remember is not None:  # and keeps a policy rule with it (api/rules.py)

@@ -16,13 +16,13 @@ import typer
 from pydantic import ValidationError
 from redis.exceptions import RedisError
 
-from broker import connection
 from broker.client import Broker
-from broker.cluster import clustered
-from broker.config import Config, Settings, load_config
-from broker.errors import BrokerError, Conflict
-from broker.printable import printable
-from broker.redis_server import running_local_url
+from broker.domain.config import Config, Settings, load_config
+from broker.domain.errors import BrokerError, Conflict
+from broker.domain.printable import printable
+from broker.redis import connection
+from broker.redis.cluster import clustered
+from broker.redis.embedded import running_local_url
 
 DataDir = Annotated[
     Path | None,

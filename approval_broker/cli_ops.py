@@ -22,11 +22,11 @@ from rq import Worker
 
 from approval_broker.cli_common import DataDir, clear_errors, connect, fail
 from broker.client import Broker
-from broker.config import Config, ConfigError, Settings, load_config
-from broker.keys import NOTIFIER_GROUP
-from broker.rules.config_rules import parse_config_rules
-from broker.runs import run_queue
-from broker.text import as_str
+from broker.domain.config import Config, ConfigError, Settings, load_config
+from broker.domain.rules.config_rules import parse_config_rules
+from broker.redis.replies import as_str
+from broker.runs.starting import run_queue
+from broker.store.keys import NOTIFIER_GROUP
 
 config_app = typer.Typer(help="Check a config file.", no_args_is_help=True)
 runs_app = typer.Typer(help="Agent runs on the fleet.", no_args_is_help=True)

@@ -1,6 +1,6 @@
 """Requests from the shell: `pending` lists what waits, `decide` decides one.
 
-`decide` goes through the same decision service as every other channel (`broker.deciding`), as
+`decide` goes through the same decision service as every other channel (`broker.judge.deciding`), as
 an operator (no role checks): a repeat is reported, not an error.
 """
 
@@ -15,10 +15,10 @@ from pydantic import ValidationError
 
 from approval_broker.cli_common import DataDir, clear_errors, connect, fail, json_arg
 from approval_broker.cli_rules import remember_with
-from broker.auth import operator
-from broker.deciding import Deciding
-from broker.models import Decision, Outcome, Request, Status
-from broker.printable import printable
+from broker.domain.models import Decision, Outcome, Request, Status
+from broker.domain.principals import operator
+from broker.domain.printable import printable
+from broker.judge.deciding import Deciding
 
 
 class Verb(StrEnum):

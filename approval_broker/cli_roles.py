@@ -16,11 +16,11 @@ from typing import Annotated
 import typer
 
 from approval_broker.cli_common import DataDir, clear_errors, load_settings
-from broker import tracing
-from broker.config import Config, Settings, check_admin_token
-from broker.links import prepare_link_secret
-from broker.receipt_keys import prepare_receipt_key
-from broker.redis_server import EmbeddedRedis, redact, running_local_url
+from broker.channels.email.links import prepare_link_secret
+from broker.domain.config import Config, Settings, check_admin_token
+from broker.receipts.signing_key import prepare_receipt_key
+from broker.redis.embedded import EmbeddedRedis, redact, running_local_url
+from broker.tracing import telemetry as tracing
 
 
 def up(
@@ -65,7 +65,7 @@ def role(
     data_dir: Path | None, port: int | None = None, *, name: str
 ) -> Iterator[tuple[Settings, Config]]:
     """Settings for a fleet role with `redis_url` filled in, traced as `name` when the `OTEL_*`
-    environment asks for traces (`broker.tracing`).
+    environment asks for traces (`broker.tracing.telemetry`).
 
     With APPROVAL_BROKER_REDIS_URL unset, a role joins the embedded Redis that `up` runs, or
     starts its own (and stops it on exit), over its Unix socket when it has one.

@@ -17,14 +17,14 @@ from approval_broker.cli_audit import parse_when
 from approval_broker.cli_common import DataDir, clear_errors, connect, fail, json_arg
 from broker.audit.replay import replay, requests_in
 from broker.audit.trail import AuditTrail
-from broker.auth import Principal
-from broker.config import Config
-from broker.deciding import Deciding
-from broker.errors import ConfigError
-from broker.models import Decision
-from broker.rule_decisions import Remembered, RuleDecisions
+from broker.domain.config import Config
+from broker.domain.errors import ConfigError
+from broker.domain.models import Decision
+from broker.domain.principals import Principal
+from broker.judge.deciding import Deciding
+from broker.judge.rule_decisions import Remembered, RuleDecisions
+from broker.redis.replies import as_str
 from broker.rules import Rule, RuleStore, parse_body, parse_config_rules
-from broker.text import as_str
 
 rules_app = typer.Typer(
     help="Policy rules: always allow or deny matching tool calls.", no_args_is_help=True

@@ -10,7 +10,7 @@ from typing import Annotated
 import typer
 
 from approval_broker.cli_common import fail
-from broker.auth import hash_token, new_token
+from broker.domain.principals import hash_token, new_token
 
 token_app = typer.Typer(help="Manage approver tokens.", no_args_is_help=True)
 

@@ -24,17 +24,17 @@ from redis import Redis
 from redis.exceptions import ResponseError
 
 from approval_broker.exit_with_up import WATCH_ENV
-from broker.auth import new_token
+from broker.channels.email.links import prepare_link_secret
 from broker.client import Broker
-from broker.cluster import clustered
-from broker.config import Config, Settings
-from broker.connection import connect
-from broker.errors import BrokerError
-from broker.links import prepare_link_secret
-from broker.receipt_keys import prepare_receipt_key
-from broker.redis_server import EmbeddedRedis, redact, redis_dir
+from broker.domain.config import Config, Settings
+from broker.domain.errors import BrokerError
+from broker.domain.principals import new_token
+from broker.receipts.signing_key import prepare_receipt_key
+from broker.redis.cluster import clustered
+from broker.redis.connection import connect
+from broker.redis.embedded import EmbeddedRedis, redact, redis_dir
 from broker.rules import sync_at_start
-from broker.rules.from_config import parse_config_rules
+from broker.store.rule_sync import parse_config_rules
 
 LOG_LEVEL_ENV = "APPROVAL_BROKER_LOG_LEVEL"
 """The roles' log level (`Settings.log_level`): `up` passes its own (default WARNING), `up

@@ -51,7 +51,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 from benchlib import pct  # noqa: E402
 from fake_agents import ran_key  # noqa: E402
 
-from broker.redis_server import free_port, running_local_url  # noqa: E402
+from broker.redis.embedded import free_port, running_local_url  # noqa: E402
 
 CONFIG = """
 [queues.default]

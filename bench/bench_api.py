@@ -50,8 +50,8 @@ from benchlib import (
 from redis import Redis
 from standardwebhooks import Webhook
 
-from broker.auth import hash_token
-from broker.runs import resume_job_id
+from broker.domain.principals import hash_token
+from broker.runs.starting import resume_job_id
 
 TOKEN = "bench-token"
 SECRET = "whsec_" + base64.b64encode(b"bench-api-webhook-secret-0123456").decode()

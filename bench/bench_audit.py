@@ -20,10 +20,10 @@ from pathlib import Path
 from redis import Redis
 
 from broker.client import Broker
-from broker.config import parse_config
-from broker.models import Decision, NewRequest
-from broker.redis_server import EmbeddedRedis
-from broker.scripts import source
+from broker.domain.config import parse_config
+from broker.domain.models import Decision, NewRequest
+from broker.redis.embedded import EmbeddedRedis
+from broker.store.scripts import source
 
 
 def used_memory(redis: Redis) -> int:

@@ -1,6 +1,6 @@
 """What Redis Cluster costs here: WAIT for a replica per write, and cluster vs single-node Redis.
 
-Prints, on a local cluster (3 masters + 3 replicas, `broker.redis_cluster.LocalCluster`) and an
+Prints, on a local cluster (3 masters + 3 replicas, `broker.redis.local_cluster.LocalCluster`) and an
 embedded single Redis started in the same run:
   - SET/s from one client, plain, and each followed by `wait_for_replicas` (what a decision,
     a round or a resume that must survive a failover would pay), and one wait per 100 SETs;
@@ -26,13 +26,13 @@ from pathlib import Path
 from redis import Redis
 from redis.cluster import RedisCluster
 
-from broker import scripts
 from broker.client import Broker
-from broker.cluster import connect_cluster, wait_for_replicas
-from broker.config import parse_config
-from broker.models import Decision, NewRequest
-from broker.redis_cluster import LocalCluster
-from broker.redis_server import EmbeddedRedis
+from broker.domain.config import parse_config
+from broker.domain.models import Decision, NewRequest
+from broker.redis.cluster import connect_cluster, wait_for_replicas
+from broker.redis.embedded import EmbeddedRedis
+from broker.redis.local_cluster import LocalCluster
+from broker.store import scripts
 
 SCRIPT = (Path(__file__).parent / "lua" / "cluster_round.lua").read_text()
 BATCH = 100

@@ -23,8 +23,8 @@ from benchlib import raw_xadd_per_s
 from redis import Redis
 
 from broker.client import Broker
-from broker.models import Decision, NewRequest
-from broker.redis_server import EmbeddedRedis
+from broker.domain.models import Decision, NewRequest
+from broker.redis.embedded import EmbeddedRedis
 
 
 def redis_cpu(redis: Redis) -> float:

@@ -18,9 +18,9 @@ import timeit
 from redis import Redis
 
 from broker.client import Broker
-from broker.models import NewRequest
-from broker.redis_server import EmbeddedRedis
-from broker.request_hash import parse_request
+from broker.domain.models import NewRequest
+from broker.redis.embedded import EmbeddedRedis
+from broker.store.request_hash import parse_request
 
 BATCHES = 20
 

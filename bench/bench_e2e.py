@@ -54,11 +54,11 @@ sys.path.insert(0, str(ROOT))
 from benchlib import enqueued_at, make_rounds, pct, raw_xadd_per_s, redis_round_trips  # noqa: E402
 
 from broker.client import Broker  # noqa: E402
-from broker.config import load_config  # noqa: E402
-from broker.keys import NOTIFIER_GROUP  # noqa: E402
-from broker.models import NewRequest  # noqa: E402
-from broker.redis_server import EmbeddedRedis, free_port  # noqa: E402
-from broker.runs import resume_job_id, run_queue  # noqa: E402
+from broker.domain.config import load_config  # noqa: E402
+from broker.domain.models import NewRequest  # noqa: E402
+from broker.redis.embedded import EmbeddedRedis, free_port  # noqa: E402
+from broker.runs.starting import resume_job_id, run_queue  # noqa: E402
+from broker.store.keys import NOTIFIER_GROUP  # noqa: E402
 
 SECRET = "whsec_" + base64.b64encode(b"bench-e2e-webhook-secret-0123456").decode()
 CLI = [sys.executable, "-m", "approval_broker"]

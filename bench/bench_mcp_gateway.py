@@ -27,8 +27,8 @@ from benchlib import CLI, bench_site, pct, start_role, stop_roles
 from mcp import ClientSession
 from mcp.client.streamable_http import streamable_http_client
 
-from broker.auth import hash_token
-from broker.redis_server import free_port
+from broker.domain.principals import hash_token
+from broker.redis.embedded import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 FAKE = ROOT / "tests" / "fakes" / "mcp_notes_server.py"

@@ -17,9 +17,9 @@ from collections.abc import Callable
 from redis import Redis
 
 from broker.client import Broker
-from broker.config import parse_config
-from broker.models import Decision, NewRequest, Outcome
-from broker.redis_server import EmbeddedRedis
+from broker.domain.config import parse_config
+from broker.domain.models import Decision, NewRequest, Outcome
+from broker.redis.embedded import EmbeddedRedis
 
 CONFIG = {
     "queues": {"default": {"timeout_s": 86400}, "small": {"timeout_s": 86400}},

@@ -22,11 +22,11 @@ from pathlib import Path
 from redis import Redis
 
 from broker.client import Broker
-from broker.config import parse_config
-from broker.models import Decision, NewRequest
-from broker.receipt_checks import ReceiptChecks
-from broker.receipts import CallFacts, ReceiptKeys, Receipts, new_key_pem
-from broker.redis_server import EmbeddedRedis
+from broker.domain.config import parse_config
+from broker.domain.models import Decision, NewRequest
+from broker.domain.receipts import CallFacts, ReceiptKeys, Receipts, new_key_pem
+from broker.receipts.checks import ReceiptChecks
+from broker.redis.embedded import EmbeddedRedis
 
 ARGS = {"order_id": "A103", "amount": 120, "reason": "the tent arrived torn"}
 

@@ -38,9 +38,9 @@ from pydantic_ai.messages import (
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 from redis import Redis
 
-from broker.auth import hash_token
 from broker.client import Broker
-from broker.models import Decision, NewRequest
+from broker.domain.models import Decision, NewRequest
+from broker.domain.principals import hash_token
 from broker.remote import BrokerApprovals, RemoteBroker
 
 AGENT_TOKEN, PERSON_TOKEN = "bench-agent", "bench-person"
@@ -184,7 +184,7 @@ def _until(predicate: Any, timeout: float = 60) -> Any:
 
 def fleet_latencies(broker: Broker, base_url: str, agent: str, runs: int) -> list[float]:
     """On the fleet: decision sent -> approved tool running, in ms (wall clock)."""
-    from broker.runs import start_run
+    from broker.runs.starting import start_run
 
     out = []
     with RemoteBroker(base_url, PERSON_TOKEN) as person:

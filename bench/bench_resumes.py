@@ -24,8 +24,8 @@ from benchlib import bench_site, cpu_seconds, enqueued_at, make_rounds, pct, sta
 from redis import Redis
 
 from broker.client import Broker
-from broker.models import Decision
-from broker.runs import resume_job_id, run_queue
+from broker.domain.models import Decision
+from broker.runs.starting import resume_job_id, run_queue
 
 CONFIG = """
 [queues.default]

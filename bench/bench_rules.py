@@ -21,9 +21,9 @@ import time
 from redis import Redis
 
 from broker.client import Broker
-from broker.config import parse_config
-from broker.models import NewRequest
-from broker.redis_server import EmbeddedRedis
+from broker.domain.config import parse_config
+from broker.domain.models import NewRequest
+from broker.redis.embedded import EmbeddedRedis
 from broker.rules import Call, parse_body
 
 TOOLS = [f"tool_{i}" for i in range(30)] + ["refund"]

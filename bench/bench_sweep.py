@@ -15,9 +15,9 @@ import time
 from redis import Redis
 
 from broker.client import Broker
-from broker.config import parse_config
-from broker.models import NewRequest, Status
-from broker.redis_server import EmbeddedRedis
+from broker.domain.config import parse_config
+from broker.domain.models import NewRequest, Status
+from broker.redis.embedded import EmbeddedRedis
 from workers.sweeper import sweep_due, sweep_forever
 
 CONFIG = {

@@ -33,10 +33,10 @@ def child(mode: str, n: int) -> dict[str, float]:
     """One mode, in this process: µs per create and per decision (and ns per no-op call)."""
     from redis import Redis
 
-    from broker import tracing
     from broker.client import Broker
-    from broker.models import Decision, NewRequest
-    from broker.redis_server import EmbeddedRedis
+    from broker.domain.models import Decision, NewRequest
+    from broker.redis.embedded import EmbeddedRedis
+    from broker.tracing import telemetry as tracing
 
     on = tracing.configure("bench")
     assert on == (mode != "off"), f"tracing should be {'on' if mode != 'off' else 'off'}"

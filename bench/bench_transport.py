@@ -25,7 +25,7 @@ from redis import Redis
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from broker.redis_server import EmbeddedRedis  # noqa: E402
+from broker.redis.embedded import EmbeddedRedis  # noqa: E402
 
 
 def redis_cpu(client: Redis) -> float:

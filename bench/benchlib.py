@@ -19,9 +19,9 @@ from rq.job import Job
 from rq.serializers import JSONSerializer
 
 from broker.client import Broker
-from broker.config import load_config
-from broker.models import NewRequest
-from broker.redis_server import EmbeddedRedis
+from broker.domain.config import load_config
+from broker.domain.models import NewRequest
+from broker.redis.embedded import EmbeddedRedis
 
 
 def raw_xadd_per_s(redis: Redis, n: int, batch: int = 1000) -> float:

@@ -18,7 +18,7 @@ from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart, ToolCall
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 from redis import Redis
 
-from broker.agents import DepsContext
+from broker.runs.agents import DepsContext
 
 SLOW_S = float(os.environ.get("BENCH_MODEL_SLEEP_S", "1.0"))
 

@@ -32,7 +32,7 @@ sys.path.insert(0, str(ROOT))
 
 from benchlib import raw_xadd_per_s  # noqa: E402
 
-from broker.redis_server import EmbeddedRedis  # noqa: E402
+from broker.redis.embedded import EmbeddedRedis  # noqa: E402
 
 NUMBER = r"([\d,]+(?:\.\d+)?)"
 E2E_REDIS = "unix"

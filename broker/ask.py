@@ -17,8 +17,8 @@ from pydantic import BaseModel, ValidationError
 from pydantic_ai import CallDeferred
 from pydantic_ai.messages import ToolReturnPart
 
-from broker import answer_schema
-from broker.questions import InvalidAnswer, Option, Question, parse_questions
+from broker.domain import answer_schema
+from broker.domain.questions import InvalidAnswer, Option, Question, parse_questions
 
 M = TypeVar("M", bound=BaseModel)
 

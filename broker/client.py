@@ -3,8 +3,8 @@
 `Broker` keeps one method per thing a caller does and hands each to the service that owns it:
 `requests` (create, read, list), `decisions` (decide, escalate), `sweeping` (expiry),
 `run_store` (run records and message checkpoints), `letters` (dead letters), and the outbox's
-stream helpers (`broker.streams`).
-Every state change is one Lua step (see `broker/scripts/`), so a change either happens whole or
+stream helpers (`broker.store.streams`).
+Every state change is one Lua step (see `broker/store/scripts/`), so a change either happens whole or
 not at all, and concurrent callers can't both win. Nothing but delegation belongs here.
 """
 
@@ -15,22 +15,22 @@ from typing import Any
 
 from redis import Redis
 
-from broker import streams
-from broker.cluster import clustered, connect_cluster, rq_connection
-from broker.config import Config, Settings, load_config
-from broker.connection import connect
-from broker.dead_letters import DeadLetters
-from broker.decisions import Decisions, Once
-from broker.errors import InvalidInput
-from broker.ids import new_id
-from broker.keys import RESUMER_GROUP, Keys
-from broker.models import Decision, HistoryEntry, NewRequest, Request, Run, Status
-from broker.request_hash import default_prompt
-from broker.requests import Requests
-from broker.run_store import RunStore
-from broker.scripts import Scripts
-from broker.store import Store
-from broker.sweeping import SweepBatch, Sweeping, SweepResult
+from broker.domain.config import Config, Settings, load_config
+from broker.domain.errors import InvalidInput
+from broker.domain.ids import new_id
+from broker.domain.models import Decision, HistoryEntry, NewRequest, Request, Run, Status
+from broker.redis.cluster import clustered, connect_cluster, rq_connection
+from broker.redis.connection import connect
+from broker.store import streams
+from broker.store.dead_letters import DeadLetters
+from broker.store.decisions import Decisions, Once
+from broker.store.handles import Store
+from broker.store.keys import RESUMER_GROUP, Keys
+from broker.store.request_hash import default_prompt
+from broker.store.requests import Requests
+from broker.store.run_state import RunStore
+from broker.store.scripts import Scripts
+from broker.store.sweeping import SweepBatch, Sweeping, SweepResult
 
 __all__ = ["Broker", "Once", "SweepResult", "default_prompt", "new_id"]
 

@@ -16,9 +16,9 @@ from functools import cached_property
 from redis.commands.core import Script
 
 from broker.client import Broker
-from broker.keys import Keys
-from broker.scripts import source
-from broker.text import as_str
+from broker.redis.replies import as_str
+from broker.store.keys import Keys
+from broker.store.scripts import source
 
 BATCH = 500
 

@@ -13,7 +13,7 @@ away until it pauses again or ends. So a test reads like the flow it checks::
     assert run.status == "finished"
 
 It stands in for the worker fleet with the very code the fleet runs: the runner
-(`broker.runner`), the outbox step (`broker.outbox`) and the pending-call and result mapping;
+(`broker.runs.agent_runner`), the outbox step (`broker.runs.outbox`) and the pending-call and result mapping;
 nothing from `workers` is imported, and fakeredis is used here only.
 """
 
@@ -26,13 +26,13 @@ import fakeredis
 from rq.job import Job, JobStatus
 from rq.serializers import JSONSerializer
 
-from broker.agents import DepsFactory, LocalAgents, register_agent, unregister_agent
 from broker.client import Broker
-from broker.config import AgentConfig, Config, parse_config
-from broker.models import Decision, Outcome, Request, Run, Status
-from broker.outbox import Resumer
-from broker.runner import AgentRunner
-from broker.runs import RESUME_JOB, RUN_JOB, run_queue, start_run
+from broker.domain.config import AgentConfig, Config, parse_config
+from broker.domain.models import Decision, Outcome, Request, Run, Status
+from broker.runs.agent_runner import AgentRunner
+from broker.runs.agents import DepsFactory, LocalAgents, register_agent, unregister_agent
+from broker.runs.outbox import Resumer
+from broker.runs.starting import RESUME_JOB, RUN_JOB, run_queue, start_run
 
 __all__ = ["InMemoryBroker", "SyncWorker"]
 

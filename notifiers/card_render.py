@@ -3,7 +3,7 @@ Discord turn the same `Card` into their own markup (notifiers/telegram.py, notif
 
 Pure functions of the request and config, so every notifier renders a request the same way and
 an update rewrites the whole card. Requester text (prompt, tool name, arguments, reasons,
-options) has control and bidi characters removed (`broker.printable`); a channel that reads
+options) has control and bidi characters removed (`broker.domain.printable`); a channel that reads
 markup escapes it as well (Telegram cards are sent as plain text, without `parse_mode`).
 """
 
@@ -13,12 +13,12 @@ import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from broker import card_ids as ids
-from broker.card_options import options_of
-from broker.config import Config
-from broker.models import Request, Status
-from broker.printable import lines, one_line, shown
-from broker.questions import answer_text, is_structured
+from broker.channels.cards import button_tokens as ids
+from broker.channels.cards.answer_options import options_of
+from broker.domain.config import Config
+from broker.domain.models import Request, Status
+from broker.domain.printable import lines, one_line, shown
+from broker.domain.questions import answer_text, is_structured
 from notifiers.wording import clip, deciders, title
 
 MAX_ARGS = 1500
@@ -33,7 +33,7 @@ _OUTCOME = {
 
 @dataclass(frozen=True)
 class Button:
-    """One button: its label, its token (`broker.card_ids`) and whether it is the main one."""
+    """One button: its label, its token (`broker.channels.cards.button_tokens`) and whether it is the main one."""
 
     label: str
     token: str

@@ -23,8 +23,8 @@ import secrets
 from abc import abstractmethod
 
 from broker.client import Broker
-from broker.config import Config
-from broker.models import Request
+from broker.domain.config import Config
+from broker.domain.models import Request
 from notifiers.base import Channel
 from notifiers.card_render import fingerprint, serves
 from notifiers.delivery_state import DeliveryState, PostState

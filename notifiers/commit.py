@@ -31,9 +31,9 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from broker.client import Broker
-from broker.keys import NOTIFIER_GROUP
-from broker.models import utcnow
-from broker.scripts import chain_source
+from broker.domain.models import utcnow
+from broker.store.keys import NOTIFIER_GROUP
+from broker.store.scripts import chain_source
 from notifiers.parking import ParkedStore
 from notifiers.results import DeliveryResult, ResultKind
 from notifiers.scripts import source

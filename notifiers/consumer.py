@@ -21,7 +21,7 @@ import time
 from collections.abc import Callable
 
 from broker.client import Broker
-from broker.keys import NOTIFIER_GROUP
+from broker.store.keys import NOTIFIER_GROUP
 from notifiers.base import Channel
 from notifiers.commit import Committer
 from notifiers.dead_letters import DeadLetters

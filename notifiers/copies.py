@@ -22,7 +22,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Protocol, runtime_checkable
 
-from broker.models import Request
+from broker.domain.models import Request
 from notifiers.delivery_state import PostState
 from notifiers.events import REQUESTED, Event
 

@@ -15,8 +15,8 @@ from typing import Any
 from redis.exceptions import WatchError
 
 from broker.client import Broker
-from broker.models import utcnow
-from broker.text import as_str
+from broker.domain.models import utcnow
+from broker.redis.replies import as_str
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,7 @@
 """Discord: one card per request and channel, a message with button components posted with
 the REST API (`POST /channels/{id}/messages`, `Authorization: Bot TOKEN`) and edited in place
 (`PATCH /channels/{id}/messages/{message id}`) as the request moves (`notifiers.cards`,
-`notifiers.copies`). Each button's `custom_id` is a `broker.card_ids` token.
+`notifiers.copies`). Each button's `custom_id` is a `broker.channels.cards.button_tokens` token.
 
 Discord reads markdown in `content`: requester text has its markdown characters escaped, and
 `allowed_mentions` is empty, so a prompt saying `@everyone` pings no one.
@@ -14,8 +14,8 @@ from typing import Any
 
 import httpx
 
-from broker.chat_config import DiscordConfig
-from broker.models import Request
+from broker.domain.chat_config import DiscordConfig
+from broker.domain.models import Request
 from notifiers import platform_http
 from notifiers.card_render import Card, render
 from notifiers.cards import CardChannel

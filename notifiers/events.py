@@ -7,8 +7,8 @@ import re
 from dataclasses import dataclass
 from datetime import datetime
 
-from broker.models import from_timestamp
-from broker.text import as_str, as_str_dict
+from broker.domain.models import from_timestamp
+from broker.redis.replies import as_str, as_str_dict
 
 REQUESTED = "approval.requested"
 DECIDED = "approval.decided"
@@ -69,8 +69,8 @@ class Event:
         return {**self.fields, "event_id": self.event_id}
 
 
-# The old names of `broker.text`'s helpers, kept only while notifiers/reader.py and
-# notifiers/reclaim.py still import them: new code uses `broker.text` directly.
+# The old names of `broker.redis.replies`'s helpers, kept only while notifiers/reader.py and
+# notifiers/reclaim.py still import them: new code uses `broker.redis.replies` directly.
 text = as_str
 decode_fields = as_str_dict
 

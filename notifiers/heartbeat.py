@@ -14,7 +14,7 @@ from collections import defaultdict
 from redis.exceptions import RedisError
 
 from broker.client import Broker
-from broker.keys import NOTIFIER_GROUP
+from broker.store.keys import NOTIFIER_GROUP
 from notifiers.dispatch import Dispatcher
 from notifiers.inflight import Inflight
 from notifiers.parking import ParkedStore

@@ -1,7 +1,7 @@
 """Email: one HTML + plain-text mail per recipient, with signed, single-use, expiring links.
 
 Each mail gets its own nonce, so its links are bound to that recipient and spent together on
-first use (see broker.links); they are bound to the queue the mail was sent for and to the
+first use (see broker.channels.email.links); they are bound to the queue the mail was sent for and to the
 request's escalation count too. Only a recipient who may decide the request (the decision
 service's own rule: roles, queue roles, lists that let unmapped addresses decide) gets
 decision links; anyone else on the list gets the same mail without links, saying why. A
@@ -19,15 +19,15 @@ from email.message import EmailMessage
 from email.utils import formatdate, make_msgid
 from urllib.parse import unquote, urlsplit
 
+from broker.channels.email.deciders import email_decider
+from broker.channels.email.links import new_nonce, sign_link
 from broker.client import Broker
-from broker.config import Config, EmailConfig
-from broker.deciding import Deciding
-from broker.email_deciders import email_decider
-from broker.links import new_nonce, sign_link
-from broker.models import Request, utcnow
-from broker.persons import normal_address
-from broker.rule_decisions import run_rule_index
-from broker.text import as_str
+from broker.domain.config import Config, EmailConfig
+from broker.domain.models import Request, utcnow
+from broker.domain.persons import normal_address
+from broker.judge.deciding import Deciding
+from broker.judge.rule_decisions import run_rule_index
+from broker.redis.replies import as_str
 from notifiers.base import Channel
 from notifiers.delivery_state import DeliveryState
 from notifiers.events import ESCALATED, REQUESTED, Event

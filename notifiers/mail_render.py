@@ -1,6 +1,6 @@
 """The text of an approval mail, in plain text and HTML, from Jinja2 templates.
 
-Requester text is cleaned before it reaches a mail (`broker.printable`, as in Slack): control
+Requester text is cleaned before it reaches a mail (`broker.domain.printable`, as in Slack): control
 characters and the invisible bidi controls are taken out of the subject and of every name
 shown, so a prompt can't fold a header or make a name read backwards; the prompt in the body
 keeps its line breaks; in the arguments those characters are shown as `\\uXXXX`.
@@ -20,10 +20,10 @@ from datetime import datetime
 
 from jinja2 import Environment, PackageLoader, StrictUndefined, select_autoescape
 
-from broker.config import Config
-from broker.models import Request
-from broker.printable import BIDI_CONTROLS as BIDI_CONTROLS  # re-exported for tests
-from broker.printable import lines, one_line, shown
+from broker.domain.config import Config
+from broker.domain.models import Request
+from broker.domain.printable import BIDI_CONTROLS as BIDI_CONTROLS  # re-exported for tests
+from broker.domain.printable import lines, one_line, shown
 from notifiers.wording import clip, deciders, title
 
 _env = Environment(

@@ -23,7 +23,7 @@ from typing import Any
 from redis.client import Pipeline
 
 from broker.client import Broker
-from broker.text import as_str
+from broker.redis.replies import as_str
 from notifiers.events import Event, MalformedEntry, parse_entry
 from notifiers.scripts import source
 

@@ -16,7 +16,7 @@ from redis.crc import key_slot
 from redis.exceptions import RedisError, ResponseError
 
 from broker.client import Broker
-from broker.keys import NOTIFIER_GROUP
+from broker.store.keys import NOTIFIER_GROUP
 from notifiers.events import text
 from notifiers.inflight import Inflight
 from notifiers.options import NotifierOptions

@@ -11,7 +11,7 @@ import threading
 from typing import Any
 
 from broker.client import Broker
-from broker.keys import NOTIFIER_GROUP
+from broker.store.keys import NOTIFIER_GROUP
 from notifiers.dead_letters import DeadLetters
 from notifiers.events import decode_fields, text
 from notifiers.inflight import Inflight

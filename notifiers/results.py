@@ -1,6 +1,6 @@
 """What a delivery attempt reports back to the committer.
 
-(Named apart from `broker.models.Outcome`, which is what a person decided.)
+(Named apart from `broker.domain.models.Outcome`, which is what a person decided.)
 """
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ from redis import Redis
 from redis.exceptions import RedisError
 
 from broker.client import Broker
-from broker.text import as_str, as_str_dict
+from broker.redis.replies import as_str, as_str_dict
 from notifiers.base import Channel
 from notifiers.copies import copy_holders, keeps_copies
 from notifiers.dead_letters import DeadLetters

@@ -12,8 +12,8 @@ from typing import TYPE_CHECKING
 import typer
 
 from broker.client import Broker
-from broker.config import Config, Settings
-from broker.errors import ConfigError
+from broker.domain.config import Config, Settings
+from broker.domain.errors import ConfigError
 from notifiers.base import Channel
 from notifiers.consumer import Notifier, default_name
 from notifiers.delivery_state import DeliveryState

@@ -31,10 +31,10 @@ from slack_sdk import WebClient
 from slack_sdk.errors import SlackApiError, SlackClientError
 from slack_sdk.web import SlackResponse
 
-from broker import slack_ids
+from broker.channels.slack import action_ids as slack_ids
 from broker.client import Broker
-from broker.config import Config, SlackConfig
-from broker.models import Request
+from broker.domain.config import Config, SlackConfig
+from broker.domain.models import Request
 from notifiers.base import Channel
 from notifiers.delivery_state import DeliveryState, PostState
 from notifiers.retry import (

@@ -1,13 +1,13 @@
 """Block Kit for one request: what the tool wants to do, who may decide, and the buttons.
 
 Pure functions of the request and config, so the same request always renders the same way,
-whichever notifier renders it. Ids of buttons and inputs come from `broker.slack_ids`.
+whichever notifier renders it. Ids of buttons and inputs come from `broker.channels.slack.action_ids`.
 
 Every text a requester could have written (prompt, tool name, arguments, reasons, role names,
 questions and options) goes through `escape` wherever Slack reads mrkdwn, fallback text
 included, so it can't mention `<!channel>` or disguise a link as `<https://evil|bank.com>`;
 `escape` and the plain_text fields also drop control and bidi characters as email does
-(`broker.printable`), so `wire\u202emoney` can't read as another word; in the arguments they
+(`broker.domain.printable`), so `wire\u202emoney` can't read as another word; in the arguments they
 are shown as `\\uXXXX`.
 """
 
@@ -17,13 +17,13 @@ import json
 from datetime import datetime
 from typing import Any
 
-from broker import slack_always as always
-from broker import slack_ids as ids
-from broker.config import Config
-from broker.models import HistoryEntry, Request, Status
-from broker.printable import lines, one_line, shown
-from broker.questions import answer_text, has_form, is_structured, questions_of
-from broker.slack_forms import ANSWER_FORM
+from broker.channels.slack import action_ids as ids
+from broker.channels.slack import always_modal as always
+from broker.channels.slack.question_modal import ANSWER_FORM
+from broker.domain.config import Config
+from broker.domain.models import HistoryEntry, Request, Status
+from broker.domain.printable import lines, one_line, shown
+from broker.domain.questions import answer_text, has_form, is_structured, questions_of
 from notifiers import wording
 from notifiers.wording import clip, title
 
@@ -143,7 +143,7 @@ def action_blocks(request: Request, config: Config) -> list[Block]:
     """Buttons (and a text input for open questions) for a request people can still decide.
 
     A structured question (`metadata.questions` or `answer_schema`) gets one "Answer…" button
-    instead, which opens the form (`broker.slack_forms.answer_modal`).
+    instead, which opens the form (`broker.channels.slack.question_modal.answer_modal`).
     """
     rid = request.id
     buttons: list[Block] = []

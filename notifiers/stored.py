@@ -1,17 +1,17 @@
 """A request as the router loaded it: the fields routing needs, the values of its JSON, and the
 `Request` model only once a channel asks for one.
 
-Webhooks need only the JSON (`broker.request_json`), routing only `callback`; Slack and email
-want the model, parsed on first use. A hash outside the shapes `broker.request_json` knows is
+Webhooks need only the JSON (`broker.store.request_json`), routing only `callback`; Slack and email
+want the model, parsed on first use. A hash outside the shapes `broker.store.request_json` knows is
 parsed at once (`parse_request`), so a malformed request still fails where it did: in the
 router's fetch, which dead-letters its entry.
 """
 
 from __future__ import annotations
 
-from broker.models import Request
-from broker.request_hash import parse_request
-from broker.request_json import Values, request_json, request_values
+from broker.domain.models import Request
+from broker.store.request_hash import parse_request
+from broker.store.request_json import Values, request_json, request_values
 
 
 class StoredRequest:
@@ -34,7 +34,7 @@ class StoredRequest:
         self._values = values
         self._request = request
         self.traceparent = fields.get("traceparent") if fields else None
-        """The trace the request was made in (`broker.tracing`), when tracing was on."""
+        """The trace the request was made in (`broker.tracing.telemetry`), when tracing was on."""
 
     @classmethod
     def load(cls, fields: dict[str, str]) -> StoredRequest:

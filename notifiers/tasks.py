@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, TypeVar
 
-from broker.models import Request
+from broker.domain.models import Request
 from notifiers.events import Event
 from notifiers.stored import StoredRequest
 

@@ -34,10 +34,10 @@ from microsoft_agents.authentication.msal import MsalAuth
 from microsoft_agents.hosting.core import AgentAuthConfiguration
 from microsoft_agents.hosting.core.connector.client import ConnectorClient
 
-from broker import teams_cards
+from broker.channels.teams import adaptive_cards as teams_cards
 from broker.client import Broker
-from broker.config import Config, TeamsChannelConfig, TeamsConfig
-from broker.models import Request
+from broker.domain.config import Config, TeamsChannelConfig, TeamsConfig
+from broker.domain.models import Request
 from notifiers.cards import CardChannel
 from notifiers.delivery_state import DeliveryState, PostState
 from notifiers.retry import (

@@ -1,5 +1,5 @@
 """Telegram: one card per request and chat, sent with the Bot API's `sendMessage` (inline
-keyboard buttons whose `callback_data` are `broker.card_ids` tokens) and edited in place with
+keyboard buttons whose `callback_data` are `broker.channels.cards.button_tokens` tokens) and edited in place with
 `editMessageText` as the request moves (`notifiers.cards`, `notifiers.copies`).
 
 Plain text (no `parse_mode`), so requester text can't format or link anything; controls and
@@ -14,8 +14,8 @@ from typing import Any
 
 import httpx
 
-from broker.chat_config import TelegramConfig
-from broker.models import Request
+from broker.domain.chat_config import TelegramConfig
+from broker.domain.models import Request
 from notifiers import platform_http
 from notifiers.card_render import Card, render
 from notifiers.cards import CardChannel

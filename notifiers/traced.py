@@ -1,4 +1,4 @@
-"""The span of one delivery attempt, in the trace its request was made in (`broker.tracing`).
+"""The span of one delivery attempt, in the trace its request was made in (`broker.tracing.telemetry`).
 
 Why here: the notifier is where a request meets each channel; its span (`deliver CHANNEL`)
 is a child of the request's stored `traceparent`, so every delivery shows in the approval's
@@ -12,8 +12,8 @@ from contextlib import AbstractContextManager
 
 from opentelemetry.trace import Span
 
-from broker import tracing
-from broker.tracing import SpanKind
+from broker.tracing import telemetry as tracing
+from broker.tracing.telemetry import SpanKind
 from notifiers.tasks import Task
 
 

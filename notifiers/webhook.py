@@ -9,7 +9,7 @@ with Retry-After pauses the whole endpoint for that long (capped), as Slack's 42
 Requests go out with httpx (notifiers.webhook_http): one overall deadline per delivery (the
 endpoint's `timeout_s`), a bounded answer, no redirects followed, proxies from the environment.
 The body is built from the stored request without a `Request` model (notifiers.stored,
-broker.request_json).
+broker.store.request_json).
 """
 
 from __future__ import annotations
@@ -22,9 +22,9 @@ from datetime import UTC, datetime
 import httpx
 from standardwebhooks import Webhook
 
-from broker import tracing
-from broker.config import WebhookConfig
-from broker.models import Request
+from broker.domain.config import WebhookConfig
+from broker.domain.models import Request
+from broker.tracing import telemetry as tracing
 from notifiers.base import Channel
 from notifiers.delivery_state import DeliveryState
 from notifiers.events import EVENT_TYPES, Event

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from broker.config import Config
-from broker.models import Request
+from broker.domain.config import Config
+from broker.domain.models import Request
 
 TITLES = {"approval": "Approval needed", "question": "Question", "external": "Result needed"}
 

@@ -17,10 +17,10 @@ import pytest
 from fastapi.testclient import TestClient
 from redis import Redis
 
+from broker.channels.email.links import SECRET_ENV
 from broker.client import Broker
-from broker.config import Config, Settings, parse_config
-from broker.links import SECRET_ENV
-from broker.redis_server import EmbeddedRedis
+from broker.domain.config import Config, Settings, parse_config
+from broker.redis.embedded import EmbeddedRedis
 from tests.support.backends import (  # noqa: F401 - fixtures the modules on both backends build on
     backend_param,
     on_backend_connect,

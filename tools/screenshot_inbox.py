@@ -22,7 +22,7 @@ from pathlib import Path
 import httpx
 from playwright.sync_api import expect, sync_playwright
 
-from broker.redis_server import free_port
+from broker.redis.embedded import free_port
 
 ADMIN = "ab_screenshot-admin-token"
 DEMO_PENDING = 3  # two refund approvals and the A105 question

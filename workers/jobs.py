@@ -1,7 +1,7 @@
 """The agent jobs under their old import path.
 
 The jobs themselves (`run_agent`, `resume_agent`, the `mark_failed` callback) and `bind` live in
-`broker.jobs`, next to the code that enqueues them; they are re-exported here so a job queued
+`broker.runs.agent_jobs`, next to the code that enqueues them; they are re-exported here so a job queued
 under its old name (`workers.jobs.run_agent`, before an upgrade) still runs. A worker process
 that dies with jobs in flight needs no handler of its own: RQ finds the jobs abandoned and
 retries them, and `mark_failed` fails the run after the last attempt.
@@ -9,7 +9,7 @@ retries them, and `mark_failed` fails the run after the last attempt.
 
 from __future__ import annotations
 
-from broker.jobs import (
+from broker.runs.agent_jobs import (
     bind,
     broker_on,
     current_broker,

@@ -1,6 +1,6 @@
 """The `approval-broker resumer` role: moves fully answered rounds from the outbox onto RQ.
 
-The exactly-once logic lives in `broker.outbox.Resumer`; this module only runs it until stopped.
+The exactly-once logic lives in `broker.runs.outbox.Resumer`; this module only runs it until stopped.
 """
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ import signal
 import threading
 
 from broker.client import Broker
-from broker.config import Config, Settings
-from broker.outbox import Resumer
+from broker.domain.config import Config, Settings
+from broker.runs.outbox import Resumer
 
 __all__ = ["Resumer", "run_resumer"]
 

@@ -13,7 +13,7 @@ the others:
   fails with its cause and the others continue.
 
 It never runs anything but agent coroutines: Redis calls from a run go to a thread
-(`broker.runner`), and everything else of a job stays on its slot's thread.
+(`broker.runs.agent_runner`), and everything else of a job stays on its slot's thread.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from collections.abc import Coroutine
 from types import FrameType
 from typing import Any
 
-from broker.runner import RunFailed
+from broker.runs.agent_runner import RunFailed
 
 log = logging.getLogger("workers.shared_loop")
 
@@ -112,7 +112,7 @@ class SharedLoop:
     # ---- on a slot's thread ------------------------------------------------------------------
 
     def run(self, coro: Coroutine[Any, Any, Any]) -> Any:
-        """Run `coro` on the shared loop and wait for it (`broker.runner.run_coroutines_with`)."""
+        """Run `coro` on the shared loop and wait for it (`broker.runs.agent_runner.run_coroutines_with`)."""
         loop = self.loop
         if loop is None or loop.is_closed():
             coro.close()

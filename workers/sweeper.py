@@ -13,9 +13,10 @@ import signal
 import threading
 from collections.abc import Callable
 
-from broker import traced, tracing
 from broker.client import Broker, SweepResult
-from broker.config import Config, Settings
+from broker.domain.config import Config, Settings
+from broker.tracing import spans as traced
+from broker.tracing import telemetry as tracing
 
 log = logging.getLogger("workers.sweeper")
 

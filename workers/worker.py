@@ -21,13 +21,13 @@ import os
 import signal
 import threading
 
-from broker.agent_loader import AgentLoadError, load_agent
 from broker.client import Broker
-from broker.config import Config, Settings
-from broker.errors import BrokerError
+from broker.domain.config import Config, Settings
+from broker.domain.errors import BrokerError
 from broker.rules import sync_at_start
-from broker.runner import run_coroutines_with
-from broker.runs import RUN_QUEUE, known_agents
+from broker.runs.agent_loader import AgentLoadError, load_agent
+from broker.runs.agent_runner import run_coroutines_with
+from broker.runs.starting import RUN_QUEUE, known_agents
 from workers import jobs
 from workers.resumer import Resumer
 from workers.shared_loop import SharedLoop

@@ -5,7 +5,7 @@ For each request created in the window (a `created` entry), its last outcome com
 trail (`decided`, `timed_out`), its call (tool, args, run, agent, queue) from the request as
 still kept (`[broker] retention_s`), else from the `created` entry's detail (tool and queue:
 a rule with arg matchers then can't be judged, and is counted `unknown`). Each rule is judged
-alone, with the same matching the create step uses (`broker.rules.matching`); a replayed rule
+alone, with the same matching the create step uses (`broker.domain.rules.matching`); a replayed rule
 is taken as active (neither revoked nor expired). Nothing is written.
 """
 
@@ -18,10 +18,10 @@ from datetime import UTC, datetime
 from fnmatch import fnmatchcase
 
 from broker.audit.chain import Entry
-from broker.config import Config
-from broker.models import Request
-from broker.rules.matching import Call, in_queue, matches
-from broker.rules.models import Rule
+from broker.domain.config import Config
+from broker.domain.models import Request
+from broker.domain.rules.matching import Call, in_queue, matches
+from broker.domain.rules.models import Rule
 
 AGREES = {"allow": {"approved"}, "deny": {"rejected"}}
 """What a rule's effect agrees with: an allow with an approval as asked (not modified args),

@@ -21,11 +21,11 @@ from redis.client import Pipeline
 
 from broker.audit.actors import actor_kind
 from broker.audit.chain import Entry
-from broker.errors import InvalidInput
-from broker.keys import Keys
-from broker.script_keys import ScriptKeys
-from broker.scripts import source
-from broker.text import as_str
+from broker.domain.errors import InvalidInput
+from broker.redis.replies import as_str
+from broker.store.keys import Keys
+from broker.store.script_keys import ScriptKeys
+from broker.store.scripts import source
 
 _STREAM_ID = re.compile(r"[0-9]{1,20}-[0-9]{1,20}", re.ASCII)
 

@@ -1,14 +1,14 @@
-"""Policy rules: "always allow / always deny this tool call", decided without a person.
+"""Policy rules, under the import path users and the CLI write: re-exports.
 
-`models` (Rule, RuleBody, matcher checks), `matching` (matches, evaluate, suggested rules,
-who may remember), `records` (Redis keys and fields), `store` (RuleStore), `config_rules`
-(checking `[[rules]]`), `from_config` (loading them). Rules decide only `approval` requests;
-questions and external calls always go to a person.
+Rules as data and matching are `broker.domain.rules`; keeping them in Redis is
+`broker.store.rule_store`, `broker.store.rule_records` and `broker.store.rule_sync`. Rules
+decide only `approval` requests; questions and external calls always go to a person.
 """
 
-from broker.rules.config_rules import parse_config_rules
-from broker.rules.from_config import sync_at_start, sync_config_rules
-from broker.rules.matching import (
+# compatibility import path: re-exports only
+
+from broker.domain.rules.config_rules import parse_config_rules
+from broker.domain.rules.matching import (
     Call,
     creator_channel_for,
     creator_roles_for,
@@ -17,9 +17,10 @@ from broker.rules.matching import (
     may_remember,
     suggested_rules,
 )
-from broker.rules.models import Rule, RuleBody, parse_body
-from broker.rules.records import RuleKeys
-from broker.rules.store import RuleExists, RuleStore, active_match
+from broker.domain.rules.models import Rule, RuleBody, parse_body
+from broker.store.rule_records import RuleKeys
+from broker.store.rule_store import RuleExists, RuleStore, active_match
+from broker.store.rule_sync import sync_at_start, sync_config_rules
 
 __all__ = [
     "Call",

@@ -7,11 +7,11 @@ agent itself.
 
 from __future__ import annotations
 
-from broker.agents import agent_spec, register_agent, unregister_agent
 from broker.client import Broker
-from broker.errors import NotFound
+from broker.domain.errors import NotFound
 from broker.rules import RuleExists, parse_body
-from broker.runs import start_run
+from broker.runs.agents import agent_spec, register_agent, unregister_agent
+from broker.runs.starting import start_run
 from refunds_demo.shop import AGENT_NAME, QUEUE
 
 AGENT_PATH = "refunds_demo:agent"

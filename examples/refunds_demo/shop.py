@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 from redis import Redis
 
-from broker.agents import DepsContext
+from broker.runs.agents import DepsContext
 
 AGENT_NAME = "refunds"
 QUEUE = "default"

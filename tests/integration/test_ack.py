@@ -8,12 +8,12 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
-from broker import slack_ids as ids
-from broker.auth import Principal, hash_token
+from broker.channels.slack import action_ids as ids
 from broker.client import Broker
-from broker.deciding import Deciding
-from broker.errors import Conflict
-from broker.models import Decision, NewRequest, Request
+from broker.domain.errors import Conflict
+from broker.domain.models import Decision, NewRequest, Request
+from broker.domain.principals import Principal, hash_token
+from broker.judge.deciding import Deciding
 from tests.support.auth import bearer_by_name, person
 from tests.support.backends import on_backend, on_backend_api_broker, on_backend_broker  # noqa: F401 - redis, broker, api_broker on both backends
 from tests.support.decisions import snapshot

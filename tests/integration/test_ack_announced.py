@@ -13,12 +13,12 @@ from redis import Redis
 
 from api.app import create_app
 from api.testing import ServerThread
-from broker import slack_ids as ids
-from broker.auth import hash_token
+from broker.channels.slack import action_ids as ids
 from broker.client import Broker
-from broker.config import Settings
-from broker.models import Decision
-from broker.text import as_str
+from broker.domain.config import Settings
+from broker.domain.models import Decision
+from broker.domain.principals import hash_token
+from broker.redis.replies import as_str
 from notifiers.events import parse_entry
 from tests.support.fakes.harness import running
 from tests.support.fakes.slack import FakeSlack

@@ -23,11 +23,11 @@ from rq.serializers import JSONSerializer
 
 from api.app import create_app
 from api.testing import ServerThread
-from broker.auth import hash_token
 from broker.client import Broker
-from broker.config import Config, Settings, parse_config
-from broker.models import NewRequest, Request
-from broker.runs import RUN_QUEUE
+from broker.domain.config import Config, Settings, parse_config
+from broker.domain.models import NewRequest, Request
+from broker.domain.principals import hash_token
+from broker.runs.starting import RUN_QUEUE
 from tests.support.auth import bearer, person
 from tests.support.backends import on_backend, on_backend_api_broker, on_backend_broker, single_only  # noqa: F401 - redis, broker, api_broker on both backends
 
@@ -206,7 +206,7 @@ def test_list_filters_and_get_one(client: TestClient, api_broker: Broker) -> Non
 
 
 def _approve() -> Any:
-    from broker.models import Decision, Outcome
+    from broker.domain.models import Decision, Outcome
 
     return Decision(outcome=Outcome.approved)
 
@@ -587,7 +587,7 @@ def test_a_requester_alone_can_not_decide(
 def test_repeated_escalation_after_a_delivery_is_still_a_repeat(
     client: TestClient, api_broker: Broker
 ) -> None:
-    from broker.models import HistoryEntry, utcnow
+    from broker.domain.models import HistoryEntry, utcnow
 
     req = make(api_broker)
     first = client.post(

@@ -1,5 +1,5 @@
 """The decision routes (`POST /v1/requests/{id}/decision`, `POST /v1/webhooks/{name}/replies`)
-answer what the one judge (`broker.deciding`) decides, case by case: status, error code, the
+answer what the one judge (`broker.judge.deciding`) decides, case by case: status, error code, the
 request as recorded; a refused decision writes nothing; concurrent decisions have one winner
 over a real server; a flushed script cache and an unreachable Redis are handled.
 """
@@ -22,10 +22,10 @@ from standardwebhooks.webhooks import Webhook
 
 from api.app import create_app
 from api.testing import ServerThread
-from broker.auth import hash_token
 from broker.client import Broker
-from broker.config import Config, Settings, parse_config
-from broker.models import NewRequest, Request
+from broker.domain.config import Config, Settings, parse_config
+from broker.domain.models import NewRequest, Request
+from broker.domain.principals import hash_token
 from tests.support.auth import bearer_by_name
 
 TOKENS = {

@@ -11,10 +11,10 @@ from fastapi.testclient import TestClient
 from redis import Redis
 
 from api.app import create_app
+from broker.channels.email.links import new_nonce, sign_link
 from broker.client import Broker
-from broker.config import Config, Settings
-from broker.links import new_nonce, sign_link
-from broker.models import NewRequest
+from broker.domain.config import Config, Settings
+from broker.domain.models import NewRequest
 
 PAGE_HEADERS = {
     "cache-control": "no-store",

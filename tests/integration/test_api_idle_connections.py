@@ -25,7 +25,7 @@ from api.app import create_app
 from api.server import KEEP_ALIVE_S
 from api.testing import ServerThread
 from broker.client import Broker
-from broker.config import Config, Settings
+from broker.domain.config import Config, Settings
 
 CONNECTIONS = 50
 MARGIN_S = 3.0

@@ -23,8 +23,8 @@ from schemathesis.core.failures import FailureGroup
 
 from api.app import create_app
 from broker.client import Broker
-from broker.config import Settings, parse_config
-from broker.models import NewRequest
+from broker.domain.config import Settings, parse_config
+from broker.domain.models import NewRequest
 from tests.support.auth import person
 
 ADMIN = "tok-admin"

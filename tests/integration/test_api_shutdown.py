@@ -18,8 +18,8 @@ from redis import asyncio as aredis
 from api.app import create_app
 from api.testing import ServerThread
 from broker.client import Broker
-from broker.config import Config, Settings
-from broker.models import NewRequest
+from broker.domain.config import Config, Settings
+from broker.domain.models import NewRequest
 from tests.support.auth import person
 
 TOKEN = "tok-hot-shutdown"

@@ -13,10 +13,10 @@ from redis import Redis
 from slack_sdk.signature import SignatureVerifier
 
 from api.app import create_app
-from broker import slack_ids as ids
+from broker.channels.slack import action_ids as ids
 from broker.client import Broker
-from broker.config import Config, Settings, parse_config
-from broker.models import NewRequest, Request
+from broker.domain.config import Config, Settings, parse_config
+from broker.domain.models import NewRequest, Request
 from tests.support.backends import (  # noqa: F401 - redis, broker, api_broker on both backends
     on_backend,
     on_backend_api_broker,
@@ -172,7 +172,7 @@ def test_modal_submission_errors_show_in_the_modal(client: TestClient, api_broke
 
 
 def _approved() -> Any:
-    from broker.models import Decision, Outcome
+    from broker.domain.models import Decision, Outcome
 
     return Decision(outcome=Outcome.approved)
 

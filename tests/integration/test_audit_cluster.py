@@ -8,8 +8,8 @@ from redis.cluster import RedisCluster
 
 from broker.audit import AuditTrail, verify
 from broker.client import Broker
-from broker.config import parse_config
-from broker.models import Decision, NewRequest
+from broker.domain.config import parse_config
+from broker.domain.models import Decision, NewRequest
 from broker.rules import parse_body
 
 

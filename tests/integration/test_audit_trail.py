@@ -13,14 +13,14 @@ from redis import Redis
 
 from broker.audit import AuditTrail, entry_hash, verify
 from broker.audit.trail import append_entry
-from broker.auth import Principal
 from broker.client import Broker
-from broker.config import Config, parse_config
-from broker.deciding import Deciding
-from broker.models import Decision, NewRequest, args_hash
-from broker.rule_decisions import RuleDecisions
+from broker.domain.config import Config, parse_config
+from broker.domain.models import Decision, NewRequest, args_hash
+from broker.domain.principals import Principal
+from broker.judge.deciding import Deciding
+from broker.judge.rule_decisions import RuleDecisions
 from broker.rules import parse_body
-from broker.scripts import source
+from broker.store.scripts import source
 from notifiers.commit import Committer
 from notifiers.parking import ParkedStore
 from notifiers.results import DeliveryResult, ResultKind

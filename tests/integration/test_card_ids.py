@@ -6,10 +6,10 @@ from __future__ import annotations
 import pytest
 from redis import Redis
 
-from broker import card_ids as ids
+from broker.channels.cards import button_tokens as ids
 from broker.client import Broker
-from broker.config import parse_config
-from broker.ids import new_id, round_request_id
+from broker.domain.config import parse_config
+from broker.domain.ids import new_id, round_request_id
 from notifiers.copies import keeps_copies
 from notifiers.runner import build_channels
 from tests.support.fakes.harness import options, webhook

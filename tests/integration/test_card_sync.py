@@ -8,10 +8,10 @@ from fastapi.testclient import TestClient
 from redis import Redis
 
 from api.app import create_app
-from broker import card_ids as ids
+from broker.channels.cards import button_tokens as ids
 from broker.client import Broker
-from broker.config import Settings, parse_config
-from broker.models import Decision, NewRequest, Outcome, Status
+from broker.domain.config import Settings, parse_config
+from broker.domain.models import Decision, NewRequest, Outcome, Status
 from tests.support.chat_setup import (  # noqa: F401 - fixtures
     ALICE_DC,
     ALICE_TG,

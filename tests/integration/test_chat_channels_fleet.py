@@ -16,11 +16,11 @@ from pydantic_ai.models.function import AgentInfo, FunctionModel
 from redis import Redis
 
 from api.app import create_app
-from broker import card_ids as ids
+from broker.channels.cards import button_tokens as ids
 from broker.client import Broker
-from broker.config import Settings, parse_config
-from broker.models import Request, RunStatus, Status
-from broker.runs import run_queue, start_run
+from broker.domain.config import Settings, parse_config
+from broker.domain.models import Request, RunStatus, Status
+from broker.runs.starting import run_queue, start_run
 from tests.support.chat_setup import (  # noqa: F401 - fixtures
     ALICE_DC,
     ALICE_TG,

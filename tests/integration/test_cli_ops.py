@@ -10,11 +10,11 @@ import pytest
 from typer.testing import CliRunner
 
 from approval_broker.cli import app
-from broker.agents import register_agent
 from broker.client import Broker
-from broker.config import parse_config
-from broker.models import NewRequest
-from broker.runs import start_run
+from broker.domain.config import parse_config
+from broker.domain.models import NewRequest
+from broker.runs.agents import register_agent
+from broker.runs.starting import start_run
 
 runner = CliRunner()
 

@@ -16,11 +16,11 @@ from redis import Redis
 from redis.cluster import RedisCluster
 
 from broker.client import Broker
-from broker.cluster import marker_key
-from broker.config import Config
-from broker.errors import Conflict
-from broker.models import Decision, NewRequest, Status
-from broker.partitions import CLUSTER_PARTITIONS
+from broker.domain.config import Config
+from broker.domain.errors import Conflict
+from broker.domain.models import Decision, NewRequest, Status
+from broker.redis.cluster import marker_key
+from broker.store.partitions import CLUSTER_PARTITIONS
 
 
 @pytest.fixture(params=["single", "cluster"])

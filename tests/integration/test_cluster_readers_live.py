@@ -1,4 +1,4 @@
-"""A run's live wait (`broker.live_wait`, an agent's `live_wait_s`) on a single Redis and on the
+"""A run's live wait (`broker.runs.live_wait`, an agent's `live_wait_s`) on a single Redis and on the
 local Redis Cluster: the waiting job wakes on the outcome of its round's requests, which live in
 the run's partition (chosen here outside partition 0), and claims the round once."""
 
@@ -14,9 +14,9 @@ from redis import Redis
 from redis.cluster import RedisCluster
 
 from broker.client import Broker
-from broker.config import Config
-from broker.live_wait import LIVE, RESUMER, claim, claimed_by, wait_and_claim, wait_round
-from broker.models import Decision, NewRequest
+from broker.domain.config import Config
+from broker.domain.models import Decision, NewRequest
+from broker.runs.live_wait import LIVE, RESUMER, claim, claimed_by, wait_and_claim, wait_round
 from tests.support.cluster_reads import blocked_reads
 from tests.support.waiting import wait_for
 

@@ -14,7 +14,7 @@ from datetime import UTC, datetime
 import pytest
 
 from broker.client import Broker
-from broker.models import Decision, NewRequest, Status
+from broker.domain.models import Decision, NewRequest, Status
 from tests.support.waiting import wait_for
 from workers.sweeper import sweep_due, sweep_forever
 

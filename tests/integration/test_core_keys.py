@@ -1,4 +1,4 @@
-"""Every key a Lua step touches arrives in KEYS, built by broker/keys.py (what Redis Cluster needs).
+"""Every key a Lua step touches arrives in KEYS, built by broker/store/keys.py (what Redis Cluster needs).
 
 Standalone Redis does not enforce KEYS, so these tests run every step with a guard: each
 `redis.call` in the scripts is routed through a check that its key was declared, and every
@@ -15,11 +15,11 @@ import pytest
 from redis import Redis
 from redis.exceptions import ResponseError
 
-import broker.scripts as scripts_module
+import broker.store.scripts as scripts_module
 from broker.client import Broker
-from broker.config import Config
-from broker.errors import Conflict, InvalidInput
-from broker.models import Decision, HistoryEntry, NewRequest, Status, utcnow
+from broker.domain.config import Config
+from broker.domain.errors import Conflict, InvalidInput
+from broker.domain.models import Decision, HistoryEntry, NewRequest, Status, utcnow
 
 PREFIX = "t:"
 GUARD = """

@@ -11,12 +11,12 @@ from typing import Any
 import pytest
 from redis import Redis
 
-from broker import decisions as decisions_module
-from broker import sweeping as sweeping_module
 from broker.client import Broker
-from broker.config import Config, parse_config
-from broker.errors import Conflict
-from broker.models import Decision, HistoryEntry, NewRequest, RunStatus, Status, utcnow
+from broker.domain.config import Config, parse_config
+from broker.domain.errors import Conflict
+from broker.domain.models import Decision, HistoryEntry, NewRequest, RunStatus, Status, utcnow
+from broker.store import decisions as decisions_module
+from broker.store import sweeping as sweeping_module
 from tests.support.decisions import race
 
 PUBLIC = {

@@ -15,12 +15,12 @@ from datetime import UTC, datetime
 import pytest
 
 from broker.client import Broker
-from broker.config import parse_config
-from broker.ids import new_id, new_ids
-from broker.models import NewRequest, Request, Status, args_hash, canonical_json
-from broker.request_hash import canonical_args
+from broker.domain.config import parse_config
+from broker.domain.ids import new_id, new_ids
+from broker.domain.models import NewRequest, Request, Status, args_hash, canonical_json
+from broker.redis.replies import as_str
 from broker.rules import sync_at_start
-from broker.text import as_str
+from broker.store.request_hash import canonical_args
 from tests.support.backends import on_backend  # noqa: F401 - redis on both backends
 
 CONFIG = {
@@ -114,7 +114,7 @@ def test_a_taken_id_in_a_batch_writes_nothing_beside_it(
 ) -> None:
     [first] = broker.create_requests([NewRequest(tool_name="refund")])
     ids = iter([[f"req_fresh{i}" for i in range(5)] + [first.id]])
-    monkeypatch.setattr("broker.requests.new_ids", lambda prefix, n: next(ids))
+    monkeypatch.setattr("broker.store.requests.new_ids", lambda prefix, n: next(ids))
     with pytest.raises(Exception, match="already exists"):
         broker.create_requests([NewRequest(tool_name="refund", args={"i": i}) for i in range(6)])
     part = broker.keys.partition_of_request  # on a cluster, each partition all or none

@@ -8,8 +8,8 @@ import pytest
 from pydantic import ValidationError
 
 from broker.client import Broker
-from broker.models import NewRequest, Request
-from broker.request_hash import parse_flat, parse_request
+from broker.domain.models import NewRequest, Request
+from broker.store.request_hash import parse_flat, parse_request
 
 
 def stored(broker: Broker, request_id: str) -> dict[bytes, bytes]:

@@ -13,10 +13,10 @@ from itertools import islice
 import pytest
 
 from broker.client import Broker
-from broker.config import parse_config
-from broker.errors import InvalidInput
-from broker.models import NewRequest
-from broker.text import as_str
+from broker.domain.config import parse_config
+from broker.domain.errors import InvalidInput
+from broker.domain.models import NewRequest
+from broker.redis.replies import as_str
 from tests.support.backends import on_backend  # noqa: F401 - redis on both backends
 
 CONFIG = {"queues": {"default": {}}, "broker": {"stream_maxlen": 1000}}
@@ -96,7 +96,7 @@ def test_a_taken_id_is_named_and_nothing_is_written(
     part = broker.keys.partition_of_request
     candidates = (f"req_new{i}" for i in range(100_000))
     fresh = list(islice((r for r in candidates if part(r) == part(first.id)), 3))  # one step
-    monkeypatch.setattr("broker.requests.new_ids", lambda prefix, n: [*fresh, first.id])
+    monkeypatch.setattr("broker.store.requests.new_ids", lambda prefix, n: [*fresh, first.id])
     with pytest.raises(InvalidInput) as caught:
         broker.create_requests([NewRequest(tool_name="refund", args={"i": i}) for i in range(4)])
     assert caught.value.code == "duplicate" and first.id in str(caught.value)
@@ -142,7 +142,7 @@ def test_with_the_audit_trail_a_bulk_is_written_in_small_steps_each_audited(
     broker: Broker,
 ) -> None:
     from broker.audit import AuditTrail
-    from broker.requests import AUDITED_STEP
+    from broker.store.requests import AUDITED_STEP
 
     steps: list[int] = []
     create = broker.requests.creating.create

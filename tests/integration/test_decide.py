@@ -8,8 +8,8 @@ import pytest
 from pydantic import ValidationError
 
 from broker.client import Broker
-from broker.errors import Conflict, InvalidInput, NotFound
-from broker.models import Decision, NewRequest, Status, args_hash
+from broker.domain.errors import Conflict, InvalidInput, NotFound
+from broker.domain.models import Decision, NewRequest, Status, args_hash
 from tests.support.backends import on_backend, on_backend_broker, single_only  # noqa: F401 - redis and broker on both backends
 from tests.support.decisions import race, snapshot  # noqa: F401
 
@@ -281,7 +281,7 @@ def test_decided_requests_are_forgotten_after_the_retention(broker: Broker):
 
 
 def test_an_ended_run_is_forgotten_after_the_retention(broker: Broker):
-    from broker.models import RunStatus
+    from broker.domain.models import RunStatus
 
     broker.create_run("agent", "go", run_id="r9")
     [request] = broker.create_round("r9", 1, [NewRequest(tool_name="x")])

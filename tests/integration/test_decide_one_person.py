@@ -15,9 +15,9 @@ import pytest
 from fastapi.testclient import TestClient
 
 from broker.client import Broker
-from broker.config import parse_config
-from broker.errors import ConfigError
-from broker.models import NewRequest, Request
+from broker.domain.config import parse_config
+from broker.domain.errors import ConfigError
+from broker.domain.models import NewRequest, Request
 from tests.support.auth import person
 from tests.support.email_links import link
 from tests.support.webhooks import NEW_SECRET, OTHER_SECRET, post, signed  # noqa: F401

@@ -16,9 +16,9 @@ from pydantic_ai.messages import (
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 from refunds_demo import AlreadyRefunded, Ledger, Refund
 
-from broker.agents import DepsContext, register_agent
 from broker.client import Broker
-from broker.models import Decision, Run, RunStatus
+from broker.domain.models import Decision, Run, RunStatus
+from broker.runs.agents import DepsContext, register_agent
 from broker.testing import SyncWorker
 
 
@@ -34,7 +34,7 @@ def ledger(broker: Broker) -> Ledger:
 
 
 def run(broker: Broker, worker: SyncWorker, prompt: str, deps: object = None) -> Run:
-    from broker.runs import start_run
+    from broker.runs.starting import start_run
 
     started = start_run(broker, "refunds", prompt, deps=deps)
     worker.work()
@@ -188,7 +188,7 @@ def test_the_ledger_pays_an_order_once_under_a_race(broker: Broker, ledger: Ledg
 
 def test_registered_without_its_deps_factory_fails_clearly(broker: Broker) -> None:
     register_agent(broker, "bare", "refunds_demo:agent")
-    from broker.runs import start_run
+    from broker.runs.starting import start_run
 
     started = start_run(broker, "bare", "Refund $10 on order A101 because.")
     SyncWorker(broker).work()

@@ -94,9 +94,9 @@ RAW_SOCKET_CALLS = {
 ALLOWED_RAW_SOCKETS = {
     "approval_broker/up.py": "binds the API's port to see it is free (SO_REUSEADDR, as uvicorn "
     "binds it); speaks no protocol",
-    "broker/redis_server.py": "asks the kernel for a free port for an embedded redis-server "
+    "broker/redis/embedded.py": "asks the kernel for a free port for an embedded redis-server "
     "(bind to port 0, close); speaks no protocol",
-    "broker/redis_cluster_node.py": "finds a free port pair (node and cluster bus) for a local "
+    "broker/redis/cluster_node.py": "finds a free port pair (node and cluster bus) for a local "
     "cluster node (bind, close); speaks no protocol",
 }
 HAND_MADE_CLIENTS = {"HTTPConnection", "HTTPSConnection", "HTTPResponse"}

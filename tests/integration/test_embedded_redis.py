@@ -6,8 +6,8 @@ import pytest
 from redis import Redis
 
 from broker.client import Broker
-from broker.models import Decision, NewRequest, Status
-from broker.redis_server import EmbeddedRedis, EmbeddedRedisError, find_redis_server, running_url
+from broker.domain.models import Decision, NewRequest, Status
+from broker.redis.embedded import EmbeddedRedis, EmbeddedRedisError, find_redis_server, running_url
 
 
 def test_killed_and_restarted_redis_keeps_acknowledged_state(tmp_path):

@@ -10,13 +10,13 @@ from fastapi.testclient import TestClient
 from redis import Redis
 
 from api.app import create_app
-from broker.auth import EVERY_ROLE, Principal, hash_token
+from broker.channels.email.links import new_nonce, read_link, sign_link
 from broker.client import Broker
-from broker.config import Config, Settings
-from broker.deciding import Deciding
-from broker.errors import Conflict, Forbidden
-from broker.links import new_nonce, read_link, sign_link
-from broker.models import Decision, NewRequest, Outcome, Request
+from broker.domain.config import Config, Settings
+from broker.domain.errors import Conflict, Forbidden
+from broker.domain.models import Decision, NewRequest, Outcome, Request
+from broker.domain.principals import EVERY_ROLE, Principal, hash_token
+from broker.judge.deciding import Deciding
 from tests.support.decisions import race
 
 ADMIN = "admin-token-for-the-harden-tests-0123456789"

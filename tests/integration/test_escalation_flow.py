@@ -10,11 +10,11 @@ from collections.abc import Callable, Iterator
 import pytest
 from refunds_demo import Ledger
 
-from broker.agents import register_agent
 from broker.client import Broker
-from broker.config import parse_config
-from broker.models import Status
-from broker.runs import start_run
+from broker.domain.config import parse_config
+from broker.domain.models import Status
+from broker.runs.agents import register_agent
+from broker.runs.starting import start_run
 from tests.support.backends import on_backend, on_backend_api_broker, on_backend_broker, resume_once  # noqa: F401 - redis, broker, api_broker on both backends
 from tests.support.fakes.harness import SECRET, running, webhook
 from tests.support.fakes.webhook_receiver import WebhookReceiver

@@ -15,8 +15,8 @@ from rq.serializers import JSONSerializer
 from api.app import create_app
 from api.testing import ServerThread
 from broker.client import Broker
-from broker.config import Config, Settings
-from broker.runs import RUN_QUEUE
+from broker.domain.config import Config, Settings
+from broker.runs.starting import RUN_QUEUE
 from tests.support.auth import person
 
 ADMIN = "tok-admin"

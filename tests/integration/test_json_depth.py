@@ -2,7 +2,7 @@
 
 A signed Slack payload nested 5,000 deep used to raise `RecursionError` (a 500). Slack
 payloads, REST bodies and webhook replies are now refused with a 4xx naming the bound, and
-`broker.bounded_json` (the one helper they share) is checked directly.
+`broker.domain.bounded_json` (the one helper they share) is checked directly.
 """
 
 from __future__ import annotations
@@ -22,11 +22,11 @@ from slack_sdk.signature import SignatureVerifier
 from standardwebhooks.webhooks import Webhook
 
 from api.app import create_app
-from broker import bounded_json
 from broker.client import Broker
-from broker.config import Config, Settings
-from broker.errors import InvalidInput
-from broker.models import NewRequest
+from broker.domain import bounded_json
+from broker.domain.config import Config, Settings
+from broker.domain.errors import InvalidInput
+from broker.domain.models import NewRequest
 from tests.support.auth import person
 
 SIGNING_SECRET = "8f742231b10e8888abcd99yyyzzz85a5"

@@ -18,7 +18,7 @@ from redis import Redis
 
 from api.app import create_app
 from broker.client import Broker
-from broker.config import Config, Settings
+from broker.domain.config import Config, Settings
 from tests.support.auth import person
 
 AGENT = {"Authorization": "Bearer tok-agent"}

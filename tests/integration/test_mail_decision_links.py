@@ -7,12 +7,12 @@ from typing import Any
 
 from redis import Redis
 
+from broker.channels.email.deciders import email_decider
+from broker.channels.email.links import read_link
 from broker.client import Broker
-from broker.config import parse_config
-from broker.deciding import Deciding
-from broker.email_deciders import email_decider
-from broker.links import read_link
-from broker.models import NewRequest
+from broker.domain.config import parse_config
+from broker.domain.models import NewRequest
+from broker.judge.deciding import Deciding
 from tests.support.fakes.harness import running
 from tests.support.fakes.smtp import SmtpSink
 from tests.support.waiting import wait_for

@@ -1,6 +1,6 @@
 """A list's addresses that differ only in case are one mailbox and one person: one mail each.
 
-Votes already count once per person (`broker.persons`); here the notifier sends one mail to
+Votes already count once per person (`broker.domain.persons`); here the notifier sends one mail to
 `ext@` and `EXT@` together, through the real notifier and an SMTP server (aiosmtpd).
 """
 
@@ -10,8 +10,8 @@ import pytest
 from redis import Redis
 
 from broker.client import Broker
-from broker.config import parse_config
-from broker.models import NewRequest
+from broker.domain.config import parse_config
+from broker.domain.models import NewRequest
 from tests.support.fakes.harness import running
 from tests.support.fakes.smtp import SmtpSink
 from tests.support.waiting import wait_for

@@ -12,8 +12,8 @@ import pytest
 from redis import Redis
 
 from broker.client import Broker
-from broker.config import parse_config
-from broker.models import NewRequest
+from broker.domain.config import parse_config
+from broker.domain.models import NewRequest
 from tests.support.fakes.harness import running
 from tests.support.fakes.smtp import SmtpSink
 from tests.support.waiting import wait_for

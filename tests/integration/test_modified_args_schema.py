@@ -9,14 +9,14 @@ import pytest
 from fastapi.testclient import TestClient
 
 from api.app import create_app
-from broker.agents import register_agent
-from broker.auth import Principal
 from broker.client import Broker
-from broker.config import Config, Settings
-from broker.deciding import Deciding
-from broker.errors import InvalidInput
-from broker.models import Decision, Outcome
-from broker.runs import start_run
+from broker.domain.config import Config, Settings
+from broker.domain.errors import InvalidInput
+from broker.domain.models import Decision, Outcome
+from broker.domain.principals import Principal
+from broker.judge.deciding import Deciding
+from broker.runs.agents import register_agent
+from broker.runs.starting import start_run
 from tests.support.auth import person
 from tests.support.jobs import work
 

@@ -15,10 +15,10 @@ from redis import Redis
 from typer.testing import CliRunner
 
 from approval_broker.cli import app
+from broker.channels.email.links import read_link
 from broker.client import Broker
-from broker.keys import NOTIFIER_GROUP
-from broker.links import read_link
-from broker.models import Decision, NewRequest, Outcome, Request
+from broker.domain.models import Decision, NewRequest, Outcome, Request
+from broker.store.keys import NOTIFIER_GROUP
 from notifiers.events import parse_entry
 from notifiers.parking import Parked, ParkedStore
 from notifiers.retry import RETRY_AFTER_LIMIT_S

@@ -11,7 +11,7 @@ import pytest
 from redis import Redis
 
 from broker.client import Broker
-from broker.config import parse_config
+from broker.domain.config import parse_config
 from notifiers.base import Channel
 from notifiers.dispatch import Dispatcher
 from notifiers.events import REQUESTED, parse_entry

@@ -13,9 +13,17 @@ from typer.testing import CliRunner
 
 from approval_broker.cli import app
 from broker.client import Broker
-from broker.config import EmailConfig, parse_config
-from broker.errors import ConfigError
-from broker.models import Decision, HistoryEntry, NewRequest, Outcome, Request, Status, args_hash
+from broker.domain.config import EmailConfig, parse_config
+from broker.domain.errors import ConfigError
+from broker.domain.models import (
+    Decision,
+    HistoryEntry,
+    NewRequest,
+    Outcome,
+    Request,
+    Status,
+    args_hash,
+)
 from notifiers.mail import smtp_target
 from notifiers.mail_render import BIDI_CONTROLS, Link, render_mail
 from notifiers.runner import start_notifier

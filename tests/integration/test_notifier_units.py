@@ -14,10 +14,10 @@ import pytest
 from redis import Redis
 from standardwebhooks import Webhook, WebhookVerificationError
 
-from broker import slack_ids
+from broker.channels.slack import action_ids as slack_ids
 from broker.client import Broker
-from broker.config import WEBHOOK_EVENT_TYPES, SlackConfig, parse_config
-from broker.models import Decision, HistoryEntry, Outcome, Request, Status, args_hash
+from broker.domain.config import WEBHOOK_EVENT_TYPES, SlackConfig, parse_config
+from broker.domain.models import Decision, HistoryEntry, Outcome, Request, Status, args_hash
 from notifiers.base import Channel
 from notifiers.dispatch import Dispatcher
 from notifiers.events import (

@@ -9,8 +9,8 @@ from collections.abc import Iterator
 import pytest
 
 from broker.client import Broker
-from broker.keys import NOTIFIER_GROUP
-from broker.models import NewRequest
+from broker.domain.models import NewRequest
+from broker.store.keys import NOTIFIER_GROUP
 from notifiers.commit import Committer
 from notifiers.parking import ParkedStore
 from notifiers.results import DeliveryResult, ResultKind
@@ -109,7 +109,7 @@ def test_the_step_comes_back_after_redis_forgot_its_script(
 
 
 def test_history_notes_are_the_text_pydantic_would_write() -> None:
-    from broker.models import HistoryEntry, utcnow
+    from broker.domain.models import HistoryEntry, utcnow
     from notifiers.commit import _note, _stamp
 
     now = utcnow()

@@ -1,4 +1,4 @@
-"""The webhook body built from the stored hash (broker.request_json, notifiers.stored) is byte
+"""The webhook body built from the stored hash (broker.store.request_json, notifiers.stored) is byte
 for byte `Request.model_dump_json()` of the request `parse_request` reads, for every shape the
 broker writes; a hash outside those shapes takes the pydantic way, so a malformed one still
 raises as before and an odd but valid one gives the same bytes."""
@@ -11,13 +11,13 @@ from typing import Any
 import pytest
 from redis import Redis
 
-from broker.acks import Acks
 from broker.client import Broker
-from broker.config import parse_config
-from broker.models import Decision, HistoryEntry, NewRequest, Request, utcnow
-from broker.request_hash import parse_request
-from broker.request_json import ORDER, request_json, request_values
+from broker.domain.config import parse_config
+from broker.domain.models import Decision, HistoryEntry, NewRequest, Request, utcnow
 from broker.rules import parse_body
+from broker.store.acknowledging import Acks
+from broker.store.request_hash import parse_request
+from broker.store.request_json import ORDER, request_json, request_values
 from notifiers.commit import _note, _stamp
 from notifiers.events import parse_entry
 from notifiers.stored import StoredRequest

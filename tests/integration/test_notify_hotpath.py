@@ -33,7 +33,7 @@ def test_the_body_head_is_what_json_dumps_writes() -> None:
 
 
 def test_history_notes_are_pydantics_text_at_whole_seconds_too() -> None:
-    from broker.models import HistoryEntry
+    from broker.domain.models import HistoryEntry
     from notifiers.commit import _note, _stamp
 
     for now in (datetime(2026, 12, 1, 18, 0, 0, tzinfo=UTC), datetime.now(UTC)):
@@ -45,7 +45,7 @@ def test_history_notes_are_pydantics_text_at_whole_seconds_too() -> None:
 
 def test_routes_worked_out_once_per_kind_of_event_are_the_routes(redis: Redis) -> None:
     from broker.client import Broker
-    from broker.config import parse_config
+    from broker.domain.config import parse_config
     from notifiers.base import Channel
     from notifiers.inbox import InboxChannel
     from notifiers.retry import RetryPolicy

@@ -34,16 +34,16 @@ from slack_sdk.signature import SignatureVerifier
 from standardwebhooks.webhooks import Webhook
 
 from api.app import create_app
-from broker.agents import register_agent
 from broker.ask import ask, question
-from broker.auth import hash_token
+from broker.channels.email.links import new_nonce, sign_link
+from broker.channels.slack.question_modal import ANSWER_FORM
 from broker.client import Broker
-from broker.config import Settings, parse_config
-from broker.links import new_nonce, sign_link
-from broker.models import Request, RunStatus
-from broker.outbox import Resumer
-from broker.runs import start_run
-from broker.slack_forms import ANSWER_FORM
+from broker.domain.config import Settings, parse_config
+from broker.domain.models import Request, RunStatus
+from broker.domain.principals import hash_token
+from broker.runs.agents import register_agent
+from broker.runs.outbox import Resumer
+from broker.runs.starting import start_run
 from tests.support.fakes.harness import SECRET, webhook
 from tests.support.fakes.slack import FakeSlack
 from tests.support.jobs import jobs_bound_to, work

@@ -24,13 +24,13 @@ from pydantic_ai.messages import (
 )
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 
-from broker.agents import LocalAgents, register_agent
 from broker.ask import ask, ask_for, parse_answer, question
 from broker.client import Broker
-from broker.models import Decision, Outcome, Request, RunStatus, Status, args_hash
-from broker.questions import validate_answer
-from broker.results import results_for
-from broker.runs import start_run
+from broker.domain.models import Decision, Outcome, Request, RunStatus, Status, args_hash
+from broker.domain.questions import validate_answer
+from broker.runs.agents import LocalAgents, register_agent
+from broker.runs.starting import start_run
+from broker.runs.tool_results import results_for
 from broker.testing import SyncWorker
 
 NOW = datetime(2030, 1, 1, tzinfo=UTC)

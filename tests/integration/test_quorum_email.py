@@ -6,7 +6,7 @@ from __future__ import annotations
 from fastapi.testclient import TestClient
 
 from broker.client import Broker
-from broker.models import NewRequest
+from broker.domain.models import NewRequest
 from tests.support.email_links import link, page_error
 
 API_CONFIG = {

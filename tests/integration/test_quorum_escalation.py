@@ -7,8 +7,8 @@ import pytest
 from redis import Redis
 
 from broker.client import Broker
-from broker.config import Config, parse_config
-from broker.models import Decision, NewRequest, Outcome
+from broker.domain.config import Config, parse_config
+from broker.domain.models import Decision, NewRequest, Outcome
 
 
 @pytest.fixture

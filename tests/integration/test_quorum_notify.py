@@ -7,8 +7,8 @@ import json
 
 from redis import Redis
 
-from broker import slack_ids as ids
-from broker.models import Decision
+from broker.channels.slack import action_ids as ids
+from broker.domain.models import Decision
 from notifiers.events import parse_entry
 from tests.support.fakes.harness import running
 from tests.support.fakes.slack import FakeSlack

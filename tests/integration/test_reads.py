@@ -11,9 +11,9 @@ from redis import Redis
 from redis.cluster import RedisCluster
 
 from broker.client import Broker
-from broker.config import Config
-from broker.errors import InvalidInput
-from broker.models import Decision, NewRequest, Outcome, Request, Status
+from broker.domain.config import Config
+from broker.domain.errors import InvalidInput
+from broker.domain.models import Decision, NewRequest, Outcome, Request, Status
 
 
 def news(n: int, queue: str = "default", **kw: object) -> list[NewRequest]:

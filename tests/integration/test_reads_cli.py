@@ -9,7 +9,7 @@ from typer.testing import CliRunner
 
 from approval_broker.cli import app
 from broker.client import Broker
-from broker.models import NewRequest
+from broker.domain.models import NewRequest
 
 
 @pytest.fixture

@@ -17,15 +17,15 @@ from fastapi.testclient import TestClient
 from joserfc import jwt
 from joserfc.jwk import KeySet
 
-from broker.auth import Principal, hash_token
 from broker.client import Broker
-from broker.config import Config, Settings, parse_config
-from broker.deciding import Deciding
-from broker.errors import ConfigError
-from broker.models import Decision, NewRequest, args_hash
-from broker.receipt_keys import prepare_receipt_key, private_key_file
-from broker.receipts import CallFacts, ReceiptKeys, ReceiptRefused, Receipts
-from broker.rule_decisions import RuleDecisions
+from broker.domain.config import Config, Settings, parse_config
+from broker.domain.errors import ConfigError
+from broker.domain.models import Decision, NewRequest, args_hash
+from broker.domain.principals import Principal, hash_token
+from broker.domain.receipts import CallFacts, ReceiptKeys, ReceiptRefused, Receipts
+from broker.judge.deciding import Deciding
+from broker.judge.rule_decisions import RuleDecisions
+from broker.receipts.signing_key import prepare_receipt_key, private_key_file
 from broker.rules import sync_at_start
 from tests.support.receipts import key_file, receipts_config
 

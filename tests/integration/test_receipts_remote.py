@@ -20,8 +20,8 @@ from pydantic_ai import DeferredToolRequests
 from api.app import create_app
 from api.testing import ServerThread
 from broker.client import Broker
-from broker.config import Config, Settings, parse_config
-from broker.receipts import REFUSED_TEXT
+from broker.domain.config import Config, Settings, parse_config
+from broker.domain.receipts import REFUSED_TEXT
 from broker.remote import BrokerApprovals, RemoteBroker, Request
 from tests.support.auth import person
 from tests.support.receipts import key_file

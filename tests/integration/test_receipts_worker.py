@@ -15,13 +15,13 @@ from pathlib import Path
 import pytest
 from redis import Redis
 
-from broker.agents import register_agent
 from broker.audit.trail import AuditTrail
 from broker.client import Broker
-from broker.models import Decision, RunStatus
-from broker.receipt_checks import ReceiptChecks
-from broker.receipts import REFUSED_TEXT, ReceiptRefused
-from broker.runs import enqueue_resume, start_run
+from broker.domain.models import Decision, RunStatus
+from broker.domain.receipts import REFUSED_TEXT, ReceiptRefused
+from broker.receipts.checks import ReceiptChecks
+from broker.runs.agents import register_agent
+from broker.runs.starting import enqueue_resume, start_run
 from tests.support.agents import Recorder, recorder_for
 from tests.support.jobs import jobs_bound_to, work
 from tests.support.receipts import key_file, receipts_config
@@ -35,7 +35,7 @@ def key(tmp_path: Path) -> Path:
 
 
 def _broker(redis: Redis, key: Path, **receipts: object) -> Broker:
-    from broker.config import parse_config
+    from broker.domain.config import parse_config
 
     return Broker(redis, parse_config(receipts_config(key, **receipts)), prefix="t:")
 
@@ -186,7 +186,7 @@ def test_an_approver_removed_from_config_with_recheck_roles_does_not_run(
         broker.decide(rid, Decision(outcome="approved"), decided_by="ann")
     raw = receipts_config(key, recheck_roles=True)
     del raw["approvers"]["ann"]
-    from broker.config import parse_config
+    from broker.domain.config import parse_config
 
     now = Broker(redis, parse_config(raw), prefix="t:")
     with jobs_bound_to(now):

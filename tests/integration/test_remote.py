@@ -14,8 +14,8 @@ from pydantic_ai import DeferredToolRequests
 from api.app import create_app
 from api.testing import ServerThread
 from broker.client import Broker
-from broker.config import Config, Settings
-from broker.errors import Conflict, Forbidden, InvalidInput, NotFound
+from broker.domain.config import Config, Settings
+from broker.domain.errors import Conflict, Forbidden, InvalidInput, NotFound
 from broker.remote import (
     AsyncRemoteBroker,
     BrokerApprovals,
@@ -23,7 +23,7 @@ from broker.remote import (
     Request,
     Unauthorized,
 )
-from broker.results import RoundNotReady
+from broker.runs.tool_results import RoundNotReady
 from tests.support.auth import person
 from tests.support.remote_agents import decide_when_asked, make_agent  # noqa: F401
 

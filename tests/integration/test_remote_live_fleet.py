@@ -23,11 +23,11 @@ from redis import Redis
 from rq.job import Job
 
 from broker.client import Broker
-from broker.config import Config, parse_config
-from broker.live_wait import LIVE, RESUMER, claim
-from broker.models import Decision, RunStatus
-from broker.outbox import Resumer
-from broker.runs import resume_job_id, run_queue, start_run
+from broker.domain.config import Config, parse_config
+from broker.domain.models import Decision, RunStatus
+from broker.runs.live_wait import LIVE, RESUMER, claim
+from broker.runs.outbox import Resumer
+from broker.runs.starting import resume_job_id, run_queue, start_run
 from tests.support.jobs import jobs_bound_to
 from tests.support.waiting import wait_for
 from workers import jobs

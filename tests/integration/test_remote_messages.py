@@ -8,9 +8,9 @@ import pytest
 from fastapi.testclient import TestClient
 
 from broker.client import Broker
-from broker.config import Settings
-from broker.models import RunStatus
-from broker.runs import start_run
+from broker.domain.config import Settings
+from broker.domain.models import RunStatus
+from broker.runs.starting import start_run
 from broker.testing import SyncWorker
 from tests.support.auth import person
 from tests.support.chat_agent import executed

@@ -12,7 +12,7 @@ import pytest
 from api.app import create_app
 from api.testing import ServerThread
 from broker.client import Broker
-from broker.config import Config, Settings
+from broker.domain.config import Config, Settings
 from broker.remote import RemoteBroker
 from tests.support.auth import person
 from tests.support.docs_examples import page

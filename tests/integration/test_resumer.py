@@ -14,14 +14,14 @@ from redis.exceptions import ResponseError
 from refunds_demo import Ledger
 from rq import Queue
 
-from broker import resume_step
 from broker.client import Broker
-from broker.config import Config
-from broker.keys import RESUMER_GROUP
-from broker.live_wait import LIVE, claim
-from broker.models import Decision, NewRequest, RunStatus
-from broker.outbox import Resumer
-from broker.runs import RESUME_JOB, enqueue_resume, resume_job_id, run_queue
+from broker.domain.config import Config
+from broker.domain.models import Decision, NewRequest, RunStatus
+from broker.runs import resume_step
+from broker.runs.live_wait import LIVE, claim
+from broker.runs.outbox import Resumer
+from broker.runs.starting import RESUME_JOB, enqueue_resume, resume_job_id, run_queue
+from broker.store.keys import RESUMER_GROUP
 from tests.support.backends import (  # noqa: F401 - redis, broker, api_broker on both backends
     on_backend,
     on_backend_api_broker,
@@ -155,7 +155,7 @@ def test_a_decision_writes_the_outbox_entry_the_resumer_enqueues(broker: Broker)
     [handled] = resumer.run_once()
     assert (handled.run_id, handled.round, handled.action) == (run.id, 1, "enqueued")
     job = run_queue(broker).fetch_job(resume_job_id(run.id, 1))
-    assert job is not None and job.func_name == RESUME_JOB == "broker.jobs.resume_agent"
+    assert job is not None and job.func_name == RESUME_JOB == "broker.runs.agent_jobs.resume_agent"
     assert job.args == [run.id, 1]
 
 

@@ -13,15 +13,15 @@ from rq import Queue
 from rq.job import Job
 from rq.serializers import JSONSerializer
 
-from broker import resume_step
 from broker.client import Broker
-from broker.config import Config
-from broker.keys import RESUMER_GROUP
-from broker.live_wait import LIVE, RESUMER, claim, claim_field, claimed_by, live_field
-from broker.models import RunStatus
-from broker.outbox import Resumer
-from broker.resume_step import ClaimStep
-from broker.runs import resume_job_id, run_queue
+from broker.domain.config import Config
+from broker.domain.models import RunStatus
+from broker.runs import resume_step
+from broker.runs.live_wait import LIVE, RESUMER, claim, claim_field, claimed_by, live_field
+from broker.runs.outbox import Resumer
+from broker.runs.resume_step import ClaimStep
+from broker.runs.starting import resume_job_id, run_queue
+from broker.store.keys import RESUMER_GROUP
 from tests.support.backends import (  # noqa: F401 - redis, broker, api_broker on both backends
     on_backend,
     on_backend_api_broker,
@@ -54,7 +54,7 @@ def test_the_resume_job_is_rqs_own_under_the_deterministic_id(broker: Broker) ->
     assert rq.smembers(Queue.redis_queues_keys) == {queue.key.encode()}
     job = Job.fetch(job_id, connection=rq, serializer=JSONSerializer)
     assert (job.func_name, job.args, job.get_status(), job.origin) == (
-        "broker.jobs.resume_agent",
+        "broker.runs.agent_jobs.resume_agent",
         [run_id, 3],
         "queued",
         "agent-runs",

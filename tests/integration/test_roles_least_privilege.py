@@ -6,11 +6,11 @@ from __future__ import annotations
 import pytest
 from fastapi.testclient import TestClient
 
-from broker.auth import Principal
 from broker.client import Broker
-from broker.deciding import INBOX, Deciding
-from broker.models import NewRequest
-from broker.runs import start_run
+from broker.domain.models import NewRequest
+from broker.domain.principals import Principal
+from broker.judge.deciding import INBOX, Deciding
+from broker.runs.starting import start_run
 from tests.support.auth import bearer, person
 
 ROLES = {"app": ["requester"], "bob": ["requester"], "audit": ["auditor"],

@@ -5,11 +5,11 @@ from __future__ import annotations
 from redis import Redis
 
 from broker.client import Broker
-from broker.config import Config
-from broker.keys import NOTIFIER_GROUP, RESUMER_GROUP
-from broker.models import HistoryEntry, NewRequest, utcnow
-from broker.outbox import Resumer
-from broker.runs import resume_job_id, run_queue
+from broker.domain.config import Config
+from broker.domain.models import HistoryEntry, NewRequest, utcnow
+from broker.runs.outbox import Resumer
+from broker.runs.starting import resume_job_id, run_queue
+from broker.store.keys import NOTIFIER_GROUP, RESUMER_GROUP
 from notifiers.commit import Committer
 from notifiers.events import parse_entry, text
 from notifiers.parking import ParkedStore
@@ -119,7 +119,7 @@ def test_brokers_made_per_job_on_one_client_load_the_scripts_once(
 ) -> None:
     Broker(redis, config, prefix="t:").create_requests([NewRequest(tool_name="refund", args={})])
     hook, loads = redis.get_connection_kwargs()["redis_connect_func"], script_calls(redis, "load")
-    for _ in range(20):  # what `broker.jobs.broker_on` does for each job
+    for _ in range(20):  # what `broker.runs.agent_jobs.broker_on` does for each job
         Broker(redis, config, prefix="t:").create_requests([NewRequest(tool_name="r", args={})])
     assert redis.get_connection_kwargs()["redis_connect_func"] is hook  # no chain of hooks
     assert script_calls(redis, "load") == loads

@@ -11,11 +11,11 @@ from fastapi.testclient import TestClient
 from redis import Redis
 
 from api.app import create_app
-from broker import slack_always as always
+from broker.channels.email.links import read_link
+from broker.channels.slack import always_modal as always
 from broker.client import Broker
-from broker.config import Config, Settings, parse_config
-from broker.links import read_link
-from broker.models import NewRequest, Status
+from broker.domain.config import Config, Settings, parse_config
+from broker.domain.models import NewRequest, Status
 from notifiers.slack_blocks import action_blocks
 from tests.support.fakes.harness import running
 from tests.support.fakes.smtp import SmtpSink

@@ -14,13 +14,13 @@ import pytest
 from redis import Redis
 from redis.cluster import RedisCluster
 
-from broker.auth import Principal
 from broker.client import Broker
-from broker.config import Config
-from broker.deciding import Deciding
-from broker.errors import Conflict
-from broker.models import Decision, NewRequest, Outcome, Status
-from broker.rule_decisions import RuleDecisions
+from broker.domain.config import Config
+from broker.domain.errors import Conflict
+from broker.domain.models import Decision, NewRequest, Outcome, Status
+from broker.domain.principals import Principal
+from broker.judge.deciding import Deciding
+from broker.judge.rule_decisions import RuleDecisions
 from broker.rules import parse_body, sync_at_start
 
 CONFIG = {

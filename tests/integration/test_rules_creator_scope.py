@@ -7,7 +7,7 @@ from __future__ import annotations
 from fastapi.testclient import TestClient
 
 from broker.client import Broker
-from broker.models import NewRequest
+from broker.domain.models import NewRequest
 from tests.support.auth import bearer, person
 
 BOB, PAT = bearer("tok-bob"), bearer("tok-pat")

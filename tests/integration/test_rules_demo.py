@@ -8,8 +8,8 @@ from refunds_demo import Ledger
 
 from approval_broker.up import banner
 from broker.client import Broker
-from broker.config import Settings
-from broker.models import RunStatus, Status
+from broker.domain.config import Settings
+from broker.domain.models import RunStatus, Status
 from broker.testing import SyncWorker
 
 

@@ -23,15 +23,15 @@ from refunds_demo import Ledger
 from standardwebhooks.webhooks import Webhook
 
 from api.app import create_app
-from broker.auth import Principal
 from broker.client import Broker
-from broker.config import Config, Settings, parse_config
-from broker.deciding import Deciding
-from broker.models import Decision, NewRequest, Outcome, RunStatus, Status
-from broker.redis_server import EmbeddedRedis
-from broker.rule_decisions import RuleDecisions
+from broker.domain.config import Config, Settings, parse_config
+from broker.domain.models import Decision, NewRequest, Outcome, RunStatus, Status
+from broker.domain.principals import Principal
+from broker.judge.deciding import Deciding
+from broker.judge.rule_decisions import RuleDecisions
+from broker.redis.embedded import EmbeddedRedis
 from broker.rules import parse_body, sync_at_start
-from broker.runs import run_queue, start_run
+from broker.runs.starting import run_queue, start_run
 from tests.support.agents import Recorder, recorder_for
 from tests.support.auth import person
 from tests.support.fakes.harness import SECRET, running, webhook

@@ -10,8 +10,8 @@ import pytest
 from fastapi.testclient import TestClient
 
 from broker.client import Broker
-from broker.models import NewRequest
-from broker.rule_decisions import RuleDecisions
+from broker.domain.models import NewRequest
+from broker.judge.rule_decisions import RuleDecisions
 from tests.support.remember import ALICE, PAT, RAW, round_of
 
 API_CONFIG = {

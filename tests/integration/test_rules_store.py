@@ -10,9 +10,8 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from redis import Redis
 
-from broker.config import Config
-from broker.errors import ConfigError, InvalidInput, NotFound
-from broker.keys import Keys
+from broker.domain.config import Config
+from broker.domain.errors import ConfigError, InvalidInput, NotFound
 from broker.rules import (
     Call,
     RuleExists,
@@ -22,6 +21,7 @@ from broker.rules import (
     parse_config_rules,
     sync_config_rules,
 )
+from broker.store.keys import Keys
 
 CONFIG = {
     "queues": {"default": {}, "managers": {}},

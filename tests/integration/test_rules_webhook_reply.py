@@ -6,7 +6,7 @@ from __future__ import annotations
 from fastapi.testclient import TestClient
 
 from broker.client import Broker
-from broker.models import NewRequest, Status
+from broker.domain.models import NewRequest, Status
 from tests.support.webhooks import post, signed, webhook_cfg  # noqa: F401
 
 

@@ -11,15 +11,15 @@ import pytest
 from redis import Redis
 from redis.cluster import RedisCluster
 
-from broker.auth import Principal
 from broker.client import Broker
-from broker.config import Config
-from broker.deciding import Deciding
-from broker.errors import Conflict, Forbidden, InvalidInput
-from broker.models import Decision, NewRequest, Outcome, Status
-from broker.rule_decisions import RuleDecisions
+from broker.domain.config import Config
+from broker.domain.errors import Conflict, Forbidden, InvalidInput
+from broker.domain.models import Decision, NewRequest, Outcome, Status
+from broker.domain.principals import Principal
+from broker.judge.deciding import Deciding
+from broker.judge.rule_decisions import RuleDecisions
+from broker.redis.replies import as_str
 from broker.rules import Call, parse_body, sync_at_start
-from broker.text import as_str
 
 CONFIG = {
     "queues": {"default": {"channels": ["inbox"]}},

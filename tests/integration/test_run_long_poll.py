@@ -18,12 +18,12 @@ from fastapi import FastAPI
 
 from api.app import create_app
 from api.testing import ServerThread
-from broker.agents import register_agent
-from broker.auth import hash_token
 from broker.client import Broker
-from broker.config import Config, Settings, parse_config
-from broker.models import Decision
-from broker.runs import start_run
+from broker.domain.config import Config, Settings, parse_config
+from broker.domain.models import Decision
+from broker.domain.principals import hash_token
+from broker.runs.agents import register_agent
+from broker.runs.starting import start_run
 from tests.support.backends import on_backend, resume_once  # noqa: F401 - `redis` on both backends
 from tests.support.cluster_reads import blocked_reads
 from tests.support.jobs import jobs_bound_to, work

@@ -1,7 +1,7 @@
 """A worker that died inside a tool step: the step is taken again only if no tool was running.
 
 The runner saves a marker before a step that may run tools, and counts each tool with effects
-as it starts, keeping its return value as it returns (`broker.tool_guard.ToolGuard`). Here the marker a dead worker left is written as the
+as it starts, keeping its return value as it returns (`broker.runs.tool_guard.ToolGuard`). Here the marker a dead worker left is written as the
 runner writes it, from a real agent run stopped just before its tool step; the next attempt
 (an in-process RQ worker) takes the step again when the count is zero (the run pauses for
 approval and later finishes with the tool run once), and fails the run when a tool had started.
@@ -16,12 +16,12 @@ import pytest
 from pydantic_ai import CallToolsNode
 from pydantic_ai.messages import ModelMessagesTypeAdapter, ToolReturnPart
 
-from broker.agents import register_agent
 from broker.client import Broker
-from broker.models import Decision, RunStatus
-from broker.runner import TOOLS, Pause, _json_messages
-from broker.runs import enqueue_resume, start_run
-from broker.tool_guard import returned_field, tools_field
+from broker.domain.models import Decision, RunStatus
+from broker.runs.agent_runner import TOOLS, Pause, _json_messages
+from broker.runs.agents import register_agent
+from broker.runs.starting import enqueue_resume, start_run
+from broker.runs.tool_guard import returned_field, tools_field
 from tests.support.agents import Recorder, recorder_for
 from tests.support.jobs import work
 from tests.support.slot_agents import refund_agent

@@ -8,10 +8,10 @@ from collections.abc import Iterator
 import pytest
 from fastapi.testclient import TestClient
 
-from broker.agents import register_agent
 from broker.client import Broker
-from broker.models import RunStatus
-from broker.runs import wait_run
+from broker.domain.models import RunStatus
+from broker.runs.agents import register_agent
+from broker.runs.starting import wait_run
 from tests.support.auth import bearer_by_name, person
 from tests.support.jobs import jobs_bound_to, work
 
@@ -78,7 +78,7 @@ def test_the_runs_starter_may_not_approve_its_call_and_another_approver_may(
 
 
 def test_a_run_started_without_the_api_has_no_creator(api_broker: Broker) -> None:
-    from broker.runs import start_run
+    from broker.runs.starting import start_run
 
     register_agent(api_broker, "refunds", DEMO, deps="refunds_demo:make_deps")
     run = start_run(api_broker, "refunds", "hi")

@@ -3,7 +3,7 @@
 A `pattern` such as `^(a+)+$` against `aaaa…a!` takes seconds on a backtracking engine,
 doubling per character. The first tests start a real `approval-broker api` process, send the
 hostile schema (as a requester-only token) or the hostile value (as an approver), and time
-`/healthz` from another thread meanwhile. The rest check `broker.schema_safety` directly:
+`/healthz` from another thread meanwhile. The rest check `broker.domain.schema_safety` directly:
 what is refused at create, with which message, and that costly schemas stop within the budget.
 """
 
@@ -21,13 +21,13 @@ import httpx
 import pytest
 from redis import Redis
 
-from broker import schema_safety
-from broker.args_schema import check_args
-from broker.args_schema import check_schema as check_args_schema
-from broker.auth import hash_token
-from broker.errors import InvalidInput
-from broker.questions import InvalidAnswer, validate_answer, validate_question_metadata
-from broker.redis_server import EmbeddedRedis, free_port
+from broker.domain import schema_safety
+from broker.domain.args_schema import check_args
+from broker.domain.args_schema import check_schema as check_args_schema
+from broker.domain.errors import InvalidInput
+from broker.domain.principals import hash_token
+from broker.domain.questions import InvalidAnswer, validate_answer, validate_question_metadata
+from broker.redis.embedded import EmbeddedRedis, free_port
 from tests.support.waiting import wait_for
 
 SERVICE = "tok-service-requester-only"

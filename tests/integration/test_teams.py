@@ -31,15 +31,15 @@ from pydantic_ai.models.function import AgentInfo, FunctionModel
 from redis import Redis
 
 from api.app import create_app
-from broker import teams_cards
-from broker.agents import register_agent
-from broker.auth import hash_token
+from broker.channels.teams import adaptive_cards as teams_cards
 from broker.client import Broker
-from broker.config import Config, Settings, parse_config
-from broker.errors import ConfigError
-from broker.models import Decision, NewRequest, Outcome, Request, RunStatus, Status
-from broker.outbox import Resumer
-from broker.runs import start_run
+from broker.domain.config import Config, Settings, parse_config
+from broker.domain.errors import ConfigError
+from broker.domain.models import Decision, NewRequest, Outcome, Request, RunStatus, Status
+from broker.domain.principals import hash_token
+from broker.runs.agents import register_agent
+from broker.runs.outbox import Resumer
+from broker.runs.starting import start_run
 from notifiers.retry import GiveUp, Retry
 from notifiers.teams import TeamsCalls, TeamsCopy, card_activity, update_teams_copy
 from tests.support.fakes.harness import running

@@ -13,10 +13,10 @@ from prometheus_client.parser import text_string_to_metric_families
 from redis import Redis
 
 from api.app import create_app
-from broker import card_ids as ids
+from broker.channels.cards import button_tokens as ids
 from broker.client import Broker
-from broker.config import Settings, parse_config
-from broker.models import Decision, NewRequest, Outcome, Status
+from broker.domain.config import Settings, parse_config
+from broker.domain.models import Decision, NewRequest, Outcome, Status
 from tests.support.chat_setup import (  # noqa: F401 - fixtures
     ALICE_TG,
     BOB_TG,
@@ -222,8 +222,8 @@ def test_one_person_votes_once_whatever_the_channel(redis: Redis, telegram: Fake
     rid = broker.create_request(refund()).id
     card = {"message_id": 1, "chat": {"id": TG_CHAT}}
     with TestClient(create_app(Settings(), config, broker)) as client:
-        from broker.auth import Principal
-        from broker.deciding import Deciding
+        from broker.domain.principals import Principal
+        from broker.judge.deciding import Deciding
 
         Deciding(broker).decide(  # alice by her bearer token first (the inbox)
             rid,

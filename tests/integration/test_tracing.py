@@ -14,10 +14,10 @@ import sys
 
 import pytest
 
-from broker import tracing
 from broker.client import Broker
-from broker.models import Decision, NewRequest
-from broker.traced import decided_by_kind, field_of
+from broker.domain.models import Decision, NewRequest
+from broker.tracing import telemetry as tracing
+from broker.tracing.spans import decided_by_kind, field_of
 
 
 @pytest.mark.parametrize(
@@ -61,8 +61,8 @@ def test_a_role_without_otel_environment_sets_up_no_provider_exporter_or_thread(
     code = (
         "import sys, threading\n"
         "from opentelemetry import trace\n"
-        "from broker import tracing\n"
-        "import approval_broker.cli_roles, notifiers.dispatch, broker.runner, api.app\n"
+        "from broker.tracing import telemetry as tracing\n"
+        "import approval_broker.cli_roles, notifiers.dispatch, broker.runs.agent_runner, api.app\n"
         "assert tracing.configure('api') is False\n"
         "assert type(trace.get_tracer_provider()).__name__ == 'ProxyTracerProvider'\n"
         "assert 'opentelemetry.exporter.otlp.proto.http.trace_exporter' not in sys.modules\n"
@@ -80,7 +80,7 @@ def test_an_unsupported_otlp_protocol_leaves_tracing_off_with_a_warning() -> Non
         "OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:4317",
         "OTEL_EXPORTER_OTLP_PROTOCOL": "grpc",
     }
-    code = "from broker import tracing\nassert tracing.configure('worker') is False\n"
+    code = "from broker.tracing import telemetry as tracing\nassert tracing.configure('worker') is False\n"
     done = subprocess.run(
         [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120
     )

@@ -13,8 +13,8 @@ from redis import Redis
 
 from api.app import create_app
 from broker.client import Broker
-from broker.config import Config, Settings
-from broker.models import NewRequest
+from broker.domain.config import Config, Settings
+from broker.domain.models import NewRequest
 from tests.support.auth import person
 
 ADMIN = "tok-admin-0123456789abcdefghij"

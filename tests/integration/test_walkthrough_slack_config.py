@@ -15,11 +15,11 @@ from fastapi.testclient import TestClient
 from slack_sdk.signature import SignatureVerifier
 
 from api.app import create_app
-from broker import slack_ids as ids
-from broker.auth import hash_token
+from broker.channels.slack import action_ids as ids
 from broker.client import Broker
-from broker.config import Config, Settings, parse_config
-from broker.models import NewRequest
+from broker.domain.config import Config, Settings, parse_config
+from broker.domain.models import NewRequest
+from broker.domain.principals import hash_token
 from tests.support.docs_examples import blocks, page
 
 SIGNING_SECRET = "walkthrough-signing-secret-0123456789"

@@ -17,8 +17,8 @@ import pytest
 from redis import Redis
 
 from broker.client import Broker
-from broker.config import WebhookConfig
-from broker.keys import NOTIFIER_GROUP
+from broker.domain.config import WebhookConfig
+from broker.store.keys import NOTIFIER_GROUP
 from notifiers.events import REQUESTED, parse_entry
 from notifiers.inflight import Inflight
 from notifiers.pool import DeliveryPool
@@ -154,7 +154,7 @@ def test_a_sender_refuses_urls_that_can_never_work() -> None:
 def _task() -> Task:
     fields = {"type": REQUESTED, "request_id": "r1"}
     event = parse_entry("s", "default", "1-0", fields)
-    from broker.models import Request  # a stand-in request is never read by these tests
+    from broker.domain.models import Request  # a stand-in request is never read by these tests
 
     entry = InflightEntry(event, Request.model_construct(id="r1"))
     task = Task(entry, "webhook:ops")

@@ -27,8 +27,8 @@ from typing import Any
 import pytest
 
 from broker.client import Broker
-from broker.config import WebhookConfig
-from broker.models import Request
+from broker.domain.config import WebhookConfig
+from broker.domain.models import Request
 from notifiers.delivery_state import DeliveryState
 from notifiers.dispatch import Dispatcher
 from notifiers.events import REQUESTED, parse_entry

@@ -1,6 +1,6 @@
 """End to end on a real Redis with real RQ workers (SimpleWorker, in this process).
 
-Each test starts a run through `broker.runs.start_run`, lets RQ run the job, decides requests
+Each test starts a run through `broker.runs.starting.start_run`, lets RQ run the job, decides requests
 through the broker (as the API would), lets the resumer move the round to RQ, and checks what
 really happened: the demo ledger, the tools' own records, the run's status and output.
 """
@@ -12,10 +12,10 @@ import time
 import pytest
 from refunds_demo import Ledger
 
-from broker.agents import register_agent
 from broker.client import Broker
-from broker.models import Decision, Request, Run, RunStatus, Status
-from broker.runs import resume_job_id, run_queue, start_run
+from broker.domain.models import Decision, Request, Run, RunStatus, Status
+from broker.runs.agents import register_agent
+from broker.runs.starting import resume_job_id, run_queue, start_run
 from tests.support.agents import FLAKY, SECRET, recorder_for
 from tests.support.inprocess_fleet import Fleet  # noqa: F401
 from workers import jobs
@@ -238,7 +238,7 @@ def test_duplicate_resume_job_does_not_run_the_round_twice(
 def test_agent_registered_in_another_process_as_an_object_fails_clearly(
     broker: Broker, fleet: Fleet
 ) -> None:
-    from broker.agents import IN_PROCESS, LocalAgents
+    from broker.runs.agents import IN_PROCESS, LocalAgents
 
     # registered elsewhere as an object: this process has only the spec from Redis
     register_agent(broker, "elsewhere", object(), local=LocalAgents())

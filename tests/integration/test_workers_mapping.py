@@ -24,14 +24,14 @@ from pydantic_ai.messages import ModelResponse, TextPart, ToolCallPart
 from pydantic_ai.models.function import FunctionModel
 from redis.exceptions import ConnectionError as RedisConnectionError
 
-from broker.agents import LocalAgents, register_agent
 from broker.client import Broker
-from broker.config import AgentConfig
-from broker.models import Decision, Request, RunStatus, Status, args_hash
-from broker.pending_calls import BadCallMetadata, new_requests
-from broker.results import RoundNotReady, results_for
-from broker.runner import AgentRunner, is_transient
-from broker.runs import start_run
+from broker.domain.config import AgentConfig
+from broker.domain.models import Decision, Request, RunStatus, Status, args_hash
+from broker.runs.agent_runner import AgentRunner, is_transient
+from broker.runs.agents import LocalAgents, register_agent
+from broker.runs.pending_calls import BadCallMetadata, new_requests
+from broker.runs.starting import start_run
+from broker.runs.tool_results import RoundNotReady, results_for
 from broker.testing import SyncWorker
 
 NOW = datetime(2030, 1, 1, tzinfo=UTC)
@@ -185,7 +185,7 @@ def test_a_job_that_died_between_saving_and_registering_registers_on_retry(
     def must_not_run(*args: Any, **kwargs: Any) -> Any:
         raise AssertionError("the agent ran again")
 
-    monkeypatch.setattr("broker.runner.load_agent", must_not_run)
+    monkeypatch.setattr("broker.runs.agent_runner.load_agent", must_not_run)
     assert AgentRunner(broker).advance(run.id, 0) == "waiting"
     run = broker.get_run(run.id)
     assert (run.status, run.round, len(run.pending)) == (RunStatus.waiting, 1, 1)

@@ -8,13 +8,13 @@ from pydantic_ai.messages import ModelResponse, TextPart
 from pydantic_ai.models.function import FunctionModel
 from redis import Redis
 
-from broker.agent_loader import AgentLoadError, load_agent
-from broker.agents import LocalAgents, agent_spec, register_agent, unregister_agent
 from broker.client import Broker
-from broker.config import Config, parse_config
-from broker.errors import InvalidInput, NotFound
-from broker.models import RunStatus
-from broker.runs import known_agents, run_job_id, run_queue, start_run
+from broker.domain.config import Config, parse_config
+from broker.domain.errors import InvalidInput, NotFound
+from broker.domain.models import RunStatus
+from broker.runs.agent_loader import AgentLoadError, load_agent
+from broker.runs.agents import LocalAgents, agent_spec, register_agent, unregister_agent
+from broker.runs.starting import known_agents, run_job_id, run_queue, start_run
 from workers.worker import preload
 
 
@@ -97,7 +97,11 @@ def test_start_run_stores_a_queued_run_and_one_job(broker: Broker) -> None:
     run = start_run(broker, "refunds", "hi", deps={"limit": 5})
     assert run.status is RunStatus.queued and run.round == 0
     job = run_queue(broker).fetch_job(run_job_id(run.id))
-    assert job is not None and job.func_name == "broker.jobs.run_agent" and job.args == [run.id]
+    assert (
+        job is not None
+        and job.func_name == "broker.runs.agent_jobs.run_agent"
+        and job.args == [run.id]
+    )
     assert job.retries_left == 3 and job.retry_intervals == [2, 10, 60]
     assert broker.run_fields(run.id)["deps"] == '{"limit": 5}'
 

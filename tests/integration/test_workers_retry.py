@@ -17,11 +17,11 @@ import pytest
 from redis.exceptions import ConnectionError as RedisConnectionError
 from rq.job import Job
 
-from broker.agents import register_agent
 from broker.client import Broker
-from broker.models import Decision, RunStatus
-from broker.runner import AgentRunner
-from broker.runs import resume_job_id, run_job_id, run_queue, start_run
+from broker.domain.models import Decision, RunStatus
+from broker.runs.agent_runner import AgentRunner
+from broker.runs.agents import register_agent
+from broker.runs.starting import resume_job_id, run_job_id, run_queue, start_run
 from tests.support.agents import FAIL_AFTER, MAY_DIE, Recorder, recorder_for
 from tests.support.inprocess_fleet import Fleet
 from workers import jobs

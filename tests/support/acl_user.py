@@ -10,7 +10,7 @@ from pathlib import Path
 
 from redis import Redis
 
-from broker.redis_server import EmbeddedRedis
+from broker.redis.embedded import EmbeddedRedis
 
 README = Path(__file__).resolve().parents[2] / "docs" / "security.md"
 

@@ -27,7 +27,7 @@ from pydantic_ai.messages import (
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 from redis import Redis
 
-from broker.agents import DepsContext
+from broker.runs.agents import DepsContext
 
 SECRET = "METADATA-ONLY-7f3a"
 

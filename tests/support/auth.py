@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from broker.auth import hash_token
+from broker.domain.principals import hash_token
 
 
 def bearer(token: str) -> dict[str, str]:

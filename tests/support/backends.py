@@ -24,9 +24,9 @@ from redis import Redis
 from redis.cluster import RedisCluster
 
 from broker.client import Broker
-from broker.cluster import connect_cluster
-from broker.config import Config, Settings
-from broker.outbox import Handled, Resumer
+from broker.domain.config import Config, Settings
+from broker.redis.cluster import connect_cluster
+from broker.runs.outbox import Handled, Resumer
 
 BACKENDS = ("single", "cluster")
 

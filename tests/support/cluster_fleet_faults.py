@@ -17,9 +17,9 @@ from redis.exceptions import RedisError
 from refunds_demo import AGENT_NAME
 
 from broker.client import Broker
-from broker.models import RunStatus
-from broker.redis_cluster import LocalCluster
-from broker.runs import start_run
+from broker.domain.models import RunStatus
+from broker.redis.local_cluster import LocalCluster
+from broker.runs.starting import start_run
 from tests.support.fleet_checks import FINAL, Started
 
 

@@ -1,6 +1,6 @@
 """Test harness for Redis Cluster: one real local cluster (3 masters, 3 replicas) per session.
 
-Started by the broker's own launcher (`broker.redis_cluster.LocalCluster`), which assigns the
+Started by the broker's own launcher (`broker.redis.local_cluster.LocalCluster`), which assigns the
 slots itself; no test depends on a cluster already running. A test that kills a node starts it
 again before it ends, so the next test finds all six nodes up (roles may have swapped).
 """
@@ -12,8 +12,8 @@ from collections.abc import Iterator
 import pytest
 from redis.cluster import RedisCluster
 
-from broker.cluster import connect_cluster
-from broker.redis_cluster import LocalCluster
+from broker.redis.cluster import connect_cluster
+from broker.redis.local_cluster import LocalCluster
 
 
 @pytest.fixture(scope="session")

@@ -7,7 +7,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from redis import Redis
 
-from broker.cluster import WAIT_MARKER
+from broker.redis.cluster import WAIT_MARKER
 from tests.support.backends import on_backend, on_backend_broker, single_only  # noqa: F401 - redis and broker on both backends
 
 
@@ -16,7 +16,7 @@ def snapshot(redis: Redis) -> dict[bytes, object]:
     out: dict[bytes, object] = {}
     for key in redis.scan_iter():
         if key.endswith(WAIT_MARKER.encode()):
-            continue  # a cluster's WAIT marker (`broker.cluster`): no state, gone in seconds
+            continue  # a cluster's WAIT marker (`broker.redis.cluster`): no state, gone in seconds
         kind = redis.type(key)
         if kind == b"hash":
             out[key] = redis.hgetall(key)

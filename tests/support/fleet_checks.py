@@ -21,9 +21,9 @@ from rq.job import Job
 from rq.serializers import JSONSerializer
 
 from broker.client import Broker
-from broker.keys import RESUMER_GROUP
-from broker.models import Request, Run, RunStatus, Status
-from broker.runs import resume_job_id, run_job_id, run_queue
+from broker.domain.models import Request, Run, RunStatus, Status
+from broker.runs.starting import resume_job_id, run_job_id, run_queue
+from broker.store.keys import RESUMER_GROUP
 from tests.support.fakes.deciding_receiver import Answered, DecidingReceiver, Intent
 from tests.support.fleet_processes import ROLES, Events
 

@@ -18,7 +18,7 @@ from collections import Counter, defaultdict
 from typing import Any
 
 from broker.client import Broker
-from broker.models import Request, Status
+from broker.domain.models import Request, Status
 from tests.support.fakes.telegram import FakeTelegram, buttons
 from tests.support.fakes.telegram_person import TelegramPerson
 from tests.support.fleet_checks import LATE, REJECT_REASON, Findings, judge, outcome_events

@@ -6,8 +6,8 @@ from rq import SimpleWorker
 from rq.serializers import JSONSerializer
 
 from broker.client import Broker
-from broker.models import Run
-from broker.runs import run_queue
+from broker.domain.models import Run
+from broker.runs.starting import run_queue
 from workers.resumer import Resumer
 
 

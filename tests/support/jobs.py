@@ -10,7 +10,7 @@ from rq import SimpleWorker
 from rq.serializers import JSONSerializer
 
 from broker.client import Broker
-from broker.runs import run_queue
+from broker.runs.starting import run_queue
 from workers import jobs
 
 

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import httpx
 
-from broker.auth import hash_token
-from broker.redis_server import free_port
+from broker.domain.principals import hash_token
+from broker.redis.embedded import free_port
 from tests.support.waiting import wait_for
 
 ADMIN = "ab_live-up-admin-token-for-tests"

@@ -14,7 +14,7 @@ from typing import Any
 import httpx
 import pytest
 
-from broker.redis_server import free_port
+from broker.redis.embedded import free_port
 from tests.support.live_up import AGENT, LiveUp, start_live_up
 from tests.support.waiting import wait_for
 

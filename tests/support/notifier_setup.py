@@ -16,9 +16,9 @@ import pytest
 from redis import Redis
 
 from broker.client import Broker
-from broker.config import parse_config
-from broker.keys import NOTIFIER_GROUP
-from broker.models import NewRequest
+from broker.domain.config import parse_config
+from broker.domain.models import NewRequest
+from broker.store.keys import NOTIFIER_GROUP
 from tests.support.fakes.harness import SECRET, webhook
 from tests.support.fakes.slack import FakeSlack
 from tests.support.fakes.smtp import SmtpSink

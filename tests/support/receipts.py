@@ -5,8 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from broker.config import Config, parse_config
-from broker.receipts import new_key_pem
+from broker.domain.config import Config, parse_config
+from broker.domain.receipts import new_key_pem
 
 
 def key_file(directory: Path, name: str = "receipts.pem") -> Path:

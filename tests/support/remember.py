@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from broker.client import Broker
-from broker.models import NewRequest
+from broker.domain.models import NewRequest
 from tests.support.auth import bearer, person
 
 PAT, ALICE = bearer("tok-pat"), bearer("tok-alice")

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from broker.agents import register_agent
 from broker.client import Broker
-from broker.keys import RESUMER_GROUP
-from broker.models import Decision
-from broker.runs import start_run
+from broker.domain.models import Decision
+from broker.runs.agents import register_agent
+from broker.runs.starting import start_run
+from broker.store.keys import RESUMER_GROUP
 from tests.support.backends import (  # noqa: F401 - redis, broker, api_broker on both backends
     on_backend,
     on_backend_api_broker,

@@ -14,7 +14,7 @@ from pydantic_ai import Agent, ApprovalRequired, DeferredToolRequests, RunContex
 from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart, ToolCallPart
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 
-from broker.agents import DepsContext
+from broker.runs.agents import DepsContext
 from tests.support.agents import Recorder, _returns
 
 SLOW_S = 1.0

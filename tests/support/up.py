@@ -10,7 +10,7 @@ from pathlib import Path
 
 import httpx
 
-from broker.redis_server import free_port
+from broker.redis.embedded import free_port
 
 ADMIN = "ab_test-admin-token-for-up"
 

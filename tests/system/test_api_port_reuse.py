@@ -15,7 +15,7 @@ from pathlib import Path
 import httpx
 
 from approval_broker.up import check_port_free
-from broker.redis_server import free_port
+from broker.redis.embedded import free_port
 from tests.support.api_process import api_env, start_api, stop
 
 

@@ -18,8 +18,8 @@ from typer.testing import CliRunner
 
 from approval_broker.cli import app
 from broker.client import Broker
-from broker.config import parse_config
-from broker.models import Decision, NewRequest
+from broker.domain.config import parse_config
+from broker.domain.models import Decision, NewRequest
 
 CONFIG = """
 [queues.default]

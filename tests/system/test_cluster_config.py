@@ -10,9 +10,9 @@ import pytest
 from redis import Redis
 from redis.cluster import RedisCluster
 
-from broker.cluster import ClusterConfigError, clustered, connect_cluster, rq_connection
-from broker.config import Settings, parse_config
-from broker.redis_cluster import LocalCluster
+from broker.domain.config import Settings, parse_config
+from broker.redis.cluster import ClusterConfigError, clustered, connect_cluster, rq_connection
+from broker.redis.local_cluster import LocalCluster
 
 
 def test_the_environment_or_the_config_file_turns_the_cluster_on(

@@ -29,10 +29,10 @@ from kubernetes_validate.utils import ValidationError, latest_version, validate
 from redis import Redis
 from rq import Worker
 
-from broker.cluster import connect_cluster
-from broker.keys import NOTIFIER_GROUP, RESUMER_GROUP, Keys
-from broker.redis_cluster import LocalCluster
-from broker.redis_server import find_redis_server, free_port
+from broker.redis.cluster import connect_cluster
+from broker.redis.embedded import find_redis_server, free_port
+from broker.redis.local_cluster import LocalCluster
+from broker.store.keys import NOTIFIER_GROUP, RESUMER_GROUP, Keys
 from tests.support.deploy import DUMMY_SECRETS, config_env_names
 from tests.support.waiting import wait_for
 

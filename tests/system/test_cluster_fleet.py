@@ -1,6 +1,6 @@
 """Issue 19: a fleet on a Redis Cluster holds while masters are SIGKILLed and replicas promoted.
 
-A local cluster (3 masters + 3 replicas, `broker.redis_cluster.LocalCluster`) holds the broker's
+A local cluster (3 masters + 3 replicas, `broker.redis.local_cluster.LocalCluster`) holds the broker's
 keys; RQ runs on its own embedded single Redis (APPROVAL_BROKER_RQ_REDIS_URL). The roles are
 real OS processes started with APPROVAL_BROKER_REDIS_CLUSTER=1 (`tests/support/fleet_processes.py`):
 2 API processes, 2 notifiers, 2 agent workers, a sweeper and the resumer. The test process is
@@ -38,10 +38,10 @@ from redis import Redis
 from refunds_demo import register_demo
 
 from broker.client import Broker
-from broker.cluster import connect_cluster
-from broker.config import load_config
-from broker.redis_cluster import LocalCluster
-from broker.redis_server import EmbeddedRedis, free_port
+from broker.domain.config import load_config
+from broker.redis.cluster import connect_cluster
+from broker.redis.embedded import EmbeddedRedis, free_port
+from broker.redis.local_cluster import LocalCluster
 from tests.support.cluster_fleet_checks import all_request_ids, check, outbox_left
 from tests.support.cluster_fleet_faults import Faults, Tracker, drive, kill_masters, poll_until
 from tests.support.fakes.deciding_receiver import DecidingReceiver, mix_policy

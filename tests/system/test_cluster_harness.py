@@ -18,7 +18,7 @@ from redis.crc import key_slot
 from redis.exceptions import ClusterCrossSlotError
 from redis.exceptions import ConnectionError as RedisConnectionError
 
-from broker.cluster import (
+from broker.redis.cluster import (
     FailedOver,
     NotReplicated,
     PatientCluster,
@@ -26,7 +26,7 @@ from broker.cluster import (
     marker_key,
     wait_for_replicas,
 )
-from broker.redis_cluster import SLOTS, LocalCluster, LocalClusterError
+from broker.redis.local_cluster import SLOTS, LocalCluster, LocalClusterError
 
 MOVE = (Path(__file__).resolve().parents[1] / "support" / "lua" / "cluster_move.lua").read_text()
 

@@ -18,10 +18,10 @@ from api.app import create_app
 from approval_broker.cli import app
 from approval_broker.cli_ops import fleet_status
 from broker.client import Broker
-from broker.config import Settings, parse_config
-from broker.models import Decision, NewRequest, Status
-from broker.outbox import Resumer
-from broker.runs import RUN_QUEUE, resume_job_id
+from broker.domain.config import Settings, parse_config
+from broker.domain.models import Decision, NewRequest, Status
+from broker.runs.outbox import Resumer
+from broker.runs.starting import RUN_QUEUE, resume_job_id
 from notifiers.runner import start_notifier
 from tests.support.auth import person
 from tests.support.fakes.harness import options

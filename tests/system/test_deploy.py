@@ -37,10 +37,10 @@ from redis import Redis
 from rq import Worker
 
 from broker.client import Broker
-from broker.config import load_config
-from broker.errors import ConfigError
-from broker.keys import NOTIFIER_GROUP, RESUMER_GROUP, Keys
-from broker.models import NewRequest, Status
+from broker.domain.config import load_config
+from broker.domain.errors import ConfigError
+from broker.domain.models import NewRequest, Status
+from broker.store.keys import NOTIFIER_GROUP, RESUMER_GROUP, Keys
 from tests.support.deploy import DUMMY_SECRETS, config_env_names  # noqa: F401
 from tests.support.waiting import wait_for
 
@@ -428,7 +428,7 @@ def _run_probe(command: list[str], redis_url: str) -> int:
 def test_redis_probe_passes_while_redis_answers_and_fails_when_it_does_not(
     redis_url: str,
 ) -> None:
-    from broker.redis_server import free_port
+    from broker.redis.embedded import free_port
 
     commands = {
         tuple(container(d)[probe]["exec"]["command"])
@@ -488,7 +488,7 @@ def test_the_manifests_role_commands_start_with_the_example_config(
     worker registers with RQ; the resumer and the notifier create their consumer groups. No
     request exists, so nothing is delivered anywhere.
     """
-    from broker.redis_server import free_port
+    from broker.redis.embedded import free_port
 
     by_role = deployments()
     api_args = [("127.0.0.1" if a == "0.0.0.0" else a) for a in container(by_role["api"])["args"]]

@@ -24,7 +24,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from broker.redis_server import free_port
+from broker.redis.embedded import free_port
 from tests.support.docs_examples import ROOT, blocks, page
 from tests.support.up import ADMIN, healthy, stop_up
 from tests.support.waiting import wait_for

@@ -61,13 +61,13 @@ from standardwebhooks import Webhook
 
 from api.app import create_app
 from api.testing import ServerThread as ApiServer
-from broker.agents import register_agent
 from broker.client import Broker
-from broker.config import Settings, load_config, parse_config
-from broker.keys import NOTIFIER_GROUP
-from broker.models import Decision, NewRequest, Request, RunStatus, Status
-from broker.redis_server import EmbeddedRedis, free_port
-from broker.runs import start_run
+from broker.domain.config import Settings, load_config, parse_config
+from broker.domain.models import Decision, NewRequest, Request, RunStatus, Status
+from broker.redis.embedded import EmbeddedRedis, free_port
+from broker.runs.agents import register_agent
+from broker.runs.starting import start_run
+from broker.store.keys import NOTIFIER_GROUP
 from tests.support.fakes.deciding_receiver import Answered, DecidingReceiver, Intent, mix_policy
 from tests.support.fakes.harness import running
 from tests.support.fakes.telegram import FakeTelegram

@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from broker.config import parse_config
-from broker.errors import ConfigError
+from broker.domain.config import parse_config
+from broker.domain.errors import ConfigError
 
 
 def gateway(**fields: Any) -> dict[str, Any]:

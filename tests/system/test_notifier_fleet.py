@@ -15,9 +15,9 @@ import pytest
 from redis import Redis
 
 from broker.client import Broker
-from broker.config import load_config
-from broker.keys import NOTIFIER_GROUP
-from broker.models import NewRequest
+from broker.domain.config import load_config
+from broker.domain.models import NewRequest
+from broker.store.keys import NOTIFIER_GROUP
 from notifiers.delivery_state import DeliveryState
 from notifiers.parking import ParkedStore
 from tests.support.fakes.harness import SECRET

@@ -7,8 +7,8 @@ from redis import Redis
 from api.app import create_app
 from api.testing import ServerThread
 from broker.client import Broker
-from broker.config import Settings, parse_config
-from broker.models import Decision, NewRequest
+from broker.domain.config import Settings, parse_config
+from broker.domain.models import Decision, NewRequest
 from tests.support.browser import CHROMIUM_ARGS  # noqa: F401
 
 ADMIN = "admin-token-for-the-quorum-inbox-test"

@@ -16,7 +16,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from broker.redis_server import free_port
+from broker.redis.embedded import free_port
 from broker.remote import RemoteBroker
 from tests.support.docs_examples import blocks, page
 from tests.support.proc import alive, descendants

@@ -18,10 +18,10 @@ import pytest
 from redis import Redis
 
 from broker.client import Broker
-from broker.config import parse_config
-from broker.models import Decision, RunStatus
-from broker.receipts import REFUSED_TEXT
-from broker.runs import enqueue_resume, start_run
+from broker.domain.config import parse_config
+from broker.domain.models import Decision, RunStatus
+from broker.domain.receipts import REFUSED_TEXT
+from broker.runs.starting import enqueue_resume, start_run
 from tests.support.agents import recorder_for
 from tests.support.receipts import key_file
 from tests.support.waiting import wait_for

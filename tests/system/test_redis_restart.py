@@ -10,11 +10,11 @@ from pathlib import Path
 from redis import Redis
 from rq import Worker
 
-from broker.agents import register_agent
 from broker.client import Broker
-from broker.models import RunStatus
-from broker.redis_server import EmbeddedRedis
-from broker.runs import start_run, wait_run
+from broker.domain.models import RunStatus
+from broker.redis.embedded import EmbeddedRedis
+from broker.runs.agents import register_agent
+from broker.runs.starting import start_run, wait_run
 from tests.support.waiting import wait_for
 
 

@@ -23,10 +23,7 @@ from itsdangerous import URLSafeTimedSerializer
 from redis import Redis
 from redis.exceptions import AuthenticationError, ResponseError
 
-from broker.client import Broker
-from broker.config import Settings, parse_config
-from broker.errors import ConfigError
-from broker.links import (
+from broker.channels.email.links import (
     SECRET_ENV,
     SECRET_FILE,
     LinkError,
@@ -34,8 +31,11 @@ from broker.links import (
     read_link,
     sign_link,
 )
-from broker.models import NewRequest
-from broker.redis_server import (
+from broker.client import Broker
+from broker.domain.config import Settings, parse_config
+from broker.domain.errors import ConfigError
+from broker.domain.models import NewRequest
+from broker.redis.embedded import (
     PASSWORD_FILE,
     URL_FILE,
     EmbeddedRedis,

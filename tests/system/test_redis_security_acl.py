@@ -22,8 +22,8 @@ from itsdangerous import URLSafeTimedSerializer
 from redis import Redis
 from redis.exceptions import NoPermissionError
 
-from broker.links import SECRET_ENV
-from broker.redis_server import EmbeddedRedis, free_port
+from broker.channels.email.links import SECRET_ENV
+from broker.redis.embedded import EmbeddedRedis, free_port
 from tests.support.acl_user import readme_user
 from tests.support.fakes.smtp import SmtpSink
 from tests.support.waiting import wait_for

@@ -21,7 +21,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from broker.redis_server import EmbeddedRedis
+from broker.redis.embedded import EmbeddedRedis
 from tests.support.api_process import ADMIN, api_env, start_api, stop
 
 HEALTH_LIMIT_S = 2.0

@@ -18,9 +18,9 @@ import pytest
 from redis.exceptions import ConnectionError as RedisConnectionError
 
 from broker.client import Broker
-from broker.config import Settings, parse_config
-from broker.models import NewRequest, Status
-from broker.sweeping import SweepBatch
+from broker.domain.config import Settings, parse_config
+from broker.domain.models import NewRequest, Status
+from broker.store.sweeping import SweepBatch
 from tests.support.backends import (  # noqa: F401 - redis, broker, api_broker on both backends
     on_backend,
     on_backend_api_broker,

@@ -25,9 +25,9 @@ from refunds_demo import AGENT_NAME, register_demo
 
 from approval_broker.up import banner
 from broker.client import Broker
-from broker.config import Settings, load_config
-from broker.models import NewRequest, RunStatus, Status
-from broker.redis_server import (
+from broker.domain.config import Settings, load_config
+from broker.domain.models import NewRequest, RunStatus, Status
+from broker.redis.embedded import (
     MAX_SOCKET_PATH,
     SOCKET_FILE,
     UNIX_URL_FILE,
@@ -40,7 +40,7 @@ from broker.redis_server import (
     running_urls,
 )
 from broker.remote import RemoteBroker
-from broker.runs import run_queue
+from broker.runs.starting import run_queue
 from tests.support.fakes.deciding_receiver import DecidingReceiver, mix_policy
 from tests.support.fleet_processes import Fleet
 from tests.support.up import healthy, start_up, stop_up

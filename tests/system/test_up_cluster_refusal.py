@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 
 from approval_broker.up import ONE_REDIS
-from broker.redis_cluster import LocalCluster
-from broker.redis_server import free_port
+from broker.redis.embedded import free_port
+from broker.redis.local_cluster import LocalCluster
 from tests.support.api_process import ADMIN, START_TIMEOUT_S
 
 

@@ -17,11 +17,11 @@ import pytest
 import refunds_demo
 
 from approval_broker.up import FRESH_NEEDS_EMBEDDED, banner, loaded_lines
-from broker.agents import agent_spec, register_agent
 from broker.client import Broker
-from broker.config import Settings, parse_config
-from broker.errors import NotFound
-from broker.redis_server import free_port
+from broker.domain.config import Settings, parse_config
+from broker.domain.errors import NotFound
+from broker.redis.embedded import free_port
+from broker.runs.agents import agent_spec, register_agent
 from tests.support.up import ADMIN, healthy, start_up, up_command
 from tests.support.waiting import wait_for
 

@@ -19,10 +19,10 @@ import pytest
 from redis import Redis
 
 from broker.client import Broker
-from broker.config import load_config, parse_config
-from broker.errors import ConfigError
-from broker.models import RunStatus
-from broker.runs import start_run
+from broker.domain.config import load_config, parse_config
+from broker.domain.errors import ConfigError
+from broker.domain.models import RunStatus
+from broker.runs.starting import start_run
 from tests.support.slot_agents import SLOW_S, effects_key
 from tests.support.waiting import wait_for
 from tests.support.worker_process import WorkerProcess  # noqa: F401

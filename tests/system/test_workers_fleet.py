@@ -18,9 +18,9 @@ from redis import Redis
 from refunds_demo import Ledger
 
 from broker.client import Broker
-from broker.config import load_config
-from broker.models import Decision, RunStatus
-from broker.runs import start_run, wait_run
+from broker.domain.config import load_config
+from broker.domain.models import Decision, RunStatus
+from broker.runs.starting import start_run, wait_run
 from tests.support.agents import recorder_for
 from tests.support.waiting import wait_for
 

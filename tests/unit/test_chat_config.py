@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from broker.config import parse_config
-from broker.errors import ConfigError
+from broker.domain.config import parse_config
+from broker.domain.errors import ConfigError
 
 TELEGRAM = {"bot_token": "1:x", "webhook_secret": "s" * 16, "chats": {"ops": {"chat_id": -100}}}
 DISCORD = {

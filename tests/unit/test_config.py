@@ -6,8 +6,8 @@ import base64
 
 import pytest
 
-from broker.config import Settings, check_admin_token, load_config, parse_config
-from broker.errors import ConfigError
+from broker.domain.config import Settings, check_admin_token, load_config, parse_config
+from broker.domain.errors import ConfigError
 
 OPS_SECRET = "whsec_" + base64.b64encode(b"a-32-byte-key-for-the-ops-hook!!").decode()
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from broker import answer_schema, args_schema, questions, schema_safety
-from broker.errors import InvalidInput
+from broker.domain import answer_schema, args_schema, questions, schema_safety
+from broker.domain.errors import InvalidInput
 
 
 def counting(monkeypatch: pytest.MonkeyPatch, owner: object, name: str) -> list[int]:

@@ -1,10 +1,10 @@
-"""broker.json_keyed: one computation per distinct JSON value, errors never cached."""
+"""broker.domain.json_keyed: one computation per distinct JSON value, errors never cached."""
 
 from __future__ import annotations
 
 import pytest
 
-from broker.json_keyed import cached_by_json, json_key
+from broker.domain.json_keyed import cached_by_json, json_key
 
 
 def test_equal_values_share_one_computation_and_other_values_get_their_own() -> None:

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import json
 
-from broker.keys import Keys
-from broker.partitions import CLUSTER_PARTITIONS, partition_of
-from broker.script_keys import DONE_STATUSES, ScriptKeys
+from broker.store.keys import Keys
+from broker.store.partitions import CLUSTER_PARTITIONS, partition_of
+from broker.store.script_keys import DONE_STATUSES, ScriptKeys
 
 
 def test_single_redis_names_carry_no_tag() -> None:

@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from broker.errors import InvalidInput
-from broker.questions import (
+from broker.domain.errors import InvalidInput
+from broker.domain.questions import (
     InvalidAnswer,
     answer_text,
     has_form,

@@ -10,9 +10,9 @@ from pydantic import BaseModel, Field
 from pydantic_ai import CallDeferred
 
 from broker.ask import ask, ask_for, parse_answer, question, schema_for
-from broker.errors import InvalidInput
-from broker.questions import InvalidAnswer, Option, Question, validate_answer
-from broker.questions import validate_question_metadata as validate
+from broker.domain.errors import InvalidInput
+from broker.domain.questions import InvalidAnswer, Option, Question, validate_answer
+from broker.domain.questions import validate_question_metadata as validate
 
 
 def deferred(call: Any, *args: Any, **kwargs: Any) -> CallDeferred:

@@ -7,8 +7,8 @@ from typing import Any
 import pytest
 from starlette.datastructures import FormData
 
-from broker.answer_forms import answer_from_form, error_inputs
-from broker.questions import InvalidAnswer, validate_answer
+from broker.channels.answer_forms import answer_from_form, error_inputs
+from broker.domain.questions import InvalidAnswer, validate_answer
 
 QUESTIONS = {
     "questions": [

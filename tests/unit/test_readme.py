@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from broker.config import parse_config
+from broker.domain.config import parse_config
 from tests.support.docs_examples import blocks as code_blocks
 from tests.support.docs_examples import every_page, page
 

@@ -1,4 +1,4 @@
-"""What a person's rule covers, by channel (`broker.rules.matching`, fed by `in_queue`): only
+"""What a person's rule covers, by channel (`broker.domain.rules.matching`, fed by `in_queue`): only
 queues that list the channel it was made through, as a deciding channel; a rule kept before
 channels were recorded is judged by roles only; a policy rule covers every queue."""
 
@@ -8,9 +8,9 @@ from datetime import UTC, datetime
 
 import pytest
 
-from broker.config import Config, parse_config
-from broker.rules.matching import Call, in_queue, matches
-from broker.rules.models import Rule
+from broker.domain.config import Config, parse_config
+from broker.domain.rules.matching import Call, in_queue, matches
+from broker.domain.rules.models import Rule
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
 SECRET = "whsec_" + "MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWY="

@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 
-from broker.auth import Principal
-from broker.errors import Forbidden, InvalidInput
-from broker.models import Request
+from broker.domain.errors import Forbidden, InvalidInput
+from broker.domain.models import Request
+from broker.domain.principals import Principal
 from broker.rules import (
     Call,
     Rule,

@@ -15,7 +15,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from broker.runner import _event_loop, _run_sync
+from broker.runs.agent_runner import _event_loop, _run_sync
 
 WAKE_TIMEOUT_S = 10.0
 

@@ -3,7 +3,7 @@
 `wire\\u202emoney` in a prompt, tool name, question, option or reason would read as another
 word in Slack; a C0 or C1 control could hide or forge text. Every block, the fallback text,
 the answer and reject modals and the ephemeral notices drop them (the one helper email uses,
-`broker.printable`); the arguments show them as `\\uXXXX`, so what was sent stays visible.
+`broker.domain.printable`); the arguments show them as `\\uXXXX`, so what was sent stays visible.
 """
 
 from __future__ import annotations
@@ -15,11 +15,11 @@ from typing import Any
 import pytest
 
 from api.slack_replies import notice
-from broker.config import parse_config
-from broker.models import Decision, Request, args_hash
-from broker.printable import BIDI_CONTROLS, CONTROLS
-from broker.slack_forms import answer_modal
-from broker.slack_ids import reject_modal
+from broker.channels.slack.action_ids import reject_modal
+from broker.channels.slack.question_modal import answer_modal
+from broker.domain.config import parse_config
+from broker.domain.models import Decision, Request, args_hash
+from broker.domain.printable import BIDI_CONTROLS, CONTROLS
 from notifiers.mail_render import Link, render_mail
 from notifiers.slack_blocks import render
 

@@ -12,7 +12,7 @@ from typing import Any
 from aiosmtpd.controller import Controller
 from aiosmtpd.smtp import AuthResult, LoginPassword
 
-from broker.redis_server import free_port
+from broker.redis.embedded import free_port
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,7 @@
 """The text a model reads for a structured answer: `Which auth method? OAuth 2.0`.
 
 Kept here so an agent outside the fleet and the fleet's own resume read answers the same way
-(`broker.questions` re-exports `answer_text`).
+(`broker.domain.questions` re-exports `answer_text`).
 """
 
 from __future__ import annotations

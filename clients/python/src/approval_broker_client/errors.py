@@ -3,7 +3,7 @@
 404 -> `NotFound`, 409 -> `Conflict` (carrying the request as it stands), 403 -> `Forbidden`,
 422 -> `InvalidInput` (or `NotFound` where the broker raised one), 401 -> `Unauthorized`; any
 other status is a `RemoteError` with it. The API's `error` code is kept as the error's `code`.
-The broker itself raises these same classes (`broker.errors` re-exports them), so code written
+The broker itself raises these same classes (`broker.domain.errors` re-exports them), so code written
 against the in-fleet client handles a remote one's errors alike.
 """
 

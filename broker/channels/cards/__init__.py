@@ -1,0 +1,3 @@
+"""Telegram's and Discord's chat cards: compact button tokens and the answer options a card
+offers.
+"""

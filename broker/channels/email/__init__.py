@@ -1,0 +1,1 @@
+"""Email's shared parts: signed single-use decision links, and who an address decides as."""

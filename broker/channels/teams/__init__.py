@@ -1,0 +1,1 @@
+"""Microsoft Teams' shared parts: the Adaptive Card of a request."""

@@ -1,0 +1,94 @@
+"""Principals and tokens: who is asking, and may they decide this request.
+
+Tokens are never stored: the config holds their sha256, compared in constant time.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import secrets
+from collections.abc import Collection
+from dataclasses import dataclass, field
+
+from broker.domain.config import Config
+from broker.domain.models import Request
+
+ADMIN = "admin"
+EVERY_ROLE = "*"
+REQUESTER = "requester"
+AUDITOR = "auditor"
+NON_DECIDING = frozenset({REQUESTER, AUDITOR})  # a principal with only these roles decides nothing
+
+
+def hash_token(token: str) -> str:
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+def new_token() -> str:
+    """A fresh bearer token (256 bits, URL-safe)."""
+    return "ab_" + secrets.token_urlsafe(32)
+
+
+@dataclass(frozen=True)
+class Principal:
+    """An approver or service, as the config names it; `roles` decide what it may do."""
+
+    name: str
+    roles: frozenset[str] = field(default_factory=frozenset)
+
+    def has_role(self, role: str) -> bool:
+        return EVERY_ROLE in self.roles or role in self.roles
+
+    def decides_anything(self) -> bool:
+        """False for a service that asks (`requester`) or a reader (`auditor`, which "sees
+        everything, decides nothing"), or both: such a principal never decides or acks."""
+        if EVERY_ROLE in self.roles:
+            return True
+        return not (self.roles and self.roles <= NON_DECIDING)
+
+    def may_decide(self, request: Request, queue_roles: Collection[str] = ()) -> bool:
+        """Roles only (the decision service also checks the channel a reply came through).
+
+        A decider needs one of `queue_roles` (the request's queue's minimum roles) when there
+        are any, AND one of the request's `allowed_roles` when there are any; empty
+        `allowed_roles` means any approver. A principal whose only role is `requester` is a
+        service that asks, not an approver: it can never decide, so an agent's token can't
+        approve its own tool calls; nor can one whose roles are only `requester`/`auditor`.
+        """
+        if EVERY_ROLE in self.roles:
+            return True
+        if not self.decides_anything():
+            return False
+        if queue_roles and not self.roles.intersection(queue_roles):
+            return False
+        if not request.allowed_roles:
+            return True
+        return bool(self.roles.intersection(request.allowed_roles))
+
+
+def operator(name: str) -> Principal:
+    """Someone at a shell with the broker's Redis in hand (`approval-broker decide --by NAME`):
+    they could write Redis directly, so no role or channel check would hold them back."""
+    return Principal(name, frozenset({EVERY_ROLE}))
+
+
+def authenticate(
+    config: Config, token: str | None, admin_token: str | None = None
+) -> Principal | None:
+    """The principal a bearer token belongs to, or None. Every candidate is compared."""
+    if not token:
+        return None
+    digest = hash_token(token)
+    found: Principal | None = None
+    if admin_token and hmac.compare_digest(digest, hash_token(admin_token)):
+        found = Principal(ADMIN, frozenset({EVERY_ROLE}))
+    for name, approver in config.approvers.items():
+        if approver.token_sha256 and hmac.compare_digest(digest, approver.token_sha256):
+            found = found or Principal(name, frozenset(approver.roles))
+    return found
+
+
+def principal_named(config: Config, name: str) -> Principal:
+    approver = config.approvers.get(name)
+    return Principal(name, frozenset(approver.roles if approver else ()))

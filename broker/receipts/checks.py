@@ -1,0 +1,132 @@
+"""The check at execution: does an approved call's receipt still prove it, right before it runs?
+
+Called by whatever is about to run an approved tool: the fleet worker's tool guard
+(`broker.runs.tool_guard`) and the API route a remote agent's `BrokerApprovals` spends its receipt
+through. The signature, expiry, request, tool and args are checked by `broker.domain.receipts`; the
+approver's current roles (with `[receipts] recheck_roles`) here, against the config as it is
+now; single use and the records by receipt.lua, in the one atomic step that spends the jti and
+counts the tool as started. A refusal is recorded (event `approval.receipt_refused`, a history
+entry, a counter for `/metrics`) and raised as `ReceiptRefused`: the tool must not run.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from broker.client import Broker
+from broker.domain.config import Config
+from broker.domain.models import Outcome, Request
+from broker.domain.persons import EMAIL, WEBHOOK, approver_named, normal_address, webhook_person
+from broker.domain.principals import ADMIN, Principal
+from broker.domain.receipts import ReceiptRefused, Receipts, jti_digest, spent_ttl
+
+RUNS_A_TOOL = frozenset({Outcome.approved, Outcome.modified})
+"""Outcomes whose tool runs where the run goes on (an answer is the tool's result itself)."""
+
+
+def deciding_principal(config: Config, decided_by: str) -> Principal | None:
+    """Who `decided_by` is in the config as it is now, with their roles now; None when the
+    config no longer knows them (an approver removed, a webhook endpoint gone or notify-only)."""
+    if decided_by == ADMIN:
+        return Principal(ADMIN, frozenset({"*"}))
+    if decided_by.startswith(WEBHOOK):
+        endpoint = decided_by[len(WEBHOOK) :].split("/", 1)[0]
+        hook = config.webhooks.get(endpoint)
+        if hook is None or not config.decides_through(f"webhook:{endpoint}"):
+            return None
+        person = webhook_person(decided_by)
+        named = approver_named(config, person) if person else None
+        if named is not None:  # the person it names must still be one who may decide
+            return Principal(named, frozenset(config.approvers[named].roles))
+        return Principal(f"webhook:{endpoint}", frozenset(hook.roles))
+    if decided_by.startswith(EMAIL):
+        address = normal_address(decided_by[len(EMAIL) :])
+        for name, approver in config.approvers.items():
+            if approver.email and normal_address(approver.email) == address:
+                return Principal(name, frozenset(approver.roles))
+        return None
+    approver = config.approvers.get(decided_by)
+    return Principal(decided_by, frozenset(approver.roles)) if approver else None
+
+
+def revoked(config: Config, request: Request, claims: dict[str, Any]) -> str | None:
+    """Why the receipt's approver (or one of its quorum's voters) may no longer decide
+    `request`, or None. A rule's decision stands on the rule, not on roles."""
+    by = str(claims.get("decided_by") or "")
+    if by.startswith("rule:"):
+        return None
+    quorum = claims.get("quorum")
+    voters = list(quorum.get("votes") or []) if isinstance(quorum, dict) else []
+    queue_roles = config.queue_roles(request.queue)
+    for name in dict.fromkeys([by, *voters]):
+        principal = deciding_principal(config, str(name))
+        if principal is None:
+            return f"{name!r} is no longer an approver in the config"
+        if not principal.may_decide(request, queue_roles):
+            return f"{name!r} no longer holds a role that may decide request {request.id}"
+    return None
+
+
+class ReceiptChecks:
+    """Checks and spends receipts on `broker`; a no-op when `[receipts]` has no key."""
+
+    def __init__(self, broker: Broker) -> None:
+        self.broker = broker
+
+    @property
+    def receipts(self) -> Receipts | None:
+        return self.broker.store.receipts
+
+    def spend(
+        self,
+        request: Request,
+        *,
+        tool_name: str,
+        args: dict[str, Any],
+        run_field: str | None = None,
+    ) -> dict[str, Any] | None:
+        """Check `request`'s receipt for running `tool_name` with `args` now, and spend it in
+        the step that counts the tool as started in its run's `run_field` (if given).
+
+        Returns the receipt's claims (None when receipts are off); raises `ReceiptRefused`,
+        after recording the refusal, when the tool must not run.
+        """
+        receipts = self.receipts
+        if receipts is None:
+            return None
+        token = request.decision.receipt if request.decision is not None else None
+        try:
+            claims = receipts.verify(token, request_id=request.id, tool_name=tool_name, args=args)
+            if claims.get("tool_call_id") != request.tool_call_id:
+                raise ReceiptRefused("other_request", "the receipt is for another call")
+            if self.broker.config.receipts.recheck_roles:
+                why = revoked(self.broker.config, request, claims)
+                if why:
+                    raise ReceiptRefused("approver_revoked", why)
+        except ReceiptRefused as exc:
+            self.refuse(request, exc.reason)
+            raise
+        reply = self._step(
+            request,
+            claims["jti"],
+            mode="spend",
+            jti_ttl=spent_ttl(claims),
+            run_field=run_field,
+            with_run=run_field is not None,
+        )
+        if reply[0] == "spent":
+            raise ReceiptRefused("spent", f"the receipt of request {request.id} was already used")
+        return claims
+
+    def refuse(self, request: Request, reason: str) -> None:
+        """Record a refusal: event `approval.receipt_refused`, history, the counter."""
+        self._step(request, "", mode="refuse", reason=reason, with_run=False)
+
+    def _step(self, request: Request, jti: str, *, with_run: bool, **args: Any) -> list[Any]:
+        store = self.broker.store
+        run_id = request.run_id if with_run else None
+        keys = store.keys.receipt_keys(request.id, request.queue, jti_digest(jti), run_id)
+        values = {k: v for k, v in args.items() if v is not None}
+        return store.scripts.run(
+            "receipt", keys, id=request.id, queue=request.queue, maxlen=store.maxlen, **values
+        )

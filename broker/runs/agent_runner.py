@@ -1,0 +1,450 @@
+"""Advancing one run by one round: run the agent, then pause it, finish it, or fail it.
+
+Every step can be repeated safely, because a job can be retried or re-read from the outbox:
+
+* a job for a round that is no longer the run's current round (or a finished run) does nothing;
+* the agent is driven node by node (`Agent.iter`). Before a step that may run tools, a marker
+  is saved; as soon as the tools have returned, the messages so far are saved as a checkpoint.
+  A retry (after a model's 503, say) continues from the checkpoint, without the prompt and
+  without the round's deferred results, so no tool that already returned runs again;
+* a retry that finds the marker instead of a checkpoint (the worker died, or Redis failed, in
+  the tool step) takes the step again when no tool with effects was still running, the tools
+  that had returned giving back their kept return values (`broker.runs.tool_guard`); when one was
+  still running it fails the run with a clear error rather than running it a second time; an
+  error raised by the tool step itself fails the run at once for the same reason;
+* a pause stores the messages together with the next round's calls *before* registering them,
+  so a job that dies in between registers the same round on its next attempt;
+* registering a round is idempotent in the broker (`create_round`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import os
+import socket
+import time
+import warnings
+import weakref
+from collections.abc import Callable, Coroutine
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+import anyio.to_thread
+import httpx
+from pydantic_ai import CallToolsNode, DeferredToolRequests, ModelRequestNode
+from pydantic_ai.exceptions import (
+    ModelAPIError,
+    ModelHTTPError,
+    ModelQuotaExceededError,
+    ModelRequestRejectedError,
+)
+from pydantic_ai.messages import ModelMessage, ModelMessagesTypeAdapter
+from pydantic_ai.run import AgentRun, AgentRunResult
+from pydantic_core import to_jsonable_python
+from pydantic_graph import End
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+
+from broker.client import Broker
+from broker.domain.errors import BrokerError, NotFound
+from broker.domain.models import NewRequest, Request, RunStatus
+from broker.runs.agent_loader import AgentLoadError, LoadedAgent, load_agent
+from broker.runs.agents import LocalAgents
+from broker.runs.live_wait import owned_round, wait_and_claim
+from broker.runs.new_prompt import prompt_field
+from broker.runs.pending_calls import BadCallMetadata, new_requests, tool_schemas
+from broker.runs.tool_guard import NO_EFFECT_KINDS, ToolGuard, tools_field
+from broker.runs.tool_results import RoundNotReady, results_for
+from broker.tracing import telemetry as tracing
+
+log = logging.getLogger("broker.runs.agent_runner")
+
+SKIPPED = "skipped"
+_MAX_ERROR = 2000
+_RECORD_RETRY_DELAYS = (0.1, 0.4, 1.0, 2.0)
+"""Back-off, in seconds, while recording a run's failure keeps hitting a Redis error."""
+
+WAITING = "waiting"
+"""Stage of a pause: the history ends in the round's deferred calls, registered as `calls`."""
+TOOLS = "tools"
+"""Stage of a round whose tools may be running: nothing to continue from."""
+CONTINUE = "continue"
+"""Stage of a round whose tools have returned: `messages` is the checkpoint to continue from."""
+
+
+_T = TypeVar("_T")
+
+
+class RunFailed(Exception):
+    """A run can't go on; the message is stored as the run's error."""
+
+
+def is_transient(exc: BaseException) -> bool:
+    """Errors worth another attempt later: the network, Redis, or a model provider's hiccup."""
+    if isinstance(exc, RedisConnectionError | RedisTimeoutError | httpx.TransportError):
+        return True
+    if isinstance(exc, ModelAPIError):
+        if isinstance(exc, ModelRequestRejectedError | ModelQuotaExceededError):
+            return False
+        if isinstance(exc, ModelHTTPError):
+            return exc.status_code in (408, 425, 429) or exc.status_code >= 500
+        return True
+    return isinstance(exc, ConnectionError | TimeoutError)
+
+
+def describe(exc: BaseException) -> str:
+    if isinstance(exc, RunFailed | AgentLoadError | RoundNotReady | BadCallMetadata):
+        text = str(exc)
+    elif isinstance(exc, BrokerError):
+        text = exc.detail
+    else:
+        text = f"{type(exc).__name__}: {exc}"
+    return text[:_MAX_ERROR]
+
+
+@dataclass
+class Pause:
+    """What a run keeps in Redis between attempts: the history so far and where it stands.
+
+    `stage` is WAITING (paused on round `round`'s `calls`), TOOLS (round `round`'s tools may be
+    running) or CONTINUE (round `round`'s tools returned; continue from `messages`).
+    """
+
+    round: int
+    messages: list[Any]
+    calls: list[dict[str, Any]] = field(default_factory=list)
+    stage: str = WAITING
+    worker: str = ""  # TOOLS: the worker process taking the step (`host:pid`), for the error
+
+    def dump(self) -> bytes:
+        return json.dumps(
+            {
+                "round": self.round,
+                "stage": self.stage,
+                "messages": self.messages,
+                "calls": self.calls,
+                **({"worker": self.worker} if self.worker else {}),
+            }
+        ).encode()
+
+    @classmethod
+    def load(cls, raw: bytes | None) -> Pause | None:
+        if not raw:
+            return None
+        data = json.loads(raw)
+        if not isinstance(data, dict) or "round" not in data:
+            return None  # not written by this module
+        return cls(
+            int(data["round"]),
+            data.get("messages") or [],
+            data.get("calls") or [],
+            str(data.get("stage") or WAITING),
+            str(data.get("worker") or ""),
+        )
+
+    def history(self) -> list[ModelMessage]:
+        return ModelMessagesTypeAdapter.validate_python(self.messages)
+
+    def requests(self) -> list[NewRequest]:
+        return [NewRequest.model_validate(c) for c in self.calls]
+
+
+def _json_messages(messages: list[ModelMessage]) -> list[Any]:
+    return json.loads(ModelMessagesTypeAdapter.dump_json(messages))
+
+
+_LOOPS: weakref.WeakSet[asyncio.AbstractEventLoop] = weakref.WeakSet()
+"""Every loop `_event_loop` made, in any thread of this process."""
+_INHERITED_LOOPS: list[asyncio.AbstractEventLoop] = []
+"""In a forked child, the loops the parent had made: held so the child never collects them."""
+
+
+def _forget_parent_loop() -> None:
+    """In a forked child (an RQ work horse), never reuse the parent's loop: its selector and
+    self-pipe are shared with the parent.
+
+    Nor let any loop the parent made be garbage-collected here: closing one (as a collected
+    loop does) unregisters its self-pipe from the epoll instance the child shares with the
+    parent, and that loop would no longer wake for `call_soon_threadsafe` (a tool's worker
+    thread reporting back), so the parent's next agent run on it would hang. The loops of the
+    parent's other threads count too: those threads don't exist here, and what held their
+    loops (a thread-local) may be gone.
+    """
+    with contextlib.suppress(Exception):
+        _INHERITED_LOOPS.extend(_LOOPS)
+    with contextlib.suppress(Exception):
+        asyncio.set_event_loop(None)
+
+
+os.register_at_fork(after_in_child=_forget_parent_loop)
+
+
+def _event_loop() -> asyncio.AbstractEventLoop:
+    """This thread's event loop, as `Agent.run_sync` uses it, so cached clients keep their loop."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        try:
+            loop = asyncio.get_event_loop()
+        except RuntimeError:
+            loop = None
+    if loop is None or loop.is_closed():
+        loop = asyncio.new_event_loop()
+        asyncio.set_event_loop(loop)
+    _LOOPS.add(loop)
+    return loop
+
+
+CoroutineRunner = Callable[[Coroutine[Any, Any, Any]], Any]
+"""Runs an agent's coroutine to its end from a job's thread and returns its result (or raises)."""
+
+_coroutine_runner: CoroutineRunner | None = None
+
+
+def run_coroutines_with(runner: CoroutineRunner | None) -> None:
+    """Make `runner` run every agent coroutine of this process (None: this thread's own loop).
+
+    The worker process installs its shared event loop here, so that the jobs of all its slots
+    advance their runs on one loop; `broker.testing` and in-process test workers keep a loop
+    per thread.
+    """
+    global _coroutine_runner
+    _coroutine_runner = runner
+
+
+def _run_sync(coro: Coroutine[Any, Any, _T]) -> _T:
+    if _coroutine_runner is not None:
+        return _coroutine_runner(coro)  # type: ignore[no-any-return]
+    return _event_loop().run_until_complete(coro)
+
+
+def _worker() -> str:
+    """This worker process, as a failed run's error names it: `host:pid`."""
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+async def _off_loop(fn: Callable[..., _T], *args: Any) -> _T:
+    """A blocking call (sync Redis) from the agent's coroutine, in a thread: never on the loop."""
+    return await anyio.to_thread.run_sync(fn, *args)
+
+
+def _may_run_tools(agent_run: AgentRun[Any, Any], node: CallToolsNode[Any, Any]) -> bool:
+    """Whether this tool step may run user code with effects (function tools).
+
+    Output tools, external calls and calls that wait for approval don't; a step that applies a
+    round's decisions does (approved tools run). When in doubt, yes.
+    """
+    calls = node.model_response.tool_calls
+    if not calls:
+        return False
+    if node.tool_call_results is not None:
+        return True
+    try:
+        manager = agent_run.ctx.deps.tool_manager
+        if manager.tools is None:
+            return True
+        defs = [manager.get_tool_def(call.tool_name) for call in calls]
+    except (AttributeError, ValueError):
+        return True
+    return any(d is not None and d.kind not in NO_EFFECT_KINDS for d in defs)
+
+
+class AgentRunner:
+    """Runs registered agents for runs stored in the broker (used by RQ jobs and broker.testing)."""
+
+    def __init__(
+        self, broker: Broker, local: LocalAgents | None = None, *, live_waits: bool = False
+    ) -> None:
+        self.broker = broker
+        self.local = local
+        self.live_waits = live_waits  # honour agents' live_wait_s (RQ jobs; not broker.testing)
+
+    def advance(self, run_id: str, round_no: int, *, final_attempt: bool = True) -> str:
+        """Run round 0 (the prompt) or resume after round N; returns the run's new status.
+
+        A transient error is raised again for the job to be retried unless this is the final
+        attempt; any other error fails the run with the error stored.
+        """
+        try:
+            fields = self.broker.run_fields(run_id)
+        except NotFound:
+            log.warning("run %s does not exist; nothing to do", run_id)
+            return SKIPPED
+        status = RunStatus(fields["status"])
+        current = int(fields.get("round") or 0)
+        round_no = owned_round(fields, round_no)  # rounds this job went on with live count
+        if current != round_no or status in (
+            RunStatus.waiting,
+            RunStatus.finished,
+            RunStatus.failed,
+        ):
+            log.info("run %s is %s in round %s; job for round %s skipped", run_id, status.value, current, round_no)  # fmt: skip
+            return SKIPPED
+        try:
+            pause = Pause.load(self.broker.load_messages(run_id))
+            if pause is not None and pause.stage == WAITING and pause.round == round_no + 1:
+                return self._register(run_id, pause)  # an earlier attempt died after saving
+            return self._step(run_id, round_no, fields, pause)
+        except Exception as exc:
+            if is_transient(exc) and not final_attempt:
+                log.warning("run %s round %s: %s; will retry", run_id, round_no, describe(exc))
+                raise
+            log.warning("run %s failed: %s", run_id, describe(exc))
+            self._record_failure(run_id, describe(exc))
+            return RunStatus.failed.value
+
+    def _record_failure(self, run_id: str, error: str) -> None:
+        """Store the failure, riding out a short Redis outage (else RQ's on_failure tries too)."""
+        for delay in (*_RECORD_RETRY_DELAYS, None):
+            try:
+                self.broker.update_run(run_id, status=RunStatus.failed, error=error)
+                return
+            except (RedisConnectionError, RedisTimeoutError) as exc:
+                if delay is None:
+                    raise
+                log.warning("run %s: recording its failure failed (%s); retrying", run_id, exc)
+                time.sleep(delay)
+
+    def _start(
+        self, run_id: str, round_no: int, fields: dict[str, str], pause: Pause | None
+    ) -> tuple[str | None, list[ModelMessage] | None, list[Request] | None]:
+        """Where this attempt starts: (prompt, history, the decided requests it applies)."""
+        if pause is not None and pause.round == round_no and pause.stage == TOOLS:
+            if not int(fields.get(tools_field(pause.round, len(pause.messages))) or 0):
+                # the worker died in the step, but before any tool with effects started:
+                # take the step again from where it began
+                decided = None
+                if pause.calls:  # it was the step applying round `round_no`'s outcomes
+                    decided = self.broker.round_requests(run_id, round_no)
+                return None, pause.history(), decided
+            on = f" on worker {pause.worker}" if pause.worker else ""
+            raise RunFailed(
+                f"run {run_id} was interrupted in round {round_no} while its tools were running"
+                f"{on} (the worker died, or Redis failed before their results were saved); tools "
+                "are never run twice, so the run was stopped"
+            )
+        if pause is not None and pause.round == round_no and pause.stage == CONTINUE:
+            return None, pause.history(), None  # the tools returned: go on from there
+        if round_no == 0:
+            return fields.get("prompt", ""), None, None
+        if pause is None or pause.round != round_no or pause.stage != WAITING:
+            raise RunFailed(f"the stored history of run {run_id} round {round_no} is missing")
+        prompt = fields.get(prompt_field(round_no)) or None  # a new prompt instead of answers
+        return prompt, pause.history(), self.broker.round_requests(run_id, round_no)
+
+    def _step(self, run_id: str, round_no: int, fields: dict[str, str], pause: Pause | None) -> str:
+        prompt, history, decided = self._start(run_id, round_no, fields, pause)
+        results = results_for(decided) if decided is not None else None
+        loaded = load_agent(self.broker, fields["agent"], self.local)
+        deps = loaded.deps(self.broker, run_id, json.loads(fields.get("deps") or "null"))
+        kwargs: dict[str, Any] = {"deps": deps}
+        if loaded.output_type is not None:
+            kwargs["output_type"] = loaded.output_type
+        if history is not None:
+            kwargs["message_history"] = history
+        if results is not None:
+            kwargs["deferred_tool_results"] = results
+        self.broker.update_run(run_id, status=RunStatus.running)
+        applying = [] if results is None or pause is None else pause.calls
+        guard = ToolGuard(self.broker, run_id, kept=fields, approved=decided)
+        drive = self._drive(run_id, round_no, loaded, guard, prompt, kwargs, applying)
+        result = _run_sync(tracing.carry(drive))  # the job's trace, on the worker's shared loop
+        output = result.output
+        if isinstance(output, DeferredToolRequests):
+            return self._pause(run_id, round_no + 1, loaded, output, result.all_messages())
+        self.broker.update_run(
+            run_id,
+            status=RunStatus.finished,
+            output=json.dumps(to_jsonable_python(output, fallback=str)),
+            error="",
+        )
+        return RunStatus.finished.value
+
+    async def _drive(
+        self,
+        run_id: str,
+        round_no: int,
+        loaded: LoadedAgent,
+        guard: ToolGuard,
+        prompt: str | None,
+        kwargs: dict[str, Any],
+        applying: list[dict[str, Any]],
+    ) -> AgentRunResult[Any]:
+        """Run the agent to its end, saving a marker before and a checkpoint after tool steps.
+
+        `applying` is the round's calls when this attempt starts by applying their outcomes: the
+        first marker keeps them, so a step taken again applies them again.
+        """
+        async with loaded.agent.iter(prompt, capabilities=[guard], **kwargs) as agent_run:
+            node = agent_run.next_node
+            while not isinstance(node, End):
+                if not (isinstance(node, CallToolsNode) and _may_run_tools(agent_run, node)):
+                    node = await agent_run.next(node)
+                    continue
+                messages = _json_messages(agent_run.all_messages())
+                marker = Pause(round_no, messages, calls=applying, stage=TOOLS, worker=_worker())
+                applying = []
+                guard.field = tools_field(round_no, len(messages))
+                await _off_loop(self.broker.save_messages, run_id, marker.dump())
+                try:
+                    node = await agent_run.next(node)
+                except Exception as exc:
+                    if not is_transient(exc):
+                        raise
+                    raise RunFailed(
+                        f"{describe(exc)} (raised while the tools of round {round_no} ran; they "
+                        "are not run a second time, so the run was stopped)"
+                    ) from exc
+                if isinstance(node, ModelRequestNode):  # the tools returned; the model is next
+                    messages = [*agent_run.all_messages(), node.request]
+                    checkpoint = Pause(round_no, _json_messages(messages), stage=CONTINUE)
+                    await _off_loop(self.broker.save_messages, run_id, checkpoint.dump())
+            result = agent_run.result
+        if result is None:  # pragma: no cover - an End node always carries the result
+            raise RunFailed(f"the agent of run {run_id} ended without a result")
+        return result
+
+    def _pause(
+        self,
+        run_id: str,
+        next_round: int,
+        loaded: LoadedAgent,
+        output: DeferredToolRequests,
+        messages: list[ModelMessage],
+    ) -> str:
+        limit = loaded.spec.max_rounds
+        if next_round > limit:
+            raise RunFailed(
+                f"agent {loaded.name!r} asked for decisions again after {limit} rounds "
+                f"(max_rounds = {limit}); the run was stopped"
+            )
+        queues = self.broker.config.queues
+        schemas = tool_schemas(loaded.agent)
+        calls = new_requests(output, loaded.spec, messages, queues=queues, schemas=schemas)
+        for call in calls:
+            if call.queue not in queues:
+                raise RunFailed(
+                    f"tool {call.tool_name!r} routes its request to queue {call.queue!r}, "
+                    "which is not defined"
+                )
+        pause = Pause(
+            round=next_round,
+            messages=_json_messages(messages),
+            calls=[c.model_dump(mode="json") for c in calls],
+        )
+        self.broker.save_messages(run_id, pause.dump())
+        status = self._register(run_id, pause)
+        live = loaded.spec.live_wait_s if self.live_waits else 0
+        if live > 0 and wait_and_claim(self.broker, run_id, next_round, live):
+            return self._step(run_id, next_round, self.broker.run_fields(run_id), pause)
+        return status
+
+    def _register(self, run_id: str, pause: Pause) -> str:
+        # the run's starter asked for these calls: none of them counts their approval
+        starter = self.broker.run_fields(run_id).get("started_by") or None
+        calls = [c.model_copy(update={"created_by": starter}) for c in pause.requests()]
+        self.broker.create_round(run_id, pause.round, calls)
+        self.broker.announce_run(run_id, RunStatus.waiting.value)
+        return RunStatus.waiting.value
