@@ -648,9 +648,10 @@ def test_example_config_loads_with_its_secrets_set(example_env: set[str]) -> Non
 def test_example_config_agents_are_importable_in_the_image(example_env: set[str]) -> None:
     """Its agents point at code the wheel ships, so the example fleet can run them."""
     config = load_config(EXAMPLE)
-    packages = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["hatch"]["build"][
+    folders = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["hatch"]["build"][
         "targets"
     ]["wheel"]["packages"]
+    packages = {Path(folder).name for folder in folders}  # hatch ships a folder under its name
     for name, agent in config.agents.items():
         for path in filter(None, (agent.path, agent.deps)):
             module, _, attr = path.partition(":")
