@@ -443,9 +443,11 @@ def test_fifty_concurrent_http_decisions_one_wins(redis: Redis) -> None:
 
     def decide(i: int, base_url: str) -> None:
         outcome = "approved" if i % 2 else "rejected"
+        # all released at once, each on a connection of its own; not connected before the
+        # barrier: a connection idle past the server's keep-alive while slow threads start
+        # would be closed under the request (a reset, not an answer)
+        barrier.wait()
         with httpx.Client(base_url=base_url, timeout=30) as http:
-            http.get("/healthz")  # connect first, so the requests themselves race
-            barrier.wait()
             resp = http.post(
                 f"/v1/requests/{req.id}/decision",
                 json={"outcome": outcome},

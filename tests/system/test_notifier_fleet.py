@@ -66,7 +66,10 @@ class Fleet:
                 stderr=subprocess.STDOUT,
             )
         self.processes.append(process)
-        wait_for(lambda: f"notifier {name} reading queues default".encode() in out.read_bytes())
+        wait_for(  # a process start: seconds of imports, more on a busy machine
+            lambda: f"notifier {name} reading queues default".encode() in out.read_bytes(),
+            timeout=60,
+        )
         return process
 
     def output(self, name: str) -> str:
