@@ -13,6 +13,7 @@ import socket
 from pathlib import Path
 
 import httpx
+import pytest
 
 from approval_broker.up import check_port_free
 from broker.redis.embedded import free_port
@@ -29,6 +30,7 @@ def lingering(port: int) -> bool:
     return False
 
 
+@pytest.mark.timeout(600)  # two API process starts: minutes each beside the fleet test's processes
 def test_the_api_and_ups_port_check_start_at_once_on_the_port_of_a_killed_api(
     redis_url: str, tmp_path: Path
 ) -> None:
