@@ -10,7 +10,8 @@ registers one-request rounds of many runs, then decides them over HTTP:
    the Redis round trips per decision (all clients, as Redis counts them), and Redis's CPU.
 
 The clients are separate processes (default 2) so they don't share the API's loop, each an
-`httpx.AsyncClient` per API with a few kept-alive connections, requests prepared beforehand.
+`aiohttp.ClientSession` (`--client httpx`: an `httpx.AsyncClient`) per API with a few
+kept-alive connections, requests prepared beforehand.
 `--profile FILE` records the API process with py-spy (`--gil`) during the fast phase.
 
 Usage: uv run python bench/bench_api.py [--rate 100] [--seconds 10] [--burst 2000]
@@ -19,6 +20,11 @@ Usage: uv run python bench/bench_api.py [--rate 100] [--seconds 10] [--burst 200
 `--apis N` starts N API processes (the API holds no state) and spreads the clients'
 connections over them; `--webhook` sends signed webhook replies in the fast phase instead of
 REST decisions (what bench_e2e's receiver sends).
+
+3. The framework's ceiling (`--no-bare` skips it): the same fast phase, same clients and
+   requests, against `bench/bare_decide.py`, a FastAPI route of the decide route's shape (path
+   and body validation, a bearer-token check, a JSON answer) on the same stock uvicorn, with no
+   broker behind it. Its CPU per request is the floor under the API's; the rest is the broker's.
 """
 
 from __future__ import annotations
@@ -29,12 +35,17 @@ import base64
 import json
 import multiprocessing
 import os
+import socket
 import statistics
 import subprocess
+import sys
 import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
 from datetime import UTC, datetime
 from typing import Any
 
+import aiohttp
 import httpx
 from benchlib import (
     bench_site,
@@ -105,8 +116,12 @@ def prepare(request_id: str, webhook: bool = False) -> tuple[str, dict[str, str]
     return "/v1/webhooks/bench/replies", headers, body.encode()
 
 
+Post = Callable[[str, dict[str, str], bytes], Awaitable[tuple[int, str]]]
+"""Send one POST on a kept-alive connection: (status, body text)."""
+
+
 async def _connection(
-    client: httpx.AsyncClient, jobs: list[Prepared], start: float, rate: float | None
+    post: Post, jobs: list[Prepared], start: float, rate: float | None
 ) -> list[Result]:
     """One client connection's share of the decisions, sent in turn (paced when `rate`)."""
     out: list[Result] = []
@@ -116,11 +131,67 @@ async def _connection(
             if delay > 0:
                 await asyncio.sleep(delay)
         wall, t0 = time.time(), time.perf_counter()
-        response = await client.post(path, headers=headers, content=body)
-        out.append((request_id, wall, time.perf_counter() - t0, response.status_code))
-        if response.status_code != 200:
-            raise SystemExit(f"decision failed: {response.status_code} {response.text[:200]!r}")
+        status, text = await post(path, headers, body)
+        out.append((request_id, wall, time.perf_counter() - t0, status))
+        if status != 200:
+            raise SystemExit(f"decision failed: {status} {text[:200]!r}")
     return out
+
+
+@asynccontextmanager
+async def posters(kind: str, urls: list[str], per_url: int) -> AsyncIterator[list[Post]]:
+    """One POST function per API URL, each over `per_url` kept-alive connections, connected
+    before it is yielded: `httpx.AsyncClient`, or `aiohttp.ClientSession` (the default: about a
+    third of httpx's CPU per request, which matters when the clients share the API's cores)."""
+    if kind == "httpx":
+        limits = httpx.Limits(max_connections=per_url, max_keepalive_connections=per_url)
+        clients = [
+            httpx.AsyncClient(base_url=url, limits=limits, timeout=60.0, trust_env=False)
+            for url in urls
+        ]
+
+        def httpx_post(client: httpx.AsyncClient) -> Post:
+            async def post(path: str, headers: dict[str, str], body: bytes) -> tuple[int, str]:
+                response = await client.post(path, headers=headers, content=body)
+                return response.status_code, response.text if response.status_code != 200 else ""
+
+            return post
+
+        try:
+            for client in clients:
+                await asyncio.gather(*(client.get("/healthz") for _ in range(per_url)))
+            yield [httpx_post(client) for client in clients]
+        finally:
+            for client in clients:
+                await client.aclose()
+        return
+    timeout = aiohttp.ClientTimeout(total=60.0)
+    sessions = [
+        aiohttp.ClientSession(
+            base_url=url, connector=aiohttp.TCPConnector(limit=per_url), timeout=timeout
+        )
+        for url in urls
+    ]
+
+    def aiohttp_post(session: aiohttp.ClientSession) -> Post:
+        async def post(path: str, headers: dict[str, str], body: bytes) -> tuple[int, str]:
+            async with session.post(path, headers=headers, data=body) as response:
+                text = await response.text()
+                return response.status, text
+
+        return post
+
+    async def health(session: aiohttp.ClientSession) -> None:
+        async with session.get("/healthz") as response:
+            await response.read()
+
+    try:
+        for session in sessions:
+            await asyncio.gather(*(health(session) for _ in range(per_url)))
+        yield [aiohttp_post(session) for session in sessions]
+    finally:
+        for session in sessions:
+            await session.close()
 
 
 def client_process(
@@ -129,6 +200,7 @@ def client_process(
     connections: int,
     rate: float | None,
     webhook: bool,
+    kind: str,
     ready: Any,
     go: Any,
     start: Any,
@@ -143,15 +215,8 @@ def client_process(
         shares = [jobs[c::connections] for c in range(connections)]
         shares = [share for share in shares if share]
         per_url = -(-len(shares) // len(urls))  # connections per API, rounded up
-        limits = httpx.Limits(max_connections=per_url, max_keepalive_connections=per_url)
-        clients = [
-            httpx.AsyncClient(base_url=url, limits=limits, timeout=60.0, trust_env=False)
-            for url in urls
-        ]
         prepared = [[(i, rid, *prepare(rid, webhook)) for i, rid in share] for share in shares]
-        try:
-            for client in clients:  # connected before the clock starts
-                await asyncio.gather(*(client.get("/healthz") for _ in range(per_url)))
+        async with posters(kind, urls, per_url) as posts:  # connected before the clock starts
             loop = asyncio.get_running_loop()
             await loop.run_in_executor(None, ready.wait)
             await loop.run_in_executor(None, go.wait)
@@ -160,13 +225,10 @@ def client_process(
             cpu0[0] = time.process_time()
             done = await asyncio.gather(
                 *(
-                    _connection(clients[c % len(clients)], share, begin, rate)
+                    _connection(posts[c % len(posts)], share, begin, rate)
                     for c, share in enumerate(prepared)
                 )
             )
-        finally:
-            for client in clients:
-                await client.aclose()
         return [r for results in done for r in results]
 
     cpu0 = [0.0]
@@ -185,6 +247,7 @@ def decide_all(
     connections: int,
     rate: float | None,
     webhook: bool = False,
+    kind: str = "aiohttp",
 ) -> tuple[list[Result], float, float]:
     """POST an approval (or a signed webhook reply) for every id from `processes` client
     processes, their connections spread over the APIs at `urls` (`rate`: paced, else as fast as
@@ -204,6 +267,7 @@ def decide_all(
                 per,
                 rate,
                 webhook,
+                kind,
                 ready,
                 go,
                 start,
@@ -235,8 +299,8 @@ def redis_cpu(redis: Redis) -> float:
     return float(info["used_cpu_sys"]) + float(info["used_cpu_user"])
 
 
-def steady(urls: list[str], redis: Redis, ids: list[str], rate: float) -> None:
-    results, elapsed, _ = decide_all(urls, ids, 1, 4, rate)
+def steady(urls: list[str], redis: Redis, ids: list[str], rate: float, kind: str) -> None:
+    results, elapsed, _ = decide_all(urls, ids, 1, 4, rate, kind=kind)
     sent = {rid: wall for rid, wall, _, _ in results}
     jobs = {rid: resume_job_id(rid.split(".")[0], 1) for rid in ids}
     at = enqueued_at(redis, list(jobs.values()))
@@ -272,7 +336,7 @@ def burst(
     resumer0 = cpu_seconds(resumer.pid)
     trips0, redis0 = redis_round_trips(redis), redis_cpu(redis)
     results, elapsed, client_s = decide_all(
-        urls, ids, opts.processes, opts.connections, None, opts.webhook
+        urls, ids, opts.processes, opts.connections, None, opts.webhook, opts.client
     )
     cpus = [cpu_seconds(pid) - c for pid, c in zip(pids, cpu0, strict=True)]
     trips = redis_round_trips(redis) - trips0 - 1  # less the INFO that read trips0
@@ -306,6 +370,52 @@ def burst(
     )
 
 
+def start_bare() -> tuple[subprocess.Popen[str], str]:
+    """bench/bare_decide.py on stock uvicorn with the API's settings, on a free port."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    here = os.path.dirname(os.path.abspath(__file__))
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "uvicorn", "--app-dir", here, "bare_decide:app",
+         "--port", str(port), "--loop", "uvloop", "--http", "httptools",
+         "--no-access-log", "--log-level", "warning"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, text=True,
+    )  # fmt: skip
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        try:
+            if httpx.get(f"{url}/healthz", timeout=1.0, trust_env=False).status_code == 200:
+                return proc, url
+        except httpx.HTTPError:
+            time.sleep(0.1)  # polling a starting process, nothing to wait on
+    proc.kill()
+    raise SystemExit("bare_decide did not start within 30 s")
+
+
+def bare(ids: list[str], opts: argparse.Namespace) -> None:
+    """The fast phase's requests against a FastAPI route of the same shape and no broker."""
+    proc, url = start_bare()
+    try:
+        cpu0 = cpu_seconds(proc.pid)
+        results, elapsed, client_s = decide_all(
+            [url], ids, opts.processes, opts.connections, None, kind=opts.client
+        )
+        cpu = cpu_seconds(proc.pid) - cpu0
+    finally:
+        stop_roles(proc)
+    n = len(results)
+    rtt_ms = [r[2] * 1000 for r in results]
+    print(
+        f"framework ceiling: {n} requests to a bare FastAPI route of the same shape on the same"
+        f" uvicorn (bench/bare_decide.py), {elapsed:.2f} s: {n / elapsed:.0f} requests/s"
+        f" (HTTP p50 {pct(rtt_ms, 0.5):.1f} ms, p99 {pct(rtt_ms, 0.99):.1f} ms)"
+    )
+    print(f"  its CPU per request: {cpu / n * 1000:.3f} ms (one core's worth: {n / cpu:.0f}/s);"
+          f" client processes' CPU per request: {client_s / n * 1000:.3f} ms")  # fmt: skip
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rate", type=float, default=100.0, help="steady decisions per second")
@@ -320,6 +430,15 @@ def main() -> None:
     parser.add_argument(
         "--webhook", action="store_true", help="fast phase: signed webhook replies, not REST"
     )
+    parser.add_argument(
+        "--client",
+        choices=("aiohttp", "httpx"),
+        default="aiohttp",
+        help="the client processes' HTTP library (aiohttp: lighter, so more CPU is the API's)",
+    )
+    parser.add_argument(
+        "--no-bare", dest="bare", action="store_false", help="skip the framework-ceiling phase"
+    )
     parser.add_argument("--profile", help="py-spy the API in the fast phase into this file")
     parser.add_argument("--profile-format", default="flamegraph", help="py-spy's --format")
     opts = parser.parse_args()
@@ -332,11 +451,14 @@ def main() -> None:
         resumer, _ = start_role(["resumer"], env, "resumer ready")
         try:
             ids = make_rounds(broker, int(opts.rate * opts.seconds), "steady")
-            steady(urls, redis, ids, opts.rate)
+            steady(urls, redis, ids, opts.rate, opts.client)
             ids = make_rounds(broker, opts.burst, "burst")
             burst(urls, redis, apis, ids, opts, resumer)
+            if opts.bare and not opts.webhook:
+                bare(ids, opts)
             print(f"machine: {os.cpu_count()} CPUs, {opts.apis} uvicorn process(es), embedded"
-                  f" Redis, loopback; load average {os.getloadavg()[0]:.1f}")  # fmt: skip
+                  f" Redis, loopback, {opts.client} clients; load average"
+                  f" {os.getloadavg()[0]:.1f}")  # fmt: skip
         finally:
             stop_roles(*apis, resumer)
 

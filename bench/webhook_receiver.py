@@ -5,9 +5,11 @@ with `standardwebhooks`, records when each request's `approval.requested` first 
 answers it with a reply signed with the endpoint's secret, POSTed to
 `/v1/webhooks/{endpoint}/replies` on the API processes in turn (a connection error or 5xx goes
 to the next after a short back-off; a 409 is the answer; one `webhook-id` for all tries of a
-reply). Stock parts only: uvicorn parses the deliveries, an `httpx.AsyncClient` per API sends
-the replies from the same loop (no thread pool), so the receiver takes little of the
-benchmark's two cores.
+reply). Stock parts only: uvicorn parses the deliveries, an `aiohttp.ClientSession` per API
+sends the replies from the same loop (no thread pool). It stands for a system on another
+machine, so it should take as little of the benchmark's two cores as it can: aiohttp's client
+costs about a third of httpx's CPU per request (bench_api.py `--client`), and with httpx the
+receiver was the largest consumer of CPU per cycle.
 
     python bench/webhook_receiver.py --secret whsec_... --api http://127.0.0.1:8001 [--api ...]
 
@@ -30,7 +32,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-import httpx
+import aiohttp
 import orjson
 import uvicorn
 from standardwebhooks import Webhook, WebhookVerificationError
@@ -65,7 +67,7 @@ class Receiver:
         self.policy = policy
         self.decided_by = decided_by
         self.api_urls = api_urls
-        self._clients: list[httpx.AsyncClient] = []
+        self._clients: list[aiohttp.ClientSession] = []
         self._next = 0
         self.counts: Counter[str] = Counter()
         self.requested_at: dict[str, float] = {}
@@ -128,7 +130,7 @@ class Receiver:
                 }
                 try:
                     status, data = await self._post(path, headers, raw)
-                except httpx.HTTPError as exc:
+                except (aiohttp.ClientError, TimeoutError) as exc:
                     status, data = 0, {"error": type(exc).__name__}
                 if status == 200:
                     self._done(rid, 200)
@@ -156,23 +158,28 @@ class Receiver:
     ) -> tuple[int, dict[str, Any]]:
         """POST to the API processes in turn; (status, its JSON object or {})."""
         if not self._clients:
-            limits = httpx.Limits(max_connections=self._concurrency)
             self._clients = [
-                httpx.AsyncClient(base_url=url, timeout=30.0, limits=limits, trust_env=False)
+                aiohttp.ClientSession(
+                    base_url=url,
+                    connector=aiohttp.TCPConnector(limit=self._concurrency),
+                    timeout=aiohttp.ClientTimeout(total=30.0),
+                )
                 for url in self.api_urls
             ]
         client = self._clients[self._next % len(self._clients)]
         self._next += 1
-        response = await client.post(path, headers=headers, content=body)
+        async with client.post(path, headers=headers, data=body) as response:
+            content = await response.read()
+            status = response.status
         try:
-            data = orjson.loads(response.content) if response.content else {}
+            data = orjson.loads(content) if content else {}
         except orjson.JSONDecodeError:
             data = {}
-        return response.status_code, data if isinstance(data, dict) else {}
+        return status, data if isinstance(data, dict) else {}
 
     async def close(self) -> None:
         for client in self._clients:
-            await client.aclose()
+            await client.close()
 
     def _done(self, rid: str, status: int) -> None:
         self.answered_at[rid] = time.time()

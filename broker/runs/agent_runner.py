@@ -45,6 +45,7 @@ from pydantic_ai.messages import ModelMessage, ModelMessagesTypeAdapter
 from pydantic_ai.run import AgentRun, AgentRunResult
 from pydantic_core import to_jsonable_python
 from pydantic_graph import End
+from redis.exceptions import AskError, ClusterDownError, TryAgainError
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
@@ -77,6 +78,15 @@ CONTINUE = "continue"
 
 _T = TypeVar("_T")
 
+REDIS_TRANSIENT = (
+    RedisConnectionError,
+    RedisTimeoutError,
+    AskError,  # and MovedError: a slot moved, as while a replica takes over from a dead master
+    TryAgainError,
+    ClusterDownError,  # and MasterDownError
+)
+"""Redis errors that pass: a lost connection, a timeout, a Redis Cluster failing over."""
+
 
 class RunFailed(Exception):
     """A run can't go on; the message is stored as the run's error."""
@@ -84,7 +94,7 @@ class RunFailed(Exception):
 
 def is_transient(exc: BaseException) -> bool:
     """Errors worth another attempt later: the network, Redis, or a model provider's hiccup."""
-    if isinstance(exc, RedisConnectionError | RedisTimeoutError | httpx.TransportError):
+    if isinstance(exc, (*REDIS_TRANSIENT, httpx.TransportError)):
         return True
     if isinstance(exc, ModelAPIError):
         if isinstance(exc, ModelRequestRejectedError | ModelQuotaExceededError):
@@ -301,7 +311,7 @@ class AgentRunner:
             try:
                 self.broker.update_run(run_id, status=RunStatus.failed, error=error)
                 return
-            except (RedisConnectionError, RedisTimeoutError) as exc:
+            except REDIS_TRANSIENT as exc:
                 if delay is None:
                     raise
                 log.warning("run %s: recording its failure failed (%s); retrying", run_id, exc)

@@ -22,6 +22,7 @@ from pydantic_ai.exceptions import (
 )
 from pydantic_ai.messages import ModelResponse, TextPart, ToolCallPart
 from pydantic_ai.models.function import FunctionModel
+from redis.exceptions import ClusterDownError, MovedError, ResponseError, TryAgainError
 from redis.exceptions import ConnectionError as RedisConnectionError
 
 from broker.client import Broker
@@ -156,6 +157,10 @@ def test_new_requests_follow_kinds_metadata_and_routing() -> None:
         (ModelRateLimitError("m", "slow down"), True),
         (ModelAuthenticationError("m", "bad key"), False),
         (RedisConnectionError("down"), True),
+        (MovedError("3037 127.0.0.1:45875"), True),  # a cluster failing over
+        (ClusterDownError("CLUSTERDOWN"), True),
+        (TryAgainError("TRYAGAIN"), True),
+        (ResponseError("WRONGTYPE"), False),
         (UnexpectedModelBehavior("odd"), False),
         (ValueError("bug"), False),
     ],
