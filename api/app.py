@@ -40,8 +40,8 @@ from api.metrics import ApiMetrics
 from api.openapi import install_openapi
 from api.state import ApiState, lifespan
 from api.waits import router as waits_router
-from broker.client import Broker
 from broker.domain.config import Config, Settings
+from broker.facade import Broker
 
 ROUTERS: tuple[APIRouter, ...] = (
     health.router,

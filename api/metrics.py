@@ -19,8 +19,8 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 from redis.exceptions import RedisError
 
-from broker.client import Broker
 from broker.domain.models import Request as BrokerRequest
+from broker.facade import Broker
 
 # From an automated decision (well under a second) to a person answering a day later.
 LATENCY_BUCKETS = (0.1, 0.5, 1, 5, 15, 30, 60, 120, 300, 600, 1800, 3600, 4 * 3600, 86400)

@@ -15,8 +15,8 @@ from redis import asyncio as aredis
 from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
 from redis.cluster import RedisCluster
 
-from broker.client import Broker
 from broker.domain.config import Settings
+from broker.facade import Broker
 from broker.redis.connection import async_options, connect_async
 
 AsyncRedis = aredis.Redis | AsyncRedisCluster

@@ -15,11 +15,11 @@ from fastapi import Depends, FastAPI, Request
 
 from api.metrics import ApiMetrics
 from api.redis_async import AsyncRedis, async_client
-from broker.client import Broker, Once
 from broker.domain.config import Config, Settings
 from broker.domain.models import Decision, Outcome
 from broker.domain.models import Request as BrokerRequest
 from broker.domain.principals import Principal
+from broker.facade import Broker, Once
 from broker.judge.deciding import Deciding
 
 

@@ -27,10 +27,10 @@ from api.errors import ApiError
 from api.rules import remember
 from api.schemas import ERRORS, ConflictBody, WebhookReply, inline_schema
 from api.state import ApiState, State
-from broker.client import Once
 from broker.domain.config import WebhookConfig
 from broker.domain.models import Request as BrokerRequest
 from broker.domain.principals import Principal
+from broker.facade import Once
 from broker.judge.deciding import REPLAY_TTL_S
 
 log = logging.getLogger("approval_broker.api")

@@ -16,10 +16,10 @@ import typer
 from pydantic import ValidationError
 from redis.exceptions import RedisError
 
-from broker.client import Broker
 from broker.domain.config import Config, Settings, load_config
 from broker.domain.errors import BrokerError, Conflict
 from broker.domain.printable import printable
+from broker.facade import Broker
 from broker.redis import connection
 from broker.redis.cluster import clustered
 from broker.redis.embedded import running_local_url

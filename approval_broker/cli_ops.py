@@ -21,9 +21,9 @@ from redis.exceptions import RedisError
 from rq import Worker
 
 from approval_broker.cli_common import DataDir, clear_errors, connect, fail
-from broker.client import Broker
 from broker.domain.config import Config, ConfigError, Settings, load_config
 from broker.domain.rules.config_rules import parse_config_rules
+from broker.facade import Broker
 from broker.redis.replies import as_str
 from broker.runs.starting import run_queue
 from broker.store.keys import NOTIFIER_GROUP

@@ -25,10 +25,10 @@ from redis.exceptions import ResponseError
 
 from approval_broker.exit_with_up import WATCH_ENV
 from broker.channels.email.links import prepare_link_secret
-from broker.client import Broker
 from broker.domain.config import Config, Settings
 from broker.domain.errors import BrokerError
 from broker.domain.principals import new_token
+from broker.facade import Broker
 from broker.receipts.signing_key import prepare_receipt_key
 from broker.redis.cluster import clustered
 from broker.redis.connection import connect

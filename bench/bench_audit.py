@@ -19,9 +19,9 @@ from pathlib import Path
 
 from redis import Redis
 
-from broker.client import Broker
 from broker.domain.config import parse_config
 from broker.domain.models import Decision, NewRequest
+from broker.facade import Broker
 from broker.redis.embedded import EmbeddedRedis
 from broker.store.scripts import source
 

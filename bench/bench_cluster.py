@@ -26,9 +26,9 @@ from pathlib import Path
 from redis import Redis
 from redis.cluster import RedisCluster
 
-from broker.client import Broker
 from broker.domain.config import parse_config
 from broker.domain.models import Decision, NewRequest
+from broker.facade import Broker
 from broker.redis.cluster import connect_cluster, wait_for_replicas
 from broker.redis.embedded import EmbeddedRedis
 from broker.redis.local_cluster import LocalCluster

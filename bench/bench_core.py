@@ -22,8 +22,8 @@ from concurrent.futures import ThreadPoolExecutor
 from benchlib import raw_xadd_per_s
 from redis import Redis
 
-from broker.client import Broker
 from broker.domain.models import Decision, NewRequest
+from broker.facade import Broker
 from broker.redis.embedded import EmbeddedRedis
 
 

@@ -17,8 +17,8 @@ import timeit
 
 from redis import Redis
 
-from broker.client import Broker
 from broker.domain.models import NewRequest
+from broker.facade import Broker
 from broker.redis.embedded import EmbeddedRedis
 from broker.store.request_hash import parse_request
 

@@ -53,9 +53,9 @@ sys.path.insert(0, str(ROOT))
 
 from benchlib import enqueued_at, make_rounds, pct, raw_xadd_per_s, redis_round_trips  # noqa: E402
 
-from broker.client import Broker  # noqa: E402
 from broker.domain.config import load_config  # noqa: E402
 from broker.domain.models import NewRequest  # noqa: E402
+from broker.facade import Broker  # noqa: E402
 from broker.redis.embedded import EmbeddedRedis, free_port  # noqa: E402
 from broker.runs.starting import resume_job_id, run_queue  # noqa: E402
 from broker.store.keys import NOTIFIER_GROUP  # noqa: E402

@@ -27,9 +27,9 @@ from redis import Redis
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from broker.client import Broker  # noqa: E402
 from broker.domain.config import load_config  # noqa: E402
 from broker.domain.models import NewRequest  # noqa: E402
+from broker.facade import Broker  # noqa: E402
 from broker.redis.embedded import EmbeddedRedis  # noqa: E402
 from broker.store.keys import NOTIFIER_GROUP  # noqa: E402
 from tests.support.fakes.harness import SECRET  # noqa: E402

@@ -16,9 +16,9 @@ from collections.abc import Callable
 
 from redis import Redis
 
-from broker.client import Broker
 from broker.domain.config import parse_config
 from broker.domain.models import Decision, NewRequest, Outcome
+from broker.facade import Broker
 from broker.redis.embedded import EmbeddedRedis
 
 CONFIG = {

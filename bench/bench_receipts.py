@@ -21,10 +21,10 @@ from pathlib import Path
 
 from redis import Redis
 
-from broker.client import Broker
 from broker.domain.config import parse_config
 from broker.domain.models import Decision, NewRequest
 from broker.domain.receipts import CallFacts, ReceiptKeys, Receipts, new_key_pem
+from broker.facade import Broker
 from broker.receipts.checks import ReceiptChecks
 from broker.redis.embedded import EmbeddedRedis
 

@@ -38,9 +38,9 @@ from pydantic_ai.messages import (
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 from redis import Redis
 
-from broker.client import Broker
 from broker.domain.models import Decision, NewRequest
 from broker.domain.principals import hash_token
+from broker.facade import Broker
 from broker.remote import BrokerApprovals, RemoteBroker
 
 AGENT_TOKEN, PERSON_TOKEN = "bench-agent", "bench-person"

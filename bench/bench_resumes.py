@@ -23,8 +23,8 @@ import time
 from benchlib import bench_site, cpu_seconds, enqueued_at, make_rounds, pct, start_role, stop_roles
 from redis import Redis
 
-from broker.client import Broker
 from broker.domain.models import Decision
+from broker.facade import Broker
 from broker.runs.starting import resume_job_id, run_queue
 
 CONFIG = """

@@ -20,9 +20,9 @@ import time
 
 from redis import Redis
 
-from broker.client import Broker
 from broker.domain.config import parse_config
 from broker.domain.models import NewRequest
+from broker.facade import Broker
 from broker.redis.embedded import EmbeddedRedis
 from broker.rules import Call, parse_body
 

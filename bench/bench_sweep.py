@@ -14,9 +14,9 @@ import time
 
 from redis import Redis
 
-from broker.client import Broker
 from broker.domain.config import parse_config
 from broker.domain.models import NewRequest, Status
+from broker.facade import Broker
 from broker.redis.embedded import EmbeddedRedis
 from workers.sweeper import sweep_due, sweep_forever
 

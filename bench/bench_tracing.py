@@ -33,8 +33,8 @@ def child(mode: str, n: int) -> dict[str, float]:
     """One mode, in this process: µs per create and per decision (and ns per no-op call)."""
     from redis import Redis
 
-    from broker.client import Broker
     from broker.domain.models import Decision, NewRequest
+    from broker.facade import Broker
     from broker.redis.embedded import EmbeddedRedis
     from broker.tracing import telemetry as tracing
 

@@ -18,9 +18,9 @@ from redis import Redis
 from rq.job import Job
 from rq.serializers import JSONSerializer
 
-from broker.client import Broker
 from broker.domain.config import load_config
 from broker.domain.models import NewRequest
+from broker.facade import Broker
 from broker.redis.embedded import EmbeddedRedis
 
 

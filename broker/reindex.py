@@ -15,7 +15,7 @@ from functools import cached_property
 
 from redis.commands.core import Script
 
-from broker.client import Broker
+from broker.facade import Broker
 from broker.redis.replies import as_str
 from broker.store.keys import Keys
 from broker.store.scripts import source

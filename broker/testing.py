@@ -26,9 +26,9 @@ import fakeredis
 from rq.job import Job, JobStatus
 from rq.serializers import JSONSerializer
 
-from broker.client import Broker
 from broker.domain.config import AgentConfig, Config, parse_config
 from broker.domain.models import Decision, Outcome, Request, Run, Status
+from broker.facade import Broker
 from broker.runs.agent_runner import AgentRunner
 from broker.runs.agents import DepsFactory, LocalAgents, register_agent, unregister_agent
 from broker.runs.outbox import Resumer

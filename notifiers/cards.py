@@ -22,9 +22,9 @@ import logging
 import secrets
 from abc import abstractmethod
 
-from broker.client import Broker
 from broker.domain.config import Config
 from broker.domain.models import Request
+from broker.facade import Broker
 from notifiers.base import Channel
 from notifiers.card_render import fingerprint, serves
 from notifiers.delivery_state import DeliveryState, PostState

@@ -30,8 +30,8 @@ from redis.commands.core import Script
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from broker.client import Broker
 from broker.domain.models import utcnow
+from broker.facade import Broker
 from broker.store.keys import NOTIFIER_GROUP
 from broker.store.scripts import chain_source
 from notifiers.parking import ParkedStore

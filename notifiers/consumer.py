@@ -20,7 +20,7 @@ import threading
 import time
 from collections.abc import Callable
 
-from broker.client import Broker
+from broker.facade import Broker
 from broker.store.keys import NOTIFIER_GROUP
 from notifiers.base import Channel
 from notifiers.commit import Committer

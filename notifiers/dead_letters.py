@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 
-from broker.client import Broker
+from broker.facade import Broker
 from broker.store.keys import NOTIFIER_GROUP
 from notifiers.events import Event
 from notifiers.tasks import Task

@@ -14,8 +14,8 @@ from typing import Any
 
 from redis.exceptions import WatchError
 
-from broker.client import Broker
 from broker.domain.models import utcnow
+from broker.facade import Broker
 from broker.redis.replies import as_str
 
 

@@ -13,7 +13,7 @@ from collections import defaultdict
 
 from redis.exceptions import RedisError
 
-from broker.client import Broker
+from broker.facade import Broker
 from broker.store.keys import NOTIFIER_GROUP
 from notifiers.dispatch import Dispatcher
 from notifiers.inflight import Inflight

@@ -21,10 +21,10 @@ from urllib.parse import unquote, urlsplit
 
 from broker.channels.email.deciders import email_decider
 from broker.channels.email.links import new_nonce, sign_link
-from broker.client import Broker
 from broker.domain.config import Config, EmailConfig
 from broker.domain.models import Request, utcnow
 from broker.domain.persons import normal_address
+from broker.facade import Broker
 from broker.judge.deciding import Deciding
 from broker.judge.rule_decisions import run_rule_index
 from broker.redis.replies import as_str

@@ -22,7 +22,7 @@ from typing import Any
 
 from redis.client import Pipeline
 
-from broker.client import Broker
+from broker.facade import Broker
 from broker.redis.replies import as_str
 from notifiers.events import Event, MalformedEntry, parse_entry
 from notifiers.scripts import source

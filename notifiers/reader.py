@@ -15,7 +15,7 @@ from collections.abc import Callable
 from redis.crc import key_slot
 from redis.exceptions import RedisError, ResponseError
 
-from broker.client import Broker
+from broker.facade import Broker
 from broker.store.keys import NOTIFIER_GROUP
 from notifiers.events import text
 from notifiers.inflight import Inflight

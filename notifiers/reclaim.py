@@ -10,7 +10,7 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-from broker.client import Broker
+from broker.facade import Broker
 from broker.store.keys import NOTIFIER_GROUP
 from notifiers.dead_letters import DeadLetters
 from notifiers.events import decode_fields, text

@@ -12,7 +12,7 @@ from typing import Any
 from redis import Redis
 from redis.exceptions import RedisError
 
-from broker.client import Broker
+from broker.facade import Broker
 from broker.redis.replies import as_str, as_str_dict
 from notifiers.base import Channel
 from notifiers.copies import copy_holders, keeps_copies

@@ -11,9 +11,9 @@ from typing import TYPE_CHECKING
 
 import typer
 
-from broker.client import Broker
 from broker.domain.config import Config, Settings
 from broker.domain.errors import ConfigError
+from broker.facade import Broker
 from notifiers.base import Channel
 from notifiers.consumer import Notifier, default_name
 from notifiers.delivery_state import DeliveryState

@@ -32,9 +32,9 @@ from slack_sdk.errors import SlackApiError, SlackClientError
 from slack_sdk.web import SlackResponse
 
 from broker.channels.slack import action_ids as slack_ids
-from broker.client import Broker
 from broker.domain.config import Config, SlackConfig
 from broker.domain.models import Request
+from broker.facade import Broker
 from notifiers.base import Channel
 from notifiers.delivery_state import DeliveryState, PostState
 from notifiers.retry import (

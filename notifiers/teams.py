@@ -35,9 +35,9 @@ from microsoft_agents.hosting.core import AgentAuthConfiguration
 from microsoft_agents.hosting.core.connector.client import ConnectorClient
 
 from broker.channels.teams import adaptive_cards as teams_cards
-from broker.client import Broker
 from broker.domain.config import Config, TeamsChannelConfig, TeamsConfig
 from broker.domain.models import Request
+from broker.facade import Broker
 from notifiers.cards import CardChannel
 from notifiers.delivery_state import DeliveryState, PostState
 from notifiers.retry import (

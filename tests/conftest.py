@@ -18,8 +18,8 @@ from fastapi.testclient import TestClient
 from redis import Redis
 
 from broker.channels.email.links import SECRET_ENV
-from broker.client import Broker
 from broker.domain.config import Config, Settings, parse_config
+from broker.facade import Broker
 from broker.redis.embedded import EmbeddedRedis
 from tests.support.backends import (  # noqa: F401 - fixtures the modules on both backends build on
     backend_param,

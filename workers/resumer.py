@@ -9,8 +9,8 @@ import gc
 import signal
 import threading
 
-from broker.client import Broker
 from broker.domain.config import Config, Settings
+from broker.facade import Broker
 from broker.runs.outbox import Resumer
 
 __all__ = ["Resumer", "run_resumer"]

@@ -13,8 +13,8 @@ import signal
 import threading
 from collections.abc import Callable
 
-from broker.client import Broker, SweepResult
 from broker.domain.config import Config, Settings
+from broker.facade import Broker, SweepResult
 from broker.tracing import spans as traced
 from broker.tracing import telemetry as tracing
 

@@ -21,9 +21,9 @@ import os
 import signal
 import threading
 
-from broker.client import Broker
 from broker.domain.config import Config, Settings
 from broker.domain.errors import BrokerError
+from broker.facade import Broker
 from broker.rules import sync_at_start
 from broker.runs.agent_loader import AgentLoadError, load_agent
 from broker.runs.agent_runner import run_coroutines_with

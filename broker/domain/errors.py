@@ -1,7 +1,7 @@
 """Errors the broker raises; each carries a stable code that the API and CLI show as is.
 
 The classes an app also sees are defined once, in the client package, so an error a remote
-client raises is the same class the in-fleet `broker.client.Broker` raises.
+client raises is the same class the in-fleet `broker.facade.Broker` raises.
 """
 
 from __future__ import annotations

@@ -19,7 +19,6 @@ from collections.abc import Collection
 from dataclasses import dataclass
 from datetime import timedelta
 
-from broker.client import Broker, Once
 from broker.domain.args_schema import check_args
 from broker.domain.config import Config
 from broker.domain.errors import Conflict, Forbidden, InvalidInput
@@ -29,6 +28,7 @@ from broker.domain.principals import EVERY_ROLE, Principal
 from broker.domain.printable import printable
 from broker.domain.questions import validate_answer
 from broker.domain.quorum import is_approval, repeated_vote
+from broker.facade import Broker, Once
 from broker.store.acknowledging import Acks
 from broker.store.decisions import stale_args, wrong_kind
 

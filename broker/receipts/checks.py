@@ -13,12 +13,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from broker.client import Broker
 from broker.domain.config import Config
 from broker.domain.models import Outcome, Request
 from broker.domain.persons import EMAIL, WEBHOOK, approver_named, normal_address, webhook_person
 from broker.domain.principals import ADMIN, Principal
 from broker.domain.receipts import ReceiptRefused, Receipts, jti_digest, spent_ttl
+from broker.facade import Broker
 
 RUNS_A_TOOL = frozenset({Outcome.approved, Outcome.modified})
 """Outcomes whose tool runs where the run goes on (an answer is the tool's result itself)."""

@@ -23,9 +23,9 @@ from redis import Redis
 from rq import get_current_job
 from rq.job import Job
 
-from broker.client import Broker
 from broker.domain.config import Settings, load_config
 from broker.domain.models import RunStatus
+from broker.facade import Broker
 from broker.redis.replies import as_str_dict
 from broker.runs.agent_runner import AgentRunner
 from broker.runs.live_wait import owned_round

@@ -6,8 +6,8 @@ import importlib
 from dataclasses import dataclass
 from typing import Any
 
-from broker.client import Broker
 from broker.domain.config import AgentConfig
+from broker.facade import Broker
 from broker.runs.agents import (
     IN_PROCESS,
     LOCAL_AGENTS,

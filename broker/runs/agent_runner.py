@@ -49,9 +49,9 @@ from redis.exceptions import AskError, ClusterDownError, TryAgainError
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from broker.client import Broker
 from broker.domain.errors import BrokerError, NotFound
 from broker.domain.models import NewRequest, Request, RunStatus
+from broker.facade import Broker
 from broker.runs.agent_loader import AgentLoadError, LoadedAgent, load_agent
 from broker.runs.agents import LocalAgents
 from broker.runs.live_wait import owned_round, wait_and_claim

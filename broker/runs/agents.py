@@ -16,9 +16,9 @@ from typing import Any
 from pydantic import ValidationError
 from pydantic_ai import DeferredToolRequests
 
-from broker.client import Broker
 from broker.domain.config import AgentConfig
 from broker.domain.errors import InvalidInput, NotFound
+from broker.facade import Broker
 
 IN_PROCESS = "<in-process>"
 """The `path` stored for an agent registered as an object: only this process can run it."""

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import time
 
-from broker.client import Broker
+from broker.facade import Broker
 
 LIVE = "live"
 RESUMER = "resumer"

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from broker.client import Broker
 from broker.domain.errors import Conflict
 from broker.domain.models import Decision, Outcome, Run, RunStatus
+from broker.facade import Broker
 from broker.runs.agents import agent_spec
 
 UNANSWERED = "The user did not answer"

@@ -37,7 +37,7 @@ from typing import Any
 from redis.exceptions import ResponseError
 from rq import Queue
 
-from broker.client import Broker
+from broker.facade import Broker
 from broker.redis.replies import as_str, as_str_dict
 from broker.runs.resume_step import ClaimStep, Handled, Round, resume_batch
 from broker.runs.starting import run_queue

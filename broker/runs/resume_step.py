@@ -27,7 +27,7 @@ from typing import Any
 from redis.exceptions import WatchError
 from rq import Queue
 
-from broker.client import Broker
+from broker.facade import Broker
 from broker.runs.agent_jobs import resume_agent
 from broker.runs.live_wait import RESUMER
 from broker.runs.starting import _job_options, resume_job_id

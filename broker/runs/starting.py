@@ -22,9 +22,9 @@ from rq import Callback, Queue, Retry
 from rq.exceptions import DuplicateJobError
 from rq.serializers import JSONSerializer
 
-from broker.client import Broker
 from broker.domain.errors import InvalidInput, NotFound
 from broker.domain.models import Run, RunStatus
+from broker.facade import Broker
 from broker.redis.cluster import wait_for_replicas
 from broker.redis.replies import as_str
 from broker.runs.agent_jobs import RESUME_JOB, RUN_JOB, mark_failed, resume_agent, run_agent

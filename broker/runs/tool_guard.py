@@ -27,9 +27,9 @@ from pydantic_ai.messages import ToolCallPart, ToolReturn
 from pydantic_ai.tools import ToolDefinition
 from pydantic_core import PydanticSerializationError, to_json
 
-from broker.client import Broker
 from broker.domain.models import Request
 from broker.domain.receipts import REFUSED_TEXT, ReceiptRefused
+from broker.facade import Broker
 from broker.receipts.checks import RUNS_A_TOOL, ReceiptChecks
 
 NO_EFFECT_KINDS = frozenset({"output", "external", "unapproved"})

@@ -7,8 +7,8 @@ agent itself.
 
 from __future__ import annotations
 
-from broker.client import Broker
 from broker.domain.errors import NotFound
+from broker.facade import Broker
 from broker.rules import RuleExists, parse_body
 from broker.runs.agents import agent_spec, register_agent, unregister_agent
 from broker.runs.starting import start_run

@@ -14,10 +14,10 @@ from redis import Redis
 from api.app import create_app
 from api.testing import ServerThread
 from broker.channels.slack import action_ids as ids
-from broker.client import Broker
 from broker.domain.config import Settings
 from broker.domain.models import Decision
 from broker.domain.principals import hash_token
+from broker.facade import Broker
 from broker.redis.replies import as_str
 from notifiers.events import parse_entry
 from tests.support.fakes.harness import running

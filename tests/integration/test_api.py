@@ -23,10 +23,10 @@ from rq.serializers import JSONSerializer
 
 from api.app import create_app
 from api.testing import ServerThread
-from broker.client import Broker
 from broker.domain.config import Config, Settings, parse_config
 from broker.domain.models import NewRequest, Request
 from broker.domain.principals import hash_token
+from broker.facade import Broker
 from broker.runs.starting import RUN_QUEUE
 from tests.support.auth import bearer, person
 from tests.support.backends import on_backend, on_backend_api_broker, on_backend_broker, single_only  # noqa: F401 - redis, broker, api_broker on both backends

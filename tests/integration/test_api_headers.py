@@ -12,9 +12,9 @@ from redis import Redis
 
 from api.app import create_app
 from broker.channels.email.links import new_nonce, sign_link
-from broker.client import Broker
 from broker.domain.config import Config, Settings
 from broker.domain.models import NewRequest
+from broker.facade import Broker
 
 PAGE_HEADERS = {
     "cache-control": "no-store",

@@ -24,8 +24,8 @@ import pytest
 from api.app import create_app
 from api.server import KEEP_ALIVE_S
 from api.testing import ServerThread
-from broker.client import Broker
 from broker.domain.config import Config, Settings
+from broker.facade import Broker
 
 CONNECTIONS = 50
 MARGIN_S = 3.0

@@ -22,9 +22,9 @@ from schemathesis.checks import (
 from schemathesis.core.failures import FailureGroup
 
 from api.app import create_app
-from broker.client import Broker
 from broker.domain.config import Settings, parse_config
 from broker.domain.models import NewRequest
+from broker.facade import Broker
 from tests.support.auth import person
 
 ADMIN = "tok-admin"

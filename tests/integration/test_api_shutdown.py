@@ -17,9 +17,9 @@ from redis import asyncio as aredis
 
 from api.app import create_app
 from api.testing import ServerThread
-from broker.client import Broker
 from broker.domain.config import Config, Settings
 from broker.domain.models import NewRequest
+from broker.facade import Broker
 from tests.support.auth import person
 
 TOKEN = "tok-hot-shutdown"

@@ -14,9 +14,9 @@ from slack_sdk.signature import SignatureVerifier
 
 from api.app import create_app
 from broker.channels.slack import action_ids as ids
-from broker.client import Broker
 from broker.domain.config import Config, Settings, parse_config
 from broker.domain.models import NewRequest, Request
+from broker.facade import Broker
 from tests.support.backends import (  # noqa: F401 - redis, broker, api_broker on both backends
     on_backend,
     on_backend_api_broker,

@@ -20,9 +20,9 @@ from standardwebhooks.webhooks import Webhook
 
 from api import webhooks
 from api.app import create_app
-from broker.client import Broker
 from broker.domain.config import Config, Settings
 from broker.domain.models import NewRequest
+from broker.facade import Broker
 
 OLD = "whsec_" + base64.b64encode(b"hot-webhook-old-secret-0123456789").decode()
 NEW = "whsec_" + base64.b64encode(b"hot-webhook-new-secret-0123456789").decode()

@@ -10,7 +10,7 @@ from fastapi.testclient import TestClient
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from broker.client import Broker
+from broker.facade import Broker
 from tests.support.backends import on_backend, on_backend_api_broker, on_backend_broker, single_only  # noqa: F401 - redis, broker, api_broker on both backends
 from tests.support.webhooks import (  # noqa: F401 - webhook_cfg: the module's `cfg` fixture
     OLD_SECRET,

@@ -7,9 +7,9 @@ from __future__ import annotations
 from redis.cluster import RedisCluster
 
 from broker.audit import AuditTrail, verify
-from broker.client import Broker
 from broker.domain.config import parse_config
 from broker.domain.models import Decision, NewRequest
+from broker.facade import Broker
 from broker.rules import parse_body
 
 

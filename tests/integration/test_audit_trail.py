@@ -13,10 +13,10 @@ from redis import Redis
 
 from broker.audit import AuditTrail, entry_hash, verify
 from broker.audit.trail import append_entry
-from broker.client import Broker
 from broker.domain.config import Config, parse_config
 from broker.domain.models import Decision, NewRequest, args_hash
 from broker.domain.principals import Principal
+from broker.facade import Broker
 from broker.judge.deciding import Deciding
 from broker.judge.rule_decisions import RuleDecisions
 from broker.rules import parse_body

@@ -7,9 +7,9 @@ import pytest
 from redis import Redis
 
 from broker.channels.cards import button_tokens as ids
-from broker.client import Broker
 from broker.domain.config import parse_config
 from broker.domain.ids import new_id, round_request_id
+from broker.facade import Broker
 from notifiers.copies import keeps_copies
 from notifiers.runner import build_channels
 from tests.support.fakes.harness import options, webhook

@@ -9,9 +9,9 @@ from redis import Redis
 
 from api.app import create_app
 from broker.channels.cards import button_tokens as ids
-from broker.client import Broker
 from broker.domain.config import Settings, parse_config
 from broker.domain.models import Decision, NewRequest, Outcome, Status
+from broker.facade import Broker
 from tests.support.chat_setup import (  # noqa: F401 - fixtures
     ALICE_DC,
     ALICE_TG,

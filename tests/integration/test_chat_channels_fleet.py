@@ -17,9 +17,9 @@ from redis import Redis
 
 from api.app import create_app
 from broker.channels.cards import button_tokens as ids
-from broker.client import Broker
 from broker.domain.config import Settings, parse_config
 from broker.domain.models import Request, RunStatus, Status
+from broker.facade import Broker
 from broker.runs.starting import run_queue, start_run
 from tests.support.chat_setup import (  # noqa: F401 - fixtures
     ALICE_DC,

@@ -10,9 +10,9 @@ import pytest
 from typer.testing import CliRunner
 
 from approval_broker.cli import app
-from broker.client import Broker
 from broker.domain.config import parse_config
 from broker.domain.models import NewRequest
+from broker.facade import Broker
 from broker.runs.agents import register_agent
 from broker.runs.starting import start_run
 

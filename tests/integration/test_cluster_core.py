@@ -15,10 +15,10 @@ import pytest
 from redis import Redis
 from redis.cluster import RedisCluster
 
-from broker.client import Broker
 from broker.domain.config import Config
 from broker.domain.errors import Conflict
 from broker.domain.models import Decision, NewRequest, Status
+from broker.facade import Broker
 from broker.redis.cluster import marker_key
 from broker.store.partitions import CLUSTER_PARTITIONS
 

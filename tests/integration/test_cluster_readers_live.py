@@ -13,9 +13,9 @@ import pytest
 from redis import Redis
 from redis.cluster import RedisCluster
 
-from broker.client import Broker
 from broker.domain.config import Config
 from broker.domain.models import Decision, NewRequest
+from broker.facade import Broker
 from broker.runs.live_wait import LIVE, RESUMER, claim, claimed_by, wait_and_claim, wait_round
 from tests.support.cluster_reads import blocked_reads
 from tests.support.waiting import wait_for

@@ -13,8 +13,8 @@ from datetime import UTC, datetime
 
 import pytest
 
-from broker.client import Broker
 from broker.domain.models import Decision, NewRequest, Status
+from broker.facade import Broker
 from tests.support.waiting import wait_for
 from workers.sweeper import sweep_due, sweep_forever
 

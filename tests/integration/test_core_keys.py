@@ -16,10 +16,10 @@ from redis import Redis
 from redis.exceptions import ResponseError
 
 import broker.store.scripts as scripts_module
-from broker.client import Broker
 from broker.domain.config import Config
 from broker.domain.errors import Conflict, InvalidInput
 from broker.domain.models import Decision, HistoryEntry, NewRequest, Status, utcnow
+from broker.facade import Broker
 
 PREFIX = "t:"
 GUARD = """

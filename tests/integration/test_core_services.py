@@ -11,10 +11,10 @@ from typing import Any
 import pytest
 from redis import Redis
 
-from broker.client import Broker
 from broker.domain.config import Config, parse_config
 from broker.domain.errors import Conflict
 from broker.domain.models import Decision, HistoryEntry, NewRequest, RunStatus, Status, utcnow
+from broker.facade import Broker
 from broker.store import decisions as decisions_module
 from broker.store import sweeping as sweeping_module
 from tests.support.decisions import race

@@ -9,10 +9,10 @@ from collections.abc import Callable
 
 import pytest
 
-from broker.client import Broker
 from broker.domain.config import parse_config
 from broker.domain.errors import InvalidInput
 from broker.domain.models import NewRequest, Status
+from broker.facade import Broker
 from tests.support.backends import on_backend  # noqa: F401 - redis on both backends
 
 CONFIG = {

@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 from redis import Redis
 
-from broker.client import Broker
 from broker.domain.config import parse_config
 from broker.domain.models import NewRequest, Request
+from broker.facade import Broker
 from broker.rules import parse_body
 from tests.support.acl_user import readme_user
 from tests.support.backends import on_backend  # noqa: F401 - redis on both backends

@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from broker.client import Broker
 from broker.domain.models import NewRequest, Request
+from broker.facade import Broker
 from broker.store.request_hash import parse_flat, parse_request
 
 

@@ -12,10 +12,10 @@ from itertools import islice
 
 import pytest
 
-from broker.client import Broker
 from broker.domain.config import parse_config
 from broker.domain.errors import InvalidInput
 from broker.domain.models import NewRequest
+from broker.facade import Broker
 from broker.redis.replies import as_str
 from tests.support.backends import on_backend  # noqa: F401 - redis on both backends
 

@@ -14,10 +14,10 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
-from broker.client import Broker
 from broker.domain.config import parse_config
 from broker.domain.errors import ConfigError
 from broker.domain.models import NewRequest, Request
+from broker.facade import Broker
 from tests.support.auth import person
 from tests.support.email_links import link
 from tests.support.webhooks import NEW_SECRET, OTHER_SECRET, post, signed  # noqa: F401

@@ -15,11 +15,11 @@ from typer.testing import CliRunner
 
 from api.app import create_app
 from approval_broker.cli import app as cli_app
-from broker.client import Broker
 from broker.domain.config import Config, Settings, load_config
 from broker.domain.errors import Conflict, InvalidInput
 from broker.domain.models import Decision, NewRequest, Outcome, Request
 from broker.domain.principals import Principal, hash_token
+from broker.facade import Broker
 from broker.judge.deciding import Deciding
 from tests.support.auth import bearer
 from tests.support.backends import on_backend, on_backend_api_broker, on_backend_broker  # noqa: F401 - redis, broker, api_broker on both backends

@@ -16,8 +16,8 @@ from pydantic_ai.messages import (
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 from refunds_demo import AlreadyRefunded, Ledger, Refund
 
-from broker.client import Broker
 from broker.domain.models import Decision, Run, RunStatus
+from broker.facade import Broker
 from broker.runs.agents import DepsContext, register_agent
 from broker.testing import SyncWorker
 

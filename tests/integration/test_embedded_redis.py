@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from redis import Redis
 
-from broker.client import Broker
 from broker.domain.models import Decision, NewRequest, Status
+from broker.facade import Broker
 from broker.redis.embedded import EmbeddedRedis, EmbeddedRedisError, find_redis_server, running_url
 
 

@@ -11,11 +11,11 @@ from redis import Redis
 
 from api.app import create_app
 from broker.channels.email.links import new_nonce, read_link, sign_link
-from broker.client import Broker
 from broker.domain.config import Config, Settings
 from broker.domain.errors import Conflict, Forbidden
 from broker.domain.models import Decision, NewRequest, Outcome, Request
 from broker.domain.principals import EVERY_ROLE, Principal, hash_token
+from broker.facade import Broker
 from broker.judge.deciding import Deciding
 from tests.support.decisions import race
 

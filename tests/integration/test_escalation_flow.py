@@ -10,9 +10,9 @@ from collections.abc import Callable, Iterator
 import pytest
 from refunds_demo import Ledger
 
-from broker.client import Broker
 from broker.domain.config import parse_config
 from broker.domain.models import Status
+from broker.facade import Broker
 from broker.runs.agents import register_agent
 from broker.runs.starting import start_run
 from tests.support.backends import on_backend, on_backend_api_broker, on_backend_broker, resume_once  # noqa: F401 - redis, broker, api_broker on both backends

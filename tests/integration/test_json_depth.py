@@ -22,11 +22,11 @@ from slack_sdk.signature import SignatureVerifier
 from standardwebhooks.webhooks import Webhook
 
 from api.app import create_app
-from broker.client import Broker
 from broker.domain import bounded_json
 from broker.domain.config import Config, Settings
 from broker.domain.errors import InvalidInput
 from broker.domain.models import NewRequest
+from broker.facade import Broker
 from tests.support.auth import person
 
 SIGNING_SECRET = "8f742231b10e8888abcd99yyyzzz85a5"

@@ -17,8 +17,8 @@ from fastapi.testclient import TestClient
 from redis import Redis
 
 from api.app import create_app
-from broker.client import Broker
 from broker.domain.config import Config, Settings
+from broker.facade import Broker
 from tests.support.auth import person
 
 AGENT = {"Authorization": "Bearer tok-agent"}

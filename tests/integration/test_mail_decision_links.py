@@ -9,9 +9,9 @@ from redis import Redis
 
 from broker.channels.email.deciders import email_decider
 from broker.channels.email.links import read_link
-from broker.client import Broker
 from broker.domain.config import parse_config
 from broker.domain.models import NewRequest
+from broker.facade import Broker
 from broker.judge.deciding import Deciding
 from tests.support.fakes.harness import running
 from tests.support.fakes.smtp import SmtpSink

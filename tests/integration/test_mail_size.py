@@ -11,9 +11,9 @@ from __future__ import annotations
 import pytest
 from redis import Redis
 
-from broker.client import Broker
 from broker.domain.config import parse_config
 from broker.domain.models import NewRequest
+from broker.facade import Broker
 from tests.support.fakes.harness import running
 from tests.support.fakes.smtp import SmtpSink
 from tests.support.waiting import wait_for

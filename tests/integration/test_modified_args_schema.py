@@ -9,11 +9,11 @@ import pytest
 from fastapi.testclient import TestClient
 
 from api.app import create_app
-from broker.client import Broker
 from broker.domain.config import Config, Settings
 from broker.domain.errors import InvalidInput
 from broker.domain.models import Decision, Outcome
 from broker.domain.principals import Principal
+from broker.facade import Broker
 from broker.judge.deciding import Deciding
 from broker.runs.agents import register_agent
 from broker.runs.starting import start_run

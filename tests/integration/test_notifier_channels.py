@@ -16,8 +16,8 @@ from typer.testing import CliRunner
 
 from approval_broker.cli import app
 from broker.channels.email.links import read_link
-from broker.client import Broker
 from broker.domain.models import Decision, NewRequest, Outcome, Request
+from broker.facade import Broker
 from broker.store.keys import NOTIFIER_GROUP
 from notifiers.events import parse_entry
 from notifiers.parking import Parked, ParkedStore

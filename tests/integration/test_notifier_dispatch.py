@@ -10,8 +10,8 @@ from collections.abc import Iterable, Iterator
 import pytest
 from redis import Redis
 
-from broker.client import Broker
 from broker.domain.config import parse_config
+from broker.facade import Broker
 from notifiers.base import Channel
 from notifiers.dispatch import Dispatcher
 from notifiers.events import REQUESTED, parse_entry

@@ -12,7 +12,6 @@ from redis import Redis
 from typer.testing import CliRunner
 
 from approval_broker.cli import app
-from broker.client import Broker
 from broker.domain.config import EmailConfig, parse_config
 from broker.domain.errors import ConfigError
 from broker.domain.models import (
@@ -24,6 +23,7 @@ from broker.domain.models import (
     Status,
     args_hash,
 )
+from broker.facade import Broker
 from notifiers.mail import smtp_target
 from notifiers.mail_render import BIDI_CONTROLS, Link, render_mail
 from notifiers.runner import start_notifier

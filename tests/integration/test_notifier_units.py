@@ -15,9 +15,9 @@ from redis import Redis
 from standardwebhooks import Webhook, WebhookVerificationError
 
 from broker.channels.slack import action_ids as slack_ids
-from broker.client import Broker
 from broker.domain.config import WEBHOOK_EVENT_TYPES, SlackConfig, parse_config
 from broker.domain.models import Decision, HistoryEntry, Outcome, Request, Status, args_hash
+from broker.facade import Broker
 from notifiers.base import Channel
 from notifiers.dispatch import Dispatcher
 from notifiers.events import (

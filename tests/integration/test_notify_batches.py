@@ -8,8 +8,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from broker.client import Broker
 from broker.domain.models import NewRequest
+from broker.facade import Broker
 from broker.store.keys import NOTIFIER_GROUP
 from notifiers.commit import Committer
 from notifiers.parking import ParkedStore

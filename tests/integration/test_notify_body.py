@@ -11,9 +11,9 @@ from typing import Any
 import pytest
 from redis import Redis
 
-from broker.client import Broker
 from broker.domain.config import parse_config
 from broker.domain.models import Decision, HistoryEntry, NewRequest, Request, utcnow
+from broker.facade import Broker
 from broker.rules import parse_body
 from broker.store.acknowledging import Acks
 from broker.store.request_hash import parse_request

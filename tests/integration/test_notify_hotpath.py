@@ -44,8 +44,8 @@ def test_history_notes_are_pydantics_text_at_whole_seconds_too() -> None:
 
 
 def test_routes_worked_out_once_per_kind_of_event_are_the_routes(redis: Redis) -> None:
-    from broker.client import Broker
     from broker.domain.config import parse_config
+    from broker.facade import Broker
     from notifiers.base import Channel
     from notifiers.inbox import InboxChannel
     from notifiers.retry import RetryPolicy

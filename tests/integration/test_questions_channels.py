@@ -24,10 +24,10 @@ from api.app import create_app
 from broker.ask import question
 from broker.channels.email.links import read_link
 from broker.channels.slack.question_modal import ANSWER_FORM, ANSWER_FORM_CALLBACK
-from broker.client import Broker
 from broker.domain.config import Config, Settings, parse_config
 from broker.domain.models import NewRequest, Request, Status
 from broker.domain.principals import hash_token
+from broker.facade import Broker
 from tests.support.fakes.harness import SECRET, running, webhook
 from tests.support.fakes.slack import FakeSlack
 from tests.support.fakes.smtp import SmtpSink

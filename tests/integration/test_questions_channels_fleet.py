@@ -37,10 +37,10 @@ from api.app import create_app
 from broker.ask import ask, question
 from broker.channels.email.links import new_nonce, sign_link
 from broker.channels.slack.question_modal import ANSWER_FORM
-from broker.client import Broker
 from broker.domain.config import Settings, parse_config
 from broker.domain.models import Request, RunStatus
 from broker.domain.principals import hash_token
+from broker.facade import Broker
 from broker.runs.agents import register_agent
 from broker.runs.outbox import Resumer
 from broker.runs.starting import start_run

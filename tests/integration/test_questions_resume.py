@@ -25,9 +25,9 @@ from pydantic_ai.messages import (
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 
 from broker.ask import ask, ask_for, parse_answer, question
-from broker.client import Broker
 from broker.domain.models import Decision, Outcome, Request, RunStatus, Status, args_hash
 from broker.domain.questions import validate_answer
+from broker.facade import Broker
 from broker.runs.agents import LocalAgents, register_agent
 from broker.runs.starting import start_run
 from broker.runs.tool_results import results_for

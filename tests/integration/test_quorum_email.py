@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from fastapi.testclient import TestClient
 
-from broker.client import Broker
 from broker.domain.models import NewRequest
+from broker.facade import Broker
 from tests.support.email_links import link, page_error
 
 API_CONFIG = {

@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 from redis import Redis
 
-from broker.client import Broker
 from broker.domain.config import Config, parse_config
 from broker.domain.models import Decision, NewRequest, Outcome
+from broker.facade import Broker
 
 
 @pytest.fixture

@@ -10,10 +10,10 @@ import pytest
 from redis import Redis
 from redis.cluster import RedisCluster
 
-from broker.client import Broker
 from broker.domain.config import Config
 from broker.domain.errors import InvalidInput
 from broker.domain.models import Decision, NewRequest, Outcome, Request, Status
+from broker.facade import Broker
 
 
 def news(n: int, queue: str = "default", **kw: object) -> list[NewRequest]:

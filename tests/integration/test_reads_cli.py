@@ -8,8 +8,8 @@ import pytest
 from typer.testing import CliRunner
 
 from approval_broker.cli import app
-from broker.client import Broker
 from broker.domain.models import NewRequest
+from broker.facade import Broker
 
 
 @pytest.fixture

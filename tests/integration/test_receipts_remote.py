@@ -19,9 +19,9 @@ from pydantic_ai import DeferredToolRequests
 
 from api.app import create_app
 from api.testing import ServerThread
-from broker.client import Broker
 from broker.domain.config import Config, Settings, parse_config
 from broker.domain.receipts import REFUSED_TEXT
+from broker.facade import Broker
 from broker.remote import BrokerApprovals, RemoteBroker, Request
 from tests.support.auth import person
 from tests.support.receipts import key_file

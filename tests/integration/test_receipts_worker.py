@@ -16,9 +16,9 @@ import pytest
 from redis import Redis
 
 from broker.audit.trail import AuditTrail
-from broker.client import Broker
 from broker.domain.models import Decision, RunStatus
 from broker.domain.receipts import REFUSED_TEXT, ReceiptRefused
+from broker.facade import Broker
 from broker.receipts.checks import ReceiptChecks
 from broker.runs.agents import register_agent
 from broker.runs.starting import enqueue_resume, start_run

@@ -13,9 +13,9 @@ from pydantic_ai import DeferredToolRequests
 
 from api.app import create_app
 from api.testing import ServerThread
-from broker.client import Broker
 from broker.domain.config import Config, Settings
 from broker.domain.errors import Conflict, Forbidden, InvalidInput, NotFound
+from broker.facade import Broker
 from broker.remote import (
     AsyncRemoteBroker,
     BrokerApprovals,

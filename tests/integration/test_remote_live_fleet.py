@@ -22,9 +22,9 @@ from pydantic_ai.models.function import AgentInfo, FunctionModel
 from redis import Redis
 from rq.job import Job
 
-from broker.client import Broker
 from broker.domain.config import Config, parse_config
 from broker.domain.models import Decision, RunStatus
+from broker.facade import Broker
 from broker.runs.live_wait import LIVE, RESUMER, claim
 from broker.runs.outbox import Resumer
 from broker.runs.starting import resume_job_id, run_queue, start_run

@@ -7,9 +7,9 @@ from __future__ import annotations
 import pytest
 from fastapi.testclient import TestClient
 
-from broker.client import Broker
 from broker.domain.config import Settings
 from broker.domain.models import RunStatus
+from broker.facade import Broker
 from broker.runs.starting import start_run
 from broker.testing import SyncWorker
 from tests.support.auth import person

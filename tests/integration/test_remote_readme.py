@@ -11,8 +11,8 @@ import pytest
 
 from api.app import create_app
 from api.testing import ServerThread
-from broker.client import Broker
 from broker.domain.config import Config, Settings
+from broker.facade import Broker
 from broker.remote import RemoteBroker
 from tests.support.auth import person
 from tests.support.docs_examples import page

@@ -19,8 +19,8 @@ from slack_sdk.signature import SignatureVerifier
 from api.app import create_app
 from api.testing import ServerThread
 from broker.channels.slack import action_ids as ids
-from broker.client import Broker
 from broker.domain.config import Settings, parse_config
+from broker.facade import Broker
 from broker.remote import BrokerApprovals, RemoteBroker
 from tests.support.auth import person
 from tests.support.fakes.harness import running

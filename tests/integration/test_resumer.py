@@ -14,9 +14,9 @@ from redis.exceptions import ResponseError
 from refunds_demo import Ledger
 from rq import Queue
 
-from broker.client import Broker
 from broker.domain.config import Config
 from broker.domain.models import Decision, NewRequest, RunStatus
+from broker.facade import Broker
 from broker.runs import resume_step
 from broker.runs.live_wait import LIVE, claim
 from broker.runs.outbox import Resumer

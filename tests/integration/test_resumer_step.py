@@ -13,9 +13,9 @@ from rq import Queue
 from rq.job import Job
 from rq.serializers import JSONSerializer
 
-from broker.client import Broker
 from broker.domain.config import Config
 from broker.domain.models import RunStatus
+from broker.facade import Broker
 from broker.runs import resume_step
 from broker.runs.live_wait import LIVE, RESUMER, claim, claim_field, claimed_by, live_field
 from broker.runs.outbox import Resumer

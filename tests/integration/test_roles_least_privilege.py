@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 from fastapi.testclient import TestClient
 
-from broker.client import Broker
 from broker.domain.models import NewRequest
 from broker.domain.principals import Principal
+from broker.facade import Broker
 from broker.judge.deciding import INBOX, Deciding
 from broker.runs.starting import start_run
 from tests.support.auth import bearer, person

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from redis import Redis
 
-from broker.client import Broker
 from broker.domain.config import Config
 from broker.domain.models import HistoryEntry, NewRequest, utcnow
+from broker.facade import Broker
 from broker.runs.outbox import Resumer
 from broker.runs.starting import resume_job_id, run_queue
 from broker.store.keys import NOTIFIER_GROUP, RESUMER_GROUP

@@ -13,9 +13,9 @@ from redis import Redis
 from api.app import create_app
 from broker.channels.email.links import read_link
 from broker.channels.slack import always_modal as always
-from broker.client import Broker
 from broker.domain.config import Config, Settings, parse_config
 from broker.domain.models import NewRequest, Status
+from broker.facade import Broker
 from notifiers.slack_blocks import action_blocks
 from tests.support.fakes.harness import running
 from tests.support.fakes.smtp import SmtpSink

@@ -14,11 +14,11 @@ import pytest
 from redis import Redis
 from redis.cluster import RedisCluster
 
-from broker.client import Broker
 from broker.domain.config import Config
 from broker.domain.errors import Conflict
 from broker.domain.models import Decision, NewRequest, Outcome, Status
 from broker.domain.principals import Principal
+from broker.facade import Broker
 from broker.judge.deciding import Deciding
 from broker.judge.rule_decisions import RuleDecisions
 from broker.rules import parse_body, sync_at_start

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from fastapi.testclient import TestClient
 
-from broker.client import Broker
 from broker.domain.models import NewRequest
+from broker.facade import Broker
 from tests.support.auth import bearer, person
 
 BOB, PAT = bearer("tok-bob"), bearer("tok-pat")

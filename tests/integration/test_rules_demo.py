@@ -7,9 +7,9 @@ import refunds_demo as demo
 from refunds_demo import Ledger
 
 from approval_broker.up import banner
-from broker.client import Broker
 from broker.domain.config import Settings
 from broker.domain.models import RunStatus, Status
+from broker.facade import Broker
 from broker.testing import SyncWorker
 
 

@@ -9,8 +9,8 @@ import pytest
 from typer.testing import CliRunner
 
 from approval_broker.cli import app as cli_app
-from broker.client import Broker
 from broker.domain.models import Status
+from broker.facade import Broker
 from tests.support.auth import bearer, person  # noqa: F401
 from tests.support.remember import ALICE, PAT, RAW, round_of  # noqa: F401
 

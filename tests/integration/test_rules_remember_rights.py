@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
-from broker.client import Broker
 from broker.domain.models import NewRequest
+from broker.facade import Broker
 from broker.judge.rule_decisions import RuleDecisions
 from tests.support.remember import ALICE, PAT, RAW, round_of
 

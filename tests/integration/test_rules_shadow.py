@@ -10,9 +10,9 @@ from typer.testing import CliRunner
 
 from approval_broker.cli import app as cli_app
 from broker.audit import AuditTrail
-from broker.client import Broker
 from broker.domain.config import Config
 from broker.domain.models import Decision, NewRequest, Status
+from broker.facade import Broker
 from broker.rules import sync_at_start
 from tests.support.auth import person
 

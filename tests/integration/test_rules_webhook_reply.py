@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from fastapi.testclient import TestClient
 
-from broker.client import Broker
 from broker.domain.models import NewRequest, Status
+from broker.facade import Broker
 from tests.support.webhooks import post, signed, webhook_cfg  # noqa: F401
 
 

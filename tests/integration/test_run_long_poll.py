@@ -18,10 +18,10 @@ from fastapi import FastAPI
 
 from api.app import create_app
 from api.testing import ServerThread
-from broker.client import Broker
 from broker.domain.config import Config, Settings, parse_config
 from broker.domain.models import Decision
 from broker.domain.principals import hash_token
+from broker.facade import Broker
 from broker.runs.agents import register_agent
 from broker.runs.starting import start_run
 from tests.support.backends import on_backend, resume_once  # noqa: F401 - `redis` on both backends

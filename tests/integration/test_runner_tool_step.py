@@ -16,8 +16,8 @@ import pytest
 from pydantic_ai import CallToolsNode
 from pydantic_ai.messages import ModelMessagesTypeAdapter, ToolReturnPart
 
-from broker.client import Broker
 from broker.domain.models import Decision, RunStatus
+from broker.facade import Broker
 from broker.runs.agent_runner import TOOLS, Pause, _json_messages
 from broker.runs.agents import register_agent
 from broker.runs.starting import enqueue_resume, start_run

@@ -8,8 +8,8 @@ from collections.abc import Iterator
 import pytest
 from fastapi.testclient import TestClient
 
-from broker.client import Broker
 from broker.domain.models import RunStatus
+from broker.facade import Broker
 from broker.runs.agents import register_agent
 from broker.runs.starting import wait_run
 from tests.support.auth import bearer_by_name, person

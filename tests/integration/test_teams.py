@@ -32,11 +32,11 @@ from redis import Redis
 
 from api.app import create_app
 from broker.channels.teams import adaptive_cards as teams_cards
-from broker.client import Broker
 from broker.domain.config import Config, Settings, parse_config
 from broker.domain.errors import ConfigError
 from broker.domain.models import Decision, NewRequest, Outcome, Request, RunStatus, Status
 from broker.domain.principals import hash_token
+from broker.facade import Broker
 from broker.runs.agents import register_agent
 from broker.runs.outbox import Resumer
 from broker.runs.starting import start_run

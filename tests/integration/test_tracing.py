@@ -14,8 +14,8 @@ import sys
 
 import pytest
 
-from broker.client import Broker
 from broker.domain.models import Decision, NewRequest
+from broker.facade import Broker
 from broker.tracing import telemetry as tracing
 from broker.tracing.spans import decided_by_kind, field_of
 

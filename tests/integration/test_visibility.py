@@ -12,9 +12,9 @@ from fastapi.testclient import TestClient
 from redis import Redis
 
 from api.app import create_app
-from broker.client import Broker
 from broker.domain.config import Config, Settings
 from broker.domain.models import NewRequest
+from broker.facade import Broker
 from tests.support.auth import person
 
 ADMIN = "tok-admin-0123456789abcdefghij"

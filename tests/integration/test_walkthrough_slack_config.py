@@ -16,10 +16,10 @@ from slack_sdk.signature import SignatureVerifier
 
 from api.app import create_app
 from broker.channels.slack import action_ids as ids
-from broker.client import Broker
 from broker.domain.config import Config, Settings, parse_config
 from broker.domain.models import NewRequest
 from broker.domain.principals import hash_token
+from broker.facade import Broker
 from tests.support.docs_examples import blocks, page
 
 SIGNING_SECRET = "walkthrough-signing-secret-0123456789"

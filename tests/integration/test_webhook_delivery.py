@@ -16,8 +16,8 @@ import httpx
 import pytest
 from redis import Redis
 
-from broker.client import Broker
 from broker.domain.config import WebhookConfig
+from broker.facade import Broker
 from broker.store.keys import NOTIFIER_GROUP
 from notifiers.events import REQUESTED, parse_entry
 from notifiers.inflight import Inflight

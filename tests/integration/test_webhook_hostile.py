@@ -26,9 +26,9 @@ from typing import Any
 
 import pytest
 
-from broker.client import Broker
 from broker.domain.config import WebhookConfig
 from broker.domain.models import Request
+from broker.facade import Broker
 from notifiers.delivery_state import DeliveryState
 from notifiers.dispatch import Dispatcher
 from notifiers.events import REQUESTED, parse_entry

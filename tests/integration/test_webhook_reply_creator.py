@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from fastapi.testclient import TestClient
 
-from broker.client import Broker
+from broker.facade import Broker
 from tests.support.webhooks import make, post, signed, webhook_cfg  # noqa: F401 - the config fixture
 
 

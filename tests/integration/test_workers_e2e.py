@@ -12,8 +12,8 @@ import time
 import pytest
 from refunds_demo import Ledger
 
-from broker.client import Broker
 from broker.domain.models import Decision, Request, Run, RunStatus, Status
+from broker.facade import Broker
 from broker.runs.agents import register_agent
 from broker.runs.starting import resume_job_id, run_queue, start_run
 from tests.support.agents import FLAKY, SECRET, recorder_for

@@ -8,10 +8,10 @@ from pydantic_ai.messages import ModelResponse, TextPart
 from pydantic_ai.models.function import FunctionModel
 from redis import Redis
 
-from broker.client import Broker
 from broker.domain.config import Config, parse_config
 from broker.domain.errors import InvalidInput, NotFound
 from broker.domain.models import RunStatus
+from broker.facade import Broker
 from broker.runs.agent_loader import AgentLoadError, load_agent
 from broker.runs.agents import LocalAgents, agent_spec, register_agent, unregister_agent
 from broker.runs.starting import known_agents, run_job_id, run_queue, start_run

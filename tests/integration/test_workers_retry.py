@@ -17,8 +17,8 @@ import pytest
 from redis.exceptions import ConnectionError as RedisConnectionError
 from rq.job import Job
 
-from broker.client import Broker
 from broker.domain.models import Decision, RunStatus
+from broker.facade import Broker
 from broker.runs.agent_runner import AgentRunner
 from broker.runs.agents import register_agent
 from broker.runs.starting import resume_job_id, run_job_id, run_queue, start_run

@@ -12,8 +12,8 @@ from collections import Counter
 
 from redis import Redis
 
-from broker.client import Broker
 from broker.domain.models import Request, RunStatus
+from broker.facade import Broker
 from tests.support.fakes.deciding_receiver import DecidingReceiver
 from tests.support.fleet_checks import (
     FAILED_RUN_REASONS,

@@ -16,8 +16,8 @@ from dataclasses import dataclass, field
 from redis.exceptions import RedisError
 from refunds_demo import AGENT_NAME
 
-from broker.client import Broker
 from broker.domain.models import RunStatus
+from broker.facade import Broker
 from broker.redis.local_cluster import LocalCluster
 from broker.runs.starting import start_run
 from tests.support.fleet_checks import FINAL, Started

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from redis.cluster import RedisCluster
 
-from broker.client import Broker
+from broker.facade import Broker
 
 
 def blocked_reads(broker: Broker) -> int:

@@ -5,8 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from broker.channels.email.links import new_nonce, sign_link
-from broker.client import Broker
 from broker.domain.models import Request
+from broker.facade import Broker
 from tests.support.backends import on_backend, on_backend_api_broker, on_backend_broker  # noqa: F401 - redis, broker, api_broker on both backends
 
 

@@ -20,8 +20,8 @@ from rq.exceptions import NoSuchJobError
 from rq.job import Job
 from rq.serializers import JSONSerializer
 
-from broker.client import Broker
 from broker.domain.models import Request, Run, RunStatus, Status
+from broker.facade import Broker
 from broker.runs.starting import resume_job_id, run_job_id, run_queue
 from broker.store.keys import RESUMER_GROUP
 from tests.support.fakes.deciding_receiver import Answered, DecidingReceiver, Intent

@@ -17,8 +17,8 @@ import dataclasses
 from collections import Counter, defaultdict
 from typing import Any
 
-from broker.client import Broker
 from broker.domain.models import Request, Status
+from broker.facade import Broker
 from tests.support.fakes.telegram import FakeTelegram, buttons
 from tests.support.fakes.telegram_person import TelegramPerson
 from tests.support.fleet_checks import LATE, REJECT_REASON, Findings, judge, outcome_events

@@ -5,8 +5,8 @@ from __future__ import annotations
 from rq import SimpleWorker
 from rq.serializers import JSONSerializer
 
-from broker.client import Broker
 from broker.domain.models import Run
+from broker.facade import Broker
 from broker.runs.starting import run_queue
 from workers.resumer import Resumer
 

@@ -9,7 +9,7 @@ from contextlib import contextmanager
 from rq import SimpleWorker
 from rq.serializers import JSONSerializer
 
-from broker.client import Broker
+from broker.facade import Broker
 from broker.runs.starting import run_queue
 from workers import jobs
 

@@ -15,9 +15,9 @@ from typing import Any
 import pytest
 from redis import Redis
 
-from broker.client import Broker
 from broker.domain.config import parse_config
 from broker.domain.models import NewRequest
+from broker.facade import Broker
 from broker.store.keys import NOTIFIER_GROUP
 from tests.support.fakes.harness import SECRET, webhook
 from tests.support.fakes.slack import FakeSlack

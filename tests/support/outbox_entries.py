@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from broker.client import Broker
+from broker.facade import Broker
 from broker.store.keys import NOTIFIER_GROUP
 from notifiers.events import REQUESTED, parse_entry
 from notifiers.tasks import InflightEntry

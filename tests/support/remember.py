@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from broker.client import Broker
 from broker.domain.models import NewRequest
+from broker.facade import Broker
 from tests.support.auth import bearer, person
 
 PAT, ALICE = bearer("tok-pat"), bearer("tok-alice")

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from broker.client import Broker
 from broker.domain.models import Decision
+from broker.facade import Broker
 from broker.runs.agents import register_agent
 from broker.runs.starting import start_run
 from broker.store.keys import RESUMER_GROUP

@@ -12,9 +12,9 @@ import pytest
 from fastapi.testclient import TestClient
 from standardwebhooks.webhooks import Webhook
 
-from broker.client import Broker
 from broker.domain.config import Config, parse_config
 from broker.domain.models import NewRequest, Request
+from broker.facade import Broker
 from tests.support.backends import on_backend, on_backend_api_broker, on_backend_broker, single_only  # noqa: F401 - redis, broker, api_broker on both backends
 
 OLD_SECRET = "whsec_" + base64.b64encode(b"old-secret-for-ops-endpoint-0123").decode()

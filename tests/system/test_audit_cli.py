@@ -17,9 +17,9 @@ from redis import Redis
 from typer.testing import CliRunner
 
 from approval_broker.cli import app
-from broker.client import Broker
 from broker.domain.config import parse_config
 from broker.domain.models import Decision, NewRequest
+from broker.facade import Broker
 
 CONFIG = """
 [queues.default]

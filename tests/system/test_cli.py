@@ -10,9 +10,9 @@ import pytest
 from typer.testing import CliRunner
 
 from approval_broker.cli import app
-from broker.client import Broker
 from broker.domain.models import NewRequest, Status
 from broker.domain.principals import hash_token
+from broker.facade import Broker
 
 runner = CliRunner()
 

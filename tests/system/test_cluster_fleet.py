@@ -37,8 +37,8 @@ import pytest
 from redis import Redis
 from refunds_demo import register_demo
 
-from broker.client import Broker
 from broker.domain.config import load_config
+from broker.facade import Broker
 from broker.redis.cluster import connect_cluster
 from broker.redis.embedded import EmbeddedRedis, free_port
 from broker.redis.local_cluster import LocalCluster

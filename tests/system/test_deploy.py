@@ -36,10 +36,10 @@ from kubernetes_validate.utils import (
 from redis import Redis
 from rq import Worker
 
-from broker.client import Broker
 from broker.domain.config import load_config
 from broker.domain.errors import ConfigError
 from broker.domain.models import NewRequest, Status
+from broker.facade import Broker
 from broker.store.keys import NOTIFIER_GROUP, RESUMER_GROUP, Keys
 from tests.support.deploy import DUMMY_SECRETS, config_env_names  # noqa: F401
 from tests.support.waiting import wait_for

@@ -61,9 +61,9 @@ from standardwebhooks import Webhook
 
 from api.app import create_app
 from api.testing import ServerThread as ApiServer
-from broker.client import Broker
 from broker.domain.config import Settings, load_config, parse_config
 from broker.domain.models import Decision, NewRequest, Request, RunStatus, Status
+from broker.facade import Broker
 from broker.redis.embedded import EmbeddedRedis, free_port
 from broker.runs.agents import register_agent
 from broker.runs.starting import start_run

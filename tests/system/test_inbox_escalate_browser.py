@@ -10,9 +10,9 @@ from redis import Redis
 
 from api.app import create_app
 from api.testing import ServerThread
-from broker.client import Broker
 from broker.domain.config import Settings, parse_config
 from broker.domain.models import NewRequest
+from broker.facade import Broker
 from tests.support.auth import person
 from tests.support.browser import CHROMIUM_ARGS  # noqa: F401
 

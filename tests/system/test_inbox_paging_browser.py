@@ -13,9 +13,9 @@ from redis import Redis
 
 from api.app import create_app
 from api.testing import ServerThread
-from broker.client import Broker
 from broker.domain.config import Config, Settings, parse_config
 from broker.domain.models import Decision, NewRequest, Status
+from broker.facade import Broker
 from tests.support.browser import signed_in  # noqa: F401
 
 ADMIN = "tok-admin-0123456789abcdefghij"

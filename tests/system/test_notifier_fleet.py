@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 from redis import Redis
 
-from broker.client import Broker
 from broker.domain.config import load_config
 from broker.domain.models import NewRequest
+from broker.facade import Broker
 from broker.store.keys import NOTIFIER_GROUP
 from notifiers.delivery_state import DeliveryState
 from notifiers.parking import ParkedStore

@@ -17,10 +17,10 @@ from pathlib import Path
 import pytest
 from redis import Redis
 
-from broker.client import Broker
 from broker.domain.config import parse_config
 from broker.domain.models import Decision, RunStatus
 from broker.domain.receipts import REFUSED_TEXT
+from broker.facade import Broker
 from broker.runs.starting import enqueue_resume, start_run
 from tests.support.agents import recorder_for
 from tests.support.receipts import key_file

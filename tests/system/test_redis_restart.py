@@ -10,8 +10,8 @@ from pathlib import Path
 from redis import Redis
 from rq import Worker
 
-from broker.client import Broker
 from broker.domain.models import RunStatus
+from broker.facade import Broker
 from broker.redis.embedded import EmbeddedRedis
 from broker.runs.agents import register_agent
 from broker.runs.starting import start_run, wait_run

@@ -31,10 +31,10 @@ from broker.channels.email.links import (
     read_link,
     sign_link,
 )
-from broker.client import Broker
 from broker.domain.config import Settings, parse_config
 from broker.domain.errors import ConfigError
 from broker.domain.models import NewRequest
+from broker.facade import Broker
 from broker.redis.embedded import (
     PASSWORD_FILE,
     URL_FILE,

@@ -18,10 +18,10 @@ from pathlib import Path
 import pytest
 from redis import Redis
 
-from broker.client import Broker
 from broker.domain.config import load_config, parse_config
 from broker.domain.errors import ConfigError
 from broker.domain.models import RunStatus
+from broker.facade import Broker
 from broker.runs.starting import start_run
 from tests.support.slot_agents import SLOW_S, effects_key
 from tests.support.waiting import wait_for

@@ -17,9 +17,9 @@ import pytest
 from redis import Redis
 from refunds_demo import Ledger
 
-from broker.client import Broker
 from broker.domain.config import load_config
 from broker.domain.models import Decision, RunStatus
+from broker.facade import Broker
 from broker.runs.starting import start_run, wait_run
 from tests.support.agents import recorder_for
 from tests.support.waiting import wait_for

@@ -21,9 +21,9 @@ from dataclasses import dataclass
 
 from itsdangerous import BadSignature, SignatureExpired, URLSafeTimedSerializer
 
-from broker.client import Broker
 from broker.domain.config import Config, Settings
 from broker.domain.errors import BrokerError, ConfigError
+from broker.facade import Broker
 from broker.redis.embedded import private_secret, redis_dir, running_urls
 
 SECRET_ENV = "APPROVAL_BROKER_LINK_SECRET"

@@ -7,7 +7,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from broker.client import Broker
+from broker.facade import Broker
 from notifiers.consumer import Notifier
 from notifiers.options import NotifierOptions
 from notifiers.runner import start_notifier
