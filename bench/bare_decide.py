@@ -1,8 +1,8 @@
 """The framework's own ceiling for a decision: a FastAPI route of the decide route's shape, no broker.
 
-`bench_api.py --bare` serves this app on stock uvicorn (httptools, uvloop, no access log: the
-API's settings) and sends it the same requests it sends the broker: `POST
-/v1/requests/{id}/decision` with a bearer token and `{"outcome": "approved"}`. The route does
+`bench_api.py` serves this app in its third phase (`--no-bare` skips it) on stock uvicorn
+(httptools, uvloop, no access log: the API's settings) and sends it the same requests it sends
+the broker: `POST /v1/requests/{id}/decision` with a bearer token and `{"outcome": "approved"}`. The route does
 what every decision pays before the broker is reached (path and body validation by FastAPI and
 pydantic, a bearer-token dependency comparing a SHA-256, a JSON answer the size of a request's)
 and nothing after it: no Redis, no judge, no middleware. Its CPU per request is the floor under

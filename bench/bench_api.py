@@ -35,7 +35,6 @@ import base64
 import json
 import multiprocessing
 import os
-import socket
 import statistics
 import subprocess
 import sys
@@ -62,6 +61,7 @@ from redis import Redis
 from standardwebhooks import Webhook
 
 from broker.domain.principals import hash_token
+from broker.redis.embedded import free_port
 from broker.runs.starting import resume_job_id
 
 TOKEN = "bench-token"
@@ -372,9 +372,7 @@ def burst(
 
 def start_bare() -> tuple[subprocess.Popen[str], str]:
     """bench/bare_decide.py on stock uvicorn with the API's settings, on a free port."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
+    port = free_port()
     here = os.path.dirname(os.path.abspath(__file__))
     proc = subprocess.Popen(
         [sys.executable, "-m", "uvicorn", "--app-dir", here, "bare_decide:app",
