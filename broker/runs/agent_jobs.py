@@ -9,6 +9,9 @@ A job that ends without the runner recording the outcome (its worker process was
 ran out of memory, so RQ found it abandoned) would leave the run `running` for ever;
 `mark_failed` (RQ's `on_failure` callback, which RQ also runs for an abandoned job) fails the
 run then, once no attempt is left.
+
+The runner (and with it pydantic-ai, about 1.5 s of imports) is loaded by the job functions when
+a worker first runs one, not by this module: the API and the CLI import it only to enqueue.
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ import logging
 import time
 from collections.abc import Callable
 from contextlib import AbstractContextManager
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from redis import Redis
 from rq import get_current_job
@@ -27,9 +30,11 @@ from broker.domain.config import Settings, load_config
 from broker.domain.models import RunStatus
 from broker.facade import Broker
 from broker.redis.replies import as_str_dict
-from broker.runs.agent_runner import AgentRunner
 from broker.runs.live_wait import owned_round
 from broker.tracing import spans as traced
+
+if TYPE_CHECKING:
+    from broker.runs.agent_runner import AgentRunner
 
 log = logging.getLogger("broker.runs.agent_jobs")
 
@@ -70,16 +75,23 @@ def _traced(run_id: str, round_no: int) -> AbstractContextManager[Any]:
     return traced.job(job.meta if job else None, job.id if job else None, run_id, round_no)
 
 
+def _runner() -> AgentRunner:
+    """The runner on this process's broker, imported here so that enqueueing never loads it."""
+    from broker.runs.agent_runner import AgentRunner
+
+    return AgentRunner(current_broker(), live_waits=True)
+
+
 def run_agent(run_id: str) -> str:
     """Run a started run's agent on its prompt, until it finishes or pauses (round 1)."""
-    runner = AgentRunner(current_broker(), live_waits=True)
+    runner = _runner()
     with _traced(run_id, 0):
         return runner.advance(run_id, 0, final_attempt=_final_attempt())
 
 
 def resume_agent(run_id: str, round_no: int) -> str:
     """Resume a run whose round `round_no` has every outcome."""
-    runner = AgentRunner(current_broker(), live_waits=True)
+    runner = _runner()
     with _traced(run_id, int(round_no)):
         return runner.advance(run_id, int(round_no), final_attempt=_final_attempt())
 

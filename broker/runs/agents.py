@@ -14,7 +14,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pydantic import ValidationError
-from pydantic_ai import DeferredToolRequests
 
 from broker.domain.config import AgentConfig
 from broker.domain.errors import InvalidInput, NotFound
@@ -94,8 +93,11 @@ def pausable_output_type(agent: Any, name: str) -> list[Any] | None:
     agent must declare it: checked here, once per registration or load, so the problem shows up
     before a run starts instead of at its first deferred call, after tools may have run. The
     validators are only visible through pydantic-ai's private `_output_validators`; this is the one
-    place that reads it.
+    place that reads it. pydantic-ai is imported here, by the time an agent object exists, so
+    that the API (which names agents but never runs one) starts without loading it.
     """
+    from pydantic_ai import DeferredToolRequests
+
     declared = declared_output_types(agent)
     if DeferredToolRequests in declared:
         return None
