@@ -13,10 +13,13 @@ What a forking worker got from its horse, a slot gets otherwise:
 * job timeouts: RQ's `TimerDeathPenalty` (the death penalty RQ documents for workers that
   don't fork), behind the shared loop's own, shorter, per-run deadline;
 * heartbeats: one thread keeps every busy slot's execution alive in RQ's started registry with
-  a short TTL, so when the whole process is SIGKILLed, its jobs are found abandoned within
-  `HEARTBEAT_TTL_S` and retried (RQ's `Retry`) by the maintenance of any live worker;
+  a short TTL (`[workers] abandoned_after_s`), so when the whole process is SIGKILLed, its jobs
+  are found abandoned within that TTL and retried (RQ's `Retry`) by the maintenance of any
+  live worker;
 * maintenance and the scheduler (retries after their back-off) run in that same thread, with
-  RQ's public `clean_registries` and `RQScheduler.enqueue_scheduled_jobs` under its lock.
+  RQ's public `clean_registries` and `RQScheduler.enqueue_scheduled_jobs`, each under a lock
+  of ours with a short TTL: RQ's scheduler lock lives a minute, so a worker SIGKILLed while
+  holding it would hold up every retry of the fleet for that long.
 """
 
 from __future__ import annotations
@@ -29,7 +32,8 @@ import time
 import uuid
 
 from redis import Redis
-from redis.exceptions import RedisError
+from redis.exceptions import LockError, RedisError
+from redis.lock import Lock
 from rq import SimpleWorker
 from rq.job import Job
 from rq.queue import Queue
@@ -40,15 +44,16 @@ from rq.timeouts import TimerDeathPenalty
 
 log = logging.getLogger("workers.slots")
 
-HEARTBEAT_S = 5.0
-"""How often a busy slot's execution heartbeat is renewed."""
 HEARTBEAT_TTL_S = 30
 """How long a job of a process that stopped beating stays `started` before it counts as
-abandoned (then RQ retries it)."""
-MAINTENANCE_S = 15.0
-"""How often this process offers to clean RQ's registries (one process at a time does it)."""
+abandoned (then RQ retries it): `[workers] abandoned_after_s`'s default. A busy slot's
+heartbeat is renewed every sixth of it; this process offers to clean RQ's registries (one
+process at a time does it) every half of it."""
 SCHEDULE_S = 1.0
 """How often the scheduler moves due retries back onto the queue (when it holds the lock)."""
+SCHEDULE_LOCK = "rq:approval-broker:schedule:{queue}"
+"""Held by the one worker process moving due retries right now, for that move only."""
+SCHEDULE_LOCK_S = 5
 UPKEEP_LOCK = "rq:approval-broker:upkeep:{queue}"
 """Held (on RQ's Redis) by the one worker process recovering jobs right now; under `rq:`,
 where the broker's Redis user may write RQ's keys (the ACL in docs/security.md)."""
@@ -62,13 +67,14 @@ class SlotWorker(SimpleWorker):
     TTL, and a record of the job it is running (for the heartbeat thread)."""
 
     death_penalty_class = TimerDeathPenalty
+    heartbeat_ttl_s: int = HEARTBEAT_TTL_S
 
     def __init__(self, *args: object, **kwargs: object) -> None:
         super().__init__(*args, **kwargs)  # type: ignore[arg-type]
         self.running: Job | None = None
 
     def get_heartbeat_ttl(self, job: Job) -> int:
-        return HEARTBEAT_TTL_S
+        return self.heartbeat_ttl_s
 
     def execute_job(self, job: Job, queue: Queue) -> None:
         self.running = job
@@ -82,10 +88,18 @@ class Slots:
     """N slot threads on one queue, plus the thread that beats, cleans and schedules for them."""
 
     def __init__(
-        self, queue_name: str, connection: Redis, concurrency: int, log_level: str = "WARNING"
+        self,
+        queue_name: str,
+        connection: Redis,
+        concurrency: int,
+        log_level: str = "WARNING",
+        abandoned_after_s: int = HEARTBEAT_TTL_S,
     ) -> None:
         self.queue_name = queue_name
         self.connection = connection
+        self.abandoned_after_s = abandoned_after_s
+        self.heartbeat_s = abandoned_after_s / 6
+        self.maintenance_s = abandoned_after_s / 2
         base = f"{os.getpid()}.{uuid.uuid4().hex[:8]}"
         self.workers = [
             SlotWorker(
@@ -97,13 +111,23 @@ class Slots:
             )
             for i in range(concurrency)
         ]
+        for worker in self.workers:
+            worker.heartbeat_ttl_s = abandoned_after_s
         # runs no job: RQ's maintenance calls reach a worker object whose execution is unset
         self.upkeep = SlotWorker(
             [queue_name], name=f"{base}.upkeep", connection=connection, serializer=JSONSerializer
         )
         self.upkeep_token = base
-        self.scheduler = RQScheduler(  # its lock line only with `up --verbose` (`log_level`)
+        self.scheduler = RQScheduler(
             [queue_name], connection=connection, serializer=JSONSerializer, logging_level=log_level
+        )
+        self.scheduler.prepare_registries([queue_name])  # moved under our lock, not RQ's
+        self.schedule_lock = Lock(
+            connection,
+            SCHEDULE_LOCK.format(queue=queue_name),
+            timeout=SCHEDULE_LOCK_S,
+            blocking=False,
+            thread_local=False,
         )
         self.stop = threading.Event()
         self._busy = 0
@@ -135,8 +159,6 @@ class Slots:
 
     def close(self) -> None:
         self.stop.set()
-        with contextlib.suppress(RedisError):
-            self.scheduler.release_locks()
         for worker in self.workers:
             with contextlib.suppress(RedisError):
                 worker.register_death()
@@ -182,10 +204,10 @@ class Slots:
             now = time.monotonic()
             try:
                 self._schedule()
-                if now - last_beat >= HEARTBEAT_S:
+                if now - last_beat >= self.heartbeat_s:
                     last_beat = now
                     self._beat()
-                if now - last_clean >= MAINTENANCE_S:
+                if now - last_clean >= self.maintenance_s:
                     last_clean = now
                     self._maintain()
             except RedisError as exc:
@@ -228,5 +250,14 @@ class Slots:
             self.connection.delete(lock)
 
     def _schedule(self) -> None:
-        if self.scheduler.acquire_locks():
+        """Move due retries onto the queue, unless another process is doing it right now.
+
+        The lock is held only while moving: a process killed meanwhile holds back the
+        fleet's retries for SCHEDULE_LOCK_S at most."""
+        if not self.schedule_lock.acquire():
+            return
+        try:
             self.scheduler.enqueue_scheduled_jobs()
+        finally:
+            with contextlib.suppress(LockError):  # it outlived its TTL: another may hold it
+                self.schedule_lock.release()

@@ -109,7 +109,13 @@ async def _serve(
     """The main thread's loop: serve the slots' runs until they have all ended."""
     loop = asyncio.get_running_loop()
     shared.attach(loop)
-    slots = Slots(RUN_QUEUE, broker.store.rq_redis, concurrency, log_level)
+    slots = Slots(
+        RUN_QUEUE,
+        broker.store.rq_redis,
+        concurrency,
+        log_level,
+        abandoned_after_s=broker.config.workers.abandoned_after_s,
+    )
     signals = {"n": 0}
 
     def on_signal() -> None:

@@ -301,6 +301,9 @@ class WorkersSection(_Section):
     concurrency: Annotated[int, Field(ge=1, le=1000)] = 50  # runs at once per worker process
     run_timeout_s: Annotated[float, Field(gt=0, le=3600)] = 600.0  # one round of one run, at most
     loop_block_s: Annotated[float, Field(ge=0.5, le=600)] = 10.0  # sync code holding the loop
+    # a killed worker process's jobs count as abandoned (and are retried) this long after its
+    # last heartbeat; its heartbeats and the recovery pass run at a sixth and half of it
+    abandoned_after_s: Annotated[int, Field(ge=5, le=3600)] = 30
 
 
 class ReceiptsSection(_Section):

@@ -17,16 +17,16 @@ from pathlib import Path
 
 import pytest
 from redis import Redis
+from rq.registry import StartedJobRegistry
 
 from broker.domain.config import load_config, parse_config
 from broker.domain.errors import ConfigError
 from broker.domain.models import RunStatus
 from broker.facade import Broker
-from broker.runs.starting import start_run
+from broker.runs.starting import RUN_QUEUE, start_run
 from tests.support.slot_agents import SLOW_S, effects_key
 from tests.support.waiting import wait_for
 from tests.support.worker_process import WorkerProcess  # noqa: F401
-from workers.slots import HEARTBEAT_TTL_S, MAINTENANCE_S
 
 PREFIX = "t:"
 CONFIG = """
@@ -35,8 +35,9 @@ channels = ["inbox"]
 
 [workers]
 concurrency = 60
-run_timeout_s = 20
+run_timeout_s = 10
 loop_block_s = 3
+abandoned_after_s = 6
 
 [agents.slow]
 path = "tests.support.slot_agents:slow_agent"
@@ -116,7 +117,7 @@ def test_one_worker_runs_many_runs_at_once_and_a_raising_hanging_or_blocking_one
     failed = {name: broker.get_run(r) for name, r in [("raising", raising), ("hanging", hanging), ("blocking", blocking)]}  # fmt: skip
     assert {n: r.status for n, r in failed.items()} == dict.fromkeys(failed, RunStatus.failed)
     assert "ValueError: the model's answer made no sense" in (failed["raising"].error or "")
-    assert "run_timeout_s = 20 s" in (failed["hanging"].error or "")
+    assert "run_timeout_s = 10 s" in (failed["hanging"].error or "")
     assert "blocked the worker's event loop" in (failed["blocking"].error or "")
 
 
@@ -127,14 +128,27 @@ def test_a_worker_killed_with_many_runs_in_flight_loses_none_and_runs_no_tool_tw
     first = start()
     runs = [start_run(broker, "slow", f"task {i}").id for i in range(30)]
     wait_for(lambda: statuses(broker, runs).count(RunStatus.running) == len(runs), timeout=30)
+    rq_redis = broker.store.rq_redis
+    started = StartedJobRegistry(RUN_QUEUE, connection=rq_redis)
+
+    def expiries() -> list[float]:
+        return [score for _, score in rq_redis.zrange(started.key, 0, -1, withscores=True)]
+
+    # it beats with the configured TTL (`abandoned_after_s = 6`), not RQ's default
+    first_seen = expiries()
+    assert len(first_seen) == len(runs) and max(first_seen) <= time.time() + 6 + 1, first_seen
+    # its upkeep thread has renewed them: it has also moved due retries (the same tick), the
+    # way a long-lived worker does, so it would hold any lock for that when it dies
+    wait_for(lambda: max(expiries()) > max(first_seen), timeout=10)
     first.kill()  # every run is in flight, in its first model call
     assert all(s is RunStatus.running for s in statuses(broker, runs))
 
     start()
-    # the jobs count as abandoned once their heartbeat runs out; the new worker's maintenance
-    # finds them and RQ retries them (after the retry's back-off)
-    budget = HEARTBEAT_TTL_S + MAINTENANCE_S + 60
-    wait_for(lambda: all_final(broker, runs), timeout=budget)
+    # the jobs count as abandoned once their heartbeat runs out (`abandoned_after_s`, 6 s
+    # here); the new worker's maintenance (every 3 s) finds them and RQ retries them after the
+    # retry's 2 s back-off, once the dead worker's scheduling lock (5 s) ran out: well within
+    # the minute RQ's own scheduler lock would have held every retry back
+    wait_for(lambda: all_final(broker, runs), timeout=45)
     assert statuses(broker, runs) == [RunStatus.finished] * len(runs)
     assert [effects(broker, r) for r in runs] == [1] * len(runs)
 
@@ -147,6 +161,7 @@ def test_a_worker_killed_with_many_runs_in_flight_loses_none_and_runs_no_tool_tw
         ({"run_timeout_s": -1}, "workers.run_timeout_s"),
         ({"loop_block_s": 0}, "workers.loop_block_s"),
         ({"threads": 4}, "workers.threads"),
+        ({"abandoned_after_s": 1}, "workers.abandoned_after_s"),
     ],
 )
 def test_a_bad_workers_section_is_refused_in_one_line(
