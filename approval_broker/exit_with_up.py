@@ -30,8 +30,11 @@ def watch_for_up_exit() -> None:
 
 
 def _wait_for_eof() -> None:
+    # the raw descriptor, not `sys.stdin.buffer`: a daemon thread blocked in a buffered read
+    # holds the buffer's lock, and the interpreter's shutdown then aborts on it ("Fatal Python
+    # error: _enter_buffered_busy") after every normal stop
     try:
-        while sys.stdin.buffer.read(4096):
+        while os.read(sys.stdin.fileno(), 4096):
             pass  # `up` writes nothing; anything read is ignored
     except (OSError, ValueError):
         pass  # stdin closed or unusable: `up` is gone all the same
