@@ -41,7 +41,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any, TypedDict
 
-import httpx
+import aiohttp
 from redis import Redis
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -107,12 +107,14 @@ class Up:
         self.base = f"http://127.0.0.1:{self.port}"
         self.redis: Redis | None = None
 
-    async def ready(self, client: httpx.AsyncClient, timeout: float = 120) -> None:
+    async def ready(self, client: aiohttp.ClientSession, timeout: float = 120) -> None:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            with contextlib.suppress(httpx.HTTPError):
+            with contextlib.suppress(aiohttp.ClientError):
                 workers = len(self.worker_pids())
-                if (await client.get("/healthz")).status_code == 200 and workers:
+                async with client.get("/healthz") as health:
+                    healthy = health.status == 200
+                if healthy and workers:
                     if (self.tmp / "up.log").read_text().count("worker ready") >= workers:
                         url = running_local_url(self.tmp / "data" / "redis")
                         assert url, "no embedded Redis found"
@@ -170,35 +172,35 @@ class Up:
 
 
 class BrokerSide:
-    def __init__(self, up: Up, client: httpx.AsyncClient) -> None:
+    def __init__(self, up: Up, client: aiohttp.ClientSession) -> None:
         self.up = up
         self.client = client
         self.in_flight = 0
         self.peak = 0
 
     async def start(self, agent: str) -> str:
-        r = await self.client.post("/v1/runs", json={"agent": agent, "prompt": "Refund A1."})
-        r.raise_for_status()
-        return str(r.json()["run_id"])
+        async with self.client.post("/v1/runs", json={"agent": agent, "prompt": "Refund A1."}) as r:
+            r.raise_for_status()
+            return str((await r.json())["run_id"])
 
     async def until(self, run_id: str, statuses: set[str]) -> dict[str, Any]:
         """The run once its status is one of `statuses`, followed with long-polls (the API
         answers when the run waits for a person or has ended), not with a polling interval."""
         while True:
-            r = await self.client.get(f"/v1/runs/{run_id}", params={"wait": WAIT_S})
-            run = r.json()
+            async with self.client.get(f"/v1/runs/{run_id}", params={"wait": WAIT_S}) as r:
+                run = await r.json()
             if run["status"] in statuses:
                 return dict(run)
             if run["status"] == "failed":
                 raise SystemExit(f"run {run_id} failed: {run.get('error')}")
 
     async def decide(self, request_id: str, token: str | None = None) -> int:
-        r = await self.client.post(
+        async with self.client.post(
             f"/v1/requests/{request_id}/decision",
             json={"outcome": "approved"},
             headers={"Authorization": f"Bearer {token}"} if token else None,
-        )
-        return r.status_code
+        ) as r:
+            return r.status
 
     async def cycle(self, agent: str) -> float:
         """One whole cycle; returns decision -> finished, in seconds."""
@@ -408,11 +410,15 @@ async def measure(args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
     up = Up(tmp / "up", args.broker_code, args.up_workers)
     # every run in flight holds a connection with its long-poll, and starts or decides on another
     connections = 2 * max(args.runs, args.slow_runs) + 16
-    limits = httpx.Limits(max_connections=connections, max_keepalive_connections=connections)
     headers = {"Authorization": f"Bearer {up.token}"}
     try:
-        async with httpx.AsyncClient(
-            base_url=up.base, headers=headers, limits=limits, timeout=60
+        # aiohttp, the lightest client at hand (as bench_api's): httpx's pool spends most of a
+        # core on its bookkeeping with a thousand connections, and the bench measured itself
+        async with aiohttp.ClientSession(
+            base_url=up.base,
+            headers=headers,
+            connector=aiohttp.TCPConnector(limit=connections),
+            timeout=aiohttp.ClientTimeout(total=60),
         ) as client:
             await up.ready(client)
             side = BrokerSide(up, client)
