@@ -12,6 +12,9 @@ pauses durably, a decision arrives, the run resumes, the tool runs once, the run
 * LangGraph: a graph `model -> approval (interrupt) -> model`, resumed with `Command(resume=...)`,
   on `AsyncPostgresSaver` (a PostgreSQL this script starts: Debian's postgresql, a temp dir, a
   free loopback port, fsync on) and on `AsyncSqliteSaver` (a temp file), in this process.
+* pydantic-ai alone: the same agents in this process with no broker and no durability (the
+  history through JSON, a second run with `DeferredToolResults`): the floor under the broker's
+  figures, what pydantic-ai's own agent loop costs on one core.
 
 Printed: runs/s with `--runs` started at once (each approved as soon as it waits); decision ->
 run finished one at a time, p50/p99; the double-approve race (two deciders approve one paused
@@ -224,6 +227,76 @@ class BrokerSide:
         codes = await asyncio.gather(*(self.decide(request_id, t) for t in self.up.deciders))
         await self.until(run_id, {"finished"})
         return {"tool_ran": self.up.tool_ran(run_id), "http": sorted(codes)}
+
+
+# ---- pydantic-ai alone ----------------------------------------------------------------------------
+
+
+class _NoRedis:
+    """The fake agents' tool counts in Redis; here it counts in memory (`PydanticAISide.ran`)."""
+
+    def __init__(self, ran: dict[str, int]) -> None:
+        self.ran = ran
+
+    def incr(self, key: str) -> None:
+        self.ran[key] = self.ran.get(key, 0) + 1
+
+
+class PydanticAISide:
+    """The same agents and cycle in this process, with no broker and no durability: the run
+    ends with `DeferredToolRequests`, its history goes through JSON (as a store would keep
+    it), and a second run resumes it with `DeferredToolResults`. The floor under the broker's
+    cycle: what pydantic-ai itself costs, on one core."""
+
+    def __init__(self) -> None:
+        import fake_agents
+
+        self.agents = {"fast": fake_agents.fast, "slow": fake_agents.slow}
+        self.ran: dict[str, int] = {}
+        self.in_flight = 0
+        self.peak = 0
+
+    async def _pause(self, agent: str, key: str) -> tuple[Any, Any]:
+        from fake_agents import Counter
+        from pydantic_ai import DeferredToolRequests
+        from pydantic_ai.messages import ModelMessagesTypeAdapter
+
+        deps = Counter(_NoRedis(self.ran), key)  # type: ignore[arg-type]
+        paused = await self.agents[agent].run("Refund A1.", deps=deps)
+        assert isinstance(paused.output, DeferredToolRequests), paused.output
+        stored = ModelMessagesTypeAdapter.dump_json(paused.all_messages())
+        return deps, (stored, paused.output)
+
+    async def _resume(self, agent: str, deps: Any, paused: Any) -> str:
+        from pydantic_ai import DeferredToolResults
+        from pydantic_ai.messages import ModelMessagesTypeAdapter
+
+        stored, requests = paused
+        results = DeferredToolResults(approvals={c.tool_call_id: True for c in requests.approvals})
+        done = await self.agents[agent].run(
+            message_history=ModelMessagesTypeAdapter.validate_json(stored),
+            deferred_tool_results=results,
+            deps=deps,
+        )
+        return str(done.output)
+
+    async def cycle(self, agent: str) -> float:
+        key = secrets.token_hex(8)
+        self.in_flight += 1
+        self.peak = max(self.peak, self.in_flight)
+        try:
+            deps, paused = await self._pause(agent, key)
+            began = time.perf_counter()
+            assert await self._resume(agent, deps, paused) == "refunded"
+            return time.perf_counter() - began
+        finally:
+            self.in_flight -= 1
+
+    async def race(self) -> dict[str, Any]:
+        key = secrets.token_hex(8)
+        deps, paused = await self._pause("fast", key)
+        results = await asyncio.gather(*(self._resume("fast", deps, paused) for _ in range(2)))
+        return {"tool_ran": self.ran.get(key, 0), "results": ["ok" if r else r for r in results]}
 
 
 # ---- LangGraph ----------------------------------------------------------------------------------
@@ -439,16 +512,21 @@ async def measure(args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
 
     if args.broker_only:
         return out
+    out["pydantic-ai alone, no durability"] = await in_process_phases(PydanticAISide(), args)
     with postgres(Path(tempfile.gettempdir())) as uri:
         async with pg_saver(uri) as saver:
-            out["LangGraph + PostgresSaver"] = await langgraph_phases(saver, args)
+            out["LangGraph + PostgresSaver"] = await in_process_phases(
+                LangGraphSide(saver), args, saver
+            )
     async with sqlite_saver(tmp / "lg.sqlite") as saver:
-        out["LangGraph + SqliteSaver"] = await langgraph_phases(saver, args)
+        out["LangGraph + SqliteSaver"] = await in_process_phases(LangGraphSide(saver), args, saver)
     return out
 
 
-async def langgraph_phases(saver: Any, args: argparse.Namespace) -> dict[str, Any]:
-    side = LangGraphSide(saver)
+async def in_process_phases(
+    side: PydanticAISide | LangGraphSide, args: argparse.Namespace, saver: Any = None
+) -> dict[str, Any]:
+    """The phases of a side that runs in this process: LangGraph on `saver`, or pydantic-ai."""
     await throughput(side, "fast", 20)
     r: dict[str, Any] = {"runs_per_s": await throughput(side, "fast", args.runs)}
     note("throughput", r)
@@ -456,7 +534,7 @@ async def langgraph_phases(saver: Any, args: argparse.Namespace) -> dict[str, An
     note("latency", r)
     r["race"] = await side.race()
     if args.slow_runs:
-        slow = LangGraphSide(saver, slow_s=args.slow_s)
+        slow = side if saver is None else LangGraphSide(saver, slow_s=args.slow_s)
         began = time.perf_counter()
         cycles = asyncio.gather(*(slow.cycle("slow") for _ in range(args.slow_runs)))
         try:
