@@ -51,7 +51,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from benchlib import pct  # noqa: E402
+from benchlib import cpu_seconds, pct  # noqa: E402
 from fake_agents import ran_key  # noqa: E402
 
 from broker.redis.embedded import free_port, running_local_url  # noqa: E402
@@ -126,18 +126,30 @@ class Up:
             await asyncio.sleep(0.2)
         raise SystemExit(f"`up` did not come up; see {self.tmp / 'up.log'}")
 
-    def worker_pids(self) -> list[int]:
-        """The agent worker processes `up` started (one unless `--up-workers`)."""
-        pids = []
+    def role_pids(self) -> dict[str, list[int]]:
+        """`up`'s child processes by role (`api`, `worker`, `notifier`, `sweeper`, `redis`)."""
+        roles: dict[str, list[int]] = {}
         for stat in Path("/proc").glob("[0-9]*/stat"):
             with contextlib.suppress(OSError):
                 fields = stat.read_text().rsplit(")", 1)[1].split()
                 if int(fields[1]) != self.process.pid:
                     continue
                 cmd = (stat.parent / "cmdline").read_bytes().split(b"\0")
-                if b"worker" in cmd:
-                    pids.append(int(stat.parent.name))
-        return pids
+                if any(b"redis-server" in part for part in cmd):
+                    role = "redis"
+                else:
+                    after = (
+                        cmd[cmd.index(b"approval_broker") + 1 :]
+                        if b"approval_broker" in cmd
+                        else []
+                    )
+                    role = after[0].decode() if after else "other"
+                roles.setdefault(role, []).append(int(stat.parent.name))
+        return roles
+
+    def worker_pids(self) -> list[int]:
+        """The agent worker processes `up` started (one unless `--up-workers`)."""
+        return self.role_pids().get("worker", [])
 
     def rss_mb(self) -> float:
         """Resident memory of every worker process, summed."""
@@ -149,15 +161,11 @@ class Up:
                         total += int(line.split()[1]) / 1024
         return total
 
-    def cpu_s(self) -> float:
-        """CPU seconds of every worker process and the children it reaped, summed."""
-        total = 0.0
-        for pid in self.worker_pids():
-            with contextlib.suppress(OSError):
-                fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-                ticks = sum(int(x) for x in fields[11:15])  # utime stime cutime cstime
-                total += ticks / os.sysconf("SC_CLK_TCK")
-        return total
+    def cpu_by_role(self) -> dict[str, float]:
+        """CPU seconds (user + system) so far of each role's processes, summed per role."""
+        return {
+            role: sum(cpu_seconds(pid) for pid in pids) for role, pids in self.role_pids().items()
+        }
 
     def tool_ran(self, run_id: str) -> int:
         assert self.redis is not None
@@ -496,9 +504,12 @@ async def measure(args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
             await up.ready(client)
             side = BrokerSide(up, client)
             await throughput(side, "fast", 20)  # warm up
-            cpu = up.cpu_s()
+            cpu = up.cpu_by_role()
             b: dict[str, Any] = {"runs_per_s": await throughput(side, "fast", args.runs)}
-            b["worker_cpu_ms_per_cycle"] = (up.cpu_s() - cpu) * 1000 / args.runs
+            b["cpu_ms_per_cycle"] = {
+                role: (spent - cpu.get(role, 0.0)) * 1000 / args.runs
+                for role, spent in sorted(up.cpu_by_role().items())
+            }
             note("broker throughput", b)
             b["p50_ms"], b["p99_ms"] = await latency(side, args.latency)
             note("broker latency", b)
@@ -573,7 +584,9 @@ def table(res: dict[str, Any]) -> str:
     if all("slow" in res[n] for n in names):
         rows.append("| slow model (1 s/call, 2 calls), runs/s | " + " | ".join(f"{res[n]['slow']['runs_per_s']:.1f} ({res[n]['slow']['seconds']:.1f} s)" for n in names) + " |")  # fmt: skip
         s = res[names[0]]["slow"]
-        rows.append(f"| worker CPU per cycle | {res[names[0]]['worker_cpu_ms_per_cycle']:.1f} ms |" + " |" * (len(names) - 1))  # fmt: skip
+        cpu = res[names[0]]["cpu_ms_per_cycle"]
+        by_role = ", ".join(f"{role} {ms:.1f}" for role, ms in sorted(cpu.items(), key=lambda kv: -kv[1]))  # fmt: skip
+        rows.append(f"| CPU per cycle, by process of `up` | {sum(cpu.values()):.1f} ms ({by_role}) |" + " |" * (len(names) - 1))  # fmt: skip
         rows.append(f"| worker memory per run in flight | {s['mb_per_run_in_flight']:.2f} MB ({s['rss_base_mb']:.0f} -> {s['rss_peak_mb']:.0f} MB, {s['in_flight_at_peak']} in flight) |" + " |" * (len(names) - 1))  # fmt: skip
     return "\n".join(rows)
 

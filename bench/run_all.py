@@ -341,6 +341,10 @@ def agents_rows(text: str) -> list[Row]:
             row("agents: decision -> run finished p50, approval-broker", ours["p50_ms"], "ms",
                 (f"<= {cap:.1f} ms", lambda v: v <= cap))
         )  # fmt: skip
+    cpu = ours.get("cpu_ms_per_cycle")
+    if cpu:
+        rows.append(row("agents: CPU per cycle, every process of `up`", sum(cpu.values()), "ms"))
+        rows.append(row("agents: CPU per cycle, the worker", cpu.get("worker"), "ms"))
     slow = ours.get("slow", {})
     rows.append(row("agents: slow model, 200 runs, seconds", slow.get("seconds"), "s", below(15, "s")))  # fmt: skip
     mb = slow.get("mb_per_run_in_flight")
