@@ -8,7 +8,12 @@ long-polls by request or run id (`watching`), event streams on a cluster by part
 On a Redis Cluster each partition's streams share a slot of their own, and one XREAD may
 name one slot only, so it keeps one blocking read per partition in flight and handles
 whichever answers first. It fixes its stream positions *before* a listener first reads, so
-anything recorded after that read is seen; it stops when nobody listens.
+anything recorded after that read is seen. It stops when a read returns and nobody listens
+any more (at most `BLOCK_MS` after the last listener left), not at once: a long-poll that
+follows another (a client that waits for a run to pause, then for it to end) finds the reader
+still running and shares it, its positions and its connection. Cancelling a blocked XREAD
+costs the connection (redis-py drops a connection with a reply still due), so stopping at
+once cost a new Redis connection per long-poll.
 """
 
 from __future__ import annotations
@@ -77,11 +82,6 @@ class Waiter:
     def streams(self) -> list[str]:
         return [s for g in self.groups for s in g]
 
-    def _stop_if_idle(self) -> None:
-        if not self._watchers and not self._subscribers and self._task is not None:
-            self._task.cancel()  # nobody listens: no reader left blocking on Redis
-            self._task = None
-
     @contextlib.contextmanager
     def _watching(self, ids: Sequence[str]) -> Iterator[asyncio.Event]:
         event = asyncio.Event()
@@ -96,7 +96,6 @@ class Waiter:
                     events.discard(event)
                     if not events:
                         del self._watchers[rid]
-            self._stop_if_idle()
 
     @contextlib.contextmanager
     def subscribed(self) -> Iterator[Subscriber]:
@@ -107,7 +106,6 @@ class Waiter:
             yield sub
         finally:
             self._subscribers.discard(sub)
-            self._stop_if_idle()
 
     async def ensure_reader(self) -> None:
         """Start the reader if none runs; returns once its positions are fixed."""

@@ -83,6 +83,15 @@ def parked(app: FastAPI, broker: Broker, n: int = 1) -> bool:
     return watchers(app) == n and blocked_reads(broker) == broker.keys.partitions
 
 
+def connections_received(broker: Broker) -> int:
+    """Connections Redis has accepted so far (every node's, on the cluster)."""
+    client = broker.redis
+    if isinstance(client, RedisCluster):
+        stats = client.info("stats", target_nodes=RedisCluster.ALL_NODES)
+        return sum(int(node["total_connections_received"]) for node in stats.values())
+    return int(client.info("stats")["total_connections_received"])
+
+
 def in_thread(fn: Callable[[], Any]) -> tuple[threading.Thread, list[Any]]:
     out: list[Any] = []
     thread = threading.Thread(target=lambda: out.append(fn()), daemon=True)
@@ -105,7 +114,8 @@ def test_wait_answers_as_soon_as_the_request_is_decided(
     thread.join(10)
     assert out and out[0].status == "approved"
     assert time.monotonic() - started < 5  # woken by the decision, not by the 30 s timeout
-    wait_for(lambda: watchers(app) == 0 and app.state.waiter._task is None)  # reader stopped
+    # nobody listens any more: the reader stops once its blocked read returns (BLOCK_MS)
+    wait_for(lambda: watchers(app) == 0 and app.state.waiter._task.done())
 
 
 def test_wait_times_out_with_the_request_still_pending(
@@ -199,6 +209,22 @@ def test_wait_bad_input_is_a_clear_4xx(
             ).status_code
             == 401
         )
+
+
+def test_long_polls_one_after_another_share_the_reader_and_its_redis_connection(
+    app: FastAPI, api_broker: Broker, remote: RemoteBroker
+) -> None:
+    """A client that waits again right after a wait (a run waited on until it pauses, then
+    until it ends) finds the reader still running: no new Redis connection per long-poll."""
+    req = make(api_broker)
+    assert remote.get_request(req.id, wait=0.2).status == "pending"  # the reader is started
+    connections_received(api_broker)  # (on the cluster, this first asks the replicas too)
+    before = connections_received(api_broker)
+    for _ in range(5):
+        assert remote.get_request(req.id, wait=0.2).status == "pending"
+    assert connections_received(api_broker) == before
+    # and once nobody waits, the reader stops within its one blocked read
+    wait_for(lambda: watchers(app) == 0 and app.state.waiter._task.done(), timeout=5)
 
 
 def test_many_waiters_share_one_reader(
