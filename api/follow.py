@@ -8,12 +8,12 @@ long-polls by request or run id (`watching`), event streams on a cluster by part
 On a Redis Cluster each partition's streams share a slot of their own, and one XREAD may
 name one slot only, so it keeps one blocking read per partition in flight and handles
 whichever answers first. It fixes its stream positions *before* a listener first reads, so
-anything recorded after that read is seen. It stops when a read returns and nobody listens
-any more (at most `BLOCK_MS` after the last listener left), not at once: a long-poll that
-follows another (a client that waits for a run to pause, then for it to end) finds the reader
-still running and shares it, its positions and its connection. Cancelling a blocked XREAD
-costs the connection (redis-py drops a connection with a reply still due), so stopping at
-once cost a new Redis connection per long-poll.
+anything recorded after that read is seen. Once nobody listens it sends no new read and
+stops when those in flight have returned (within `BLOCK_MS`), rather than cancelling them:
+redis-py drops a connection whose reply is still due, so stopping at once cost a new Redis
+connection per long-poll (one per partition on a cluster). A long-poll that follows another
+(a client that waits for a run to pause, then for it to end) finds the reader still running,
+or its connections back in the pool.
 """
 
 from __future__ import annotations
@@ -152,9 +152,11 @@ class Waiter:
     async def _read(self) -> None:
         reads: dict[int, asyncio.Future[list]] = {}  # type: ignore[type-arg]
         try:
-            while self._watchers or self._subscribers:
+            # with nobody listening, no new read is sent but those in flight are let finish
+            # (cancelling one costs its connection); a listener arriving meanwhile is served
+            while reads or self._watchers or self._subscribers:
                 for n, group in enumerate(self.groups):
-                    if n not in reads:
+                    if n not in reads and (self._watchers or self._subscribers):
                         cursor = {s: self._positions[s] for s in group}
                         reads[n] = asyncio.ensure_future(
                             self.redis.xread(cursor, count=BATCH, block=BLOCK_MS)  # type: ignore[arg-type]
