@@ -10,6 +10,7 @@ from __future__ import annotations
 import signal
 import socket
 import subprocess
+from collections.abc import Collection
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -25,13 +26,15 @@ class LocalClusterError(EmbeddedRedisError):
     code = "local_cluster"
 
 
-def free_cluster_port() -> int:
-    """A free loopback port whose cluster bus port (port + 10000) is free too."""
+def free_cluster_port(avoid: Collection[int] = ()) -> int:
+    """A free loopback port whose cluster bus port (port + 10000) is free too, neither of them
+    in `avoid` (the ports of nodes started already, which a free-port check doesn't see while
+    such a node is still starting)."""
     for _ in range(200):
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))
             port = int(s.getsockname()[1])
-        if port + BUS_OFFSET > 65535:
+        if port + BUS_OFFSET > 65535 or port in avoid or port + BUS_OFFSET in avoid:
             continue
         try:
             with socket.socket() as a, socket.socket() as b:

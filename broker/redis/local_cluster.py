@@ -23,6 +23,7 @@ from redis.cluster import ClusterNode
 from redis.exceptions import RedisError
 
 from broker.redis.cluster_node import (
+    BUS_OFFSET,
     LocalClusterError,
     Node,
     NodeView,
@@ -33,6 +34,8 @@ from broker.redis.embedded import PASSWORD_FILE, private_secret, tighten
 
 SLOTS = 16384
 ADDSLOTS_CHUNK = 1024
+PORT_TRIES = 5
+"""Port pairs a node is started on before its start counts as failed."""
 
 
 def _poll(what: str, predicate: Callable[[], Any], timeout: float) -> Any:
@@ -96,26 +99,41 @@ class LocalCluster:
         """Start every node and form the cluster; `form=False` leaves empty nodes to a tool."""
         tighten(self.data_dir)
         total = self.n_masters * (1 + self.replicas_per_master)
-        self.nodes = [
-            Node(
-                self.data_dir / f"node-{i}",
-                free_cluster_port(),
-                self.password,
-                self.node_timeout_ms,
-            )
-            for i in range(total)
-        ]
+        self.nodes = []
         try:
-            for node in self.nodes:
-                node.start()
-            for node in self.nodes:
-                _poll(f"node {node.port} answering", node.answers, timeout)
+            for i in range(total):
+                self.nodes.append(self._started_node(i, timeout))
             if form:
                 self._form(timeout)
         except BaseException:
             self.close()
             raise
         return self
+
+    def _started_node(self, i: int, timeout: float) -> Node:
+        """Node `i`, answering, on a port pair none of the others uses.
+
+        A free pair can be taken between the check and redis-server's bind (by another
+        process's outgoing connection, or another cluster starting beside this one), and then
+        the node exits with "Failed listening": it is started again on another pair, in a
+        directory of its own, so nothing of the failed start is read back.
+        """
+        taken = {p for node in self.nodes for p in (node.port, node.port + BUS_OFFSET)}
+        for attempt in range(PORT_TRIES):
+            port = free_cluster_port(avoid=taken)
+            name = f"node-{i}" if attempt == 0 else f"node-{i}-{attempt}"
+            node = Node(self.data_dir / name, port, self.password, self.node_timeout_ms)
+            node.start()
+            try:
+                _poll(f"node {node.port} answering", node.answers, timeout)
+            except LocalClusterError as exc:
+                node.stop()
+                if "Failed listening" not in str(exc) or attempt == PORT_TRIES - 1:
+                    raise
+                taken |= {port, port + BUS_OFFSET}
+                continue
+            return node
+        raise AssertionError("unreachable")  # pragma: no cover - the loop returns or raises
 
     def _form(self, timeout: float) -> None:
         ids = [self._call(i, "CLUSTER", "MYID") for i in range(len(self.nodes))]

@@ -251,3 +251,39 @@ def test_a_shard_fails_over_twice_back_to_the_first_node_with_every_waited_write
         assert cluster.kill_master(first) == 0
         assert [client.get(k) for k in keys] == [b"one"] * 20 + [b"two"] * 20
         client.close()
+
+
+def test_a_node_whose_port_pair_was_taken_meanwhile_starts_on_another(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Between the free-port check and redis-server's bind, another process may take the bus
+    port (port + 10000): that node exits with "Failed listening" and is started again on
+    another pair, and the cluster forms."""
+    import socket
+
+    from broker.redis import local_cluster
+    from broker.redis.cluster_node import BUS_OFFSET, free_cluster_port
+
+    held: list[socket.socket] = []
+    first: list[int] = []
+
+    def taken_meanwhile(avoid: object = ()) -> int:
+        port = free_cluster_port(avoid)  # type: ignore[arg-type]
+        if not held:  # the first pair: someone binds its bus port right after the check
+            squatter = socket.socket()
+            squatter.bind(("127.0.0.1", port + BUS_OFFSET))
+            squatter.listen()
+            held.append(squatter)
+            first.append(port)
+        return port
+
+    monkeypatch.setattr(local_cluster, "free_cluster_port", taken_meanwhile)
+    try:
+        with LocalCluster(tmp_path, masters=1, replicas_per_master=0) as cluster:
+            assert cluster.nodes[0].port != first[0]
+            assert len(slots_of(cluster, 0)) == SLOTS
+            assert (tmp_path / "node-0").exists()  # the failed start's directory, left aside
+            assert cluster.nodes[0].data_dir == tmp_path / "node-0-1"
+    finally:
+        for squatter in held:
+            squatter.close()
