@@ -75,8 +75,9 @@ def test_a_batch_of_outbox_entries_costs_a_fixed_number_of_round_trips(
     trips = round_trips(broker.redis) - before - 1  # the INFO above is one
     assert [h.action for h in handled] == ["enqueued"] * 49
     # the read, WATCH, the claim step and one MULTI/EXEC of RQ's enqueue_many (Redis counts
-    # that pipeline's ~30 KB as a few socket reads); one by one, 49 entries took about 300
-    assert trips <= 8
+    # that pipeline's ~30 KB as a few socket reads, more when a busy machine hands it over in
+    # smaller pieces); one by one, 49 entries took about 300
+    assert trips <= 12
     assert sorted(run_queue(broker).job_ids) == sorted(resume_job_id(r, 1) for r in [first, *runs])
     assert broker.redis.xpending(broker.keys.resumes, RESUMER_GROUP)["pending"] == 0
 
