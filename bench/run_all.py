@@ -1,6 +1,9 @@
 """Run every benchmark and print one markdown table: each figure, its target, and whether it is met.
 
-    uv run python bench/run_all.py [--quick] [--save DIR]
+    uv run --group bench python bench/run_all.py [--quick] [--save DIR]
+
+(The `bench` dependency group brings the peers `bench_agents.py` runs beside the broker:
+LangGraph and its Postgres and SQLite checkpointers.)
 
 Each bench runs on its own, one after another, as a subprocess (so they don't compete for the
 CPUs); their figures are read from what they print (bench_e2e.py with `--json`). The raw Redis
@@ -492,7 +495,7 @@ def main() -> None:
         f"Benchmarks, {today}, {os.cpu_count()} CPUs, embedded Redis (AOF on), loopback "
         f"(e2e: Redis over {TRANSPORT_NAMES[E2E_REDIS]})"
         f"{' (--quick: sizes too small to quote)' if quick else ''}; "
-        f"`uv run python bench/run_all.py{' --quick' if quick else ''}` "
+        f"`uv run --group bench python bench/run_all.py{' --quick' if quick else ''}` "
         f"({time.monotonic() - started:.0f} s)\n"
     )
     print("| figure | value | target | met |")

@@ -100,7 +100,7 @@ SKIPPED = {
     ("README.md", "pip install \"approval-broker-client[pydantic-ai] @ file:///path/to/approval-broker/clients/python\""): "installs into the reader's own environment; tests/system/test_client_package.py checks the package",
     ("docs/index.md", "pip install \"approval-broker-client[pydantic-ai] @ file:///path/to/approval-broker/clients/python\""): "installs into the reader's own environment; tests/system/test_client_package.py checks the package",
     ("docs/mcp.md", "pip install \"approval-broker-client[pydantic-ai] @ file:///path/to/approval-broker/clients/python\""): "installs into the reader's own environment; tests/system/test_client_package.py checks the package",
-    ("docs/benchmarks.md", "uv run python bench/run_all.py          # about 25 minutes; --quick for a smoke run"): "minutes of benchmarks on a machine of their own, not a test",
+    ("docs/benchmarks.md", "uv run --group bench python bench/run_all.py   # about 20–25 minutes; --quick for a smoke run"): "minutes of benchmarks on a machine of their own, not a test",
     ("docs/channels.md", "curl -s \"https://api.telegram.org/bot$TELEGRAM_BOT_TOKEN/setWebhook\" \\"): "needs Telegram's servers and a bot token",
     ("docs/channels.md", "APPROVAL_BROKER_CONFIG=approval-broker.toml uv run approval-broker up --demo"): "needs Telegram's and Discord's servers to reach the API over HTTPS",
     ("docs/walkthrough.md", "export SLACK_BOT_TOKEN=xoxb-... SLACK_SIGNING_SECRET=..."): "needs Slack's servers and a Slack app (tests/integration/test_walkthrough_slack_config.py: this config's approver decides by a signed click)",
