@@ -52,22 +52,10 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
 from benchlib import cpu_seconds, pct  # noqa: E402
-from fake_agents import ran_key  # noqa: E402
+from fake_agents import CONFIG, ran_key  # noqa: E402
 
 from broker.redis.embedded import free_port, running_local_url  # noqa: E402
 
-CONFIG = """
-[queues.default]
-channels = ["inbox"]
-
-[agents.fast]
-path = "fake_agents:fast"
-deps = "fake_agents:deps"
-
-[agents.slow]
-path = "fake_agents:slow"
-deps = "fake_agents:deps"
-"""
 WAIT_S = 30
 """How long one long-poll on a run (GET /v1/runs/{id}?wait=) waits before asking again."""
 PHASE_TIMEOUT_S = 300.0

@@ -49,14 +49,6 @@ from broker.runs.agent_runner import AgentRunner  # noqa: E402
 from broker.runs.starting import start_run  # noqa: E402
 from workers.slots import Slots  # noqa: E402
 
-CONFIG = """
-[queues.default]
-channels = ["inbox"]
-
-[agents.fast]
-path = "fake_agents:fast"
-deps = "fake_agents:deps"
-"""
 WARM_UP = 30
 
 
@@ -116,7 +108,7 @@ def pydantic_ai_alone(cycles: int) -> dict[str, float]:
 
 def runner_rounds(redis: Redis, cycles: int) -> dict[str, float]:
     """CPU ms of `AgentRunner.advance` per round, and Redis commands per whole cycle."""
-    broker = Broker(redis, parse_config(tomllib.loads(CONFIG)), prefix="ab:")
+    broker = Broker(redis, parse_config(tomllib.loads(fake_agents.CONFIG)), prefix="ab:")
     runner = AgentRunner(broker)
 
     def cycle() -> tuple[float, float]:

@@ -22,6 +22,20 @@ from broker.runs.agents import DepsContext
 
 SLOW_S = float(os.environ.get("BENCH_MODEL_SLEEP_S", "1.0"))
 
+CONFIG = """
+[queues.default]
+channels = ["inbox"]
+
+[agents.fast]
+path = "fake_agents:fast"
+deps = "fake_agents:deps"
+
+[agents.slow]
+path = "fake_agents:slow"
+deps = "fake_agents:deps"
+"""
+"""The broker config that names these agents (bench/ must be on the importing path)."""
+
 
 def ran_key(prefix: str, run_id: str) -> str:
     return f"{prefix}bench:tool-ran:{run_id}"
