@@ -23,6 +23,7 @@ import contextlib
 import logging
 from collections.abc import Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from fastapi import Request as HttpRequest
 
@@ -77,6 +78,9 @@ class Waiter:
         self._positions: dict[str, str] = {}
         self._task: asyncio.Task[None] | None = None
         self._lock = asyncio.Lock()
+        self._listening = asyncio.Event()
+        """Set when someone starts listening: a reader letting its last reads finish sends the
+        reads of the partitions it stopped reading again at once."""
 
     @property
     def streams(self) -> list[str]:
@@ -110,6 +114,7 @@ class Waiter:
     async def ensure_reader(self) -> None:
         """Start the reader if none runs; returns once its positions are fixed."""
         if self._task is not None and not self._task.done():
+            self._listening.set()
             return
         async with self._lock:
             if self._task is not None and not self._task.done():
@@ -161,7 +166,17 @@ class Waiter:
                         reads[n] = asyncio.ensure_future(
                             self.redis.xread(cursor, count=BATCH, block=BLOCK_MS)  # type: ignore[arg-type]
                         )
-                done, _ = await asyncio.wait(reads.values(), return_when=asyncio.FIRST_COMPLETED)
+                waiting_for: list[asyncio.Future[Any]] = list(reads.values())
+                listener = None
+                if len(reads) < len(self.groups):  # letting reads finish: a listener may come
+                    self._listening.clear()
+                    listener = asyncio.ensure_future(self._listening.wait())
+                    waiting_for.append(listener)
+                try:
+                    done, _ = await asyncio.wait(waiting_for, return_when=asyncio.FIRST_COMPLETED)
+                finally:
+                    if listener is not None:
+                        listener.cancel()
                 for n in [n for n, read in reads.items() if read in done]:
                     self._announce(n, reads.pop(n).result())
         except asyncio.CancelledError:
