@@ -40,14 +40,14 @@ def up(
     port: Annotated[int | None, typer.Option(help="HTTP port (env APPROVAL_BROKER_PORT).")] = None,
     data_dir: DataDir = None,
     workers: Annotated[
-        int,
+        int | None,
         typer.Option(
             min=1,
             max=64,
             help="Agent worker processes; each runs [workers] concurrency agent runs at once, "
-            "on one event loop (one core at most).",
+            "on one event loop (one core at most). Default: one per core, at most 4.",
         ),
-    ] = 1,
+    ] = None,
 ) -> None:
     """Run everything in one process group on an embedded Redis (unless APPROVAL_BROKER_REDIS_URL is set)."""
     from approval_broker.up import run_up

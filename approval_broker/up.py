@@ -50,6 +50,21 @@ API_START_S = 120.0
 take well over 30 s to import every role at once."""
 
 
+MAX_DEFAULT_WORKERS = 4
+"""`up`'s default agent worker processes: one per core, at most this many (a laptop's fleet)."""
+
+
+def default_workers() -> int:
+    """One agent worker process per core, at most MAX_DEFAULT_WORKERS: a worker's runs share one
+    event loop, so one process uses one core at most, and the agent loop is most of a cycle's
+    CPU (docs: benchmarks). `up --workers N` overrides it."""
+    if hasattr(os, "sched_getaffinity"):  # the cores this process may run on (Linux)
+        cores = len(os.sched_getaffinity(0))
+    else:
+        cores = os.cpu_count() or 1
+    return max(1, min(cores, MAX_DEFAULT_WORKERS))
+
+
 def roles(workers: int) -> tuple[tuple[str, ...], ...]:
     """The role processes `up` runs: the API, `workers` agent workers, a notifier, a sweeper."""
     return (("api",), *(("worker",) for _ in range(workers)), ("notifier",), ("sweeper",))
@@ -228,13 +243,13 @@ def run_up(
     demo: bool = False,
     fresh: bool = False,
     verbose: bool = False,
-    workers: int = 1,
+    workers: int | None = None,
 ) -> None:
     """Start Redis (unless a URL is set) and every role, print where to click, wait for Ctrl-C.
 
     `fresh`: empty the embedded Redis before anything starts (refused on a Redis `up` doesn't
     run); `verbose`: the roles log at INFO rather than WARNING; `workers`: agent worker
-    processes."""
+    processes (default: `default_workers()`)."""
     check_port_free(settings.host, settings.port)
     if fresh and settings.redis_url:
         raise BrokerError(FRESH_NEEDS_EMBEDDED)
@@ -304,6 +319,12 @@ def run_up(
             demo_agent=AGENT_NAME if demo else None,
             demo_rule=RULE_DEMO["id"] if demo else None,
         )
+        if workers is None:
+            workers = default_workers()
+            typer.echo(
+                f"[up] {workers} agent worker process(es): one per core, at most"
+                f" {MAX_DEFAULT_WORKERS} (--workers N to choose)"
+            )
         for args in roles(workers):
             child = Child(args, env)
             typer.echo(f"[up] starting {child.name} ...")

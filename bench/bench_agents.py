@@ -5,8 +5,8 @@
 One cycle: a run starts, its (fake, instant) model calls a tool that needs approval, the run
 pauses durably, a decision arrives, the run resumes, the tool runs once, the run finishes.
 
-* approval-broker: `approval-broker up` (embedded Redis, API, one worker process unless
-  `--up-workers N`, notifier, sweeper) as the user runs it; runs started
+* approval-broker: `approval-broker up` (embedded Redis, API, a worker process per core (at
+  most 4) unless `--up-workers N`, notifier, sweeper) as the user runs it; runs started
   over `POST /v1/runs`, decided over `POST /v1/requests/{id}/decision`, followed with
   long-polls `GET /v1/runs/{id}?wait=30` (bench/fake_agents.py).
 * LangGraph: a graph `model -> approval (interrupt) -> model`, resumed with `Command(resume=...)`,
@@ -136,7 +136,7 @@ class Up:
         return roles
 
     def worker_pids(self) -> list[int]:
-        """The agent worker processes `up` started (one unless `--up-workers`)."""
+        """The agent worker processes `up` started (up's default unless `--up-workers`)."""
         return self.role_pids().get("worker", [])
 
     def rss_mb(self) -> float:

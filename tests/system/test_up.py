@@ -10,7 +10,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from approval_broker.up import banner, roles
+from approval_broker.up import MAX_DEFAULT_WORKERS, banner, default_workers, roles
 from broker.domain.config import Settings
 from tests.support.proc import alive, descendants
 from tests.support.up import ADMIN, healthy, start_up, stop_up, up_command  # noqa: F401
@@ -54,6 +54,9 @@ def test_up_runs_an_approval_and_stops_cleanly(up):
     # every role stops cleanly: none aborts at interpreter shutdown (its stdin watcher)
     assert "Fatal Python error" not in out and "Traceback" not in out, out
     assert "inbox" in out and url in out
+    # no --workers: one agent worker process per core, at most MAX_DEFAULT_WORKERS
+    assert out.count("[up] starting worker") == default_workers(), out
+    assert f"[up] {default_workers()} agent worker process(es): one per core" in out, out
     assert ADMIN not in out and "admin token  from APPROVAL_BROKER_ADMIN_TOKEN" in out
     left = [pid for pid in family if alive(pid)]
     assert left == [], f"processes left behind: {left}"
@@ -87,7 +90,7 @@ def worker_processes(up_pid: int) -> list[int]:
 
 
 def test_up_starts_as_many_worker_processes_as_asked(tmp_path: Path):
-    assert roles(1).count(("worker",)) == 1  # the default
+    assert roles(1).count(("worker",)) == 1
     proc, url = start_up(tmp_path, "--workers", "3")
     try:
         wait_for(lambda: healthy(url) or proc.poll() is not None, timeout=60)
@@ -100,6 +103,12 @@ def test_up_starts_as_many_worker_processes_as_asked(tmp_path: Path):
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+def test_up_defaults_to_one_worker_process_per_core_at_most_four(monkeypatch) -> None:
+    for cores, expected in ((1, 1), (2, 2), (4, 4), (16, MAX_DEFAULT_WORKERS)):
+        monkeypatch.setattr(os, "sched_getaffinity", lambda _pid, n=cores: set(range(n)))
+        assert default_workers() == expected
 
 
 def test_up_refuses_a_port_in_use(tmp_path: Path):
