@@ -106,9 +106,14 @@ class Broker:
         return self.requests.create_requests(news)
 
     def create_round(
-        self, run_id: str, round_no: int, calls: Sequence[NewRequest]
+        self,
+        run_id: str,
+        round_no: int,
+        calls: Sequence[NewRequest],
+        *,
+        agent: str | None = None,
     ) -> list[Request]:
-        return self.requests.create_round(run_id, round_no, calls)
+        return self.requests.create_round(run_id, round_no, calls, agent=agent)
 
     def get_request(self, request_id: str) -> Request:
         return self.requests.get_request(request_id)
@@ -221,8 +226,12 @@ class Broker:
     def get_run(self, run_id: str) -> Run:
         return self.run_store.get_run(run_id)
 
-    def update_run(self, run_id: str, **fields: Any) -> None:
-        self.run_store.update_run(run_id, **fields)
+    def run_state(self, run_id: str) -> tuple[dict[str, str], bytes | None]:
+        """The run's fields and stored history, in one round trip."""
+        return self.run_store.run_state(run_id)
+
+    def update_run(self, run_id: str, *, rounds: int | None = None, **fields: Any) -> None:
+        self.run_store.update_run(run_id, rounds=rounds, **fields)
 
     def expire_run(self, pipe: Any, run_id: str) -> None:
         self.run_store.expire_run(pipe, run_id)

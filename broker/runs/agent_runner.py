@@ -278,7 +278,7 @@ class AgentRunner:
         attempt; any other error fails the run with the error stored.
         """
         try:
-            fields = self.broker.run_fields(run_id)
+            fields, stored = self.broker.run_state(run_id)  # one round trip for both
         except NotFound:
             log.warning("run %s does not exist; nothing to do", run_id)
             return SKIPPED
@@ -293,9 +293,9 @@ class AgentRunner:
             log.info("run %s is %s in round %s; job for round %s skipped", run_id, status.value, current, round_no)  # fmt: skip
             return SKIPPED
         try:
-            pause = Pause.load(self.broker.load_messages(run_id))
+            pause = Pause.load(stored)
             if pause is not None and pause.stage == WAITING and pause.round == round_no + 1:
-                return self._register(run_id, pause)  # an earlier attempt died after saving
+                return self._register(run_id, fields, pause)  # an attempt died after saving
             return self._step(run_id, round_no, fields, pause)
         except Exception as exc:
             if is_transient(exc) and not final_attempt:
@@ -363,9 +363,10 @@ class AgentRunner:
         result = _run_sync(tracing.carry(drive))  # the job's trace, on the worker's shared loop
         output = result.output
         if isinstance(output, DeferredToolRequests):
-            return self._pause(run_id, round_no + 1, loaded, output, result.all_messages())
+            return self._pause(run_id, round_no + 1, loaded, fields, output, result.all_messages())
         self.broker.update_run(
             run_id,
+            rounds=round_no,
             status=RunStatus.finished,
             output=json.dumps(to_jsonable_python(output, fallback=str)),
             error="",
@@ -421,6 +422,7 @@ class AgentRunner:
         run_id: str,
         next_round: int,
         loaded: LoadedAgent,
+        fields: dict[str, str],
         output: DeferredToolRequests,
         messages: list[ModelMessage],
     ) -> str:
@@ -445,16 +447,18 @@ class AgentRunner:
             calls=[c.model_dump(mode="json") for c in calls],
         )
         self.broker.save_messages(run_id, pause.dump())
-        status = self._register(run_id, pause)
+        status = self._register(run_id, fields, pause)
         live = loaded.spec.live_wait_s if self.live_waits else 0
         if live > 0 and wait_and_claim(self.broker, run_id, next_round, live):
             return self._step(run_id, next_round, self.broker.run_fields(run_id), pause)
         return status
 
-    def _register(self, run_id: str, pause: Pause) -> str:
+    def _register(self, run_id: str, fields: dict[str, str], pause: Pause) -> str:
+        """Register the round `pause` waits on. `fields`: the run's, as this job read them (its
+        agent and starter never change)."""
         # the run's starter asked for these calls: none of them counts their approval
-        starter = self.broker.run_fields(run_id).get("started_by") or None
+        starter = fields.get("started_by") or None
         calls = [c.model_copy(update={"created_by": starter}) for c in pause.requests()]
-        self.broker.create_round(run_id, pause.round, calls)
+        self.broker.create_round(run_id, pause.round, calls, agent=fields.get("agent"))
         self.broker.announce_run(run_id, RunStatus.waiting.value)
         return RunStatus.waiting.value

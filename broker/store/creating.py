@@ -370,6 +370,12 @@ class Creating:
                 self._keys[cache_key] = found
         return found
 
+    def know_agent(self, run_id: str, agent: str) -> None:
+        """Remember the agent of `run_id` (a run's agent never changes): no read for it."""
+        if len(self._agents) >= _AGENTS_KEPT:
+            self._agents.clear()
+        self._agents[run_id] = agent
+
     def _agent(self, run_id: str | None) -> str | None:
         """The agent the run runs (rules may be scoped to it); read once per run."""
         if not run_id:
@@ -379,9 +385,8 @@ class Creating:
             raw = self.store.redis.hget(self.store.keys.run(run_id), "agent")
             if not raw:
                 return None
-            if len(self._agents) >= _AGENTS_KEPT:
-                self._agents.clear()
-            agent = self._agents[run_id] = as_str(raw)
+            agent = as_str(raw)
+            self.know_agent(run_id, agent)
         return agent
 
 

@@ -89,15 +89,23 @@ class Requests:
         return [made[rid] for rid in ids]
 
     def create_round(
-        self, run_id: str, round_no: int, calls: Sequence[NewRequest]
+        self,
+        run_id: str,
+        round_no: int,
+        calls: Sequence[NewRequest],
+        *,
+        agent: str | None = None,
     ) -> list[Request]:
-        """Register every pending call of one round of a run at once.
+        """Register every pending call of one round of a run at once; `agent` (the run's, when
+        the caller has it) saves reading it for the rules scoped to agents.
 
         Idempotent per (run, round): a retried job that registers the same round again gets the
         requests already stored, and nothing is announced twice.
         """
         if not calls:
             raise InvalidInput("a round needs at least one pending call")
+        if agent:
+            self.creating.know_agent(run_id, agent)
         ids = [round_request_id(run_id, round_no, i) for i in range(len(calls))]
         code, requests = self.creating.create(run_id, round_no, ids, list(calls))
         if code == "exists":

@@ -68,6 +68,17 @@ class RunStore:
             raise NotFound(f"no run with id {run_id!r}")
         return as_str_dict(raw)
 
+    def run_state(self, run_id: str) -> tuple[dict[str, str], bytes | None]:
+        """The run's fields and its stored history in one round trip (what a round starts
+        from); NotFound for an unknown run."""
+        pipe = self.store.redis.pipeline(transaction=False)
+        pipe.hgetall(self.store.keys.run(run_id))
+        pipe.get(self.store.keys.run_messages(run_id))
+        raw, messages = pipe.execute()
+        if not raw:
+            raise NotFound(f"no run with id {run_id!r}")
+        return as_str_dict(raw), messages
+
     def get_run(self, run_id: str) -> Run:
         f = self.run_fields(run_id)
         members = self.store.redis.smembers(self.store.keys.run_pending(run_id))
@@ -83,17 +94,18 @@ class RunStore:
             updated_at=from_timestamp(float(f["updated_at"])),
         )
 
-    def update_run(self, run_id: str, **fields: Any) -> None:
+    def update_run(self, run_id: str, *, rounds: int | None = None, **fields: Any) -> None:
         """Set run fields (status, output as JSON, error, ...) and touch `updated_at`.
 
-        A run that ends (finished or failed) is kept `retention_s`, like a decided request.
+        A run that ends (finished or failed) is kept `retention_s`, like a decided request;
+        `rounds` (its current round, when the caller knows it) saves reading it for that.
         """
         mapping = {k: (v.value if isinstance(v, RunStatus) else v) for k, v in fields.items()}
         mapping["updated_at"] = f"{time.time():.6f}"
         pipe = self.store.redis.pipeline()
         pipe.hset(self.store.keys.run(run_id), mapping=mapping)
         if mapping.get("status") in ENDED:
-            self.expire_run(pipe, run_id)
+            self.expire_run(pipe, run_id, rounds)
         self.announce(pipe, run_id, mapping.get("status"))
         pipe.execute()
 
@@ -108,10 +120,12 @@ class RunStore:
                 approximate=True,
             )
 
-    def expire_run(self, pipe: Any, run_id: str) -> None:
-        """Queue on `pipe` the expiry of every key of an ended run (after `retention_s`)."""
+    def expire_run(self, pipe: Any, run_id: str, rounds: int | None = None) -> None:
+        """Queue on `pipe` the expiry of every key of an ended run (after `retention_s`);
+        `rounds`: its current round (read here when not given)."""
         keys = self.store.keys
-        rounds = int(self.store.redis.hget(keys.run(run_id), "round") or 0)
+        if rounds is None:
+            rounds = int(self.store.redis.hget(keys.run(run_id), "round") or 0)
         names = [keys.run(run_id), keys.run_pending(run_id), keys.run_messages(run_id)]
         names += [keys.run_round(run_id, n) for n in range(rounds + 1)]
         for key in names:

@@ -5,10 +5,12 @@ from __future__ import annotations
 from redis import Redis
 
 from broker.domain.config import Config
-from broker.domain.models import HistoryEntry, NewRequest, utcnow
+from broker.domain.models import Decision, HistoryEntry, NewRequest, RunStatus, utcnow
 from broker.facade import Broker
+from broker.runs.agent_runner import AgentRunner
+from broker.runs.agents import register_agent
 from broker.runs.outbox import Resumer
-from broker.runs.starting import resume_job_id, run_queue
+from broker.runs.starting import resume_job_id, run_queue, start_run
 from broker.store.keys import NOTIFIER_GROUP, RESUMER_GROUP
 from notifiers.commit import Committer
 from notifiers.events import parse_entry, text
@@ -124,3 +126,28 @@ def test_brokers_made_per_job_on_one_client_load_the_scripts_once(
         Broker(redis, config, prefix="t:").create_requests([NewRequest(tool_name="r", args={})])
     assert redis.get_connection_kwargs()["redis_connect_func"] is hook  # no chain of hooks
     assert script_calls(redis, "load") == loads
+
+
+def test_a_runs_two_rounds_cost_a_fixed_number_of_round_trips(broker: Broker, redis: Redis) -> None:
+    """Round 0 (start to pause) and round 1 (approved, the tool runs, the run finishes) of a
+    one-tool run, driven by the runner alone: the run's fields and history come in one round
+    trip, and what the job read already (the run's agent, its starter, its round) is not read
+    again to register the round or to expire the ended run."""
+    register_agent(broker, "refund", "tests.support.slot_agents:refund_agent", deps="tests.support.agents:make_recorder")  # fmt: skip
+    runner = AgentRunner(broker)
+
+    def cycle() -> tuple[int, int]:
+        run = start_run(broker, "refund", "Refund A1.")
+        before = round_trips(redis)
+        assert runner.advance(run.id, 0) == RunStatus.waiting.value
+        first = round_trips(redis) - before
+        [request] = broker.round_requests(run.id, 1)
+        broker.decide(request.id, Decision(outcome="approved"), decided_by="bob")
+        before = round_trips(redis)
+        assert runner.advance(run.id, 1) == RunStatus.finished.value
+        return first, round_trips(redis) - before
+
+    cycle()  # scripts loaded, the agent's registration read and cached
+    first, second = cycle()
+    assert first <= 10, first  # 13 when the fields, the history and the agent came apart
+    assert second <= 12, second  # 14 when the run's round was read again to expire it
