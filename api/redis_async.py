@@ -47,10 +47,7 @@ def async_client(settings: Settings, broker: Broker) -> AsyncRedis:
     if settings.redis_url:
         return connect_async(settings.redis_url)
     kwargs: dict[str, Any] = broker.redis.connection_pool.connection_kwargs
-    chosen = {k: kwargs[k] for k in _KWARGS if kwargs.get(k) is not None}
-    if "path" in chosen:
-        chosen["unix_socket_path"] = chosen.pop("path")
-    return aredis.Redis(**chosen, **async_options())
+    return connect_async(**{k: kwargs[k] for k in _KWARGS if kwargs.get(k) is not None})
 
 
 def _cluster_timeouts() -> dict[str, Any]:

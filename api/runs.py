@@ -11,7 +11,6 @@ from fastapi import APIRouter, Path, Query
 from fastapi import Request as HttpRequest
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
-from starlette.concurrency import run_in_threadpool
 
 from api.auth import Caller, Requester
 from api.errors import ApiError
@@ -19,14 +18,16 @@ from api.follow import waiter_for
 from api.idempotency import IdempotencyKey, start_run_once
 from api.requests import ID_PATTERN
 from api.schemas import ERRORS, ErrorBody, RunStart, RunStarted
-from api.state import State
+from api.state import ApiState, State
 from api.visibility import may_see_run
 from api.waits import MAX_WAIT_S
 from broker.domain.errors import Conflict, Forbidden, NotFound
 from broker.domain.models import Run, RunStatus
 from broker.domain.principals import EVERY_ROLE
+from broker.redis.replies import as_str_dict
 from broker.runs.new_prompt import continue_with_prompt
 from broker.runs.starting import FINAL, start_run
+from broker.store.run_state import run_from
 
 router = APIRouter(prefix="/v1/runs", tags=["runs"])
 RunId = Annotated[str, Path(min_length=1, max_length=200, pattern=ID_PATTERN)]
@@ -82,19 +83,30 @@ async def get_run(
     """A run: status, round, pending request ids, output. Only its starter, an auditor and
     the admin see it (`api.visibility.may_see_run`); others get 404, at once, with or without
     `?wait=`."""
-    fields = await run_in_threadpool(state.broker.run_fields, run_id)
-    if not may_see_run(principal, fields.get("started_by")):
+    starter, run = await read_run(state, run_id)
+    if not may_see_run(principal, starter):
         raise NotFound(f"no run with id {run_id!r}")
-    run = await run_in_threadpool(state.broker.get_run, run_id)
     if wait is not None and not settled(run):
 
         async def ready() -> bool:
             nonlocal run
-            run = await run_in_threadpool(state.broker.get_run, run_id)
+            run = (await read_run(state, run_id))[1]
             return settled(run)
 
         await waiter_for(http, state).watch([run_id], wait, ready)
     return JSONResponse(run.public())
+
+
+async def read_run(state: ApiState, run_id: str) -> tuple[str | None, Run]:
+    """Who started the run, and the run: its hash and pending set in one round trip on the
+    API's asyncio client (no thread hop; its timeouts turn a stalled Redis into a 503)."""
+    keys = state.broker.keys
+    async with state.async_redis().pipeline(transaction=False) as pipe:
+        pipe.hgetall(keys.run(run_id))
+        pipe.smembers(keys.run_pending(run_id))
+        raw, members = await pipe.execute()
+    run = run_from(run_id, raw, members)
+    return as_str_dict(raw).get("started_by") or None, run
 
 
 def settled(run: Run) -> bool:

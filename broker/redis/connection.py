@@ -75,9 +75,28 @@ def async_options() -> dict[str, Any]:
     }
 
 
-def connect_async(url: str) -> aredis.Redis:
-    """An asyncio client for `url` with the impatient client's timeouts and retry.
+ASYNC_CONNECTIONS = 1000
+"""Connections an asyncio client opens at most (one per command or pipeline in flight, plus
+the blocking stream reads). redis.asyncio's default pool refuses the 101st at once
+(`MaxConnectionsError`): 200 long-polls reading their runs together got 503s."""
 
-    A redis.asyncio client is bound to the event loop it first runs on: make one per loop.
+
+def connect_async(url: str | None = None, **connection: Any) -> aredis.Redis:
+    """An asyncio client for `url` (or for the `connection` keyword arguments: host, port,
+    path for a Unix socket, password...) with the impatient client's timeouts and retry.
+
+    Its pool holds up to ASYNC_CONNECTIONS; a command that finds them all busy waits for one up
+    to SOCKET_TIMEOUT_S (then a ConnectionError: the API's 503), never fails at once. A
+    redis.asyncio client is bound to the event loop it first runs on: make one per loop.
     """
-    return aredis.Redis.from_url(url, **async_options())
+    limits = {"max_connections": ASYNC_CONNECTIONS, "timeout": SOCKET_TIMEOUT_S}
+    options = {**connection, **async_options(), **limits}
+    if url is not None:
+        pool = aredis.BlockingConnectionPool.from_url(url, **options)
+    elif "path" in connection:
+        pool = aredis.BlockingConnectionPool(
+            connection_class=aredis.UnixDomainSocketConnection, **options
+        )
+    else:
+        pool = aredis.BlockingConnectionPool(**options)
+    return aredis.Redis.from_pool(pool)

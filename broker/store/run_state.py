@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Iterable
 from typing import Any
 
 from broker.domain.errors import NotFound
@@ -22,6 +23,25 @@ ANNOUNCED = (RunStatus.waiting.value, *ENDED)
 RUN_EVENTS_MAXLEN = 10_000
 """About how many entries a partition's run-events stream keeps: a long-poll only needs the
 entries written while it waits."""
+
+
+def run_from(run_id: str, raw: dict[Any, Any], members: Iterable[Any]) -> Run:
+    """A run from its hash and its pending set as Redis returned them (the sync store and
+    the API's asyncio reads share it); NotFound for an empty hash."""
+    if not raw:
+        raise NotFound(f"no run with id {run_id!r}")
+    f = as_str_dict(raw)
+    return Run(
+        id=f["id"],
+        agent=f["agent"],
+        status=RunStatus(f["status"]),
+        round=int(f.get("round", 0)),
+        pending=sorted(as_str(x) for x in members),
+        output=json.loads(f["output"]) if f.get("output") else None,
+        error=f.get("error") or None,
+        created_at=from_timestamp(float(f["created_at"])),
+        updated_at=from_timestamp(float(f["updated_at"])),
+    )
 
 
 class RunStore:
@@ -80,19 +100,12 @@ class RunStore:
         return as_str_dict(raw), messages
 
     def get_run(self, run_id: str) -> Run:
-        f = self.run_fields(run_id)
-        members = self.store.redis.smembers(self.store.keys.run_pending(run_id))
-        return Run(
-            id=f["id"],
-            agent=f["agent"],
-            status=RunStatus(f["status"]),
-            round=int(f.get("round", 0)),
-            pending=sorted(as_str(x) for x in members),
-            output=json.loads(f["output"]) if f.get("output") else None,
-            error=f.get("error") or None,
-            created_at=from_timestamp(float(f["created_at"])),
-            updated_at=from_timestamp(float(f["updated_at"])),
-        )
+        """The run, its hash and pending set read in one round trip."""
+        pipe = self.store.redis.pipeline(transaction=False)
+        pipe.hgetall(self.store.keys.run(run_id))
+        pipe.smembers(self.store.keys.run_pending(run_id))
+        raw, members = pipe.execute()
+        return run_from(run_id, raw, members)
 
     def update_run(self, run_id: str, *, rounds: int | None = None, **fields: Any) -> None:
         """Set run fields (status, output as JSON, error, ...) and touch `updated_at`.

@@ -4,7 +4,7 @@ A real Redis of the test's own is paused (SIGSTOP: it accepts connections, answe
 under a real `approval-broker api` process, then resumed (SIGCONT):
 
 - paused: `/healthz` answers 503 within 2 s, even while a create waits on Redis in a thread;
-  a create answers 503 within 5 s; a decision answers 503 within 5 s;
+  a create, a decision and a run read (on the asyncio client) answer 503 within 5 s;
 - resumed: everything answers 200/201 again without a restart, and every request stored is
   whole: each one listed reads back, and the pending listing agrees with each request's status.
 """
@@ -95,15 +95,19 @@ def test_a_paused_redis_gives_bounded_503s_and_the_api_recovers_when_it_resumes(
                 in_flight.join(30)
                 decision = timed(http, "POST", f"/v1/requests/{stalled_decision}/decision",
                                  json={"outcome": "approved"})  # fmt: skip
+                run_read = timed(http, "GET", "/v1/runs/run_stalled", params={"wait": 1})
                 health_after = timed(http, "GET", "/healthz")
             finally:
                 os.kill(redis_pid, signal.SIGCONT)
 
-            print(f"paused: healthz {health}, create {created}, decision {decision}")
+            print(
+                f"paused: healthz {health}, create {created}, decision {decision}, run {run_read}"
+            )
             assert health[0] == 503 and health[1] <= HEALTH_LIMIT_S, health
             assert created and created[0][0] == 503, created
             assert created[0][1] <= WRITE_LIMIT_S, created
             assert decision[0] == 503 and decision[1] <= WRITE_LIMIT_S, decision
+            assert run_read[0] == 503 and run_read[1] <= WRITE_LIMIT_S, run_read  # asyncio reads
             assert health_after[0] == 503 and health_after[1] <= HEALTH_LIMIT_S, health_after
 
             until_ok(http)

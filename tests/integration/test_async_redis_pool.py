@@ -1,0 +1,44 @@
+"""The API's asyncio Redis client waits for a pooled connection instead of refusing at once.
+
+redis.asyncio's default pool refuses the 101st command in flight (`MaxConnectionsError`), and
+the API answers that with a 503: the agent bench's 200 long-polls reading their runs together
+got 503s. `broker.redis.connection.connect_async` (what `api.redis_async.async_client` builds)
+holds up to ASYNC_CONNECTIONS and queues past that, for at most the client's socket timeout.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from redis import Redis
+
+from api.redis_async import async_client
+from broker.domain.config import Settings
+from broker.facade import Broker
+from broker.redis.connection import connect_async
+
+IN_FLIGHT = 300  # above redis.asyncio's default pool (100)
+
+
+async def _reads_at_once(client: object, n: int) -> list[BaseException]:
+    async def one(i: int) -> list[object]:
+        async with client.pipeline(transaction=False) as pipe:  # type: ignore[attr-defined]
+            pipe.hgetall(f"test:pool:{i}")
+            pipe.smembers(f"test:pool:{i}:set")
+            return await pipe.execute()  # type: ignore[no-any-return]
+
+    try:
+        got = await asyncio.gather(*(one(i) for i in range(n)), return_exceptions=True)
+    finally:
+        await client.aclose()  # type: ignore[attr-defined]
+    return [r for r in got if isinstance(r, BaseException)]
+
+
+def test_many_reads_at_once_on_a_url_client_all_succeed(redis_url: str) -> None:
+    assert asyncio.run(_reads_at_once(connect_async(redis_url), IN_FLIGHT)) == []
+
+
+def test_many_reads_at_once_on_the_apis_client_all_succeed(redis: Redis, broker: Broker) -> None:
+    """The client the API builds from the broker's own (no APPROVAL_BROKER_REDIS_URL)."""
+    client = async_client(Settings(redis_url=None), broker)
+    assert asyncio.run(_reads_at_once(client, IN_FLIGHT)) == []
