@@ -16,6 +16,7 @@ SIGINT/SIGTERM stop taking jobs and let the runs in flight finish; a second one 
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 import os
 import signal
@@ -32,6 +33,12 @@ from workers import jobs
 from workers.resumer import Resumer
 from workers.shared_loop import SharedLoop
 from workers.slots import Slots
+
+GC_YOUNG = 10_000
+"""Young objects before a collection (Python's default: 700). An agent round makes many
+short-lived objects, nearly all freed by refcount; at 700, with the start-up's objects not
+frozen, collections took 18 % of the worker's CPU in the agent bench (2.2 s of 12.1 s for
+1,000 cycles, a `gc.callbacks` hook), at 10,000 after `gc.freeze()` 3 % (0.33 of 11.2 s)."""
 
 
 def preload(broker: Broker) -> list[str]:
@@ -75,6 +82,8 @@ def run_worker(
         thread.start()
     for problem in preload(broker):
         print(f"warning: {problem}", flush=True)
+    gc.freeze()  # the imports and the agents live for ever: full collections skip them
+    gc.set_threshold(GC_YOUNG, 10, 10)
     section = config.workers
     slots_n = concurrency or section.concurrency
     shared = SharedLoop(run_timeout_s=section.run_timeout_s, loop_block_s=section.loop_block_s)
