@@ -230,8 +230,8 @@ class Broker:
         """The run's fields and stored history, in one round trip."""
         return self.run_store.run_state(run_id)
 
-    def update_run(self, run_id: str, *, rounds: int | None = None, **fields: Any) -> None:
-        self.run_store.update_run(run_id, rounds=rounds, **fields)
+    def update_run(self, run_id: str, **fields: Any) -> None:
+        self.run_store.update_run(run_id, **fields)
 
     def expire_run(self, pipe: Any, run_id: str) -> None:
         self.run_store.expire_run(pipe, run_id)

@@ -364,7 +364,7 @@ class AgentRunner:
         output = result.output
         if isinstance(output, DeferredToolRequests):
             return self._pause(run_id, round_no + 1, loaded, fields, output, result.all_messages())
-        self.broker.update_run(
+        self.broker.run_store.update_run(  # the store's: it takes the round, known here
             run_id,
             rounds=round_no,
             status=RunStatus.finished,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import fcntl
 import os
 import shutil
 import subprocess
@@ -22,22 +23,35 @@ CHROMIUM_ARGS = [
 ]  # fmt: skip
 
 
+INSTALL_LOCK = "/tmp/approval-broker-tests-chromium.lock"
+
+
+def _install_chromium() -> None:
+    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+    subprocess.run(
+        ["apt-get", "update", "-qq"], check=True, env=env, capture_output=True, timeout=600
+    )
+    subprocess.run(
+        ["apt-get", "install", "-y", "-qq", "chromium"],
+        check=True,
+        env=env,
+        capture_output=True,
+        timeout=900,
+    )
+
+
 @pytest.fixture(scope="session")
 def chromium() -> str:
     path = shutil.which("chromium")
     if path is None and os.geteuid() == 0 and shutil.which("apt-get"):
-        env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-        subprocess.run(
-            ["apt-get", "update", "-qq"], check=True, env=env, capture_output=True, timeout=600
-        )
-        subprocess.run(
-            ["apt-get", "install", "-y", "-qq", "chromium"],
-            check=True,
-            env=env,
-            capture_output=True,
-            timeout=900,
-        )
-        path = shutil.which("chromium")
+        # one install at a time: each xdist worker has its own session, and a second apt-get
+        # while the first holds dpkg's lock fails (exit 100)
+        with open(INSTALL_LOCK, "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            path = shutil.which("chromium")  # another worker installed it meanwhile
+            if path is None:
+                _install_chromium()
+                path = shutil.which("chromium")
     if path is None:
         pytest.skip("Debian's chromium is not installed and cannot be installed without root")
     return path
