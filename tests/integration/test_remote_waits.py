@@ -226,7 +226,12 @@ def test_long_polls_one_after_another_open_no_new_redis_connection(
     until it ends) is served by the reader on connections that existed before: the reader's
     blocked reads are let finish when a long-poll ends, not cancelled (which drops them)."""
     req = make(api_broker)
-    assert remote.get_request(req.id, wait=0.2).status == "pending"  # the reader's connections
+    # the reader's connections: one blocked read per partition (on a busy machine a 0.2 s wait
+    # could end before the reader had reached every partition, which later waits then opened)
+    thread, out = in_thread(lambda: remote.get_request(req.id, wait=1))
+    wait_for(lambda: len(reader_ids(api_broker)) == api_broker.keys.partitions)
+    thread.join(10)
+    assert out and out[0].status == "pending"
     existing = client_ids(api_broker)
     for _ in range(5):
         assert remote.get_request(req.id, wait=0.2).status == "pending"
