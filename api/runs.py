@@ -105,8 +105,8 @@ async def read_run(state: ApiState, run_id: str) -> tuple[str | None, Run]:
         pipe.hgetall(keys.run(run_id))
         pipe.smembers(keys.run_pending(run_id))
         raw, members = await pipe.execute()
-    run = run_from(run_id, raw, members)
-    return as_str_dict(raw).get("started_by") or None, run
+    fields = as_str_dict(raw)
+    return fields.get("started_by") or None, run_from(run_id, fields, members)
 
 
 def settled(run: Run) -> bool:

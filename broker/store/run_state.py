@@ -25,12 +25,11 @@ RUN_EVENTS_MAXLEN = 10_000
 entries written while it waits."""
 
 
-def run_from(run_id: str, raw: dict[Any, Any], members: Iterable[Any]) -> Run:
-    """A run from its hash and its pending set as Redis returned them (the sync store and
-    the API's asyncio reads share it); NotFound for an empty hash."""
-    if not raw:
+def run_from(run_id: str, f: dict[str, str], members: Iterable[Any]) -> Run:
+    """A run from its hash (as text) and its pending set as Redis returned it (the sync store
+    and the API's asyncio reads share it); NotFound for an empty hash."""
+    if not f:
         raise NotFound(f"no run with id {run_id!r}")
-    f = as_str_dict(raw)
     return Run(
         id=f["id"],
         agent=f["agent"],
@@ -105,7 +104,7 @@ class RunStore:
         pipe.hgetall(self.store.keys.run(run_id))
         pipe.smembers(self.store.keys.run_pending(run_id))
         raw, members = pipe.execute()
-        return run_from(run_id, raw, members)
+        return run_from(run_id, as_str_dict(raw), members)
 
     def update_run(self, run_id: str, *, rounds: int | None = None, **fields: Any) -> None:
         """Set run fields (status, output as JSON, error, ...) and touch `updated_at`.

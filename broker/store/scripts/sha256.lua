@@ -1,7 +1,8 @@
 -- SHA-256 (FIPS 180-4) in Lua 5.1 with Redis's `bit` and `struct` libraries: Redis's Lua offers
 -- only redis.sha1hex, and the audit chain is sha256 (checked against Python's hashlib by
 -- tests/integration/test_audit_trail.py). Prepended to every step; defined only where Redis's
--- `bit` library exists (fakeredis's Lua has none: `broker.testing` runs with the trail off).
+-- `bit` and `struct` libraries exist (fakeredis's Lua has no `bit`: `broker.testing` runs with
+-- the trail off).
 -- Most of an audit entry's Redis time is spent here, so each round makes as few calls into the
 -- C libraries as it can: the block's words read by one struct.unpack, sums wrapped with `% 2^32`
 -- (Lua numbers are doubles: exact far beyond five 32-bit terms) rather than bit.tobit,
@@ -9,7 +10,7 @@
 -- the round before's a ^ b.
 local sha256
 if bit and struct then
-  local band, bor, bxor, bnot = bit.band, bit.bor, bit.bxor, bit.bnot
+  local band, bxor = bit.band, bit.bxor
   local rshift, ror, tohex = bit.rshift, bit.ror, bit.tohex
   local unpack_words = struct.unpack
   local K = {
