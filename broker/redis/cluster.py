@@ -55,15 +55,17 @@ _FAILOVER = (*_TRANSIENT, SlotNotCoveredError)
 log = logging.getLogger("broker.redis.cluster")
 
 
-def _patiently(call: Any, before_retry: Any = None) -> Any:
-    """`call()`, retried with a backoff on a failover's errors for up to PATIENCE_S."""
+def _patiently(
+    call: Any, before_retry: Any = None, errors: tuple[type[Exception], ...] = _FAILOVER
+) -> Any:
+    """`call()`, retried with a backoff on a failover's `errors` for up to PATIENCE_S."""
     backoff = ExponentialBackoff(cap=1.0, base=0.05)
     deadline = time.monotonic() + PATIENCE_S
     attempt = 0
     while True:
         try:
             return call()
-        except _FAILOVER as exc:
+        except errors as exc:
             if time.monotonic() > deadline:
                 raise
             if attempt == 0:
@@ -89,6 +91,7 @@ class PatientCluster(RedisCluster):
     def pipeline(self, transaction: Any = None, shard_hint: Any = None) -> ClusterPipeline:
         pipe = super().pipeline(transaction=transaction, shard_hint=shard_hint)
         pipe.__class__ = PatientPipeline  # the same object, its two public methods patient
+        pipe.patient_transaction = bool(transaction)
         return pipe
 
 
@@ -98,7 +101,15 @@ class PatientPipeline(ClusterPipeline):
     It keeps its own list of what was queued (through the public `execute_command`, which
     every command method calls), because a failed `execute` resets the pipeline: before each
     retry the same commands are queued again, in order.
+
+    A transaction also rides out MOVED and TRYAGAIN replies. While a failover settles, the
+    slot's new master can still answer MOVED after redis-py's own few retries (they refresh
+    the slot map only every fifth error); a MOVED inside MULTI aborts the EXEC, so nothing
+    was applied and sending it again, on a refreshed slot map, is safe. A plain pipeline
+    follows redirections itself, one command at a time.
     """
+
+    patient_transaction = False
 
     def execute_command(self, *args: Any, **kwargs: Any) -> Any:
         if not hasattr(self, "patient_queue"):
@@ -119,7 +130,14 @@ class PatientPipeline(ClusterPipeline):
             first = False
             return ClusterPipeline.execute(self, raise_on_error)
 
-        return _patiently(send)
+        if not self.patient_transaction:
+            return _patiently(send)
+        return _patiently(send, self._refresh_slots, (*_FAILOVER, MovedError, TryAgainError))
+
+    def _refresh_slots(self) -> None:
+        """Read the slot map again before a transaction is sent again (best effort)."""
+        with contextlib.suppress(*_TRANSIENT):
+            self.nodes_manager.initialize()
 
 
 class ClusterConfigError(BrokerError):
