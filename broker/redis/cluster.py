@@ -26,6 +26,7 @@ from redis.backoff import ExponentialBackoff
 from redis.cluster import ClusterPipeline, RedisCluster
 from redis.crc import key_slot
 from redis.exceptions import (
+    AskError,
     BusyLoadingError,
     ClusterDownError,
     MovedError,
@@ -52,6 +53,7 @@ WAIT_MARKER = ":replicated"  # suffix of the key written before WAIT (see `wait_
 PATIENCE_S = 30.0  # how long a patient client rides out a failover (node timeout + election)
 _TRANSIENT = (BusyLoadingError, RedisConnectionError, RedisTimeoutError, ClusterDownError)
 _FAILOVER = (*_TRANSIENT, SlotNotCoveredError)
+_REDIRECTS = (MovedError, AskError, TryAgainError)  # a slot moving: a transaction sends again
 log = logging.getLogger("broker.redis.cluster")
 
 
@@ -102,10 +104,11 @@ class PatientPipeline(ClusterPipeline):
     every command method calls), because a failed `execute` resets the pipeline: before each
     retry the same commands are queued again, in order.
 
-    A transaction also rides out MOVED and TRYAGAIN replies. While a failover settles, the
-    slot's new master can still answer MOVED after redis-py's own few retries (they refresh
-    the slot map only every fifth error); a MOVED inside MULTI aborts the EXEC, so nothing
-    was applied and sending it again, on a refreshed slot map, is safe. A plain pipeline
+    A transaction also rides out MOVED, ASK and TRYAGAIN replies. While a failover settles or
+    a slot migrates, they can outlast redis-py's own few retries (which refresh the slot map
+    only every fifth error, and follow an ASK by moving the slot in the map, where the target
+    answers MOVED back); a redirection inside MULTI aborts the EXEC, so nothing was applied
+    and sending it again, on a refreshed slot map, is safe. A plain pipeline
     follows redirections itself, one command at a time.
     """
 
@@ -132,7 +135,7 @@ class PatientPipeline(ClusterPipeline):
 
         if not self.patient_transaction:
             return _patiently(send)
-        return _patiently(send, self._refresh_slots, (*_FAILOVER, MovedError, TryAgainError))
+        return _patiently(send, self._refresh_slots, (*_FAILOVER, *_REDIRECTS))
 
     def _refresh_slots(self) -> None:
         """Read the slot map again before a transaction is sent again (best effort)."""

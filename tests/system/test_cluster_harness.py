@@ -8,6 +8,7 @@ client waits through the promotion where redis-py's own retries give up.
 
 from __future__ import annotations
 
+import logging
 import time
 from pathlib import Path
 
@@ -15,7 +16,7 @@ import pytest
 from redis import Redis
 from redis.cluster import RedisCluster
 from redis.crc import key_slot
-from redis.exceptions import ClusterCrossSlotError
+from redis.exceptions import AskError, ClusterCrossSlotError, MovedError
 from redis.exceptions import ConnectionError as RedisConnectionError
 
 from broker.redis.cluster import (
@@ -205,6 +206,65 @@ def test_a_patient_client_rides_out_a_failover_that_a_plain_one_does_not(
         patient.close()
         redis_cluster.wait_ready(60)
         redis_cluster.restart(victim, 60)
+
+
+class CancelOnRetry(logging.Handler):
+    """Calls `cancel` when the patient client logs that it is riding something out."""
+
+    def __init__(self, cancel: object) -> None:
+        super().__init__()
+        self.cancel = cancel
+        self.retried = 0
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.retried += 1
+        self.cancel()  # type: ignore[operator]
+
+
+def test_a_patient_transaction_rides_out_a_slot_that_redirects_until_it_settles(
+    redis_cluster: LocalCluster, cluster_client: RedisCluster
+) -> None:
+    """A slot half migrated answers ASK from its source and MOVED from its target: redis-py's
+    transaction follows neither for long and raises, as it did in CI while a failover
+    settled (a tool's kept result was lost and its run failed). The patient client reads the
+    slot map again and sends the transaction again (nothing ran: the EXEC was aborted) until
+    the slot settles; here the migration is cancelled when it says it is waiting."""
+    source = redis_cluster.masters()[0]
+    target = redis_cluster.masters()[1]
+    src, dst = node_client(redis_cluster, source), node_client(redis_cluster, target)
+    (key,) = keys_on(redis_cluster, source, 1, "migrating")
+    slot = key_slot(key.encode())
+
+    def migrate() -> None:
+        dst.execute_command("CLUSTER", "SETSLOT", slot, "IMPORTING", src.execute_command("CLUSTER", "MYID"))  # fmt: skip
+        src.execute_command("CLUSTER", "SETSLOT", slot, "MIGRATING", dst.execute_command("CLUSTER", "MYID"))  # fmt: skip
+
+    def settle() -> None:
+        for node in (src, dst):
+            node.execute_command("CLUSTER", "SETSLOT", slot, "STABLE")
+
+    plain = connect_cluster(redis_cluster.url)
+    patient = connect_cluster(redis_cluster.url, patient=True)
+    handler = CancelOnRetry(settle)
+    logging.getLogger("broker.redis.cluster").addHandler(handler)
+    try:
+        migrate()
+        with pytest.raises((AskError, MovedError)), plain.pipeline(transaction=True) as pipe:
+            pipe.hset(key, "kept", "1")
+            pipe.hincrby(key, "running", -1)
+            pipe.execute()
+        assert plain.hgetall(key) == {}  # the aborted EXEC applied nothing
+        with patient.pipeline(transaction=True) as pipe:
+            pipe.hset(key, "kept", "1")
+            pipe.hincrby(key, "running", -1)
+            assert pipe.execute() == [1, -1]  # once: the retried EXEC was the first to apply
+        assert handler.retried >= 1  # it did wait for the slot to settle
+        assert patient.hgetall(key) == {b"kept": b"1", b"running": b"-1"}
+    finally:
+        logging.getLogger("broker.redis.cluster").removeHandler(handler)
+        settle()
+        for client in (plain, patient, src, dst):
+            client.close()
 
 
 def test_a_wait_whose_master_failed_over_does_not_vouch_for_the_write(
