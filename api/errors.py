@@ -116,7 +116,7 @@ UNAVAILABLE: tuple[type[Exception], ...] = (
 
 
 def redis_error_response(exc: Exception) -> JSONResponse:
-    log.error("Redis error: %s", type(exc).__name__)
+    log.error("Redis error: %s: %s", type(exc).__name__, exc)
     return error_response(503, "unavailable", "the broker's Redis is not reachable; try again")
 
 

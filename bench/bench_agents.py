@@ -135,6 +135,11 @@ class Up:
                 roles.setdefault(role, []).append(int(stat.parent.name))
         return roles
 
+    def errors(self, last: int = 5) -> str:
+        """The last error lines of `up`'s log, to show with a failed request."""
+        lines = (self.tmp / "up.log").read_text(errors="replace").splitlines()
+        return "\n".join([line for line in lines if "rror" in line][-last:])
+
     def worker_pids(self) -> list[int]:
         """The agent worker processes `up` started (up's default unless `--up-workers`)."""
         return self.role_pids().get("worker", [])
@@ -188,6 +193,8 @@ class BrokerSide:
         while True:
             async with self.client.get(f"/v1/runs/{run_id}", params={"wait": WAIT_S}) as r:
                 run = await r.json()
+                if r.status != 200:
+                    raise SystemExit(f"GET /v1/runs/{run_id}: {r.status} {run}\n{self.up.errors()}")
             if run["status"] in statuses:
                 return dict(run)
             if run["status"] == "failed":

@@ -9,6 +9,7 @@ holds up to ASYNC_CONNECTIONS and queues past that, for at most the client's soc
 from __future__ import annotations
 
 import asyncio
+import time
 
 from redis import Redis
 
@@ -42,3 +43,35 @@ def test_many_reads_at_once_on_the_apis_client_all_succeed(redis: Redis, broker:
     """The client the API builds from the broker's own (no APPROVAL_BROKER_REDIS_URL)."""
     client = async_client(Settings(redis_url=None), broker)
     assert asyncio.run(_reads_at_once(client, IN_FLIGHT)) == []
+
+
+BUSY_S = 1.5
+"""How long the test keeps the event loop busy: longer than the old 1 s connect timeout."""
+
+
+async def _reads_through_a_busy_loop(client: object, n: int) -> list[BaseException]:
+    """`n` reads that each open a new connection, begun just before the loop is busy (CPU
+    work: what a burst of thousands of requests on one API process is) for BUSY_S."""
+
+    async def one(i: int) -> object:
+        return await client.hgetall(f"test:busy:{i}")  # type: ignore[attr-defined]
+
+    try:
+        reads = [asyncio.create_task(one(i)) for i in range(n)]
+        await asyncio.sleep(0)  # each read starts connecting, then waits for the loop
+        time.sleep(BUSY_S)  # the busy loop itself, on purpose
+        got = await asyncio.gather(*reads, return_exceptions=True)
+    finally:
+        await client.aclose()  # type: ignore[attr-defined]
+    return [r for r in got if isinstance(r, BaseException)]
+
+
+def test_new_connections_begun_before_the_loop_is_busy_for_a_while_still_succeed(
+    redis_url: str,
+) -> None:
+    """A connection's timeout runs on the loop's clock: with a 1 s connect timeout, connections
+    begun as 3,000 runs were started at once timed out while the loop worked through the
+    burst, and their long-polls answered 503 although Redis was fine (`bench_agents.py --runs
+    3000`). The connect timeout is the socket timeout (3 s) now; a stalled Redis still gives a
+    503 within it (tests/system/test_redis_stall.py)."""
+    assert asyncio.run(_reads_through_a_busy_loop(connect_async(redis_url), 50)) == []
