@@ -58,6 +58,8 @@ from broker.redis.embedded import free_port, running_local_url  # noqa: E402
 
 WAIT_S = 30
 """How long one long-poll on a run (GET /v1/runs/{id}?wait=) waits before asking again."""
+IDLE_S = 3.0
+"""How long the bench's client keeps an idle connection: below the API's keep-alive (5 s)."""
 PHASE_TIMEOUT_S = 300.0
 """A phase that takes longer is reported as it stands, not waited for."""
 
@@ -493,7 +495,10 @@ async def measure(args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
         async with aiohttp.ClientSession(
             base_url=up.base,
             headers=headers,
-            connector=aiohttp.TCPConnector(limit=connections),
+            # idle connections are dropped before the API's keep-alive timeout closes them: a
+            # request sent on one the server is closing at that moment is lost (Server
+            # disconnected); aiohttp keeps them 15 s by default, the API 5 s
+            connector=aiohttp.TCPConnector(limit=connections, keepalive_timeout=IDLE_S),
             timeout=aiohttp.ClientTimeout(total=60),
         ) as client:
             await up.ready(client)

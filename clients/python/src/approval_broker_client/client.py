@@ -50,6 +50,14 @@ def _results(got: Sequence[Request]) -> DeferredToolResults:
     return results
 
 
+IDLE_S = 3.0
+"""How long an idle connection is kept for the next request: below the API's keep-alive
+timeout (5 s). httpx's default is those same 5 s, so a request could go out on a connection
+the server was closing at that moment and be lost ("Server disconnected")."""
+LIMITS = httpx.Limits(max_connections=100, max_keepalive_connections=20, keepalive_expiry=IDLE_S)
+"""httpx's default limits, but for the idle time."""
+
+
 class _Base:
     def __init__(self, base_url: str, token: str, *, timeout: float = 10.0) -> None:
         self.base_url = base_url.rstrip("/")
@@ -64,7 +72,9 @@ class RemoteBroker(_Base):
 
     def __init__(self, base_url: str, token: str, *, timeout: float = 10.0) -> None:
         super().__init__(base_url, token, timeout=timeout)
-        self.http = httpx.Client(base_url=self.base_url, headers=self._headers, timeout=timeout)
+        self.http = httpx.Client(
+            base_url=self.base_url, headers=self._headers, timeout=timeout, limits=LIMITS
+        )
 
     def _send(self, call: Call[_T]) -> _T:
         return call.read(self.http.request(call.method, call.path, **call.kwargs()))
@@ -170,7 +180,7 @@ class AsyncRemoteBroker(_Base):
     def __init__(self, base_url: str, token: str, *, timeout: float = 10.0) -> None:
         super().__init__(base_url, token, timeout=timeout)
         self.http = httpx.AsyncClient(
-            base_url=self.base_url, headers=self._headers, timeout=timeout
+            base_url=self.base_url, headers=self._headers, timeout=timeout, limits=LIMITS
         )
 
     async def _send(self, call: Call[_T]) -> _T:
