@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 from redis import Redis
@@ -30,7 +29,7 @@ def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedR
     """A Redis of this module's own: round trips are counted server-wide (Redis keeps no count
     per client), so a client another test left behind on the session's Redis (a server thread
     still closing, a process still exiting) would count in these tests' sums."""
-    with EmbeddedRedis(Path(tmp_path_factory.mktemp("redis-round-trips"))) as server:
+    with EmbeddedRedis(tmp_path_factory.mktemp("redis-round-trips")) as server:
         yield server
 
 
