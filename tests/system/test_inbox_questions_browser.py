@@ -14,7 +14,7 @@ from typing import Any
 
 import httpx
 
-from tests.support.browser import CHROMIUM_ARGS, demo_pending  # noqa: F401
+from tests.support.browser import demo_pending, signed_in
 from tests.support.up import ADMIN, stop_up
 from tests.support.waiting import wait_for
 
@@ -58,7 +58,7 @@ def test_inbox_form_answers_questions_refuses_a_bad_answer_and_resumes_the_demo(
     demo: tuple[Any, str],  # noqa: F811 - the fixture
     tmp_path: Path,
 ) -> None:
-    from playwright.sync_api import expect, sync_playwright
+    from playwright.sync_api import expect
 
     proc, url = demo
     http = httpx.Client(base_url=url, headers={"Authorization": f"Bearer {ADMIN}"}, timeout=10)
@@ -67,12 +67,7 @@ def test_inbox_form_answers_questions_refuses_a_bad_answer_and_resumes_the_demo(
     auth_id = create(http, {"questions": QUESTIONS}, "Set up the API")
     ticket_id = create(http, {"answer_schema": TICKET}, "File a ticket")
 
-    with sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=chromium, args=CHROMIUM_ARGS)
-        page = browser.new_page(viewport={"width": 1100, "height": 1400})
-        page.goto(url + "/")
-        page.fill("#token", ADMIN)
-        page.click("#signin-form button[type=submit]")
+    with signed_in(chromium, url, ADMIN, viewport={"width": 1100, "height": 1400}) as page:
         cards = page.locator("article[data-request-id]")
         expect(cards).to_have_count(5, timeout=20_000)
 
@@ -143,7 +138,6 @@ def test_inbox_form_answers_questions_refuses_a_bad_answer_and_resumes_the_demo(
         refund.get_by_label("Store credit", exact=True).check()
         refund.locator(".confirm-questions").click()
         expect(cards).to_have_count(2)
-        browser.close()
 
     finished = wait_for(
         lambda: (r := http.get(f"/v1/runs/{run_id}").json())["status"] == "finished" and r,
