@@ -29,6 +29,7 @@ from tests.support.backends import (  # noqa: F401 - redis, broker, api_broker o
     settings_for,
     single_only,
 )
+from tests.support.counted_redis import redis_server  # noqa: F401 - counts need a Redis of their own
 from tests.support.jobs import work
 from tests.support.resumes import answered_run, pending_entries
 

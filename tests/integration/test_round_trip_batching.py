@@ -2,15 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
-import pytest
 from redis import Redis
 
 from broker.domain.config import Config
 from broker.domain.models import Decision, HistoryEntry, NewRequest, RunStatus, utcnow
 from broker.facade import Broker
-from broker.redis.embedded import EmbeddedRedis
 from broker.runs.agent_runner import AgentRunner
 from broker.runs.agents import register_agent
 from broker.runs.outbox import Resumer
@@ -21,16 +17,8 @@ from notifiers.events import parse_entry, text
 from notifiers.parking import ParkedStore
 from notifiers.results import DeliveryResult, ResultKind
 from notifiers.tasks import InflightEntry
+from tests.support.counted_redis import redis_server  # noqa: F401 - counts need a Redis of their own
 from tests.support.waiting import wait_for
-
-
-@pytest.fixture(scope="module")
-def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedRedis]:
-    """A Redis of this module's own: round trips are counted server-wide (Redis keeps no count
-    per client), so a client another test left behind on the session's Redis (a server thread
-    still closing, a process still exiting) would count in these tests' sums."""
-    with EmbeddedRedis(tmp_path_factory.mktemp("redis-round-trips")) as server:
-        yield server
 
 
 def script_calls(redis: Redis, command: str) -> int:
