@@ -6,8 +6,9 @@ Read with `ast` (nothing imported or run), over every module of the production p
   `from x import _y`), nor an internal package (`uvicorn.protocols`, `redis._parsers`, RQ
   modules outside its documented API);
 - no private attribute is used that our own code doesn't define (`pool._connections`,
-  `Webhook(secret)._whsecret`): an underscore name we never assign or define can only be a
-  dependency's;
+  `Webhook(secret)._whsecret`, or spelled as a string: `getattr(agent, "_output_validators")`):
+  an underscore name we never assign or define can only be a dependency's; the one read
+  allowed, with its reason, is in `ALLOWED_PRIVATE_READS`;
 - no class derives from a dependency's internal class, or overrides a private method of a
   dependency's class;
 - no raw socket or hand-made client for a protocol a dependency speaks (`socket.socket`,
@@ -99,6 +100,16 @@ ALLOWED_RAW_SOCKETS = {
     "broker/redis/cluster_node.py": "finds a free port pair (node and cluster bus) for a local "
     "cluster node (bind, close); speaks no protocol",
 }
+ALLOWED_PRIVATE_READS = {
+    ("broker/runs/agents.py", "_output_validators"): "pydantic-ai refuses a run-time "
+    "`output_type` for an agent with output validators and offers no public way to ask whether "
+    "it has any; read once per registration or load (`getattr` with a default, so a rename "
+    "turns the early check off, never a run), so that an agent that can never pause is refused "
+    "before any run starts",
+}
+"""(file, name) -> why: a dependency's private name our code reads on purpose, each with its
+reason (`test_every_allowed_private_read_is_still_there` drops stale ones)."""
+REFLECTION = {"getattr", "hasattr", "setattr", "delattr"}
 HAND_MADE_CLIENTS = {"HTTPConnection", "HTTPSConnection", "HTTPResponse"}
 """`http.client`'s connection classes: an HTTP client by hand (httpx is the one HTTP client).
 Naming `http.client.HTTPException` to catch it is not one."""
@@ -195,12 +206,27 @@ def import_violations(name: str, tree: ast.Module) -> Iterator[str]:
                         yield f"{name}:{node.lineno}: from {node.module} import {alias.name}"
 
 
+def reflected_name(node: ast.AST) -> str | None:
+    """The attribute `getattr(x, "name")` (or hasattr, setattr, delattr) reaches, if literal."""
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and len(node.args) >= 2:
+        if node.func.id in REFLECTION:
+            spelled = node.args[1]
+            if isinstance(spelled, ast.Constant) and isinstance(spelled.value, str):
+                return spelled.value
+    return None
+
+
 def attribute_violations(name: str, tree: ast.Module) -> Iterator[str]:
     ours = our_names()
     for node in ast.walk(tree):
-        if isinstance(node, ast.Attribute) and private(node.attr):
-            if node.attr not in ours and node.attr not in DOCUMENTED_UNDERSCORE:
-                yield f"{name}:{node.lineno}: .{node.attr} (a dependency's private name)"
+        if isinstance(node, ast.Attribute):
+            attr: str | None = node.attr
+        else:
+            attr = reflected_name(node)
+        if attr is None or not private(attr) or attr in ours or attr in DOCUMENTED_UNDERSCORE:
+            continue
+        if (name, attr) not in ALLOWED_PRIVATE_READS:
+            yield f"{name}:{getattr(node, 'lineno', 0)}: .{attr} (a dependency's private name)"
 
 
 def defines(dotted: str, attribute: str) -> bool:
@@ -299,6 +325,18 @@ def test_every_allowed_raw_socket_is_still_there() -> None:
         assert calls, f"{name} opens no socket any more: drop its allowance"
 
 
+def test_every_allowed_private_read_is_still_there() -> None:
+    """An allowance outlives its reason only by mistake: each names a read its file still has."""
+    for name, attr in ALLOWED_PRIVATE_READS:
+        tree = parsed(ROOT / name)
+        reads = [
+            n
+            for n in ast.walk(tree)
+            if (isinstance(n, ast.Attribute) and n.attr == attr) or reflected_name(n) == attr
+        ]
+        assert reads, f"{name} no longer reads {attr}: drop its allowance"
+
+
 SAMPLE = """
 import uvicorn.protocols.http.httptools_impl
 from redis._parsers.base import _AsyncRESPBase
@@ -313,7 +351,7 @@ class Mine(RedisCluster):
 def f(pool):
     socket.socket()
     http.client.HTTPConnection("example.org")
-    return pool._available_connections
+    return pool._available_connections, getattr(pool, "_created_connections", 0)
 """
 
 
@@ -333,6 +371,7 @@ def test_the_checks_see_what_they_must() -> None:
         "_AsyncRESPBase",
         "rq.utils",
         "._available_connections",
+        "._created_connections",
         "Mine._internal_execute_command",
         "socket.socket",
         "http.client.HTTPConnection",
