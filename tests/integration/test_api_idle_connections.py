@@ -14,8 +14,6 @@ Against the API on uvicorn configured as `api.server` configures it (`api.testin
 
 from __future__ import annotations
 
-import selectors
-import socket
 import time
 from collections.abc import Iterator
 
@@ -26,6 +24,7 @@ from api.server import KEEP_ALIVE_S
 from api.testing import ServerThread
 from broker.domain.config import Config, Settings
 from broker.facade import Broker
+from tests.support.idle_sockets import closed_by_server, connect
 
 CONNECTIONS = 50
 MARGIN_S = 3.0
@@ -36,33 +35,6 @@ def address(api_broker: Broker, cfg: Config) -> Iterator[tuple[str, int]]:
     with ServerThread(create_app(Settings(), cfg, api_broker)) as server:
         host, port = server.url.removeprefix("http://").rsplit(":", 1)
         yield host, int(port)
-
-
-def closed_by_server(sockets: list[socket.socket], timeout: float) -> int:
-    """How many of `sockets` the server closed (EOF or reset) within `timeout` seconds."""
-    open_ = set(sockets)
-    deadline = time.monotonic() + timeout
-    with selectors.DefaultSelector() as selector:
-        for sock in sockets:
-            selector.register(sock, selectors.EVENT_READ)
-        while open_ and time.monotonic() < deadline:
-            for key, _ in selector.select(timeout=0.2):
-                sock = key.fileobj
-                assert isinstance(sock, socket.socket)
-                try:
-                    data = sock.recv(65536)
-                except ConnectionError:
-                    data = b""
-                if not data:
-                    selector.unregister(sock)
-                    open_.discard(sock)
-    return len(sockets) - len(open_)
-
-
-def connect(address: tuple[str, int], send: bytes) -> socket.socket:
-    sock = socket.create_connection(address, timeout=5)
-    sock.sendall(send)
-    return sock
 
 
 def test_idle_keep_alive_connections_are_closed_after_the_keep_alive_timeout(

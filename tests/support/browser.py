@@ -2,10 +2,6 @@
 
 from __future__ import annotations
 
-import fcntl
-import os
-import shutil
-import subprocess
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -14,6 +10,7 @@ from typing import Any
 import httpx
 import pytest
 
+from tests.support.debian import debian_program
 from tests.support.up import healthy, start_up
 from tests.support.waiting import wait_for
 
@@ -23,38 +20,9 @@ CHROMIUM_ARGS = [
 ]  # fmt: skip
 
 
-INSTALL_LOCK = "/tmp/approval-broker-tests-chromium.lock"
-
-
-def _install_chromium() -> None:
-    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-    subprocess.run(
-        ["apt-get", "update", "-qq"], check=True, env=env, capture_output=True, timeout=600
-    )
-    subprocess.run(
-        ["apt-get", "install", "-y", "-qq", "chromium"],
-        check=True,
-        env=env,
-        capture_output=True,
-        timeout=900,
-    )
-
-
 @pytest.fixture(scope="session")
 def chromium() -> str:
-    path = shutil.which("chromium")
-    if path is None and os.geteuid() == 0 and shutil.which("apt-get"):
-        # one install at a time: each xdist worker has its own session, and a second apt-get
-        # while the first holds dpkg's lock fails (exit 100)
-        with open(INSTALL_LOCK, "w") as lock:
-            fcntl.flock(lock, fcntl.LOCK_EX)
-            path = shutil.which("chromium")  # another worker installed it meanwhile
-            if path is None:
-                _install_chromium()
-                path = shutil.which("chromium")
-    if path is None:
-        pytest.skip("Debian's chromium is not installed and cannot be installed without root")
-    return path
+    return debian_program("chromium", "chromium")
 
 
 @contextmanager

@@ -319,11 +319,37 @@ def test_compose_gives_every_role_the_config_and_its_secrets(compose: dict[str, 
 def test_compose_health_checks(compose: dict[str, Any]) -> None:
     api = compose["services"]["api"]
     port = api["environment"]["APPROVAL_BROKER_PORT"]
-    assert api["ports"] == [f"{port}:{port}"]
     assert f"127.0.0.1:{port}/healthz" in " ".join(api["healthcheck"]["test"])
     k8s_ping = container(deployments()["worker"])["livenessProbe"]["exec"]["command"]
     for role in ("worker", "notifier", "sweeper"):
         assert compose["services"][role]["healthcheck"]["test"] == ["CMD", *k8s_ping], role
+
+
+@pytest.mark.parametrize("path", [COMPOSE, DEPLOY / "compose.cluster.yaml"], ids=lambda p: p.name)
+def test_compose_publishes_the_api_only_through_the_nginx_front(path: Path) -> None:
+    """Clients reach the api through nginx (`deploy/nginx/`), whose header deadline closes the
+    connections uvicorn would keep (tests/system/test_front_proxy.py runs the same template)."""
+    from tests.support.front_proxy import NAMES, TEMPLATE
+
+    doc = load_yaml(path)
+    services, api = doc["services"], doc["services"]["api"]
+    port = api["environment"]["APPROVAL_BROKER_PORT"]
+    assert "ports" not in api and api["expose"] == [port], "the api is not published itself"
+    front = services["front"]
+    assert front["image"].startswith("nginx:")
+    assert front["depends_on"]["api"]["condition"] == "service_healthy"
+    env = front["environment"]
+    assert {n for n in env if n.startswith("APPROVAL_BROKER_")} == set(NAMES)
+    assert env["APPROVAL_BROKER_API"] == f"api:{port}"
+    assert front["ports"] == [f"{port}:{env['APPROVAL_BROKER_FRONT_PORT']}"]
+    assert env["NGINX_ENVSUBST_FILTER"] == "^APPROVAL_BROKER_"  # nginx's own $names untouched
+    (mount,) = front["configs"]
+    assert mount["target"].startswith("/etc/nginx/templates/")
+    assert mount["target"].endswith(".conf.template")
+    assert (path.parent / doc["configs"][mount["source"]]["file"]).resolve() == TEMPLATE
+    assert f"127.0.0.1:{env['APPROVAL_BROKER_FRONT_PORT']}/healthz" in " ".join(
+        front["healthcheck"]["test"]
+    )
 
 
 # --------------------------------------------------------------------------------------------
