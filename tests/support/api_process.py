@@ -9,6 +9,8 @@ import sys
 import time
 from pathlib import Path
 
+from tests.support.proc import stop_process
+
 START_TIMEOUT_S = 180.0
 """Start-up imports the agent stack: seconds on an idle machine, far more on a loaded one."""
 
@@ -61,12 +63,4 @@ def start_api(env: dict[str, str], port: int = 0) -> tuple[subprocess.Popen[str]
 
 
 def stop(proc: subprocess.Popen[str]) -> None:
-    if proc.poll() is None:
-        proc.terminate()
-        try:
-            proc.wait(15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-    if proc.stdout is not None:
-        proc.stdout.close()
+    stop_process(proc)

@@ -15,6 +15,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from broker.redis.embedded import free_port
+from tests.support.proc import stop_process
 from tests.support.waiting import wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -84,11 +85,4 @@ def nginx_front(nginx: str, api_url: str, folder: Path) -> Iterator[str]:
         assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
         yield f"http://127.0.0.1:{port}"
     finally:
-        proc.terminate()  # nginx: SIGTERM is a fast shutdown
-        try:
-            proc.wait(15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-        if proc.stderr is not None:
-            proc.stderr.close()
+        stop_process(proc)  # nginx: SIGTERM is a fast shutdown

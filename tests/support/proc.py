@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import os
+import subprocess
 from pathlib import Path
+from typing import Any
 
 
 def _ppid_and_state(pid: int) -> tuple[int, str] | None:
@@ -35,3 +37,18 @@ def alive(pid: int) -> bool:
     """True while the process exists and is not a zombie."""
     info = _ppid_and_state(pid)
     return info is not None and info[1] != "Z"
+
+
+def stop_process(proc: subprocess.Popen[Any], grace_s: float = 15.0) -> None:
+    """SIGTERM, SIGKILL if it is still there after `grace_s`; then close the pipes the test
+    opened to it."""
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(grace_s)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+    for pipe in (proc.stdout, proc.stderr):
+        if pipe is not None:
+            pipe.close()
