@@ -4,12 +4,12 @@ runs it) closes what the API's uvicorn can't, and lets everything else through u
 Debian's nginx runs the template in front of a real `approval-broker api` process:
 
 - 50 connections that send half a request line and 50 that send nothing are all closed by the
-  front within its 5 s header deadline (plus a margin), while the API behind it never saw them
-  (uvicorn alone keeps such connections open: `tests/integration/test_api_idle_connections.py`);
-- through the front, a request is created, long-polled (`?wait=`: the answer comes when the
-  decision does, not when a buffer fills), decided, and its events arrive on `/v1/events` as
-  they happen (no buffering); a body over the API's 1 MiB gets the API's 413 `{"error",
-  "detail"}`, and one over the front's 2 MiB the same shape from the front.
+  front within its 5 s header deadline (plus a margin), and it goes on serving (uvicorn alone
+  keeps such connections open: `tests/integration/test_api_idle_connections.py`);
+- through the front, a request is created, long-polled (`?wait=`: held open for the wait),
+  decided, and its events arrive on `/v1/events` as they happen (the stream is not held in a
+  buffer); a body over the API's 1 MiB gets the API's 413 `{"error", "detail"}`, and one over
+  the front's 2 MiB the same shape from the front.
 """
 
 from __future__ import annotations
