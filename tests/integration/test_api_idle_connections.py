@@ -7,9 +7,10 @@ Against the API on uvicorn configured as `api.server` configures it (`api.testin
 - a connection that never completes a request head (half a request line, then nothing) is NOT
   closed by uvicorn: it has no setting for it (its keep-alive timer starts only after a response
   and is reset by every byte received). The test states the wanted behaviour and is marked
-  `xfail(strict=True)`: it reports the limitation, and fails the day uvicorn (or a front we
-  add) closes such connections, so this note and the docs get updated. Deployments reachable
-  from untrusted networks put a reverse proxy with a request-header timeout in front (docs).
+  `xfail(strict=True)`: it reports the limitation, and fails the day uvicorn closes such
+  connections, so this note and the docs get updated. Deployments reachable from untrusted
+  networks put a reverse proxy with a request-header timeout in front: the compose files' nginx
+  front does (`tests/system/test_front_proxy.py` checks it closes them).
 """
 
 from __future__ import annotations
