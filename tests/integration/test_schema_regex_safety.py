@@ -28,6 +28,7 @@ from broker.domain.errors import InvalidInput
 from broker.domain.principals import hash_token
 from broker.domain.questions import InvalidAnswer, validate_answer, validate_question_metadata
 from broker.redis.embedded import EmbeddedRedis, free_port
+from tests.support.proc import stop_process
 from tests.support.waiting import wait_for
 
 SERVICE = "tok-service-requester-only"
@@ -90,12 +91,7 @@ roles = ["finance"]
             raise AssertionError((tmp_path / "api.log").read_text()) from None
         yield url
     finally:
-        proc.terminate()
-        try:
-            proc.wait(15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(5)
+        stop_process(proc)
 
 
 def timed_while_healthz(url: str, send: Any) -> tuple[httpx.Response, float, float]:
