@@ -42,6 +42,7 @@ from broker.domain.models import NewRequest, Status
 from broker.facade import Broker
 from broker.store.keys import NOTIFIER_GROUP, RESUMER_GROUP, Keys
 from tests.support.deploy import DUMMY_SECRETS, config_env_names  # noqa: F401
+from tests.support.front_proxy import NAMES, TEMPLATE
 from tests.support.waiting import wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -329,8 +330,6 @@ def test_compose_health_checks(compose: dict[str, Any]) -> None:
 def test_compose_publishes_the_api_only_through_the_nginx_front(path: Path) -> None:
     """Clients reach the api through nginx (`deploy/nginx/`), whose header deadline closes the
     connections uvicorn would keep (tests/system/test_front_proxy.py runs the same template)."""
-    from tests.support.front_proxy import NAMES, TEMPLATE
-
     doc = load_yaml(path)
     services, api = doc["services"], doc["services"]["api"]
     port = api["environment"]["APPROVAL_BROKER_PORT"]
