@@ -79,7 +79,8 @@ class InMemoryBroker(Broker):
     ) -> None:
         if isinstance(config, dict):
             config = parse_config(config)
-        # fakeredis's Lua has no `bit` library, which the audit chain's SHA-256 needs
+        # the audit trail stays off, as it always was here: no sweeper seals it in memory, and
+        # a test of the trail itself runs on a real Redis (tests/integration/test_audit_trail.py)
         config = config or parse_config({})
         config = config.model_copy(
             update={"audit": config.audit.model_copy(update={"enabled": False})}

@@ -1,9 +1,12 @@
-"""The sweeper: turns silence into an outcome.
+"""The sweeper: turns silence into an outcome, and seals the audit trail.
 
 Due requests are found through the expiry ZSET in batches (cost grows with what is due, not with
 what is pending). Each batch is one atomic Lua step, so any number of sweepers can run at once
-without handling a request twice. A failed sweep (Redis restarting, say) is logged and tried
-again after a pause; only `stop` (SIGTERM/SIGINT for the role) ends the loop.
+without handling a request twice. A thread of its own seals the audit trail about once a second
+(`SEAL_EVERY_S`: hashes the entries appended since, `broker.audit.sealing`, off Redis's thread
+and safe with many sweepers), so a backlog of entries to hash never makes a sweep late. A
+failed sweep or seal (Redis restarting, say) is logged and tried again after a pause; only
+`stop` (SIGTERM/SIGINT for the role) ends the loops.
 """
 
 from __future__ import annotations
@@ -13,6 +16,8 @@ import signal
 import threading
 from collections.abc import Callable
 
+from broker.audit.sealing import SEAL_EVERY_S
+from broker.audit.trail import AuditTrail
 from broker.domain.config import Config, Settings
 from broker.facade import Broker, SweepResult
 from broker.tracing import spans as traced
@@ -53,18 +58,51 @@ def sweep_forever(
     batch: int = BATCH,
     error_pause: float = ERROR_PAUSE_S,
 ) -> None:
-    """Sweep until `stop` is set, waking at the next expiry or every `interval` seconds."""
+    """Sweep until `stop` is set, waking at the next expiry or every `interval` seconds; while
+    the audit trail is on, `seal_forever` runs beside it in a thread of its own."""
+    sealer = None
+    if broker.keys.audit_keep_s:
+        sealer = threading.Thread(
+            target=seal_forever, args=(broker, stop), name="audit-sealer", daemon=True
+        )
+        sealer.start()
+    try:
+        while not stop.is_set():
+            try:
+                results = sweep_due(broker, batch=batch)
+                if results and report:
+                    report(results)
+                wait = next_due_in(broker)
+            except Exception:  # noqa: BLE001 - a Redis hiccup must not end the loop
+                log.exception("sweeper: sweeping failed; trying again in %ss", error_pause)
+                stop.wait(error_pause)
+                continue
+            stop.wait(interval if wait is None else min(interval, max(wait, 0.0)))
+    finally:
+        if sealer is not None:
+            sealer.join(timeout=30)
+
+
+def seal_forever(
+    broker: Broker,
+    stop: threading.Event,
+    *,
+    every: float = SEAL_EVERY_S,
+    error_pause: float = ERROR_PAUSE_S,
+) -> None:
+    """Seal every audit chain until `stop` is set, every `every` seconds (each time through to
+    the chains' ends: a backlog, say after a bulk create, is sealed in one go)."""
+    trail = AuditTrail(broker.redis, broker.keys)
     while not stop.is_set():
         try:
-            results = sweep_due(broker, batch=batch)
-            if results and report:
-                report(results)
-            wait = next_due_in(broker)
+            trail.seal()
         except Exception:  # noqa: BLE001 - a Redis hiccup must not end the loop
-            log.exception("sweeper: sweeping failed; trying again in %ss", error_pause)
+            log.exception(
+                "sweeper: sealing the audit trail failed; trying again in %ss", error_pause
+            )
             stop.wait(error_pause)
             continue
-        stop.wait(interval if wait is None else min(interval, max(wait, 0.0)))
+        stop.wait(every)
 
 
 def run_sweeper(

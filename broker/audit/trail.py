@@ -3,7 +3,10 @@
 A single Redis has one chain (`ab:audit`); a cluster one per partition (`{ab:pN}:audit`, each
 appended by the steps of that partition) and one for the rules' slot (`{ab:rules}:audit`).
 The Lua steps append their own entries (lib.lua, audit()); `append_entry` is the way in for a
-change made outside them (rules, receipts), queued in the caller's MULTI when it has one.
+change made outside them (rules, receipts), queued in the caller's MULTI when it has one. An
+entry's `prev` and `hash` are in the chain's seals stream under the entry's id (written by
+`broker.audit.sealing`; inline in entries written before sealing): every read seals first and
+joins the two.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from redis.client import Pipeline
 
 from broker.audit.actors import actor_kind
 from broker.audit.chain import Entry
+from broker.audit.sealing import seal
 from broker.domain.errors import InvalidInput
 from broker.redis.replies import as_str
 from broker.store.keys import Keys
@@ -38,6 +42,11 @@ class Chain:
     stream: str
     head: str
 
+    @property
+    def seals(self) -> str:
+        """Stream: each sealed entry's `prev` and `hash`, under the entry's own id (same slot)."""
+        return f"{self.stream}:seals"
+
 
 def chains_of(keys: Keys) -> list[Chain]:
     """Every chain of this key schema, in a fixed order (pages and exports follow it)."""
@@ -54,8 +63,15 @@ def stream_bound(when: datetime | None, *, end: bool = False) -> str:
     return str(max(int(when.timestamp() * 1000), 0))  # before 1970: from the start
 
 
-def entry_of(chain: str, fields: dict[Any, Any]) -> Entry:
-    values = {as_str(k): as_str(v) for k, v in fields.items()}
+def hashed_inline(fields: dict[Any, Any]) -> bool:
+    """Whether an entry carries its own hash (written before sealing, hashed in its step)."""
+    return any(as_str(name) == "hash" for name in fields)
+
+
+def entry_of(chain: str, fields: dict[Any, Any], sealed: dict[Any, Any] | None = None) -> Entry:
+    """An entry from its stream fields and its seal (`prev`, `hash`; none: hashed inline)."""
+    values = {as_str(k): as_str(v) for k, v in {**fields, **(sealed or {})}.items()}
+    values.setdefault("hash", "")  # none a sealer could give (not expected): verify names it
     return Entry.model_validate({**values, "chain": chain, "seq": int(values.get("seq", 0))})
 
 
@@ -67,6 +83,11 @@ class AuditTrail:
         self.keys = keys
         self.chains = chains_of(keys)
 
+    def seal(self) -> int:
+        """Seal every chain (hash what was appended since the last seal): the sweeper's job,
+        which any reader may also do. Returns the entries this call sealed."""
+        return sum(seal(self.redis, chain) for chain in self.chains)
+
     def entries(
         self, since: datetime | None = None, until: datetime | None = None, *, page: int = 500
     ) -> Iterator[Entry]:
@@ -75,11 +96,26 @@ class AuditTrail:
             start, end = stream_bound(since), stream_bound(until, end=True)
             while True:
                 rows = self.redis.xrange(chain.stream, start, end, count=page)
-                for _, fields in rows:
-                    yield entry_of(chain.name, fields)
+                yield from self._sealed(chain, rows)
                 if len(rows) < page:
                     break
                 start = "(" + as_str(rows[-1][0])
+
+    def _sealed(self, chain: Chain, rows: list[Any]) -> list[Entry]:
+        """The entries of `rows` (read from `chain`'s stream) with their `prev` and `hash`,
+        sealing the chain first when one of them has none yet."""
+        if not rows:
+            return []
+        seals = self._seals_of(chain, rows)
+        if any(as_str(i) not in seals and not hashed_inline(f) for i, f in rows):
+            seal(self.redis, chain)
+            seals = self._seals_of(chain, rows)
+        return [entry_of(chain.name, fields, seals.get(as_str(i))) for i, fields in rows]
+
+    def _seals_of(self, chain: Chain, rows: list[Any]) -> dict[str, dict[Any, Any]]:
+        """The seals stored for the ids `rows` spans (some may be of entries since removed)."""
+        found = self.redis.xrange(chain.seals, rows[0][0], rows[-1][0])
+        return {as_str(entry_id): fields for entry_id, fields in found}
 
     def page(
         self, since: datetime | None, cursor: str | None, limit: int
@@ -92,19 +128,23 @@ class AuditTrail:
         while index < len(self.chains) and len(found) < limit:
             chain = self.chains[index]
             rows = self.redis.xrange(chain.stream, start, "+", count=limit - len(found))
-            found += [entry_of(chain.name, fields) for _, fields in rows]
+            found += self._sealed(chain, rows)
             if len(found) >= limit and rows:
                 return found, encode_cursor(index, "(" + as_str(rows[-1][0]))
             index, start = index + 1, stream_bound(since)
         return found, None
 
     def heads(self) -> dict[str, tuple[int, str]]:
-        """Each chain's last seq and hash (kept apart from the stream: trimming keeps it)."""
+        """Each chain's last seq and hash (kept apart from the stream: trimming keeps it),
+        after sealing it. The hash is the last entry's only if every entry appended was found
+        and sealed ("" otherwise: the last entries went from the stream)."""
         out = {}
         for chain in self.chains:
-            seq, digest = self.redis.hmget(chain.head, ["seq", "hash"])
+            seal(self.redis, chain)
+            seq, sealed, digest = self.redis.hmget(chain.head, ["seq", "sealed", "hash"])
             if seq is not None:
-                out[chain.name] = (int(seq), as_str(digest))
+                whole = sealed is None or as_str(sealed) == as_str(seq)
+                out[chain.name] = (int(seq), as_str(digest) if whole else "")
         return out
 
 

@@ -33,13 +33,14 @@ class Keys(Partitioned, StepKeys):
     @property
     def audit(self) -> str:
         """Stream: this partition's audit chain, each entry hash-linked to the one before
-        (`broker.audit`); trimmed by age (`[audit] retention_days`)."""
+        (`broker.audit`); trimmed by age (`[audit] retention_days`). Its `prev` and `hash` are
+        in `audit:seals` (a stream, same ids), written by `broker.audit.sealing`."""
         return f"{self.base()}audit"
 
     @property
     def audit_head(self) -> str:
-        """Hash: the last `seq` and `hash` of this partition's audit chain, so that trimming
-        the stream never restarts the chain."""
+        """Hash: the last `seq` of this partition's audit chain, so that trimming the stream
+        never restarts the chain, and its sealed point (`sealed` seq, `sealed_id`, `hash`)."""
         return f"{self.base()}audit:head"
 
     def request(self, request_id: str) -> str:
@@ -242,7 +243,7 @@ class RuleKeys:
 
     @property
     def audit_head(self) -> str:
-        """Hash: the last `seq` and `hash` of that chain (`Keys.audit_head`)."""
+        """Hash: the last `seq` and the sealed point of that chain (`Keys.audit_head`)."""
         return f"{self.prefix}audit:head"
 
     def index(self, tool: str) -> str:

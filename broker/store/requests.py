@@ -22,9 +22,6 @@ from broker.store.listing import Filter, Listing, Page
 from broker.store.request_hash import history_json, parse_request
 from broker.store.rule_store import RuleStore
 
-AUDITED_STEP = 256
-"""At most this many requests per create step of a bulk while the audit trail is on."""
-
 
 class Requests:
     def __init__(self, store: Store) -> None:
@@ -53,10 +50,8 @@ class Requests:
 
         Each is indexed under its own creator (`NewRequest.created_by`; `created_by=` sets it
         for every one). On a Redis Cluster, one step per partition (`broker.store.keys`): each
-        partition's requests are created all or none, in the order given. With the audit trail
-        on, a step holds at most `AUDITED_STEP` requests (each entry's hash costs Redis about
-        half a millisecond: a bulk of thousands in one step would hold Redis for seconds), each
-        step all or none; every request is checked before any step is taken.
+        partition's requests are created all or none, in the order given; every request is
+        checked before any step is taken.
         """
         if created_by is not None:
             copies: dict[int, NewRequest] = {}
@@ -69,8 +64,7 @@ class Requests:
             return []
         ids = new_ids("req", len(news))
         keys = self.store.keys
-        step = AUDITED_STEP if keys.audit_keep_s else len(news)
-        if keys.partitions <= 1 and len(news) <= step:
+        if keys.partitions <= 1:
             return self.creating.create(None, 0, ids, news)[1]
         prepared = self.creating.prepare(None, 0, news)  # all checked before any is written
         groups: dict[int, tuple[list[str], list[NewRequest]]] = {}
@@ -80,12 +74,8 @@ class Requests:
             group[1].append(new)
         made: dict[str, Request] = {}
         for group_ids, group_news in groups.values():
-            for start in range(0, len(group_ids), step):
-                end = start + step
-                part = self.creating.create(
-                    None, 0, group_ids[start:end], group_news[start:end], prepared
-                )
-                made |= {r.id: r for r in part[1]}
+            part = self.creating.create(None, 0, group_ids, group_news, prepared)
+            made |= {r.id: r for r in part[1]}
         return [made[rid] for rid in ids]
 
     def create_round(

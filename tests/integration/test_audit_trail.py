@@ -1,5 +1,6 @@
-"""The audit trail on a real Redis: the Lua SHA-256 agrees with hashlib, every state change
-appends an entry in the step that makes it (created, voted, decided, escalated, timed out,
+"""The audit trail on a real Redis: a step appends its entry bare and sealing adds `prev` and
+`hash` (hashlib, off Redis's thread; the sweeper, any reader, concurrent sealers, a chain from
+before sealing), every state change appends an entry in the step that makes it (created, voted, decided, escalated, timed out,
 rule created and revoked, a rule's decision, a remembered rule and its siblings), the chain
 verifies, the trail is off when `[audit] enabled = false`, and `GET /v1/audit` is for role
 `auditor` only, in pages."""
@@ -7,11 +8,13 @@ verifies, the trail is off when `[audit] enabled = false`, and `GET /v1/audit` i
 from __future__ import annotations
 
 import hashlib
+import threading
 import time
 
 from redis import Redis
 
-from broker.audit import AuditTrail, entry_hash, verify
+from broker.audit import FIELDS, AuditTrail, canonical, entry_hash, verify
+from broker.audit.sealing import seal
 from broker.audit.trail import append_entry
 from broker.domain.config import Config, parse_config
 from broker.domain.models import Decision, NewRequest, args_hash
@@ -20,13 +23,13 @@ from broker.facade import Broker
 from broker.judge.deciding import Deciding
 from broker.judge.rule_decisions import RuleDecisions
 from broker.rules import parse_body
-from broker.store.scripts import source
 from notifiers.commit import Committer
 from notifiers.parking import ParkedStore
 from notifiers.results import DeliveryResult, ResultKind
 from tests.support.auth import person
 from tests.support.outbox_entries import pending_entry
 from tests.support.waiting import wait_for
+from workers.sweeper import sweep_forever
 
 RAW = {
     "queues": {
@@ -55,16 +58,135 @@ def events(broker: Broker) -> list[tuple[str, str, str, str, str]]:
     return [(e.request_id, e.event, e.actor, e.actor_kind, e.outcome) for e in trail_of(broker)]
 
 
-def test_the_lua_sha256_agrees_with_hashlib(redis: Redis) -> None:
-    script = redis.register_script(
-        source("audit").split("\nlocal A = ")[0] + "\nreturn sha256(ARGV[1])"
-    )
-    for n in (*range(0, 200), 1000, 5000):  # every padding case, one to several blocks
-        text = ("é" * n)[:n] if n % 2 else "x" * n
-        assert script(args=[text]).decode() == hashlib.sha256(text.encode()).hexdigest(), n
-    raw = bytes(range(256)) * 3  # every byte value, the high ones as struct reads them
-    for n in (1, 63, 64, 65, 255, 256, 768):
-        assert script(args=[raw[:n]]).decode() == hashlib.sha256(raw[:n]).hexdigest(), n
+def test_a_step_appends_its_entry_unhashed_and_the_sealer_hashes_it_with_hashlib(
+    redis: Redis, cfg: Config
+) -> None:
+    """No hash runs inside Redis: the entry goes in bare, its `prev` and `hash` come from
+    sealing (hashlib, in the sweeper or a reader) into the seals stream under the same id."""
+    broker = Broker(redis, cfg, prefix="t:")
+    a = broker.create_request(NewRequest(tool_name="refund", args={"amount": 5}))
+    broker.decide(a.id, Decision(outcome="approved"), decided_by="alice")
+    chain = AuditTrail(redis, broker.keys).chains[0]
+    rows = redis.xrange(chain.stream)
+    assert [sorted(f) for _, f in rows] == [sorted(f.encode() for f in FIELDS[:-1])] * 2
+    assert redis.exists(chain.seals) == 0 and redis.hget(chain.head, "seq") == b"2"
+    assert AuditTrail(redis, broker.keys).seal() == 2
+    seals = redis.xrange(chain.seals)
+    assert [i for i, _ in seals] == [i for i, _ in rows]
+    prev = ""
+    for (_, fields), (_, sealed) in zip(rows, seals, strict=True):
+        values = {k.decode(): v.decode() for k, v in fields.items()} | {"prev": prev}
+        digest = hashlib.sha256(canonical(values)).hexdigest()
+        assert sealed == {b"prev": prev.encode(), b"hash": digest.encode()}
+        prev = digest
+    assert redis.hmget(chain.head, ["sealed", "sealed_id", "hash"]) == [
+        b"2",
+        rows[-1][0],
+        prev.encode(),
+    ]
+    assert AuditTrail(redis, broker.keys).seal() == 0  # nothing new: nothing written
+
+
+def test_a_read_seals_what_the_sweeper_has_not_yet(redis: Redis, cfg: Config) -> None:
+    broker = Broker(redis, cfg, prefix="t:")
+    for n in range(3):
+        broker.create_request(NewRequest(tool_name="refund", args={"n": n}))
+    trail = AuditTrail(redis, broker.keys)
+    first, second = trail.page(None, None, 2)
+    assert [e.seq for e in first] == [1, 2] and all(e.hash for e in first)
+    broker.create_request(NewRequest(tool_name="refund", args={"n": 3}))
+    rest, _ = trail.page(None, second, 10)
+    assert [e.seq for e in rest] == [3, 4] and rest[0].prev == first[1].hash
+    assert verify(list(enumerate([*first, *rest], 1))) == (None, {"main": 4})
+    assert trail.heads() == {"main": (4, rest[-1].hash)}
+
+
+def test_concurrent_sealers_and_steps_make_one_chain(redis: Redis, cfg: Config) -> None:
+    """Four sealing threads race four creating threads: every entry is sealed once, and the
+    chain verifies (a sealer that lost a race read again instead of storing a second hash)."""
+    broker = Broker(redis, cfg, prefix="t:")
+    trail = AuditTrail(redis, broker.keys)
+    creating = threading.Barrier(8)
+    sealed_counts: list[int] = []
+
+    def create(n: int) -> None:
+        creating.wait()
+        for i in range(50):
+            broker.create_request(NewRequest(tool_name="refund", args={"n": n, "i": i}))
+
+    def sealer() -> None:
+        creating.wait()
+        sealed_counts.append(sum(seal(redis, trail.chains[0], batch=7) for _ in range(40)))
+
+    threads = [threading.Thread(target=create, args=(n,)) for n in range(4)]
+    threads += [threading.Thread(target=sealer) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    sealed_counts.append(trail.seal())
+    entries = trail_of(broker)
+    assert sum(sealed_counts) == len(entries) == 200
+    assert redis.xlen(trail.chains[0].seals) == 200
+    assert verify(list(enumerate(entries, 1))) == (None, {"main": 200})
+
+
+def test_a_chain_hashed_in_its_steps_before_sealing_carries_on(redis: Redis, cfg: Config) -> None:
+    """A chain written before this version (each entry with its own `prev` and `hash`, the
+    head holding the last `seq` and `hash`): the next entries are sealed onto it and the whole
+    chain verifies, old entries and new."""
+    broker = Broker(redis, cfg, prefix="t:")
+    chain = AuditTrail(redis, broker.keys).chains[0]
+    prev = ""
+    for seq in (1, 2):
+        values = {"seq": str(seq), "at": f"2026-12-0{seq}T00:00:00.000000Z", "event": "created",
+                  "actor_kind": "system", "request_id": f"req_old{seq}", "prev": prev}  # fmt: skip
+        prev = entry_hash(values)
+        redis.xadd(chain.stream, {**values, "hash": prev})
+    redis.hset(chain.head, mapping={"seq": 2, "hash": prev})
+    broker.create_request(NewRequest(tool_name="refund", args={}))
+    entries = trail_of(broker)
+    assert [(e.seq, e.request_id.startswith("req_old")) for e in entries] == [
+        (1, True),
+        (2, True),
+        (3, False),
+    ]
+    assert entries[2].prev == prev and redis.xlen(chain.seals) == 1
+    assert verify(list(enumerate(entries, 1))) == (None, {"main": 3})
+
+
+def test_the_sweeper_seals_the_trail(redis: Redis, cfg: Config) -> None:
+    broker = Broker(redis, cfg, prefix="t:")
+    broker.create_request(NewRequest(tool_name="refund", args={}))
+    chain = AuditTrail(redis, broker.keys).chains[0]
+    stop = threading.Event()
+    thread = threading.Thread(target=sweep_forever, args=(broker, stop), daemon=True)
+    thread.start()
+    try:
+        wait_for(lambda: redis.xlen(chain.seals) == 1)
+        broker.create_request(NewRequest(tool_name="refund", args={"n": 2}))
+        wait_for(lambda: redis.xlen(chain.seals) == 2)
+    finally:
+        stop.set()
+        thread.join(timeout=10)
+    assert redis.hget(chain.head, "sealed") == b"2"
+
+
+def test_seals_are_trimmed_with_the_entries(redis: Redis, cfg: Config) -> None:
+    broker = Broker(redis, cfg, prefix="t:")
+    for n in range(3):
+        broker.create_request(NewRequest(tool_name="refund", args={"n": n}))
+    trail = AuditTrail(redis, broker.keys)
+    trail.seal()
+    chain = trail.chains[0]
+    oldest_two = [i for i, _ in redis.xrange(chain.stream, count=2)]
+    redis.xdel(chain.stream, *oldest_two)  # as retention trims them
+    broker.create_request(NewRequest(tool_name="refund", args={"n": 3}))
+    trail.seal()
+    assert [i for i, _ in redis.xrange(chain.seals)] == [i for i, _ in redis.xrange(chain.stream)]
+    entries = trail_of(broker)
+    assert [e.seq for e in entries] == [3, 4]
+    assert verify(list(enumerate(entries, 1))) == (None, {"main": 2})  # anchored at seq 3
 
 
 def test_each_state_change_appends_one_entry_in_its_step(redis: Redis, cfg: Config) -> None:

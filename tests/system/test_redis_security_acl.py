@@ -146,6 +146,7 @@ email = "alice@example.com"
             timeout=30,
         )
         admin = Redis.from_url(server.url)
+        wait_for(lambda: admin.xlen("ab:audit:seals") > 0, timeout=30)  # sealed as that user
         refusals = [
             (e["reason"], e["object"], e["client-info"].get("cmd"))
             for e in admin.acl_log()

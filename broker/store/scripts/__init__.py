@@ -1,8 +1,9 @@
 """The Lua scripts behind every state change, loaded from the `.lua` files beside this module.
 
-Each script is prefixed with `sha256.lua`, `chain.lua` (the audit chain) and `lib.lua`, so the rules for finishing and moving a request are
-written once. A call passes its keys in KEYS (built by `broker.store.keys`) and everything else as one
-JSON argument; `Scripts.run` does that and hands back the reply as text.
+Each script is prefixed with `chain.lua` (the audit chain's append) and `lib.lua`, so the rules
+for finishing and moving a request are written once. A call passes its keys in KEYS (built by
+`broker.store.keys`) and everything else as one JSON argument; `Scripts.run` does that and hands
+back the reply as text.
 
 Scripts are called by SHA (EVALSHA) and loaded once: before the first call, and again on every
 new connection (a reconnect may reach a restarted or failed-over Redis with an empty script
@@ -47,16 +48,19 @@ log = logging.getLogger("broker.store.scripts")
 @cache
 def source(name: str) -> str:
     here = files(__package__)
-    parts = ("sha256.lua", "chain.lua", "lib.lua", f"{name}.lua")  # the audit chain first
+    parts = ("chain.lua", "lib.lua", f"{name}.lua")  # the audit chain first
     return "\n".join((here / part).read_text() for part in parts)
 
 
 def chain_source() -> str:
-    """The audit chain's Lua (`sha256.lua`, `chain.lua`: `chain_append(stream, head, keep, now,
-    values)` and `iso(t)`), for a step of another package that appends entries (the notifier's
-    committer)."""
-    here = files(__package__)
-    return "\n".join((here / part).read_text() for part in ("sha256.lua", "chain.lua")) + "\n"
+    """The audit chain's Lua (`chain.lua`: `chain_append(stream, head, keep, now, values)` and
+    `iso(t)`), for a step of another package that appends entries (the notifier's committer)."""
+    return (files(__package__) / "chain.lua").read_text() + "\n"
+
+
+def seal_source() -> str:
+    """`seal.lua`, the step that stores the hashes `broker.audit.sealing` computed."""
+    return (files(__package__) / "seal.lua").read_text()
 
 
 def sha_of(text: str) -> str:

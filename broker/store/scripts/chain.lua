@@ -1,5 +1,5 @@
 -- The audit chain's append, shared by lib.lua's audit() and the notifier's commit.lua (both
--- prepend sha256.lua, then this file). Also the one ISO 8601 formatter of Redis's clock.
+-- prepend this file). Also the one ISO 8601 formatter of Redis's clock.
 
 -- Epoch seconds as ISO 8601 in UTC, the form pydantic writes (days to civil date: H. Hinnant).
 local function iso(t)
@@ -22,33 +22,36 @@ local function iso(t)
     math.floor(rem / 3600), math.floor(rem % 3600 / 60), rem % 60, usec)
 end
 
--- Append one entry to the chain kept in `stream` (and its head hash `head`: last seq and
--- hash, kept apart from the stream so that trimming never restarts the chain). `values` are
--- request_id, event, actor, actor_kind, outcome, args_hash, detail (strings; nil as '').
--- The hash is sha256 over the entry in the form `broker.audit.chain.canonical` writes: each
--- value as `<length>:<value>`, joined by "\n", in AUDIT_FIELDS order, `prev` last. `keep`
--- (seconds, optional) trims entries older than that (MINID, approximate).
+-- Append one entry to the chain kept in `stream` (its head hash `head`: the last `seq`, kept
+-- apart from the stream so that trimming never restarts the chain). `values` are request_id,
+-- event, actor, actor_kind, outcome, args_hash, detail (strings; nil as ''). The entry is
+-- written without its hash: `broker.audit.sealing` hashes it (sha256 over the form
+-- `broker.audit.chain.canonical` writes, `prev` last) in Python a moment later and keeps
+-- `prev` and `hash` in `stream`:seals under the entry's id, moving the head's `sealed`,
+-- `sealed_id` and `hash` on. A chain from before sealing (every entry hashed in its step) or a
+-- new one gets `sealed`/`sealed_id` at its first append here: where the sealer starts.
+-- `keep` (seconds, optional) trims entries older than that (MINID, approximate).
 local AUDIT_FIELDS = {'seq', 'at', 'request_id', 'event', 'actor', 'actor_kind', 'outcome',
-  'args_hash', 'detail', 'prev'}
+  'args_hash', 'detail'}
 local function chain_append(stream, head, keep, now, values)
-  local h = redis.call('HMGET', head, 'seq', 'hash')
-  local seq = tostring((tonumber(h[1]) or 0) + 1)
+  local h = redis.call('HMGET', head, 'seq', 'sealed')
+  local last = tonumber(h[1]) or 0
+  if not h[2] then
+    local tail = redis.call('XREVRANGE', stream, '+', '-', 'COUNT', 1)
+    redis.call('HSET', head, 'sealed', last, 'sealed_id', tail[1] and tail[1][1] or '0-0')
+  end
+  local seq = tostring(last + 1)
   local all = {seq, iso(now)}
   for i = 1, 7 do all[i + 2] = values[i] or '' end
-  all[10] = h[2] or ''
-  local parts, cmd = {}, {'XADD', stream}
+  local cmd = {'XADD', stream}
   if keep then
     cmd[3], cmd[4], cmd[5] = 'MINID', '~', string.format('%d', math.floor((now - keep) * 1000))
   end
   cmd[#cmd + 1] = '*'
   for i, v in ipairs(all) do
-    parts[i] = #v .. ':' .. v
     cmd[#cmd + 1] = AUDIT_FIELDS[i]
     cmd[#cmd + 1] = v
   end
-  local digest = sha256(table.concat(parts, '\n'))
-  cmd[#cmd + 1] = 'hash'
-  cmd[#cmd + 1] = digest
   redis.call(unpack(cmd))
-  redis.call('HSET', head, 'seq', seq, 'hash', digest)
+  redis.call('HSET', head, 'seq', seq)
 end
