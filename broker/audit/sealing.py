@@ -15,11 +15,14 @@ reader never sees an entry without its hash.
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 from broker.audit.chain import entry_hash
 from broker.redis.replies import as_str
 from broker.store.scripts import seal_source
+
+if TYPE_CHECKING:  # trail.py imports this module
+    from broker.audit.trail import Chain
 
 SEAL_BATCH = 500
 """Entries hashed and stored per seal step: a step holds Redis a few µs per entry."""
@@ -27,18 +30,7 @@ SEAL_EVERY_S = 1.0
 """How often the sweeper seals every chain: about the longest an entry waits for its hash."""
 
 
-class SealedChain(Protocol):
-    """The names `seal` needs of a chain (`broker.audit.trail.Chain`)."""
-
-    @property
-    def stream(self) -> str: ...
-    @property
-    def head(self) -> str: ...
-    @property
-    def seals(self) -> str: ...
-
-
-def seal(redis: Any, chain: SealedChain, *, batch: int = SEAL_BATCH) -> int:
+def seal(redis: Any, chain: Chain, *, batch: int = SEAL_BATCH) -> int:
     """Hash and store every entry of `chain` appended before this call; returns how many this
     call sealed (another sealer may have sealed some of them)."""
     script = redis.register_script(seal_source())

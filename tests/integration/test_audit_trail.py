@@ -1,9 +1,9 @@
 """The audit trail on a real Redis: a step appends its entry bare and sealing adds `prev` and
 `hash` (hashlib, off Redis's thread; the sweeper, any reader, concurrent sealers, a chain from
-before sealing), every state change appends an entry in the step that makes it (created, voted, decided, escalated, timed out,
-rule created and revoked, a rule's decision, a remembered rule and its siblings), the chain
-verifies, the trail is off when `[audit] enabled = false`, and `GET /v1/audit` is for role
-`auditor` only, in pages."""
+before sealing), every state change appends an entry in the step that makes it (created, voted,
+decided, escalated, timed out, rule created and revoked, a rule's decision, a remembered rule
+and its siblings), the chain verifies, the trail is off when `[audit] enabled = false`, and
+`GET /v1/audit` is for role `auditor` only, in pages."""
 
 from __future__ import annotations
 
@@ -92,10 +92,10 @@ def test_a_read_seals_what_the_sweeper_has_not_yet(redis: Redis, cfg: Config) ->
     for n in range(3):
         broker.create_request(NewRequest(tool_name="refund", args={"n": n}))
     trail = AuditTrail(redis, broker.keys)
-    first, second = trail.page(None, None, 2)
+    first, cursor = trail.page(None, None, 2)
     assert [e.seq for e in first] == [1, 2] and all(e.hash for e in first)
     broker.create_request(NewRequest(tool_name="refund", args={"n": 3}))
-    rest, _ = trail.page(None, second, 10)
+    rest, _ = trail.page(None, cursor, 10)
     assert [e.seq for e in rest] == [3, 4] and rest[0].prev == first[1].hash
     assert verify(list(enumerate([*first, *rest], 1))) == (None, {"main": 4})
     assert trail.heads() == {"main": (4, rest[-1].hash)}

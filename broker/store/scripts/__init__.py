@@ -58,6 +58,7 @@ def chain_source() -> str:
     return (files(__package__) / "chain.lua").read_text() + "\n"
 
 
+@cache
 def seal_source() -> str:
     """`seal.lua`, the step that stores the hashes `broker.audit.sealing` computed."""
     return (files(__package__) / "seal.lua").read_text()
