@@ -2,8 +2,8 @@
 
 Each request is created (create.lua) and decided (decide.lua) by a person, as one approval's
 life on a fleet (µs by the wall clock, and inside Redis from `INFO commandstats`, which a
-loaded machine disturbs less); with the trail on, each step also appends its entry (an HMGET
-and an HSET of the chain's head, an XADD), and sealing then hashes the entries in this process
+loaded machine disturbs less); with the trail on, each step also appends its entry (an XADD
+and an HSET of the chain's head, read once per step), and sealing then hashes the entries in this process
 and stores their hashes (`broker.audit.sealing`, as the sweeper does): its cost per entry is
 printed apart, in this process and inside Redis. Both sides run on the same embedded Redis,
 one after the other, each on a flushed database; memory is counted after sealing. Printed,

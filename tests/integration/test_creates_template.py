@@ -7,6 +7,7 @@ trimmed to its maxlen, however large the step."""
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable
 from itertools import islice
 
@@ -142,8 +143,9 @@ def test_with_the_audit_trail_a_bulk_is_one_step_per_partition_each_audited(
     broker: Broker,
 ) -> None:
     """The trail's hashes are computed outside Redis (`broker.audit.sealing`), so a bulk need
-    not be cut into small steps to keep Redis free: it stays all or none per partition."""
-    from broker.audit import AuditTrail
+    not be cut into small steps to keep Redis free: it stays all or none per partition, its
+    entries numbered one after the other in each chain (a step reads each chain's head once)."""
+    from broker.audit import AuditTrail, verify
 
     steps: list[int] = []
     create = broker.requests.creating.create
@@ -157,9 +159,9 @@ def test_with_the_audit_trail_a_bulk_is_one_step_per_partition_each_audited(
     assert len(made) == 600 and len({r.id for r in made}) == 600
     partitions = {broker.keys.partition_of_request(r.id) for r in made}
     assert len(steps) == len(partitions) and sum(steps) == 600
-    created = {
-        e.request_id
-        for e in AuditTrail(broker.redis, broker.keys).entries()
-        if e.event == "created"
-    }
-    assert created == {r.id for r in made}
+    trail = AuditTrail(broker.redis, broker.keys)
+    entries = list(trail.entries())
+    assert {e.request_id for e in entries if e.event == "created"} == {r.id for r in made}
+    assert verify(list(enumerate(entries, 1)))[0] is None
+    per_chain = Counter(e.chain for e in entries)
+    assert {chain: seq for chain, (seq, _) in trail.heads().items()} == per_chain

@@ -33,18 +33,24 @@ end
 -- `keep` (seconds, optional) trims entries older than that (MINID, approximate).
 local AUDIT_FIELDS = {'seq', 'at', 'request_id', 'event', 'actor', 'actor_kind', 'outcome',
   'args_hash', 'detail'}
+local appended = {}  -- this step's last seq per chain head: a bulk step reads each head once
 local function chain_append(stream, head, keep, now, values)
-  local h = redis.call('HMGET', head, 'seq', 'sealed')
-  local last = tonumber(h[1]) or 0
-  if not h[2] then
-    local tail = redis.call('XREVRANGE', stream, '+', '-', 'COUNT', 1)
-    redis.call('HSET', head, 'sealed', last, 'sealed_id', tail[1] and tail[1][1] or '0-0')
+  local last = appended[head]
+  local first = not last
+  if first then
+    local h = redis.call('HMGET', head, 'seq', 'sealed')
+    last = tonumber(h[1]) or 0
+    if not h[2] then
+      local tail = redis.call('XREVRANGE', stream, '+', '-', 'COUNT', 1)
+      redis.call('HSET', head, 'sealed', last, 'sealed_id', tail[1] and tail[1][1] or '0-0')
+    end
   end
   local seq = tostring(last + 1)
+  appended[head] = last + 1
   local all = {seq, iso(now)}
   for i = 1, 7 do all[i + 2] = values[i] or '' end
   local cmd = {'XADD', stream}
-  if keep then
+  if keep and first then  -- trimming once per step is enough
     cmd[3], cmd[4], cmd[5] = 'MINID', '~', string.format('%d', math.floor((now - keep) * 1000))
   end
   cmd[#cmd + 1] = '*'
