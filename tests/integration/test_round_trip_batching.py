@@ -149,6 +149,10 @@ def test_a_runs_two_rounds_cost_a_fixed_number_of_round_trips(broker: Broker, re
         return first, round_trips(redis) - before
 
     cycle()  # scripts loaded, the agent's registration read and cached
-    first, second = cycle()
-    assert first <= 10, first  # 13 when the fields, the history and the agent came apart
-    assert second <= 12, second  # 14 when the run's round was read again to expire it
+    # the least of three cycles: on a busy machine Redis may take one request in two socket
+    # reads now and then (a CI run once counted 12 for the first round); a round trip too
+    # many in the code shows in every cycle
+    counts = [cycle() for _ in range(3)]
+    first, second = min(c[0] for c in counts), min(c[1] for c in counts)
+    assert first <= 10, counts  # 13 when the fields, the history and the agent came apart
+    assert second <= 12, counts  # 14 when the run's round was read again to expire it
