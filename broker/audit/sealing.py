@@ -30,6 +30,11 @@ SEAL_EVERY_S = 1.0
 """How often the sweeper seals every chain: about the longest an entry waits for its hash."""
 
 
+def hashed_inline(fields: dict[Any, Any]) -> bool:
+    """Whether an entry carries its own hash (written before sealing, hashed in its step)."""
+    return any(as_str(name) == "hash" for name in fields)
+
+
 def seal(redis: Any, chain: Chain, *, batch: int = SEAL_BATCH) -> int:
     """Hash and store every entry of `chain` appended before this call; returns how many this
     call sealed (another sealer may have sealed some of them)."""
@@ -46,7 +51,7 @@ def seal(redis: Any, chain: Chain, *, batch: int = SEAL_BATCH) -> int:
         for entry_id, fields in rows:
             values = {as_str(k): as_str(v) for k, v in fields.items()}
             seq = values.get("seq", seq)
-            if "hash" in values:  # hashed in its step by a process from before sealing
+            if hashed_inline(values):  # hashed in its step by a process from before sealing
                 prev = values["hash"]
                 continue
             values["prev"] = prev

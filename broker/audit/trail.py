@@ -24,7 +24,7 @@ from redis.client import Pipeline
 
 from broker.audit.actors import actor_kind
 from broker.audit.chain import Entry
-from broker.audit.sealing import seal
+from broker.audit.sealing import hashed_inline, seal
 from broker.domain.errors import InvalidInput
 from broker.redis.replies import as_str
 from broker.store.keys import Keys
@@ -61,11 +61,6 @@ def stream_bound(when: datetime | None, *, end: bool = False) -> str:
     if when is None:
         return "+" if end else "-"
     return str(max(int(when.timestamp() * 1000), 0))  # before 1970: from the start
-
-
-def hashed_inline(fields: dict[Any, Any]) -> bool:
-    """Whether an entry carries its own hash (written before sealing, hashed in its step)."""
-    return any(as_str(name) == "hash" for name in fields)
 
 
 def entry_of(chain: str, fields: dict[Any, Any], sealed: dict[Any, Any] | None = None) -> Entry:
