@@ -76,8 +76,10 @@ def every_value(redis: Redis) -> list[bytes]:
     """Every key name, field, member and value in the database, whatever its type."""
     found: list[bytes] = []
     for key in redis.scan_iter(count=1000):
-        found.append(key)
         kind = redis.type(key).decode()
+        if kind == "none":  # expired between SCAN and TYPE (RQ's markers live seconds)
+            continue
+        found.append(key)
         if kind == "string":
             found.append(redis.get(key) or b"")
         elif kind == "hash":
