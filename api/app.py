@@ -1,7 +1,7 @@
 """The FastAPI app: HTTP API v1 (docs/architecture.md), one router per module.
 
-`create_app` is what the server, the tests and `up` call; other features (the inbox page) add
-their router the same way, listed in ROUTERS. The OpenAPI document is corrected and /docs
+`create_app` is what the server, the tests and `up` call. The API's own routers are listed in
+ROUTERS; each configured channel kind mounts its inbound routes from its plugin. The OpenAPI document is corrected and /docs
 served locally by api.openapi.
 """
 
@@ -13,35 +13,24 @@ from contextlib import asynccontextmanager
 
 from fastapi import APIRouter, FastAPI
 
-from api import (
-    audit,
-    discord,
-    email,
-    events,
-    health,
-    inbox,
-    metrics,
-    receipts,
-    requests,
-    rules,
-    runs,
-    slack,
-    teams,
-    telegram,
-    webhooks,
-)
+from api import audit, events, health, metrics, queues, receipts, requests, rules, runs
 from api.acks import router as acks_router
 from api.errors import install_error_handlers
 from api.events import EventsSettings, StreamSlots
-from api.headers import EmailPageHeaders
 from api.limits import BodyLimit
 from api.mcp import install_mcp
 from api.metrics import ApiMetrics
 from api.openapi import install_openapi
+from api.schemas import ERRORS
 from api.state import ApiState, lifespan
 from api.waits import router as waits_router
-from broker.domain.config import Config, Settings
+from broker.domain.config import Config
+from broker.domain.settings import Settings
 from broker.facade import Broker
+from channels import configured, plugins
+from channels.errors import not_configured
+from channels.inbound import HOST_ATTR
+from channels.plugin import ChannelPlugin
 
 ROUTERS: tuple[APIRouter, ...] = (
     health.router,
@@ -49,19 +38,40 @@ ROUTERS: tuple[APIRouter, ...] = (
     requests.router,
     acks_router,
     runs.router,
-    slack.router,
-    teams.router,
-    telegram.router,
-    discord.router,
-    email.router,
-    webhooks.router,
+    queues.router,
     events.router,
     metrics.router,
-    inbox.router,
     rules.router,
     receipts.router,
     audit.router,
 )
+
+
+def not_configured_router(kind: ChannelPlugin) -> APIRouter:
+    """Routes under an unconfigured kind's prefix: `404 not_configured`, its code unloaded."""
+    assert kind.route_prefix is not None
+    router = APIRouter(prefix=kind.route_prefix, include_in_schema=False)
+
+    @router.api_route("/{rest:path}", methods=["GET", "POST", "PUT", "PATCH", "DELETE"])
+    async def unconfigured(rest: str) -> None:
+        raise not_configured(kind.kind.capitalize())
+
+    return router
+
+
+def install_channels(app: FastAPI, config: Config) -> None:
+    """Mount each configured channel kind's inbound routes (`channels.plugin`), and answer
+    the others' prefixes with `404 not_configured`."""
+    used = configured(config)
+    for kind in plugins():
+        if kind in used:
+            router = kind.routes()
+            if router is not None:
+                app.include_router(router, responses=ERRORS)
+            for middleware in kind.middleware():
+                app.add_middleware(middleware)
+        elif kind.route_prefix is not None:
+            app.include_router(not_configured_router(kind))
 
 
 @asynccontextmanager
@@ -98,13 +108,14 @@ def create_app(
         redoc_url=None,
     )
     app.state.api = ApiState(settings, config, broker, ApiMetrics(broker))
+    setattr(app.state, HOST_ATTR, app.state.api)  # what the channels' routes are handed
     app.state.events = events_settings or EventsSettings.from_env()
     app.state.event_slots = StreamSlots(app.state.events.max_streams_per_principal)
     install_error_handlers(app)
-    app.add_middleware(BodyLimit)
-    app.add_middleware(EmailPageHeaders)
     for router in ROUTERS:
         app.include_router(router)
+    app.add_middleware(BodyLimit)
+    install_channels(app, config)  # after BodyLimit: a kind's middleware wraps it
     app.state.mcp = install_mcp(app)
     install_openapi(app)
     return app

@@ -14,8 +14,6 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from api.errors import ApiError, unauthorized
 from api.state import State
-from broker.domain.config import Config
-from broker.domain.errors import Forbidden
 from broker.domain.principals import REQUESTER, Principal, authenticate
 
 bearer = HTTPBearer(
@@ -48,45 +46,3 @@ async def requester(principal: Caller) -> Principal:
 
 
 Requester = Annotated[Principal, Depends(requester)]
-
-
-def approver_by_slack_user(config: Config, user_id: str) -> Principal:
-    """The approver whose `slack_user_id` this is.
-
-    Anyone else in the channel (a guest, a Slack Connect member) is refused: a Slack account
-    is only an approver once the config names it.
-    """
-    for name, approver in config.approvers.items():
-        if approver.slack_user_id and approver.slack_user_id == user_id:
-            return Principal(name, frozenset(approver.roles))
-    raise Forbidden(f"Slack user {user_id} is not an approver here (no slack_user_id matches)")
-
-
-def approver_by_teams_user(config: Config, aad_object_id: str | None) -> Principal:
-    """The approver whose `teams_user_id` (an Entra ID object id) this is; anyone else in the
-    team or chat (a guest, another tenant's user) is refused. Ids are compared without case,
-    as GUIDs are."""
-    wanted = (aad_object_id or "").strip().casefold()
-    for name, approver in config.approvers.items():
-        if wanted and approver.teams_user_id and approver.teams_user_id.casefold() == wanted:
-            return Principal(name, frozenset(approver.roles))
-    raise Forbidden(
-        "You are not an approver here: no approver's teams_user_id is your Entra ID object id"
-        f" ({aad_object_id or 'none sent'})"
-    )
-
-
-def approver_by_chat_user(config: Config, platform: str, user_id: str) -> Principal:
-    """The approver whose `telegram_user_id` / `discord_user_id` (as `platform` says) this is.
-
-    As with Slack, anyone else in the chat is refused: an account is an approver only once the
-    config names it, and then it is that approver on every channel (`broker.domain.persons`).
-    """
-    for name, approver in config.approvers.items():
-        known = approver.telegram_user_id if platform == "telegram" else approver.discord_user_id
-        if known is not None and str(known) == user_id:
-            return Principal(name, frozenset(approver.roles))
-    raise Forbidden(
-        f"{platform.capitalize()} user {user_id} is not an approver here"
-        f" (no {platform}_user_id matches)"
-    )

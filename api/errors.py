@@ -12,12 +12,11 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
-from redis.exceptions import ClusterError, RedisClusterException, SlotNotCoveredError
-from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import TimeoutError as RedisTimeoutError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from broker.domain.errors import BrokerError, Conflict, Forbidden, InvalidInput, NotFound
+from broker.domain.errors import BrokerError, Conflict
+from broker.facade import UNAVAILABLE
+from channels.errors import broker_error_status
 
 log = logging.getLogger("approval_broker.api")
 
@@ -35,10 +34,6 @@ _STATUS_CODES = {
     422: "invalid",
     429: "too_many_requests",
 }
-# Broker error codes that mean "the body names something that does not exist": 422, not 404.
-_UNPROCESSABLE_NOT_FOUND = {"unknown_agent"}
-
-
 class ApiError(Exception):
     """An error the API answers with as is: status, code, detail and optional extra fields."""
 
@@ -69,19 +64,6 @@ def unauthorized(detail: str = "a valid bearer token is required") -> ApiError:
     return ApiError(401, "unauthorized", detail, headers={"WWW-Authenticate": "Bearer"})
 
 
-def broker_error_status(exc: BrokerError) -> int:
-    """The HTTP status a broker error stands for."""
-    if isinstance(exc, NotFound):
-        return 422 if exc.code in _UNPROCESSABLE_NOT_FOUND else 404
-    if isinstance(exc, Conflict):
-        return 409
-    if isinstance(exc, Forbidden):
-        return 403
-    if isinstance(exc, InvalidInput):
-        return 422
-    return 400
-
-
 def _validation_detail(exc: RequestValidationError) -> str:
     """`body.outcome: Input should be ...; ...` without echoing the input (it may hold secrets)."""
     parts = []
@@ -105,14 +87,7 @@ def broker_error_response(exc: BrokerError) -> JSONResponse:
     return error_response(status, exc.code, exc.detail)
 
 
-UNAVAILABLE: tuple[type[Exception], ...] = (
-    RedisConnectionError,
-    RedisTimeoutError,
-    ClusterError,  # a cluster failing over: down, a master down, slots moving
-    RedisClusterException,
-    SlotNotCoveredError,
-)
-"""Redis errors that mean "not reachable now, try again": 503, never 500."""
+
 
 
 def redis_error_response(exc: Exception) -> JSONResponse:
@@ -151,7 +126,7 @@ async def _validation_error(_: Request, exc: Exception) -> JSONResponse:
 
 async def _http_error(_: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, StarletteHTTPException)
-    code = _STATUS_CODES.get(exc.status_code, "error")
+    code = getattr(exc, "code", None) or _STATUS_CODES.get(exc.status_code, "error")
     detail = exc.detail if isinstance(exc.detail, str) else code
     return error_response(exc.status_code, code, detail, dict(exc.headers or {}) or None)
 

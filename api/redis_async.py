@@ -15,7 +15,7 @@ from redis import asyncio as aredis
 from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
 from redis.cluster import RedisCluster
 
-from broker.domain.config import Settings
+from broker.domain.settings import Settings
 from broker.facade import Broker
 from broker.redis.connection import async_options, connect_async
 

@@ -12,7 +12,6 @@ from starlette.concurrency import run_in_threadpool
 
 from api.auth import Caller, Requester
 from api.idempotency import IdempotencyKey, create_request_once
-from api.rules import remember
 from api.schemas import ERRORS, ConflictBody, DecisionBody, NewRequestBody
 from api.state import ApiState, State
 from api.visibility import seer, sees_all, sees_own_only
@@ -201,7 +200,7 @@ def decide_as_bearer(
     try:
         if remembered is None:
             return state.decide(request_id, decision, principal, channel="rest", via=(INBOX,))
-        return remember(state, request_id, decision, principal, remembered, channel="rest")
+        return state.remember(request_id, decision, principal, remembered, channel="rest")
     except Forbidden as exc:
         raise unseen_as_missing(state, principal, request_id, exc) from None
 

@@ -7,7 +7,6 @@ Checking a body is broker.rules'; this module parses, authorises and answers.
 
 from __future__ import annotations
 
-from collections.abc import Collection
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Body, Depends, Path, Query
@@ -16,15 +15,12 @@ from fastapi.responses import JSONResponse
 from api.auth import Caller
 from api.errors import ApiError
 from api.schemas import ERRORS, check_json_safe
-from api.state import ApiState, State
+from api.state import State
 from api.visibility import sees_all
 from broker.domain.errors import Forbidden, InvalidInput, NotFound
-from broker.domain.models import Decision
-from broker.domain.models import Request as BrokerRequest
 from broker.domain.principals import Principal
 from broker.domain.rules.matching import POLICY
 from broker.judge.deciding import INBOX
-from broker.judge.rule_decisions import Remember, RuleDecisions
 from broker.rules import (
     Rule,
     RuleBody,
@@ -35,7 +31,6 @@ from broker.rules import (
     may_remember,
     parse_body,
 )
-from broker.store.decisions import Once
 
 router = APIRouter(prefix="/v1/rules", tags=["rules"])
 
@@ -48,30 +43,6 @@ Filter = Annotated[str | None, Query(min_length=1, max_length=200)]
 def rule_store(state: State) -> RuleStore:
     """The broker's one RuleStore (the one creates match with), so its cache is shared."""
     return state.broker.requests.rules
-
-
-def remember(
-    state: ApiState,
-    request_id: str,
-    decision: Decision,
-    principal: Principal,
-    spec: Remember,
-    *,
-    channel: str,
-    via: Collection[str] = (INBOX,),
-    decided_by: str | None = None,
-    once: Once | None = None,
-) -> BrokerRequest:
-    """Decide and keep a rule (`broker.judge.rule_decisions`), counted in the metrics as `channel`."""
-    try:
-        done = RuleDecisions(state.deciding).decide(
-            request_id, decision, principal, spec, via=via, decided_by=decided_by, once=once
-        )
-    except RuleExists as exc:
-        raise ApiError(409, exc.code, exc.detail) from None
-    if done.recorded:
-        state.metrics.observe_decision(done.request, channel)
-    return done.request
 
 
 Rules = Annotated[RuleStore, Depends(rule_store)]

@@ -22,7 +22,8 @@ from fastapi import FastAPI
 
 from api.app import create_app
 from api.events import end_event_streams_with
-from broker.domain.config import Config, Settings
+from broker.domain.config import Config
+from broker.domain.settings import Settings
 from broker.rules import sync_at_start
 
 KEEP_ALIVE_S = 5

@@ -15,12 +15,14 @@ from fastapi import Depends, FastAPI, Request
 
 from api.metrics import ApiMetrics
 from api.redis_async import AsyncRedis, async_client
-from broker.domain.config import Config, Settings
+from broker.domain.config import Config
 from broker.domain.models import Decision, Outcome
 from broker.domain.models import Request as BrokerRequest
 from broker.domain.principals import Principal
+from broker.domain.settings import Settings
 from broker.facade import Broker, Once
-from broker.judge.deciding import Deciding
+from broker.judge.deciding import INBOX, Deciding
+from broker.judge.rule_decisions import Remember, RuleDecisions
 
 
 @dataclass
@@ -58,6 +60,27 @@ class ApiState:
             once=once,
         )
         if done.recorded and decision.outcome is not Outcome.escalated:
+            self.metrics.observe_decision(done.request, channel)
+        return done.request
+
+    def remember(
+        self,
+        request_id: str,
+        decision: Decision,
+        principal: Principal,
+        spec: Remember,
+        *,
+        channel: str,
+        via: Collection[str] = (INBOX,),
+        decided_by: str | None = None,
+        once: Once | None = None,
+    ) -> BrokerRequest:
+        """Decide and keep a rule (`broker.judge.rule_decisions`), counted as `channel`.
+        A rule that exists already is 409 `rule_exists`."""
+        done = RuleDecisions(self.deciding).decide(
+            request_id, decision, principal, spec, via=via, decided_by=decided_by, once=once
+        )
+        if done.recorded:
             self.metrics.observe_decision(done.request, channel)
         return done.request
 

@@ -16,9 +16,10 @@ import typer
 from pydantic import ValidationError
 from redis.exceptions import RedisError
 
-from broker.domain.config import Config, Settings, load_config
+from broker.domain.config import Config, load_config
 from broker.domain.errors import BrokerError, Conflict
 from broker.domain.printable import printable
+from broker.domain.settings import Settings
 from broker.facade import Broker
 from broker.redis import connection
 from broker.redis.cluster import clustered

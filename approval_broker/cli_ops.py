@@ -21,8 +21,10 @@ from redis.exceptions import RedisError
 from rq import Worker
 
 from approval_broker.cli_common import DataDir, clear_errors, connect, fail
-from broker.domain.config import Config, ConfigError, Settings, load_config
+from broker.domain.config import Config, load_config
+from broker.domain.errors import ConfigError
 from broker.domain.rules.config_rules import parse_config_rules
+from broker.domain.settings import Settings
 from broker.facade import Broker
 from broker.redis.replies import as_str
 from broker.runs.starting import run_queue
@@ -73,8 +75,10 @@ def summary(config: Config) -> list[str]:
         lines.append(f"agent {name}: {agent.path} (queue {agent.queue})")
     for name, approver in sorted(config.approvers.items()):
         lines.append(f"approver {name}: roles {', '.join(sorted(approver.roles)) or 'none'}")
-    for name in sorted(config.webhooks):
-        lines.append(f"webhook {name}: {config.webhooks[name].url}")
+    for kind, section in sorted(config.channel_sections.items()):
+        for name in sorted(section.channel_names()):
+            where = section.describe(name)
+            lines.append(f"{kind} {name}" + (f": {where}" if where else ""))
     for rule in parse_config_rules(config.rules, config):
         lines.append(f"rule {rule.id}: {rule.effect} {rule.tool}")
     return lines

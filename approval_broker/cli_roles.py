@@ -16,11 +16,12 @@ from typing import Annotated
 import typer
 
 from approval_broker.cli_common import DataDir, clear_errors, load_settings
-from broker.channels.email.links import prepare_link_secret
-from broker.domain.config import Config, Settings, check_admin_token
+from broker.domain.config import Config
+from broker.domain.settings import Settings, check_admin_token
 from broker.receipts.signing_key import prepare_receipt_key
 from broker.redis.embedded import EmbeddedRedis, redact, running_local_url
 from broker.tracing import telemetry as tracing
+from channels import prepare as prepare_channels
 
 
 def up(
@@ -115,7 +116,7 @@ def api(
     with role(data_dir, port, name="api") as (settings, config):
         if host:
             settings.host = host
-        prepare_link_secret(settings, config)
+        prepare_channels(settings, config)
         serve(settings, config)
 
 
@@ -150,7 +151,7 @@ def notifier(data_dir: DataDir = None) -> None:
     from notifiers.runner import run_notifier
 
     with role(data_dir, name="notifier") as (settings, config):
-        prepare_link_secret(settings, config)
+        prepare_channels(settings, config)
         run_notifier(settings, config)
 
 

@@ -24,10 +24,10 @@ from redis import Redis
 from redis.exceptions import ResponseError
 
 from approval_broker.exit_with_up import WATCH_ENV
-from broker.channels.email.links import prepare_link_secret
-from broker.domain.config import Config, Settings
+from broker.domain.config import Config
 from broker.domain.errors import BrokerError
 from broker.domain.principals import new_token
+from broker.domain.settings import Settings
 from broker.facade import Broker
 from broker.receipts.signing_key import prepare_receipt_key
 from broker.redis.cluster import clustered
@@ -35,6 +35,7 @@ from broker.redis.connection import connect
 from broker.redis.embedded import EmbeddedRedis, redact, redis_dir
 from broker.rules import sync_at_start
 from broker.store.rule_sync import parse_config_rules
+from channels import prepare as prepare_channels
 
 LOG_LEVEL_ENV = "APPROVAL_BROKER_LOG_LEVEL"
 """The roles' log level (`Settings.log_level`): `up` passes its own (default WARNING), `up
@@ -274,7 +275,7 @@ def run_up(
                     f"[up] {embedded.data_dir} is too long a path for a Unix socket: "
                     "the roles use TCP"
                 )
-        prepare_link_secret(settings, config)  # refuse now rather than restart the API forever
+        prepare_channels(settings, config)  # refuse now rather than restart the API forever
         prepare_receipt_key(settings, config)  # the roles find the same key file
         generated = not settings.admin_token
         admin_token = settings.admin_token or new_token()

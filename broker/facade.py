@@ -14,16 +14,21 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from redis import Redis
+from redis.exceptions import ClusterError, RedisClusterException, SlotNotCoveredError
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from broker.domain.config import Config, Settings, load_config
+from broker.domain.config import Config, load_config
 from broker.domain.errors import InvalidInput
 from broker.domain.ids import new_id
 from broker.domain.models import Decision, HistoryEntry, NewRequest, Request, Run, Status
+from broker.domain.settings import Settings
 from broker.redis.cluster import clustered, connect_cluster, rq_connection
 from broker.redis.connection import connect
 from broker.store import streams
 from broker.store.dead_letters import DeadLetters
 from broker.store.decisions import Decisions, Once
+from broker.store.deliveries import DeliveryState, PostState
 from broker.store.handles import Store
 from broker.store.keys import RESUMER_GROUP, Keys
 from broker.store.request_hash import default_prompt
@@ -32,7 +37,25 @@ from broker.store.run_state import RunStore
 from broker.store.scripts import Scripts
 from broker.store.sweeping import SweepBatch, Sweeping, SweepResult
 
-__all__ = ["Broker", "Once", "SweepResult", "default_prompt", "new_id"]
+__all__ = [
+    "UNAVAILABLE",
+    "Broker",
+    "DeliveryState",
+    "Once",
+    "PostState",
+    "SweepResult",
+    "default_prompt",
+    "new_id",
+]
+
+UNAVAILABLE: tuple[type[Exception], ...] = (
+    RedisConnectionError,
+    RedisTimeoutError,
+    ClusterError,  # a cluster failing over: down, a master down, slots moving
+    RedisClusterException,
+    SlotNotCoveredError,
+)
+"""Redis errors that mean "not reachable now, try again": an API answers 503, never 500."""
 
 
 class Broker:
@@ -48,6 +71,7 @@ class Broker:
         self.sweeping = Sweeping(self.store)
         self.run_store = RunStore(self.store)
         self.letters = DeadLetters(self.store)
+        self.deliveries = DeliveryState(self.store)
 
     @classmethod
     def from_settings(

@@ -26,7 +26,8 @@ import fakeredis
 from rq.job import Job, JobStatus
 from rq.serializers import JSONSerializer
 
-from broker.domain.config import AgentConfig, Config, parse_config
+from broker.domain.config import Config, parse_config
+from broker.domain.config_sections import AgentConfig
 from broker.domain.models import Decision, Outcome, Request, Run, Status
 from broker.facade import Broker
 from broker.runs.agent_runner import AgentRunner

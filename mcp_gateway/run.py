@@ -19,7 +19,9 @@ from starlette.applications import Starlette
 from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
-from broker.domain.config import Config, ConfigError, Settings, resolve_secret
+from broker.domain.config import Config, resolve_secret
+from broker.domain.errors import ConfigError
+from broker.domain.settings import Settings
 from mcp_gateway.gate import Gate
 from mcp_gateway.server import Gateway
 from mcp_gateway.upstream import Upstream

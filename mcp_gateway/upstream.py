@@ -22,7 +22,7 @@ from mcp import ClientSession, StdioServerParameters, types
 from mcp.client.stdio import stdio_client
 from mcp.client.streamable_http import streamable_http_client
 
-from broker.domain.config import McpGatewayConfig
+from broker.domain.config_sections import McpGatewayConfig
 
 log = logging.getLogger("approval_broker.mcp_gateway")
 

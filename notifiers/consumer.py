@@ -22,7 +22,7 @@ from collections.abc import Callable
 
 from broker.facade import Broker
 from broker.store.keys import NOTIFIER_GROUP
-from notifiers.base import Channel
+from channels.sender import Sender
 from notifiers.commit import Committer
 from notifiers.dead_letters import DeadLetters
 from notifiers.dispatch import Dispatcher
@@ -50,7 +50,7 @@ class Notifier:
     def __init__(
         self,
         broker: Broker,
-        channels: dict[str, Channel],
+        channels: dict[str, Sender],
         options: NotifierOptions | None = None,
         *,
         name: str | None = None,

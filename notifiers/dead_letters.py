@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import logging
 
+from broker.domain.events import Event
 from broker.facade import Broker
 from broker.store.keys import NOTIFIER_GROUP
-from notifiers.events import Event
 from notifiers.tasks import Task
 
 log = logging.getLogger("notifiers")

@@ -25,11 +25,11 @@ from collections.abc import Callable
 
 from redis.exceptions import RedisError
 
-from notifiers.base import Channel
+from channels.retry import Defer, GiveUp, Retry, pause_delay
+from channels.sender import Sender
 from notifiers.parking import Parked, ParkedStore
 from notifiers.pool import DeliveryPool
 from notifiers.results import DeliveryResult, ResultKind
-from notifiers.retry import Defer, GiveUp, Retry, pause_delay
 from notifiers.tasks import Task, TaskState
 from notifiers.traced import delivery_span
 
@@ -45,7 +45,7 @@ class Dispatcher:
 
     def __init__(
         self,
-        channels: dict[str, Channel],
+        channels: dict[str, Sender],
         report: Callable[[DeliveryResult], None],
         dead_letter: DeadLetter,
         store: ParkedStore,
@@ -244,7 +244,7 @@ class Dispatcher:
                 task, channel, ResultKind.nothing if note is None else ResultKind.delivered, note
             )
 
-    def _finish(self, task: Task, channel: Channel, kind: ResultKind, note: str | None) -> None:
+    def _finish(self, task: Task, channel: Sender, kind: ResultKind, note: str | None) -> None:
         with self._lock:
             task.state = TaskState.done
             parked = task.parked
@@ -254,7 +254,7 @@ class Dispatcher:
             DeliveryResult(task.entry, kind, task.channel, channel.kind, note, parked=parked)
         )
 
-    def _failed(self, task: Task, channel: Channel, error: str, retry_after: float | None) -> None:
+    def _failed(self, task: Task, channel: Sender, error: str, retry_after: float | None) -> None:
         task.attempts += 1
         self.report(
             DeliveryResult(
@@ -280,7 +280,7 @@ class Dispatcher:
         )
         self._later(task, delay)
 
-    def _give_up(self, task: Task, channel: Channel, error: str) -> None:
+    def _give_up(self, task: Task, channel: Sender, error: str) -> None:
         try:
             self.dead_letter(task, error)
         except RedisError:

@@ -11,7 +11,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 class NotifierOptions(BaseSettings):
     """How one notifier process reads, retries and gives up; the config file says *where* to deliver."""
 
-    model_config = SettingsConfigDict(env_prefix="APPROVAL_BROKER_NOTIFIER_", extra="ignore")
+    model_config = SettingsConfigDict(env_prefix="APPROVAL_BROKER_NOTIFIER_", extra="allow")
 
     name: str | None = Field(default=None, description="consumer name (default: host-pid-random)")
     claim_idle_s: Annotated[float, Field(gt=0)] = Field(
@@ -41,10 +41,18 @@ class NotifierOptions(BaseSettings):
     )
     backoff_s: Annotated[float, Field(gt=0)] = 1.0
     max_backoff_s: Annotated[float, Field(gt=0)] = 60.0
-    smtp_timeout_s: Annotated[float, Field(gt=0)] = 30.0
-    slack_timeout_s: Annotated[float, Field(gt=0)] = 15.0
-    teams_timeout_s: Annotated[float, Field(gt=0)] = 15.0
-    chat_timeout_s: Annotated[float, Field(gt=0)] = Field(
-        default=10.0, description="timeout of one Telegram or Discord API call"
-    )
     shutdown_grace_s: Annotated[float, Field(ge=0)] = 10.0
+
+    def timeout_s(self, name: str, default: float) -> float:
+        """The call timeout a channel kind names `name` (`slack`, `smtp`, `chat`...): the
+        setting `{name}_timeout_s` (APPROVAL_BROKER_NOTIFIER_{NAME}_TIMEOUT_S), else `default`."""
+        raw = (self.model_extra or {}).get(f"{name}_timeout_s")
+        if raw is None:
+            return default
+        try:
+            value = float(raw)
+        except (TypeError, ValueError):
+            raise ValueError(f"{name}_timeout_s must be a number of seconds, got {raw!r}") from None
+        if not value > 0:
+            raise ValueError(f"{name}_timeout_s must be more than 0, got {raw!r}")
+        return value

@@ -14,10 +14,10 @@ from collections.abc import Callable
 
 from redis.exceptions import RedisError
 
-from notifiers.base import Channel
+from broker.domain.events import Event, MalformedEntry
+from channels.sender import Sender
 from notifiers.dead_letters import DeadLetters
 from notifiers.dispatch import Dispatcher
-from notifiers.events import Event, MalformedEntry
 from notifiers.inflight import Inflight
 from notifiers.parking import Parked, ParkedStore
 from notifiers.results import DeliveryResult, ResultKind
@@ -32,7 +32,7 @@ Fetch = Callable[[set[str]], tuple[dict[str, StoredRequest], dict[str, str]]]
 class Parker:
     def __init__(
         self,
-        channels: dict[str, Channel],
+        channels: dict[str, Sender],
         park_after_s: float,
         inflight: Inflight,
         dispatcher: Dispatcher,

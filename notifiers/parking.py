@@ -22,9 +22,9 @@ from typing import Any
 
 from redis.client import Pipeline
 
+from broker.domain.events import Event, MalformedEntry, parse_entry
 from broker.facade import Broker
 from broker.redis.replies import as_str
-from notifiers.events import Event, MalformedEntry, parse_entry
 from notifiers.scripts import source
 
 

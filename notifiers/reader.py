@@ -16,8 +16,8 @@ from redis.crc import key_slot
 from redis.exceptions import RedisError, ResponseError
 
 from broker.facade import Broker
+from broker.redis.replies import as_str as text
 from broker.store.keys import NOTIFIER_GROUP
-from notifiers.events import text
 from notifiers.inflight import Inflight
 from notifiers.options import NotifierOptions
 from notifiers.parker import Parker

@@ -11,9 +11,10 @@ import threading
 from typing import Any
 
 from broker.facade import Broker
+from broker.redis.replies import as_str as text
+from broker.redis.replies import as_str_dict as decode_fields
 from broker.store.keys import NOTIFIER_GROUP
 from notifiers.dead_letters import DeadLetters
-from notifiers.events import decode_fields, text
 from notifiers.inflight import Inflight
 from notifiers.options import NotifierOptions
 from notifiers.router import RawEntry, Router

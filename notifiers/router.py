@@ -12,13 +12,7 @@ from typing import Any
 from redis import Redis
 from redis.exceptions import RedisError
 
-from broker.facade import Broker
-from broker.redis.replies import as_str, as_str_dict
-from notifiers.base import Channel
-from notifiers.copies import copy_holders, keeps_copies
-from notifiers.dead_letters import DeadLetters
-from notifiers.dispatch import Dispatcher
-from notifiers.events import (
+from broker.domain.events import (
     ACKED,
     NO_CHANNEL,
     OUTCOME_TYPES,
@@ -27,20 +21,19 @@ from notifiers.events import (
     MalformedEntry,
     parse_entry,
 )
+from broker.facade import Broker
+from broker.redis.replies import as_str, as_str_dict
+from channels import plugin
+from channels.copies import copy_holders, keeps_copies
+from channels.sender import Sender
+from notifiers.dead_letters import DeadLetters
+from notifiers.dispatch import Dispatcher
 from notifiers.inflight import Inflight
 from notifiers.results import DeliveryResult, ResultKind
 from notifiers.stored import StoredRequest
 from notifiers.tasks import InflightEntry, Task
 
 RawEntry = tuple[Any, Any]
-PERSON_FACING = (
-    "slack",
-    "teams",
-    "email",
-    "inbox",
-    "telegram",
-    "discord",
-)  # skipped for a request a rule decided at create
 ROUTES_KEPT = 1024
 
 
@@ -48,7 +41,7 @@ class Router:
     def __init__(
         self,
         broker: Broker,
-        channels: dict[str, Channel],
+        channels: dict[str, Sender],
         streams: dict[str, str],
         inflight: Inflight,
         dispatcher: Dispatcher,
@@ -96,7 +89,7 @@ class Router:
                 continue
             seen = done.get(event.request_id, set())
             routed = self.route(event, request)
-            routed += copy_holders(event, seen, self.channels, routed)  # notifiers.copies
+            routed += copy_holders(event, seen, self.channels, routed)  # channels.copies
             todo = [c for c in routed if event.done_field(c) not in seen]
             entry = InflightEntry(event, remaining=set(todo), stored=request)
             entry.tasks = [Task(entry, channel) for channel in todo]
@@ -109,7 +102,7 @@ class Router:
     def route(self, event: Event, request: StoredRequest) -> list[str]:
         """The channels of the event's queue that want it, plus the request's callback webhook
         for its outcome. An ack only updates posted copies: it is no webhook event type, and
-        mail asks for decisions only (`notifiers.copies`: channels that keep copies). Worked out once per kind of event (what `wants` and the
+        mail asks for decisions only (`channels.copies`: channels that keep copies). Worked out once per kind of event (what `wants` and the
         rules below look at), as a few kinds make up every entry."""
         kind = (
             event.queue,
@@ -130,9 +123,9 @@ class Router:
         queue = self.broker.config.queues.get(event.queue)
         names = list(queue.channels) if queue else []
         if request.callback and event.type in OUTCOME_TYPES:
-            names.append(f"webhook:{request.callback}")
+            names.append(self.broker.config.callback_channel(request.callback))
         if event.fields.get("ruled_at_create"):  # no person was ever asked: tell no person
-            names = [n for n in names if n.partition(":")[0] not in PERSON_FACING]
+            names = [n for n in names if not plugin(n.partition(":")[0]).person_facing]
         out: list[str] = []
         for name in dict.fromkeys(names):
             channel = self.channels.get(name)

@@ -1,7 +1,7 @@
 """The units of work: an InflightEntry is one stream entry being delivered; a Task is that
 entry on one channel.
 
-(Named apart from `workers.jobs`, whose jobs are RQ jobs, and from `notifiers.events.Event`,
+(Named apart from `workers.jobs`, whose jobs are RQ jobs, and from `broker.domain.events.Event`,
 which is the parsed entry itself.)
 """
 
@@ -13,8 +13,8 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, TypeVar
 
+from broker.domain.events import Event
 from broker.domain.models import Request
-from notifiers.events import Event
 from notifiers.stored import StoredRequest
 
 T = TypeVar("T")
@@ -103,6 +103,12 @@ class Task:
     def request(self) -> Request:
         assert self.entry.request is not None
         return self.entry.request
+
+    def request_json(self) -> bytes | None:
+        """The request as the contract's JSON, from the fields the router read (None: it
+        kept only a model, or the hash is an unusual one)."""
+        stored = self.entry.stored
+        return stored.data_json() if stored is not None else None
 
     def memo(self, key: str, make: Callable[[], T]) -> T:
         """A value computed once per task and kept across its retries (e.g. a webhook body)."""

@@ -3,7 +3,7 @@
 Why here: the notifier is where a request meets each channel; its span (`deliver CHANNEL`)
 is a child of the request's stored `traceparent`, so every delivery shows in the approval's
 trace, and an outbound webhook carries that context on (`traceparent` header, set by
-`notifiers.webhook` from the current span). A no-op when tracing is off.
+`channels.webhook.sender` from the current span). A no-op when tracing is off.
 """
 
 from __future__ import annotations

@@ -17,10 +17,11 @@ import pytest
 from fastapi.testclient import TestClient
 from redis import Redis
 
-from broker.channels.email.links import SECRET_ENV
-from broker.domain.config import Config, Settings, parse_config
+from broker.domain.config import Config, parse_config
+from broker.domain.settings import Settings
 from broker.facade import Broker
 from broker.redis.embedded import EmbeddedRedis
+from channels.email.links import SECRET_ENV
 from tests.support.backends import (  # noqa: F401 - fixtures the modules on both backends build on
     backend_param,
     on_backend_connect,

@@ -9,7 +9,8 @@ import gc
 import signal
 import threading
 
-from broker.domain.config import Config, Settings
+from broker.domain.config import Config
+from broker.domain.settings import Settings
 from broker.facade import Broker
 from broker.runs.outbox import Resumer
 

@@ -18,7 +18,8 @@ from collections.abc import Callable
 
 from broker.audit.sealing import SEAL_EVERY_S
 from broker.audit.trail import AuditTrail
-from broker.domain.config import Config, Settings
+from broker.domain.config import Config
+from broker.domain.settings import Settings
 from broker.facade import Broker, SweepResult
 from broker.tracing import spans as traced
 from broker.tracing import telemetry as tracing

@@ -22,8 +22,9 @@ import os
 import signal
 import threading
 
-from broker.domain.config import Config, Settings
+from broker.domain.config import Config
 from broker.domain.errors import BrokerError
+from broker.domain.settings import Settings
 from broker.facade import Broker
 from broker.rules import sync_at_start
 from broker.runs.agent_loader import AgentLoadError, load_agent

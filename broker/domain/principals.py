@@ -12,6 +12,7 @@ from collections.abc import Collection
 from dataclasses import dataclass, field
 
 from broker.domain.config import Config
+from broker.domain.errors import Forbidden
 from broker.domain.models import Request
 
 ADMIN = "admin"
@@ -92,3 +93,21 @@ def authenticate(
 def principal_named(config: Config, name: str) -> Principal:
     approver = config.approvers.get(name)
     return Principal(name, frozenset(approver.roles if approver else ()))
+
+
+def approver_with(config: Config, field: str, value: object, *, who: str) -> Principal:
+    """The approver whose approver field `field` (`slack_user_id`, `email`...) is `value`.
+
+    Anyone else on the platform (a guest, another tenant's user, a Slack Connect member) is
+    refused: an account is an approver only once the config names it, and then it is that
+    approver on every channel (`broker.domain.persons`). Values are compared trimmed and
+    without case (Entra ID object ids are GUIDs; platform ids never differ by case alone).
+    `who` says who asked, for the refusal ("Slack user U1").
+    """
+    wanted = str(value or "").strip().casefold()
+    if wanted:
+        for name, approver in config.approvers.items():
+            known = approver.identity(field)
+            if known is not None and known.strip().casefold() == wanted:
+                return Principal(name, frozenset(approver.roles))
+    raise Forbidden(f"{who} is not an approver here (no approver's {field} matches)")

@@ -31,18 +31,19 @@ def deciding_principal(config: Config, decided_by: str) -> Principal | None:
         return Principal(ADMIN, frozenset({"*"}))
     if decided_by.startswith(WEBHOOK):
         endpoint = decided_by[len(WEBHOOK) :].split("/", 1)[0]
-        hook = config.webhooks.get(endpoint)
-        if hook is None or not config.decides_through(f"webhook:{endpoint}"):
+        channel = decided_by[: len(WEBHOOK) + len(endpoint)]
+        if config.channel_problem(channel) is not None or not config.decides_through(channel):
             return None
         person = webhook_person(decided_by)
         named = approver_named(config, person) if person else None
         if named is not None:  # the person it names must still be one who may decide
             return Principal(named, frozenset(config.approvers[named].roles))
-        return Principal(f"webhook:{endpoint}", frozenset(hook.roles))
+        return Principal(channel, frozenset(config.channel_roles(channel)))
     if decided_by.startswith(EMAIL):
         address = normal_address(decided_by[len(EMAIL) :])
         for name, approver in config.approvers.items():
-            if approver.email and normal_address(approver.email) == address:
+            email = approver.identity("email")
+            if email and normal_address(email) == address:
                 return Principal(name, frozenset(approver.roles))
         return None
     approver = config.approvers.get(decided_by)

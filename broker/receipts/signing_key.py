@@ -12,9 +12,10 @@ import os
 import secrets
 from pathlib import Path
 
-from broker.domain.config import Config, Settings
+from broker.domain.config import Config
 from broker.domain.errors import ConfigError
 from broker.domain.receipts import new_key_pem, receipts_for
+from broker.domain.settings import Settings
 from broker.redis.embedded import (
     default_data_dir,
     private_dir,

@@ -37,8 +37,9 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 from redis.retry import Retry
 
-from broker.domain.config import Config, Settings
+from broker.domain.config import Config
 from broker.domain.errors import BrokerError
+from broker.domain.settings import Settings
 from broker.redis.connection import (
     CONNECT_TIMEOUT_S,
     PATIENT_CONNECT_TIMEOUT_S,

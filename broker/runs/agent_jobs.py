@@ -26,8 +26,9 @@ from redis import Redis
 from rq import get_current_job
 from rq.job import Job
 
-from broker.domain.config import Settings, load_config
+from broker.domain.config import load_config
 from broker.domain.models import RunStatus
+from broker.domain.settings import Settings
 from broker.facade import Broker
 from broker.redis.replies import as_str_dict
 from broker.runs.live_wait import owned_round

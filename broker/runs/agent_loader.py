@@ -6,7 +6,7 @@ import importlib
 from dataclasses import dataclass
 from typing import Any
 
-from broker.domain.config import AgentConfig
+from broker.domain.config_sections import AgentConfig
 from broker.facade import Broker
 from broker.runs.agents import (
     IN_PROCESS,

@@ -15,7 +15,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from broker.domain.config import AgentConfig
+from broker.domain.config_sections import AgentConfig
 from broker.domain.errors import InvalidInput, NotFound
 from broker.facade import Broker
 

@@ -12,7 +12,7 @@ from pydantic_ai.messages import ModelMessage, ModelResponse, ToolCallPart
 from pydantic_core import to_jsonable_python
 
 from broker.domain.args_schema import check_schema
-from broker.domain.config import AgentConfig
+from broker.domain.config_sections import AgentConfig
 from broker.domain.errors import InvalidInput
 from broker.domain.models import NewRequest
 

@@ -8,12 +8,12 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
-from broker.channels.slack import action_ids as ids
 from broker.domain.errors import Conflict
 from broker.domain.models import Decision, NewRequest, Request
 from broker.domain.principals import Principal, hash_token
 from broker.facade import Broker
 from broker.judge.deciding import Deciding
+from channels.slack import action_ids as ids
 from tests.support.auth import bearer_by_name, person
 from tests.support.backends import on_backend, on_backend_api_broker, on_backend_broker  # noqa: F401 - redis, broker, api_broker on both backends
 from tests.support.decisions import snapshot

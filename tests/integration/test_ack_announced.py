@@ -13,13 +13,13 @@ from redis import Redis
 
 from api.app import create_app
 from api.testing import ServerThread
-from broker.channels.slack import action_ids as ids
-from broker.domain.config import Settings
+from broker.domain.events import parse_entry
 from broker.domain.models import Decision
 from broker.domain.principals import hash_token
+from broker.domain.settings import Settings
 from broker.facade import Broker
 from broker.redis.replies import as_str
-from notifiers.events import parse_entry
+from channels.slack import action_ids as ids
 from tests.support.fakes.harness import running
 from tests.support.fakes.slack import FakeSlack
 from tests.support.fakes.smtp import SmtpSink

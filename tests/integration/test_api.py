@@ -23,9 +23,10 @@ from rq.serializers import JSONSerializer
 
 from api.app import create_app
 from api.testing import ServerThread
-from broker.domain.config import Config, Settings, parse_config
+from broker.domain.config import Config, parse_config
 from broker.domain.models import NewRequest, Request
 from broker.domain.principals import hash_token
+from broker.domain.settings import Settings
 from broker.facade import Broker
 from broker.runs.starting import RUN_QUEUE
 from tests.support.auth import bearer, person

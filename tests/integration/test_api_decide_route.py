@@ -22,9 +22,10 @@ from standardwebhooks.webhooks import Webhook
 
 from api.app import create_app
 from api.testing import ServerThread
-from broker.domain.config import Config, Settings, parse_config
+from broker.domain.config import Config, parse_config
 from broker.domain.models import NewRequest, Request
 from broker.domain.principals import hash_token
+from broker.domain.settings import Settings
 from broker.facade import Broker
 from tests.support.auth import bearer_by_name
 

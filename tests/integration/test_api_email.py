@@ -12,10 +12,11 @@ from itsdangerous import TimestampSigner
 from redis import Redis
 
 from api.app import create_app
-from broker.channels.email.links import new_nonce, read_link, sign_link
-from broker.domain.config import Config, Settings, parse_config
+from broker.domain.config import Config, parse_config
 from broker.domain.models import Decision, NewRequest, Outcome, Request
+from broker.domain.settings import Settings
 from broker.facade import Broker
+from channels.email.links import new_nonce, read_link, sign_link
 from tests.support.backends import on_backend, on_backend_api_broker, on_backend_broker  # noqa: F401 - redis, broker, api_broker on both backends
 from tests.support.email_links import link, page_error  # noqa: F401
 

@@ -11,10 +11,11 @@ from fastapi.testclient import TestClient
 from redis import Redis
 
 from api.app import create_app
-from broker.channels.email.links import new_nonce, sign_link
-from broker.domain.config import Config, Settings
+from broker.domain.config import Config
 from broker.domain.models import NewRequest
+from broker.domain.settings import Settings
 from broker.facade import Broker
+from channels.email.links import new_nonce, sign_link
 
 PAGE_HEADERS = {
     "cache-control": "no-store",

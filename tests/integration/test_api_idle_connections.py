@@ -23,7 +23,8 @@ import pytest
 from api.app import create_app
 from api.server import KEEP_ALIVE_S
 from api.testing import ServerThread
-from broker.domain.config import Config, Settings
+from broker.domain.config import Config
+from broker.domain.settings import Settings
 from broker.facade import Broker
 from tests.support.idle_sockets import closed_by_server, connect
 

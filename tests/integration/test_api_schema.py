@@ -22,8 +22,9 @@ from schemathesis.checks import (
 from schemathesis.core.failures import FailureGroup
 
 from api.app import create_app
-from broker.domain.config import Settings, parse_config
+from broker.domain.config import parse_config
 from broker.domain.models import NewRequest
+from broker.domain.settings import Settings
 from broker.facade import Broker
 from tests.support.auth import person
 

@@ -17,8 +17,9 @@ from redis import asyncio as aredis
 
 from api.app import create_app
 from api.testing import ServerThread
-from broker.domain.config import Config, Settings
+from broker.domain.config import Config
 from broker.domain.models import NewRequest
+from broker.domain.settings import Settings
 from broker.facade import Broker
 from tests.support.auth import person
 

@@ -13,10 +13,11 @@ from redis import Redis
 from slack_sdk.signature import SignatureVerifier
 
 from api.app import create_app
-from broker.channels.slack import action_ids as ids
-from broker.domain.config import Config, Settings, parse_config
+from broker.domain.config import Config, parse_config
 from broker.domain.models import NewRequest, Request
+from broker.domain.settings import Settings
 from broker.facade import Broker
+from channels.slack import action_ids as ids
 from tests.support.backends import (  # noqa: F401 - redis, broker, api_broker on both backends
     on_backend,
     on_backend_api_broker,

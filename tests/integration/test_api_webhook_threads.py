@@ -18,11 +18,12 @@ import pytest
 from fastapi.testclient import TestClient
 from standardwebhooks.webhooks import Webhook
 
-from api import webhooks
 from api.app import create_app
-from broker.domain.config import Config, Settings
+from broker.domain.config import Config
 from broker.domain.models import NewRequest
+from broker.domain.settings import Settings
 from broker.facade import Broker
+from channels.webhook import routes as webhooks
 
 OLD = "whsec_" + base64.b64encode(b"hot-webhook-old-secret-0123456789").decode()
 NEW = "whsec_" + base64.b64encode(b"hot-webhook-new-secret-0123456789").decode()

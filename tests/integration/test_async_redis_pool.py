@@ -14,7 +14,7 @@ import time
 from redis import Redis
 
 from api.redis_async import async_client
-from broker.domain.config import Settings
+from broker.domain.settings import Settings
 from broker.facade import Broker
 from broker.redis.connection import connect_async
 

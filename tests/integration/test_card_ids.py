@@ -6,11 +6,11 @@ from __future__ import annotations
 import pytest
 from redis import Redis
 
-from broker.channels.cards import button_tokens as ids
 from broker.domain.config import parse_config
 from broker.domain.ids import new_id, round_request_id
 from broker.facade import Broker
-from notifiers.copies import keeps_copies
+from channels.cards import button_tokens as ids
+from channels.copies import keeps_copies
 from notifiers.runner import build_channels
 from tests.support.fakes.harness import options, webhook
 

@@ -1,4 +1,4 @@
-"""One card kept in sync (`notifiers.copies`): a copy posted in a queue the request has since
+"""One card kept in sync (`channels.copies`): a copy posted in a queue the request has since
 left is still edited when the request is decided elsewhere; Slack, Telegram and Discord
 copies alike. Real Redis, a running notifier, the fakes of the three platforms."""
 
@@ -8,10 +8,11 @@ from fastapi.testclient import TestClient
 from redis import Redis
 
 from api.app import create_app
-from broker.channels.cards import button_tokens as ids
-from broker.domain.config import Settings, parse_config
+from broker.domain.config import parse_config
 from broker.domain.models import Decision, NewRequest, Outcome, Status
+from broker.domain.settings import Settings
 from broker.facade import Broker
+from channels.cards import button_tokens as ids
 from tests.support.chat_setup import (  # noqa: F401 - fixtures
     ALICE_DC,
     ALICE_TG,

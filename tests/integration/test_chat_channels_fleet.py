@@ -16,11 +16,12 @@ from pydantic_ai.models.function import AgentInfo, FunctionModel
 from redis import Redis
 
 from api.app import create_app
-from broker.channels.cards import button_tokens as ids
-from broker.domain.config import Settings, parse_config
+from broker.domain.config import parse_config
 from broker.domain.models import Request, RunStatus, Status
+from broker.domain.settings import Settings
 from broker.facade import Broker
 from broker.runs.starting import run_queue, start_run
+from channels.cards import button_tokens as ids
 from tests.support.chat_setup import (  # noqa: F401 - fixtures
     ALICE_DC,
     ALICE_TG,

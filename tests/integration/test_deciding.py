@@ -15,10 +15,11 @@ from typer.testing import CliRunner
 
 from api.app import create_app
 from approval_broker.cli import app as cli_app
-from broker.domain.config import Config, Settings, load_config
+from broker.domain.config import Config, load_config
 from broker.domain.errors import Conflict, InvalidInput
 from broker.domain.models import Decision, NewRequest, Outcome, Request
 from broker.domain.principals import Principal, hash_token
+from broker.domain.settings import Settings
 from broker.facade import Broker
 from broker.judge.deciding import Deciding
 from tests.support.auth import bearer

@@ -10,13 +10,14 @@ from fastapi.testclient import TestClient
 from redis import Redis
 
 from api.app import create_app
-from broker.channels.email.links import new_nonce, read_link, sign_link
-from broker.domain.config import Config, Settings
+from broker.domain.config import Config
 from broker.domain.errors import Conflict, Forbidden
 from broker.domain.models import Decision, NewRequest, Outcome, Request
 from broker.domain.principals import EVERY_ROLE, Principal, hash_token
+from broker.domain.settings import Settings
 from broker.facade import Broker
 from broker.judge.deciding import Deciding
+from channels.email.links import new_nonce, read_link, sign_link
 from tests.support.decisions import race
 
 ADMIN = "admin-token-for-the-harden-tests-0123456789"

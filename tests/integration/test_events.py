@@ -23,9 +23,10 @@ from redis.cluster import RedisCluster
 from api.app import create_app
 from api.events import EventsSettings, decode_position, encode_position
 from api.testing import ServerThread
-from broker.domain.config import Config, Settings, parse_config
+from broker.domain.config import Config, parse_config
 from broker.domain.errors import ConfigError
 from broker.domain.models import Decision, NewRequest, Request
+from broker.domain.settings import Settings
 from broker.facade import Broker
 from tests.support.auth import bearer, person
 from tests.support.cluster_reads import blocked_reads

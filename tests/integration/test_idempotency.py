@@ -14,7 +14,8 @@ from rq.serializers import JSONSerializer
 
 from api.app import create_app
 from api.testing import ServerThread
-from broker.domain.config import Config, Settings
+from broker.domain.config import Config
+from broker.domain.settings import Settings
 from broker.facade import Broker
 from broker.runs.starting import RUN_QUEUE
 from tests.support.auth import person

@@ -23,9 +23,10 @@ from standardwebhooks.webhooks import Webhook
 
 from api.app import create_app
 from broker.domain import bounded_json
-from broker.domain.config import Config, Settings
+from broker.domain.config import Config
 from broker.domain.errors import InvalidInput
 from broker.domain.models import NewRequest
+from broker.domain.settings import Settings
 from broker.facade import Broker
 from tests.support.auth import person
 

@@ -17,7 +17,8 @@ from fastapi.testclient import TestClient
 from redis import Redis
 
 from api.app import create_app
-from broker.domain.config import Config, Settings
+from broker.domain.config import Config
+from broker.domain.settings import Settings
 from broker.facade import Broker
 from tests.support.auth import person
 

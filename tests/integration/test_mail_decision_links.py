@@ -7,12 +7,12 @@ from typing import Any
 
 from redis import Redis
 
-from broker.channels.email.deciders import email_decider
-from broker.channels.email.links import read_link
 from broker.domain.config import parse_config
 from broker.domain.models import NewRequest
 from broker.facade import Broker
 from broker.judge.deciding import Deciding
+from channels.email.deciders import email_decider
+from channels.email.links import read_link
 from tests.support.fakes.harness import running
 from tests.support.fakes.smtp import SmtpSink
 from tests.support.waiting import wait_for

@@ -22,7 +22,7 @@ PUBLIC = "http://approvals.test"
 APPROVER = "fin@example.com"
 ONLOOKER = "someone@example.com"
 MAX_MAIL_BYTES = 48 * 1024
-MAX_ARGS_SHOWN = 4000  # notifiers.mail_render.MAX_ARGS_SHOWN
+MAX_ARGS_SHOWN = 4000  # channels.email.render.MAX_ARGS_SHOWN
 
 
 @pytest.fixture

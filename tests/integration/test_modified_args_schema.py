@@ -9,10 +9,11 @@ import pytest
 from fastapi.testclient import TestClient
 
 from api.app import create_app
-from broker.domain.config import Config, Settings
+from broker.domain.config import Config
 from broker.domain.errors import InvalidInput
 from broker.domain.models import Decision, Outcome
 from broker.domain.principals import Principal
+from broker.domain.settings import Settings
 from broker.facade import Broker
 from broker.judge.deciding import Deciding
 from broker.runs.agents import register_agent

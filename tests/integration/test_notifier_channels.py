@@ -15,13 +15,13 @@ from redis import Redis
 from typer.testing import CliRunner
 
 from approval_broker.cli import app
-from broker.channels.email.links import read_link
+from broker.domain.events import parse_entry
 from broker.domain.models import Decision, NewRequest, Outcome, Request
 from broker.facade import Broker
 from broker.store.keys import NOTIFIER_GROUP
-from notifiers.events import parse_entry
+from channels.email.links import read_link
+from channels.retry import RETRY_AFTER_LIMIT_S
 from notifiers.parking import Parked, ParkedStore
-from notifiers.retry import RETRY_AFTER_LIMIT_S
 from tests.support.backends import on_backend, on_backend_api_broker, on_backend_broker  # noqa: F401 - redis, broker, api_broker on both backends
 from tests.support.fakes.harness import OLD_SECRET, SECRET, WRONG_SECRET, running, webhook
 from tests.support.fakes.slack import FakeSlack, request_id_of
@@ -161,7 +161,7 @@ def test_escalation_updates_the_old_message_and_posts_in_the_new_queue(
         wait_for(lambda: settled(broker, "managers"))
     old, new = slack.posts_for(request.id)
     assert (old["channel"], new["channel"]) == ("C1", "C2")
-    first = slack.messages[("C1", old["ts"])]  # the copy left behind follows (notifiers.copies)
+    first = slack.messages[("C1", old["ts"])]  # the copy left behind follows (channels.copies)
     assert buttons(first) == [] and "Escalated to `managers`" in json.dumps(first["blocks"])
     assert "Approved" in json.dumps(first["blocks"])
     second = slack.messages[("C2", new["ts"])]

@@ -11,13 +11,13 @@ import pytest
 from redis import Redis
 
 from broker.domain.config import parse_config
+from broker.domain.events import REQUESTED, parse_entry
 from broker.facade import Broker
-from notifiers.base import Channel
+from channels.retry import Retry, RetryPolicy
+from channels.sender import Sender
 from notifiers.dispatch import Dispatcher
-from notifiers.events import REQUESTED, parse_entry
 from notifiers.parking import Parked, ParkedStore
 from notifiers.results import DeliveryResult, ResultKind
-from notifiers.retry import Retry, RetryPolicy
 from notifiers.tasks import InflightEntry, Task, TaskState
 from tests.support.waiting import wait_for
 
@@ -25,7 +25,7 @@ CONFIG = parse_config({"queues": {"default": {"channels": ["inbox"]}}})
 STALL_LIMIT_S = 30.0  # a stalled call gives up after this, so a broken test fails, not hangs
 
 
-class Gate(Channel):
+class Gate(Sender):
     """A channel whose deliveries wait for `open` (a hung far end), counting what went out."""
 
     kind = "test"
@@ -84,7 +84,7 @@ class Setup:
         with self.lock:
             return [r for r in self.results if r.channel == channel and r.kind is kind]
 
-    def task(self, channel: Channel) -> Task:
+    def task(self, channel: Sender) -> Task:
         self._seq += 1
         event = parse_entry(
             "t:stream:default",

@@ -12,7 +12,7 @@ from redis import Redis
 from typer.testing import CliRunner
 
 from approval_broker.cli import app
-from broker.domain.config import EmailConfig, parse_config
+from broker.domain.config import parse_config
 from broker.domain.errors import ConfigError
 from broker.domain.models import (
     Decision,
@@ -24,10 +24,11 @@ from broker.domain.models import (
     args_hash,
 )
 from broker.facade import Broker
-from notifiers.mail import smtp_target
-from notifiers.mail_render import BIDI_CONTROLS, Link, render_mail
+from channels.email.config import EmailConfig
+from channels.email.render import BIDI_CONTROLS, Link, render_mail
+from channels.email.sender import smtp_target
+from channels.slack.blocks import render
 from notifiers.runner import start_notifier
-from notifiers.slack_blocks import render
 from tests.support.fakes.harness import options
 from tests.support.fakes.slack import FakeSlack
 from tests.support.waiting import wait_for

@@ -14,13 +14,8 @@ import pytest
 from redis import Redis
 from standardwebhooks import Webhook, WebhookVerificationError
 
-from broker.channels.slack import action_ids as slack_ids
-from broker.domain.config import WEBHOOK_EVENT_TYPES, SlackConfig, parse_config
-from broker.domain.models import Decision, HistoryEntry, Outcome, Request, Status, args_hash
-from broker.facade import Broker
-from notifiers.base import Channel
-from notifiers.dispatch import Dispatcher
-from notifiers.events import (
+from broker.domain.config import parse_config
+from broker.domain.events import (
     ACKED,
     ESCALATED,
     EVENT_TYPES,
@@ -29,20 +24,28 @@ from notifiers.events import (
     MalformedEntry,
     parse_entry,
 )
-from notifiers.mail import link_actions, parse_smtp_url
-from notifiers.mail_render import Link, render_mail
-from notifiers.parking import ParkedStore
-from notifiers.retry import (
+from broker.domain.models import Decision, HistoryEntry, Outcome, Request, Status, args_hash
+from broker.facade import Broker
+from channels.copies import claim_stale_s
+from channels.email.render import Link, render_mail
+from channels.email.sender import link_actions, parse_smtp_url
+from channels.retry import (
     RETRY_AFTER_LIMIT_S,
     RetryPolicy,
     cap_retry_after,
     parse_retry_after,
     pause_delay,
 )
-from notifiers.slack import claim_stale_s, slack_client
-from notifiers.slack_blocks import render
+from channels.sender import Sender
+from channels.slack import action_ids as slack_ids
+from channels.slack.blocks import render
+from channels.slack.config import SlackConfig
+from channels.slack.sender import slack_client
+from channels.webhook.config import WEBHOOK_EVENT_TYPES
+from channels.webhook.sender import Signer, signature_headers, webhook_body
+from notifiers.dispatch import Dispatcher
+from notifiers.parking import ParkedStore
 from notifiers.tasks import InflightEntry, Task
-from notifiers.webhook import Signer, signature_headers, webhook_body
 from tests.support.backends import on_backend, on_backend_api_broker, on_backend_broker  # noqa: F401 - redis, broker, api_broker on both backends
 from tests.support.fakes.harness import OLD_SECRET, SECRET, WRONG_SECRET
 from tests.support.waiting import wait_for
@@ -117,7 +120,7 @@ def test_retry_after_is_capped_and_pauses_get_jitter() -> None:
     assert pause_delay(3600, rand=lambda: 1.0) == 3601  # at most a second on top
 
 
-class _Paused(Channel):
+class _Paused(Sender):
     kind = "test"
 
     def deliver(self, task: Task) -> str | None:  # pragma: no cover - never reached

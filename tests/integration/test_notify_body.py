@@ -12,17 +12,17 @@ import pytest
 from redis import Redis
 
 from broker.domain.config import parse_config
+from broker.domain.events import parse_entry
 from broker.domain.models import Decision, HistoryEntry, NewRequest, Request, utcnow
 from broker.facade import Broker
 from broker.rules import parse_body
 from broker.store.acknowledging import Acks
 from broker.store.request_hash import parse_request
 from broker.store.request_json import ORDER, request_json, request_values
+from channels.webhook.sender import delivery_body, webhook_body
 from notifiers.commit import _note, _stamp
-from notifiers.events import parse_entry
 from notifiers.stored import StoredRequest
-from notifiers.tasks import InflightEntry
-from notifiers.webhook import entry_body, webhook_body
+from notifiers.tasks import InflightEntry, Task
 from tests.support.fakes.harness import SECRET
 
 UNICODE = 'é"\\ \n\t\x01\x7f\u2028 😀 \u00a0/'
@@ -146,8 +146,8 @@ def test_the_webhook_body_is_the_same_bytes_as_from_the_model(shapes_broker: Bro
         )
         stored = StoredRequest.load(fields_of(broker, rid))
         expected = webhook_body(event, stored.request).encode()
-        assert entry_body(InflightEntry(event, stored=stored)) == expected
-        assert entry_body(InflightEntry(event, stored.request)) == expected
+        assert delivery_body(Task(InflightEntry(event, stored=stored), "webhook:x")) == expected
+        assert delivery_body(Task(InflightEntry(event, stored.request), "webhook:x")) == expected
         assert json.loads(expected)["data"] == stored.request.public()
 
 

@@ -11,8 +11,8 @@ from typing import Any
 from redis import Redis
 from standardwebhooks import Webhook
 
-from notifiers.events import EVENT_TYPES, parse_entry
-from notifiers.webhook import Signer, _head
+from broker.domain.events import EVENT_TYPES, parse_entry
+from channels.webhook.sender import Signer, _head
 from tests.support.fakes.harness import SECRET
 
 
@@ -46,13 +46,13 @@ def test_history_notes_are_pydantics_text_at_whole_seconds_too() -> None:
 def test_routes_worked_out_once_per_kind_of_event_are_the_routes(redis: Redis) -> None:
     from broker.domain.config import parse_config
     from broker.facade import Broker
-    from notifiers.base import Channel
-    from notifiers.inbox import InboxChannel
-    from notifiers.retry import RetryPolicy
+    from channels.inbox.sender import InboxSender
+    from channels.retry import RetryPolicy
+    from channels.sender import Sender
     from notifiers.router import Router
     from notifiers.stored import StoredRequest
 
-    class Stub(Channel):
+    class Stub(Sender):
         def __init__(self, name: str, kind: str, wanted: tuple[str, ...] | None = None) -> None:
             super().__init__(name, policy=RetryPolicy(1, 1.0, 1.0), concurrency=1)
             self.kind, self.wanted = kind, wanted
@@ -82,8 +82,8 @@ def test_routes_worked_out_once_per_kind_of_event_are_the_routes(redis: Redis) -
             },
         }
     )
-    channels: dict[str, Channel] = {
-        "inbox": InboxChannel(),
+    channels: dict[str, Sender] = {
+        "inbox": InboxSender(),
         "webhook:a": Stub("webhook:a", "webhook"),
         "webhook:cb": Stub("webhook:cb", "webhook"),
         "slack:s": Stub("slack:s", "slack"),

@@ -22,12 +22,13 @@ from standardwebhooks.webhooks import Webhook
 
 from api.app import create_app
 from broker.ask import question
-from broker.channels.email.links import read_link
-from broker.channels.slack.question_modal import ANSWER_FORM, ANSWER_FORM_CALLBACK
-from broker.domain.config import Config, Settings, parse_config
+from broker.domain.config import Config, parse_config
 from broker.domain.models import NewRequest, Request, Status
 from broker.domain.principals import hash_token
+from broker.domain.settings import Settings
 from broker.facade import Broker
+from channels.email.links import read_link
+from channels.slack.question_modal import ANSWER_FORM, ANSWER_FORM_CALLBACK
 from tests.support.fakes.harness import SECRET, running, webhook
 from tests.support.fakes.slack import FakeSlack
 from tests.support.fakes.smtp import SmtpSink

@@ -35,15 +35,16 @@ from standardwebhooks.webhooks import Webhook
 
 from api.app import create_app
 from broker.ask import ask, question
-from broker.channels.email.links import new_nonce, sign_link
-from broker.channels.slack.question_modal import ANSWER_FORM
-from broker.domain.config import Settings, parse_config
+from broker.domain.config import parse_config
 from broker.domain.models import Request, RunStatus
 from broker.domain.principals import hash_token
+from broker.domain.settings import Settings
 from broker.facade import Broker
 from broker.runs.agents import register_agent
 from broker.runs.outbox import Resumer
 from broker.runs.starting import start_run
+from channels.email.links import new_nonce, sign_link
+from channels.slack.question_modal import ANSWER_FORM
 from tests.support.fakes.harness import SECRET, webhook
 from tests.support.fakes.slack import FakeSlack
 from tests.support.jobs import jobs_bound_to, work

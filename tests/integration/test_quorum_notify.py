@@ -7,9 +7,9 @@ import json
 
 from redis import Redis
 
-from broker.channels.slack import action_ids as ids
+from broker.domain.events import parse_entry
 from broker.domain.models import Decision
-from notifiers.events import parse_entry
+from channels.slack import action_ids as ids
 from tests.support.fakes.harness import running
 from tests.support.fakes.slack import FakeSlack
 from tests.support.fakes.smtp import SmtpSink

@@ -17,11 +17,12 @@ from fastapi.testclient import TestClient
 from joserfc import jwt
 from joserfc.jwk import KeySet
 
-from broker.domain.config import Config, Settings, parse_config
+from broker.domain.config import Config, parse_config
 from broker.domain.errors import ConfigError
 from broker.domain.models import Decision, NewRequest, args_hash
 from broker.domain.principals import Principal, hash_token
 from broker.domain.receipts import CallFacts, ReceiptKeys, ReceiptRefused, Receipts
+from broker.domain.settings import Settings
 from broker.facade import Broker
 from broker.judge.deciding import Deciding
 from broker.judge.rule_decisions import RuleDecisions

@@ -19,8 +19,9 @@ from pydantic_ai import DeferredToolRequests
 
 from api.app import create_app
 from api.testing import ServerThread
-from broker.domain.config import Config, Settings, parse_config
+from broker.domain.config import Config, parse_config
 from broker.domain.receipts import REFUSED_TEXT
+from broker.domain.settings import Settings
 from broker.facade import Broker
 from broker.remote import BrokerApprovals, RemoteBroker, Request
 from tests.support.auth import person

@@ -13,8 +13,9 @@ from pydantic_ai import DeferredToolRequests
 
 from api.app import create_app
 from api.testing import ServerThread
-from broker.domain.config import Config, Settings
+from broker.domain.config import Config
 from broker.domain.errors import Conflict, Forbidden, InvalidInput, NotFound
+from broker.domain.settings import Settings
 from broker.facade import Broker
 from broker.remote import (
     AsyncRemoteBroker,

@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 from fastapi.testclient import TestClient
 
-from broker.domain.config import Settings
 from broker.domain.models import RunStatus
+from broker.domain.settings import Settings
 from broker.facade import Broker
 from broker.runs.starting import start_run
 from broker.testing import SyncWorker

@@ -11,7 +11,8 @@ import pytest
 
 from api.app import create_app
 from api.testing import ServerThread
-from broker.domain.config import Config, Settings
+from broker.domain.config import Config
+from broker.domain.settings import Settings
 from broker.facade import Broker
 from broker.remote import RemoteBroker
 from tests.support.auth import person

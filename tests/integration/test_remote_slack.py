@@ -18,10 +18,11 @@ from slack_sdk.signature import SignatureVerifier
 
 from api.app import create_app
 from api.testing import ServerThread
-from broker.channels.slack import action_ids as ids
-from broker.domain.config import Settings, parse_config
+from broker.domain.config import parse_config
+from broker.domain.settings import Settings
 from broker.facade import Broker
 from broker.remote import BrokerApprovals, RemoteBroker
+from channels.slack import action_ids as ids
 from tests.support.auth import person
 from tests.support.fakes.harness import running
 from tests.support.fakes.slack import FakeSlack, request_id_of

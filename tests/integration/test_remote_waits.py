@@ -19,9 +19,10 @@ from redis.cluster import RedisCluster
 
 from api.app import create_app
 from api.testing import ServerThread
-from broker.domain.config import Config, Settings
+from broker.domain.config import Config
 from broker.domain.errors import NotFound
 from broker.domain.models import Decision, NewRequest, Request
+from broker.domain.settings import Settings
 from broker.facade import Broker
 from broker.remote import RemoteBroker
 from tests.support.cluster_reads import blocked_reads

@@ -5,15 +5,16 @@ from __future__ import annotations
 from redis import Redis
 
 from broker.domain.config import Config
+from broker.domain.events import parse_entry
 from broker.domain.models import Decision, HistoryEntry, NewRequest, RunStatus, utcnow
 from broker.facade import Broker
+from broker.redis.replies import as_str as text
 from broker.runs.agent_runner import AgentRunner
 from broker.runs.agents import register_agent
 from broker.runs.outbox import Resumer
 from broker.runs.starting import resume_job_id, run_queue, start_run
 from broker.store.keys import NOTIFIER_GROUP, RESUMER_GROUP
 from notifiers.commit import Committer
-from notifiers.events import parse_entry, text
 from notifiers.parking import ParkedStore
 from notifiers.results import DeliveryResult, ResultKind
 from notifiers.tasks import InflightEntry

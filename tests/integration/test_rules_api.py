@@ -38,7 +38,7 @@ API_CONFIG = {
 
 @pytest.fixture
 def api_settings(monkeypatch):
-    from broker.domain.config import Settings
+    from broker.domain.settings import Settings
 
     monkeypatch.setenv("APPROVAL_BROKER_ADMIN_TOKEN", ADMIN)
     return Settings()

@@ -11,12 +11,13 @@ from fastapi.testclient import TestClient
 from redis import Redis
 
 from api.app import create_app
-from broker.channels.email.links import read_link
-from broker.channels.slack import always_modal as always
-from broker.domain.config import Config, Settings, parse_config
+from broker.domain.config import Config, parse_config
 from broker.domain.models import NewRequest, Status
+from broker.domain.settings import Settings
 from broker.facade import Broker
-from notifiers.slack_blocks import action_blocks
+from channels.email.links import read_link
+from channels.slack import always_modal as always
+from channels.slack.blocks import action_blocks
 from tests.support.fakes.harness import running
 from tests.support.fakes.smtp import SmtpSink
 from tests.support.slack_api import click, send, signed, slack_cfg  # noqa: F401

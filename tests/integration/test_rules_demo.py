@@ -7,8 +7,8 @@ import refunds_demo as demo
 from refunds_demo import Ledger
 
 from approval_broker.up import banner
-from broker.domain.config import Settings
 from broker.domain.models import RunStatus, Status
+from broker.domain.settings import Settings
 from broker.facade import Broker
 from broker.testing import SyncWorker
 

@@ -23,9 +23,10 @@ from refunds_demo import Ledger
 from standardwebhooks.webhooks import Webhook
 
 from api.app import create_app
-from broker.domain.config import Config, Settings, parse_config
+from broker.domain.config import Config, parse_config
 from broker.domain.models import Decision, NewRequest, Outcome, RunStatus, Status
 from broker.domain.principals import Principal
+from broker.domain.settings import Settings
 from broker.facade import Broker
 from broker.judge.deciding import Deciding
 from broker.judge.rule_decisions import RuleDecisions

@@ -18,9 +18,10 @@ from fastapi import FastAPI
 
 from api.app import create_app
 from api.testing import ServerThread
-from broker.domain.config import Config, Settings, parse_config
+from broker.domain.config import Config, parse_config
 from broker.domain.models import Decision
 from broker.domain.principals import hash_token
+from broker.domain.settings import Settings
 from broker.facade import Broker
 from broker.runs.agents import register_agent
 from broker.runs.starting import start_run

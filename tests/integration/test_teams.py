@@ -31,17 +31,19 @@ from pydantic_ai.models.function import AgentInfo, FunctionModel
 from redis import Redis
 
 from api.app import create_app
-from broker.channels.teams import adaptive_cards as teams_cards
-from broker.domain.config import Config, Settings, parse_config
+from broker.domain.config import Config, parse_config
 from broker.domain.errors import ConfigError
 from broker.domain.models import Decision, NewRequest, Outcome, Request, RunStatus, Status
 from broker.domain.principals import hash_token
+from broker.domain.settings import Settings
 from broker.facade import Broker
 from broker.runs.agents import register_agent
 from broker.runs.outbox import Resumer
 from broker.runs.starting import start_run
-from notifiers.retry import GiveUp, Retry
-from notifiers.teams import TeamsCalls, TeamsCopy, card_activity, update_teams_copy
+from channels.retry import GiveUp, Retry
+from channels.teams import adaptive_cards as teams_cards
+from channels.teams.config import teams_section
+from channels.teams.sender import TeamsCalls, TeamsCopy, card_activity, update_teams_copy
 from tests.support.fakes.harness import running
 from tests.support.fakes.teams import FakeConnector
 from tests.support.jobs import jobs_bound_to, work
@@ -238,7 +240,7 @@ def test_someone_who_is_no_approver_is_refused_on_the_card(
 
     answer = click(client, invoke(request.id, "approve", user=MALLORY))
 
-    assert "You are not an approver here" in card_text(answer["value"])
+    assert "is not an approver here" in card_text(answer["value"])
     assert [a["verb"] for a in answer["value"]["actions"]] == ["approve", "reject"]
     assert broker.get_request(request.id).is_pending
 
@@ -511,8 +513,8 @@ def test_update_teams_copy_edits_a_posted_card_to_the_outcome(
     config = teams_config(connector)
     broker = Broker(redis, config, prefix="tc:")
     request = broker.create_request(NewRequest(tool_name="refund", args={"amount": 9}))
-    calls = TeamsCalls(config.teams, timeout_s=5.0)  # type: ignore[arg-type]
-    target = config.teams.channels["approvals"]  # type: ignore[union-attr]
+    calls = TeamsCalls(teams_section(config), timeout_s=5.0)  # type: ignore[arg-type]
+    target = teams_section(config).channels["approvals"]  # type: ignore[union-attr]
     activity_id = calls.post(target, card_activity(request, config, "teams:approvals", TENANT))
     decided = broker.decide(
         request.id, Decision(outcome=Outcome.rejected, reason="too much"), decided_by="bob"

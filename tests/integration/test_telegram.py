@@ -13,10 +13,11 @@ from prometheus_client.parser import text_string_to_metric_families
 from redis import Redis
 
 from api.app import create_app
-from broker.channels.cards import button_tokens as ids
-from broker.domain.config import Settings, parse_config
+from broker.domain.config import parse_config
 from broker.domain.models import Decision, NewRequest, Outcome, Status
+from broker.domain.settings import Settings
 from broker.facade import Broker
+from channels.cards import button_tokens as ids
 from tests.support.chat_setup import (  # noqa: F401 - fixtures
     ALICE_TG,
     BOB_TG,

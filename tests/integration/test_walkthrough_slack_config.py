@@ -15,11 +15,12 @@ from fastapi.testclient import TestClient
 from slack_sdk.signature import SignatureVerifier
 
 from api.app import create_app
-from broker.channels.slack import action_ids as ids
-from broker.domain.config import Config, Settings, parse_config
+from broker.domain.config import Config, parse_config
 from broker.domain.models import NewRequest
 from broker.domain.principals import hash_token
+from broker.domain.settings import Settings
 from broker.facade import Broker
+from channels.slack import action_ids as ids
 from tests.support.docs_examples import blocks, page
 
 SIGNING_SECRET = "walkthrough-signing-secret-0123456789"

@@ -16,16 +16,16 @@ import httpx
 import pytest
 from redis import Redis
 
-from broker.domain.config import WebhookConfig
+from broker.domain.events import REQUESTED, parse_entry
 from broker.facade import Broker
 from broker.store.keys import NOTIFIER_GROUP
-from notifiers.events import REQUESTED, parse_entry
+from channels.retry import GiveUp, Retry
+from channels.webhook.config import WebhookConfig
+from channels.webhook.http import Poster, UnusableURL
+from channels.webhook.sender import WebhookSender
 from notifiers.inflight import Inflight
 from notifiers.pool import DeliveryPool
-from notifiers.retry import GiveUp, Retry
 from notifiers.tasks import InflightEntry, Task
-from notifiers.webhook import WebhookChannel
-from notifiers.webhook_http import Sender, UnusableURL
 from tests.support.waiting import wait_for
 
 SECRET = "whsec_" + "MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWY="
@@ -101,7 +101,7 @@ def serve() -> Iterator[Any]:
 
 def test_a_sender_keeps_one_connection_alive_across_posts(serve: Any) -> None:
     server = serve("keep")
-    sender = Sender(server.url, deadline_s=5)
+    sender = Poster(server.url, deadline_s=5)
     try:
         statuses = [sender.post(b'{"n": %d}' % i, {}).status for i in range(5)]
     finally:
@@ -113,7 +113,7 @@ def test_a_sender_keeps_one_connection_alive_across_posts(serve: Any) -> None:
 
 def test_a_sender_replaces_a_connection_the_server_closed_while_idle(serve: Any) -> None:
     server = serve("close-after")
-    sender = Sender(server.url, deadline_s=5)
+    sender = Poster(server.url, deadline_s=5)
     try:
         statuses = []
         for i in range(3):
@@ -133,7 +133,7 @@ def test_a_kept_connection_cut_under_a_request_fails_that_try_and_the_next_goes_
     retried after the back-off, same bytes, as every failed webhook delivery) and the next
     goes out on a new connection."""
     server = serve("cut-second")
-    sender = Sender(server.url, deadline_s=5)
+    sender = Poster(server.url, deadline_s=5)
     try:
         assert sender.post(b"first", {}).status == 204
         with pytest.raises(httpx.HTTPError):
@@ -148,7 +148,7 @@ def test_a_kept_connection_cut_under_a_request_fails_that_try_and_the_next_goes_
 def test_a_sender_refuses_urls_that_can_never_work() -> None:
     for url in ("ftp://example.com/x", "http:///nohost", "http://example.com:99999/"):
         with pytest.raises(UnusableURL):
-            Sender(url, deadline_s=1)
+            Poster(url, deadline_s=1)
 
 
 def _task() -> Task:
@@ -165,17 +165,16 @@ def _task() -> Task:
 def test_webhook_channel_gives_up_on_a_bad_url_and_retries_a_refused_connection(
     broker: Broker,
 ) -> None:
-    from notifiers.delivery_state import DeliveryState
 
-    state = DeliveryState(broker)
+    state = broker.deliveries
     task = _task()
     task.scratch["body"] = '{"type": "approval.requested"}'
-    bad = WebhookChannel(
+    bad = WebhookSender(
         "webhook:bad", WebhookConfig(url="ftp://x/y", secret=SECRET), state, concurrency=1
     )
     with pytest.raises(GiveUp, match="unusable URL"):
         bad.deliver(task)
-    refused = WebhookChannel(
+    refused = WebhookSender(
         "webhook:down",
         WebhookConfig(url="http://127.0.0.1:1/hook", secret=SECRET, timeout_s=2),
         state,

@@ -26,16 +26,15 @@ from typing import Any
 
 import pytest
 
-from broker.domain.config import WebhookConfig
+from broker.domain.events import REQUESTED, parse_entry
 from broker.domain.models import Request
 from broker.facade import Broker
-from notifiers.delivery_state import DeliveryState
+from channels.webhook.config import WebhookConfig
+from channels.webhook.sender import WebhookSender
 from notifiers.dispatch import Dispatcher
-from notifiers.events import REQUESTED, parse_entry
 from notifiers.parking import ParkedStore
 from notifiers.results import DeliveryResult, ResultKind
 from notifiers.tasks import InflightEntry, Task
-from notifiers.webhook import WebhookChannel
 from tests.support.waiting import wait_for
 
 SECRET = "whsec_" + "MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWY="
@@ -233,7 +232,7 @@ def healthy() -> Iterator[Healthy]:
 # ---- the dispatcher under test ----------------------------------------------------------
 
 
-class Timed(WebhookChannel):
+class Timed(WebhookSender):
     """A webhook channel that records how long each try took and how it ended."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
@@ -277,7 +276,7 @@ def _task(rid: str, channel: str) -> Task:
     return task
 
 
-def _dispatcher(broker: Broker, channels: dict[str, WebhookChannel]) -> Run:
+def _dispatcher(broker: Broker, channels: dict[str, WebhookSender]) -> Run:
     run = Run(dispatcher=None)  # type: ignore[arg-type]
     lock = threading.Lock()
 
@@ -304,12 +303,12 @@ def _hostile_channel(broker: Broker, url: str) -> Timed:
         backoff_s=BACKOFF_S,
         max_backoff_s=BACKOFF_S,
     )
-    return Timed("webhook:hostile", config, DeliveryState(broker), concurrency=2)
+    return Timed("webhook:hostile", config, broker.deliveries, concurrency=2)
 
 
 def _healthy_channel(broker: Broker, url: str, **extra: Any) -> Timed:
     config = WebhookConfig(url=url, secret=SECRET, timeout_s=DEADLINE_S, **extra)
-    return Timed("webhook:healthy", config, DeliveryState(broker), concurrency=2)
+    return Timed("webhook:healthy", config, broker.deliveries, concurrency=2)
 
 
 @pytest.mark.parametrize("behaviour", [*BEHAVIOURS, "redirect"])

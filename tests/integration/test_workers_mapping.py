@@ -25,7 +25,7 @@ from pydantic_ai.models.function import FunctionModel
 from redis.exceptions import ClusterDownError, MovedError, ResponseError, TryAgainError
 from redis.exceptions import ConnectionError as RedisConnectionError
 
-from broker.domain.config import AgentConfig
+from broker.domain.config_sections import AgentConfig
 from broker.domain.models import Decision, Request, RunStatus, Status, args_hash
 from broker.facade import Broker
 from broker.runs.agent_runner import AgentRunner, is_transient

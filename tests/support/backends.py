@@ -23,7 +23,8 @@ import pytest
 from redis import Redis
 from redis.cluster import RedisCluster
 
-from broker.domain.config import Config, Settings
+from broker.domain.config import Config
+from broker.domain.settings import Settings
 from broker.facade import Broker
 from broker.redis.cluster import connect_cluster
 from broker.runs.outbox import Handled, Resumer

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from broker.channels.email.links import new_nonce, sign_link
 from broker.domain.models import Request
 from broker.facade import Broker
+from channels.email.links import new_nonce, sign_link
 from tests.support.backends import on_backend, on_backend_api_broker, on_backend_broker  # noqa: F401 - redis, broker, api_broker on both backends
 
 

@@ -7,7 +7,7 @@ that landed after the request expired); and the card in the chat shows that outc
 buttons left: edited to it (`editMessageText`), or posted already showing it when the request
 was decided before its card went out (a card posted only after its request timed out has no
 buttons to click, and is counted). A duplicate card (a notifier SIGKILLed between
-sendMessage and recording it; `notifiers.cards`) is counted, not a failure, as long as one
+sendMessage and recording it; `channels.cards.sender`) is counted, not a failure, as long as one
 card of the request follows it.
 """
 
@@ -28,7 +28,7 @@ OUTCOME_TEXT = {
     Status.rejected: "Rejected by {who}",
     Status.timed_out: "Timed out",
 }
-"""What a card says once its request has this outcome (`notifiers.card_render`)."""
+"""What a card says once its request has this outcome (`channels.cards.render`)."""
 
 
 def card_text(request: Request) -> str:

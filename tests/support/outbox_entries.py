@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
+from broker.domain.events import REQUESTED, parse_entry
 from broker.facade import Broker
 from broker.store.keys import NOTIFIER_GROUP
-from notifiers.events import REQUESTED, parse_entry
 from notifiers.tasks import InflightEntry
 
 

@@ -14,8 +14,8 @@ import pytest
 from fastapi.testclient import TestClient
 from slack_sdk.signature import SignatureVerifier
 
-from broker.channels.slack import action_ids as ids
 from broker.domain.config import Config, parse_config
+from channels.slack import action_ids as ids
 from tests.support.backends import (  # noqa: F401 - redis, broker, api_broker on both backends
     on_backend,
     on_backend_api_broker,

@@ -9,7 +9,7 @@ from urllib.parse import urlencode
 
 from slack_sdk.signature import SignatureVerifier
 
-from broker.channels.slack import action_ids as ids
+from channels.slack import action_ids as ids
 from tests.support.backends import on_backend, on_backend_api_broker, on_backend_broker, single_only  # noqa: F401 - redis, broker, api_broker on both backends
 
 SIGNING = "8f742231b10e8888abcd99yyyzzz85a5"

@@ -10,7 +10,8 @@ import pytest
 from redis import Redis
 from redis.cluster import RedisCluster
 
-from broker.domain.config import Settings, parse_config
+from broker.domain.config import parse_config
+from broker.domain.settings import Settings
 from broker.redis.cluster import ClusterConfigError, clustered, connect_cluster, rq_connection
 from broker.redis.local_cluster import LocalCluster
 

@@ -17,8 +17,9 @@ from typer.testing import CliRunner
 from api.app import create_app
 from approval_broker.cli import app
 from approval_broker.cli_ops import fleet_status
-from broker.domain.config import Settings, parse_config
+from broker.domain.config import parse_config
 from broker.domain.models import Decision, NewRequest, Status
+from broker.domain.settings import Settings
 from broker.facade import Broker
 from broker.runs.outbox import Resumer
 from broker.runs.starting import RUN_QUEUE, resume_job_id

@@ -41,6 +41,9 @@ from broker.domain.errors import ConfigError
 from broker.domain.models import NewRequest, Status
 from broker.facade import Broker
 from broker.store.keys import NOTIFIER_GROUP, RESUMER_GROUP, Keys
+from channels.email.config import email_section
+from channels.slack.config import slack_section
+from channels.webhook.config import webhook_endpoints
 from tests.support.deploy import DUMMY_SECRETS, config_env_names  # noqa: F401
 from tests.support.front_proxy import NAMES, TEMPLATE
 from tests.support.waiting import wait_for
@@ -659,9 +662,9 @@ def test_example_config_loads_with_its_secrets_set(example_env: set[str]) -> Non
     config = load_config(EXAMPLE)
     assert config.escalation_target("default") == "managers"
     assert config.escalation_target("managers") is None
-    assert config.slack is not None and config.slack.bot_token == DUMMY_SECRETS["SLACK_BOT_TOKEN"]
-    assert config.webhooks["ops"].secrets == [DUMMY_SECRETS["OPS_WEBHOOK_SECRET"]]
-    assert config.email is not None and config.email.password == DUMMY_SECRETS["SMTP_PASSWORD"]
+    assert (slack := slack_section(config)) is not None and slack.bot_token == DUMMY_SECRETS["SLACK_BOT_TOKEN"]
+    assert webhook_endpoints(config)["ops"].secrets == [DUMMY_SECRETS["OPS_WEBHOOK_SECRET"]]
+    assert (email := email_section(config)) is not None and email.password == DUMMY_SECRETS["SMTP_PASSWORD"]
     assert {"requester"} <= {r for a in config.approvers.values() for r in a.roles}
     agent = config.agents["refunds"]
     assert agent.queue in config.queues
@@ -705,8 +708,9 @@ def test_slack_manifest_points_interactivity_at_the_api(example_env: set[str]) -
     assert url.path == SLACK_INTERACTIONS_PATH
     # Slack and email links reach the same public api address
     config = load_config(EXAMPLE)
-    assert config.email is not None
-    assert url.netloc == urlsplit(config.email.public_url).netloc
+    email = email_section(config)
+    assert email is not None
+    assert url.netloc == urlsplit(email.public_url).netloc
     assert manifest["settings"]["socket_mode_enabled"] is False
     scopes = manifest["oauth_config"]["scopes"]["bot"]
     assert "chat:write" in scopes

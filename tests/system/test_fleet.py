@@ -62,8 +62,9 @@ from standardwebhooks import Webhook
 
 from api.app import create_app
 from api.testing import ServerThread as ApiServer
-from broker.domain.config import Settings, load_config, parse_config
+from broker.domain.config import load_config, parse_config
 from broker.domain.models import Decision, NewRequest, Request, RunStatus, Status
+from broker.domain.settings import Settings
 from broker.facade import Broker
 from broker.redis.embedded import EmbeddedRedis, free_port
 from broker.runs.agents import register_agent

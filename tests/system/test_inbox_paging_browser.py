@@ -13,8 +13,9 @@ from redis import Redis
 
 from api.app import create_app
 from api.testing import ServerThread
-from broker.domain.config import Config, Settings, parse_config
+from broker.domain.config import Config, parse_config
 from broker.domain.models import Decision, NewRequest, Status
+from broker.domain.settings import Settings
 from broker.facade import Broker
 from tests.support.browser import signed_in  # noqa: F401
 

@@ -18,7 +18,6 @@ from broker.domain.config import load_config
 from broker.domain.models import NewRequest
 from broker.facade import Broker
 from broker.store.keys import NOTIFIER_GROUP
-from notifiers.delivery_state import DeliveryState
 from notifiers.parking import ParkedStore
 from tests.support.fakes.harness import SECRET
 from tests.support.fakes.slack import FakeSlack
@@ -122,7 +121,7 @@ def test_sigkilled_notifier_is_finished_by_another_without_skips_or_double_posts
         tmp_path, receiver, slack, ["inbox", "webhook:ops", "slack:approvals"]
     )
     broker = Broker(Redis.from_url(redis_url), load_config(config_path), prefix="t:")
-    state = DeliveryState(broker)
+    state = broker.deliveries
     fleet = Fleet(redis_url, config_path, tmp_path)
     try:
         first = fleet.start("n1")

@@ -23,17 +23,10 @@ from itsdangerous import URLSafeTimedSerializer
 from redis import Redis
 from redis.exceptions import AuthenticationError, ResponseError
 
-from broker.channels.email.links import (
-    SECRET_ENV,
-    SECRET_FILE,
-    LinkError,
-    prepare_link_secret,
-    read_link,
-    sign_link,
-)
-from broker.domain.config import Settings, parse_config
+from broker.domain.config import parse_config
 from broker.domain.errors import ConfigError
 from broker.domain.models import NewRequest
+from broker.domain.settings import Settings
 from broker.facade import Broker
 from broker.redis.embedded import (
     PASSWORD_FILE,
@@ -42,6 +35,15 @@ from broker.redis.embedded import (
     free_port,
     private_secret,
     running_url,
+)
+from channels.email.config import email_section
+from channels.email.links import (
+    SECRET_ENV,
+    SECRET_FILE,
+    LinkError,
+    prepare_link_secret,
+    read_link,
+    sign_link,
 )
 from tests.support.fakes.smtp import SmtpSink
 from tests.support.waiting import wait_for
@@ -210,10 +212,11 @@ def test_roles_on_the_embedded_redis_share_a_0600_secret_file(
         api, notifier = parse_config(dict(EMAIL)), parse_config(dict(EMAIL))
         prepare_link_secret(settings, api)
         prepare_link_secret(settings, notifier)
-        assert api.email and notifier.email
-        assert api.email.link_secret == notifier.email.link_secret
+        api_email, notifier_email = email_section(api), email_section(notifier)
+        assert api_email and notifier_email
+        assert api_email.link_secret == notifier_email.link_secret
         secret_file = tmp_path / "redis" / SECRET_FILE
-        assert secret_file.read_text().strip() == api.email.link_secret
+        assert secret_file.read_text().strip() == api_email.link_secret
         assert stat.S_IMODE(secret_file.stat().st_mode) == 0o600
         assert server.url == settings.redis_url
 

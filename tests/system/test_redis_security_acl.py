@@ -22,8 +22,8 @@ from itsdangerous import URLSafeTimedSerializer
 from redis import Redis
 from redis.exceptions import NoPermissionError
 
-from broker.channels.email.links import SECRET_ENV
 from broker.redis.embedded import EmbeddedRedis, free_port
+from channels.email.links import SECRET_ENV
 from tests.support.acl_user import readme_user
 from tests.support.fakes.smtp import SmtpSink
 from tests.support.waiting import wait_for

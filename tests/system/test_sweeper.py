@@ -17,8 +17,9 @@ from typing import Any
 import pytest
 from redis.exceptions import ConnectionError as RedisConnectionError
 
-from broker.domain.config import Settings, parse_config
+from broker.domain.config import parse_config
 from broker.domain.models import NewRequest, Status
+from broker.domain.settings import Settings
 from broker.facade import Broker
 from broker.store.sweeping import SweepBatch
 from tests.support.backends import (  # noqa: F401 - redis, broker, api_broker on both backends

@@ -24,8 +24,9 @@ from redis.connection import UnixDomainSocketConnection
 from refunds_demo import AGENT_NAME, register_demo
 
 from approval_broker.up import banner
-from broker.domain.config import Settings, load_config
+from broker.domain.config import load_config
 from broker.domain.models import NewRequest, RunStatus, Status
+from broker.domain.settings import Settings
 from broker.facade import Broker
 from broker.redis.embedded import (
     MAX_SOCKET_PATH,

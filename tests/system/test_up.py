@@ -11,7 +11,7 @@ import httpx
 import pytest
 
 from approval_broker.up import MAX_DEFAULT_WORKERS, banner, default_workers, roles
-from broker.domain.config import Settings
+from broker.domain.settings import Settings
 from tests.support.proc import alive, descendants
 from tests.support.up import ADMIN, healthy, start_up, stop_up, up_command  # noqa: F401
 from tests.support.waiting import wait_for

@@ -17,8 +17,9 @@ import pytest
 import refunds_demo
 
 from approval_broker.up import FRESH_NEEDS_EMBEDDED, banner, loaded_lines
-from broker.domain.config import Settings, parse_config
+from broker.domain.config import parse_config
 from broker.domain.errors import NotFound
+from broker.domain.settings import Settings
 from broker.facade import Broker
 from broker.redis.embedded import free_port
 from broker.runs.agents import agent_spec, register_agent

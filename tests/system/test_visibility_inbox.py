@@ -10,8 +10,9 @@ from redis import Redis
 
 from api.app import create_app
 from api.testing import ServerThread
-from broker.domain.config import Config, Settings, parse_config
+from broker.domain.config import Config, parse_config
 from broker.domain.models import NewRequest
+from broker.domain.settings import Settings
 from broker.facade import Broker
 from tests.support.auth import person
 from tests.support.browser import CHROMIUM_ARGS  # noqa: F401

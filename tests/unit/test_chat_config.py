@@ -10,6 +10,8 @@ import pytest
 
 from broker.domain.config import parse_config
 from broker.domain.errors import ConfigError
+from channels.discord.config import discord_section
+from channels.telegram.config import telegram_section
 
 TELEGRAM = {"bot_token": "1:x", "webhook_secret": "s" * 16, "chats": {"ops": {"chat_id": -100}}}
 DISCORD = {
@@ -31,8 +33,8 @@ def raw(channels: list[str], **extra: Any) -> dict[str, Any]:
 
 def test_telegram_and_discord_channels_that_exist_are_accepted() -> None:
     config = parse_config(raw(["telegram:ops", "discord:ops"]))
-    assert config.telegram is not None and config.telegram.chats["ops"].chat_id == -100
-    assert config.discord is not None and config.discord.channels["ops"].channel_id == "2"
+    assert (telegram := telegram_section(config)) is not None and telegram.chats["ops"].chat_id == -100
+    assert (discord := discord_section(config)) is not None and discord.channels["ops"].channel_id == "2"
 
 
 @pytest.mark.parametrize(

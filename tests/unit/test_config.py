@@ -6,8 +6,12 @@ import base64
 
 import pytest
 
-from broker.domain.config import Settings, check_admin_token, load_config, parse_config
+from broker.domain.config import load_config, parse_config
 from broker.domain.errors import ConfigError
+from broker.domain.settings import Settings, check_admin_token
+from channels.email.config import email_section
+from channels.slack.config import slack_section
+from channels.webhook.config import webhook_endpoints
 
 OPS_SECRET = "whsec_" + base64.b64encode(b"a-32-byte-key-for-the-ops-hook!!").decode()
 
@@ -51,9 +55,9 @@ def test_full_config_loads_and_resolves_env_secrets(tmp_config, monkeypatch):
     monkeypatch.setenv("TEST_OPS_SECRET", OPS_SECRET)
     monkeypatch.setenv("TEST_SLACK_TOKEN", "xoxb-1")
     config = load_config(tmp_config(GOOD))
-    assert config.webhooks["ops"].secrets == [OPS_SECRET]
-    assert config.slack is not None and config.slack.bot_token == "xoxb-1"
-    assert config.email is not None and config.email.from_ == "approvals@example.com"
+    assert webhook_endpoints(config)["ops"].secrets == [OPS_SECRET]
+    assert (slack := slack_section(config)) is not None and slack.bot_token == "xoxb-1"
+    assert (email := email_section(config)) is not None and email.from_ == "approvals@example.com"
     assert config.escalation_target("default") == "managers"
     assert config.timeout_for("managers") == 1800
     assert config.approvers["alice"].roles == ["finance", "requester"]
@@ -182,8 +186,8 @@ def test_queue_roles_and_unmapped_addresses_load():
     )
     assert config.queue_roles("default") == ["ops", "finance"]  # ops: held by the endpoint
     assert config.queue_roles("nowhere") == []
-    assert config.email is not None and config.email.lists["l"].unmapped_may_decide
-    default = parse_config({"email": {"lists": {"l": {"to": []}}}}).email
+    assert (email := email_section(config)) is not None and email.lists["l"].unmapped_may_decide
+    default = email_section(parse_config({"email": {"lists": {"l": {"to": []}}}}))
     assert default is not None and default.lists["l"].unmapped_may_decide is False
 
 

@@ -7,8 +7,8 @@ from typing import Any
 import pytest
 from starlette.datastructures import FormData
 
-from broker.channels.answer_forms import answer_from_form, error_inputs
 from broker.domain.questions import InvalidAnswer, validate_answer
+from channels.answer_forms import answer_from_form, error_inputs
 
 QUESTIONS = {
     "questions": [

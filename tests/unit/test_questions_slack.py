@@ -7,17 +7,17 @@ from typing import Any
 
 import pytest
 
-from broker.channels.slack.question_modal import (
+from broker.domain.config import parse_config
+from broker.domain.models import Decision, Outcome, Request, Status, args_hash
+from broker.domain.questions import InvalidAnswer, validate_answer
+from channels.slack.blocks import render
+from channels.slack.question_modal import (
     ANSWER_FORM,
     ANSWER_FORM_CALLBACK,
     answer_from_view_state,
     answer_modal,
     errors_for,
 )
-from broker.domain.config import parse_config
-from broker.domain.models import Decision, Outcome, Request, Status, args_hash
-from broker.domain.questions import InvalidAnswer, validate_answer
-from notifiers.slack_blocks import render
 
 NOW = datetime(2030, 1, 1, tzinfo=UTC)
 CONFIG = parse_config(

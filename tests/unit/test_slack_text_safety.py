@@ -14,14 +14,14 @@ from typing import Any
 
 import pytest
 
-from api.slack_replies import notice
-from broker.channels.slack.action_ids import reject_modal
-from broker.channels.slack.question_modal import answer_modal
 from broker.domain.config import parse_config
 from broker.domain.models import Decision, Request, args_hash
 from broker.domain.printable import BIDI_CONTROLS, CONTROLS
-from notifiers.mail_render import Link, render_mail
-from notifiers.slack_blocks import render
+from channels.email.render import Link, render_mail
+from channels.slack.action_ids import reject_modal
+from channels.slack.blocks import render
+from channels.slack.question_modal import answer_modal
+from channels.slack.replies import notice
 
 NOW = datetime(2025, 1, 2, 3, 4, 5, tzinfo=UTC)
 TRICKS = "\u202egnp.exe\u202c\u2066x\u2069\u200e\u200f\u061c\x00\x07\x1b[31m\x85\x9b"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from broker.channels.slack.response_urls import response_url_allowed
+from channels.slack.response_urls import response_url_allowed
 
 SLACK_API = "https://slack.com/api/"
 FAKE_API = "http://127.0.0.1:5123/api"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from notifiers.webhook_http import check_url
+from channels.webhook.http import check_url
 
 
 @pytest.mark.parametrize(

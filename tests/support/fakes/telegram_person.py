@@ -28,7 +28,7 @@ from typing import Any
 
 import httpx
 
-from broker.channels.cards import button_tokens as ids
+from channels.cards import button_tokens as ids
 from tests.support.fakes.deciding_receiver import INTENT_OF, Answered, Intent, Policy
 from tests.support.fakes.telegram import FakeTelegram, buttons, dumps
 

@@ -170,3 +170,18 @@ class Run(BaseModel):
     error: str | None = None
     created_at: datetime
     updated_at: datetime
+
+
+class ErrorBody(BaseModel):
+    """Every error answer's body: `{"error": code, "detail": text}`."""
+
+    model_config = ConfigDict(extra="allow")
+
+    error: str = Field(description="a short machine-readable code")
+    detail: str = Field(description="what went wrong, for people")
+
+
+class ConflictBody(ErrorBody):
+    """A 409's body: the request as it stands, decided or timed out."""
+
+    request: Request = Field(description="the request as it stands: decided or timed out")

@@ -1,1 +1,0 @@
-"""Email's shared parts: signed single-use decision links, and who an address decides as."""

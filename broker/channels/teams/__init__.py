@@ -1,1 +1,0 @@
-"""Microsoft Teams' shared parts: the Adaptive Card of a request."""

@@ -1,0 +1,38 @@
+"""The Slack v0 signature check and its replay marker.
+
+The signature is checked over the raw body (slack_sdk's SignatureVerifier, 5-minute window)
+before anything is parsed, and a signature is accepted once: its marker (`seen:slack:{sha256}`)
+is spent in the same atomic step as the decision it carries (`once`), or by the route when the
+interaction decides nothing. This module never parses a payload or decides.
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+from slack_sdk.signature import SignatureVerifier
+
+from channels.errors import Refused
+from channels.inbound import InboundHost
+from channels.slack.config import SlackConfig
+
+
+def verify(slack: SlackConfig, body: bytes, headers: dict[str, str]) -> str:
+    """The request's signature, once it is known to be Slack's and recent; else 401."""
+    try:
+        valid = SignatureVerifier(slack.signing_secret).is_valid_request(body, headers)
+    except (ValueError, TypeError):  # a timestamp that is not a number, a body not UTF-8
+        valid = False
+    if not valid:
+        raise Refused(401, "bad_signature", "the Slack signature is missing, wrong or too old")
+    return headers["x-slack-signature"]
+
+
+def seen_key(host: InboundHost, signature: str) -> str:
+    """The replay marker of one signature (hashed: a key never holds the signature itself)."""
+    return host.broker.keys.seen("slack", hashlib.sha256(signature.encode()).hexdigest())
+
+
+def replayed() -> Refused:
+    """The answer to a signature already spent."""
+    return Refused(409, "replayed", "this Slack request was already received")
