@@ -34,6 +34,8 @@ _STATUS_CODES = {
     422: "invalid",
     429: "too_many_requests",
 }
+
+
 class ApiError(Exception):
     """An error the API answers with as is: status, code, detail and optional extra fields."""
 
@@ -85,9 +87,6 @@ def broker_error_response(exc: BrokerError) -> JSONResponse:
         request = exc.request.public() if hasattr(exc.request, "public") else exc.request
         return error_response(409, exc.code, exc.detail, request=request)
     return error_response(status, exc.code, exc.detail)
-
-
-
 
 
 def redis_error_response(exc: Exception) -> JSONResponse:

@@ -22,6 +22,7 @@ from starlette.requests import Request
 from starlette.staticfiles import StaticFiles
 
 from api.schemas import ErrorBody
+from channels import plugins
 
 ERROR_REF = "#/components/schemas/ErrorBody"
 _FASTAPI_ERRORS = ("HTTPValidationError", "ValidationError")
@@ -41,9 +42,13 @@ _DESCRIPTIONS = {
 EXTRA_STATUSES: dict[tuple[str, str], tuple[int, ...]] = {
     ("get", "/v1/events"): (400, 429),  # a foreign Last-Event-ID; the per-principal cap
 }
-# Routes that answer errors as HTML pages too (email links are opened in a browser).
-HTML_ERROR_PREFIXES = ("/v1/email/",)
 DOCS_ASSETS = "/docs/assets"
+
+
+def html_error_prefixes() -> tuple[str, ...]:
+    """Routes that answer errors as HTML pages too: channel kinds whose links people open in a
+    browser (`ChannelPlugin.pages`: email's)."""
+    return tuple(f"{p.route_prefix}/" for p in plugins() if p.pages and p.route_prefix)
 
 
 def _statuses(path: str, method: str, op: dict[str, Any]) -> set[int]:
@@ -56,8 +61,8 @@ def _statuses(path: str, method: str, op: dict[str, Any]) -> set[int]:
         found |= {400, 413}
     if op.get("security"):
         found |= {401, 403}
-    if any(p.get("in") == "path" for p in params) or path.startswith(HTML_ERROR_PREFIXES):
-        found.add(404)  # an unknown id; email links answer 404 when email is off
+    if any(p.get("in") == "path" for p in params) or path.startswith(html_error_prefixes()):
+        found.add(404)  # an unknown id; a page's link answers 404 when its kind is off
     found.update(EXTRA_STATUSES.get((method, path), ()))
     found.update(int(c) for c in op.get("responses", {}) if str(c).isdigit() and int(c) >= 400)
     return found
@@ -77,7 +82,7 @@ def _fix_error(path: str, response: dict[str, Any], status: int) -> dict[str, An
         else:
             fixed[media] = body
     fixed.setdefault(_JSON, {"schema": {"$ref": ERROR_REF}})
-    if path.startswith(HTML_ERROR_PREFIXES):
+    if path.startswith(html_error_prefixes()):
         fixed.setdefault("text/html", {})
     response["content"] = fixed
     return response

@@ -60,4 +60,13 @@ ERRORS: dict[int | str, dict[str, Any]] = {
 }
 
 
-__all__ = ["ERRORS", "ConflictBody", "DecisionBody", "ErrorBody", "NewRequestBody", "RunStart", "RunStarted", "check_json_safe"]
+__all__ = [
+    "ERRORS",
+    "ConflictBody",
+    "DecisionBody",
+    "ErrorBody",
+    "NewRequestBody",
+    "RunStart",
+    "RunStarted",
+    "check_json_safe",
+]

@@ -42,6 +42,8 @@ class ChannelPlugin:
     route_prefix: ClassVar[str | None] = None
     """Where its inbound routes live (`/v1/slack`): answered `404 not_configured` while the
     kind is not configured, without loading its code."""
+    pages: ClassVar[bool] = False
+    """True: its routes are pages people open in a browser, so errors come as HTML too."""
     always_on: ClassVar[bool] = False
     """True: its routes and senders exist even without a section (the inbox)."""
 

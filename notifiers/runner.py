@@ -55,7 +55,9 @@ def build_channels(
     """One sender per channel name in use, made by its kind's plugin (`channels.plugin`)."""
     check_config(config)
     host = NotifierHost(broker, config, options, consumer)
-    return {name: plugin(name.partition(":")[0]).sender(name, host) for name in used_channels(config)}
+    return {
+        name: plugin(name.partition(":")[0]).sender(name, host) for name in used_channels(config)
+    }
 
 
 def start_notifier(

@@ -89,5 +89,3 @@ class DecisionBody(BaseModel):
         except ValidationError as exc:
             msg = str(exc.errors()[0]["msg"]).removeprefix("Value error, ")
             raise ValueError(msg) from None
-
-

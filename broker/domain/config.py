@@ -245,29 +245,31 @@ def _format_validation_error(exc: ValidationError, source: str, prefix: str = ""
 
 
 def _channel_sections(raw: dict[str, Any], source: str) -> dict[str, ChannelSection]:
-    """Take each channel kind's section out of `raw` and parse it with the kind's model."""
+    """Each channel kind's section of `raw`, parsed with the kind's model (by kind); its
+    secrets are resolved in `raw` as for the core's sections."""
     core = set(Config.model_fields) - {SECTIONS_FIELD}
     sections: dict[str, ChannelSection] = {}
     for key in [k for k in raw if k not in core]:
         kind = channel_kinds.by_section_key(key)
         if kind is None or kind.section is None:
             continue  # left for the core model, which names the unknown key
-        value = _resolve_secrets(raw.pop(key), key)
+        raw[key] = _resolve_secrets(raw[key], key)
         try:
-            sections[kind.kind] = kind.section.from_toml(value)
+            sections[kind.kind] = kind.section.from_toml(raw[key])
         except ValidationError as exc:
             raise ConfigError(_format_validation_error(exc, source, key)) from None
     return sections
 
 
 def parse_config(raw: dict[str, Any], source: str = "config") -> Config:
-    """Check a config given as the TOML file's tables (in place: secrets are resolved)."""
-    raw.pop(SECTIONS_FIELD, None)  # never a key of the file: the kinds' sections go there
+    """Check a config given as the TOML file's tables (secrets are resolved in `raw`)."""
     sections = _channel_sections(raw, source)
     if "approvers" in raw:
         raw["approvers"] = _resolve_secrets(raw["approvers"], "approvers")
+    keys = {channel_kinds.kind(k).section_key for k in sections}  # type: ignore[union-attr]
+    core = {k: v for k, v in raw.items() if k not in keys and k != SECTIONS_FIELD}
     try:
-        config = Config.model_validate({**raw, SECTIONS_FIELD: sections})
+        config = Config.model_validate({**core, SECTIONS_FIELD: sections})
     except ValidationError as exc:
         raise ConfigError(_format_validation_error(exc, source)) from None
     # [[rules]] are checked here so a bad one stops every role at start, naming the key. The

@@ -79,7 +79,9 @@ class ApproverConfig(Section):
             try:
                 TypeAdapter(owner.approver_field_type).validate_python(value, strict=True)
             except ValidationError:
-                wanted = {int: "an integer", str: "a string"}.get(owner.approver_field_type, "valid")
+                wanted = {int: "an integer", str: "a string"}.get(
+                    owner.approver_field_type, "valid"
+                )
                 raise ValueError(f"{key}: must be {wanted}, got {value!r}") from None
         return self
 
@@ -165,5 +167,3 @@ class ReceiptsSection(Section):
     previous_key_files: list[Path] = Field(default_factory=list)  # rotated out, still verify
     ttl_s: Annotated[float, Field(ge=10, le=7 * 86400)] = 900.0
     recheck_roles: bool = False  # the approver's roles checked again when the tool runs
-
-

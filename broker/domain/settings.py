@@ -51,4 +51,3 @@ def check_admin_token(settings: Settings) -> None:
             f"APPROVAL_BROKER_ADMIN_TOKEN is {len(token)} characters; it needs at least"
             f" {MIN_ADMIN_TOKEN_CHARS} (make one with `approval-broker token new admin`)"
         )
-

@@ -190,7 +190,9 @@ class Creating:
         config = self.store.config
         self.store.check_queue(new.queue)
         validate_question_metadata(new.metadata, kind=new.kind)
-        if new.callback is not None and config.channel_problem(config.callback_channel(new.callback)):
+        if new.callback is not None and config.channel_problem(
+            config.callback_channel(new.callback)
+        ):
             raise InvalidInput(
                 f"callback webhook {new.callback!r} is not defined", code="unknown_webhook"
             )

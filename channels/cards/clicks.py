@@ -76,7 +76,10 @@ def click(
     verb, index, request_id = parsed
     try:
         who = approver_with(
-            host.config, f"{platform}_user_id", user_id, who=f"{platform.capitalize()} user {user_id}"
+            host.config,
+            f"{platform}_user_id",
+            user_id,
+            who=f"{platform.capitalize()} user {user_id}",
         )
         if verb in (ids.REJECT, ids.ALWAYS):
             request = host.broker.get_request(request_id)
@@ -93,7 +96,8 @@ def click(
             return ClickResult(Result.acked, "You're on it: escalation is paused.", request)
         if verb == ids.ALWAYS_RULE and index is not None:
             decision = Decision(outcome=Outcome.approved)
-            request = host.remember(request_id, decision, who, index, channel=platform, via=via, once=once
+            request = host.remember(
+                request_id, decision, who, index, channel=platform, via=via, once=once
             )
             return ClickResult(Result.decided, _done(request), request)
         if verb == ids.APPROVE:
@@ -133,7 +137,10 @@ def reject(
         return ClickResult(Result.refused, f"Please keep the reason under {MAX_REASON} characters.")
     try:
         who = approver_with(
-            host.config, f"{platform}_user_id", user_id, who=f"{platform.capitalize()} user {user_id}"
+            host.config,
+            f"{platform}_user_id",
+            user_id,
+            who=f"{platform.capitalize()} user {user_id}",
         )
         decision = Decision(outcome=Outcome.rejected, reason=reason or None)
         request = host.decide(request_id, decision, who, channel=platform, via=via, once=once)

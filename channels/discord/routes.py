@@ -210,9 +210,7 @@ async def discord_interactions(request: Request, host: Host) -> JSONResponse:
     except (bounded_json.TooDeep, bounded_json.TooLarge) as exc:
         raise Refused(400, "bad_request", exc.detail) from None
     except InvalidInput:
-        raise Refused(
-            400, "bad_request", "the body must be a Discord interaction (JSON)"
-        ) from None
+        raise Refused(400, "bad_request", "the body must be a Discord interaction (JSON)") from None
     if not isinstance(payload, dict):
         raise Refused(400, "bad_request", "the body must be a JSON object")
     if payload.get("type") == PING:

@@ -27,6 +27,7 @@ class EmailPlugin(ChannelPlugin):
     section = EmailConfig
     approver_field = "email"
     route_prefix = "/v1/email"
+    pages = True
 
     def routes(self) -> APIRouter:
         from channels.email.routes import router

@@ -85,7 +85,9 @@ def render_mail(
         shown(json.dumps(request.args, indent=2, ensure_ascii=False)), MAX_ARGS_SHOWN
     )
     prompt, prompt_cut = _cut(lines(request.prompt), MAX_PROMPT_SHOWN)
-    public = (email.public_url if (email := email_section(config)) else "http://127.0.0.1:8000").rstrip("/")
+    public = (
+        email.public_url if (email := email_section(config)) else "http://127.0.0.1:8000"
+    ).rstrip("/")
     context = {
         "prompt": prompt,
         "prompt_cut": prompt_cut,

@@ -258,7 +258,8 @@ def decide_from_link(
         once = link_once(host.broker, claims, _email_config(host).link_ttl_s)
         index = run_rule_index(item) if claims.action == "approve_run" else None
         if index is not None:  # keep "this tool, this run" with the decision
-            decided = host.remember(item.id, decision, principal, index, channel="email", via=via, once=once
+            decided = host.remember(
+                item.id, decision, principal, index, channel="email", via=via, once=once
             )
         else:
             decided = host.decide(

@@ -64,7 +64,9 @@ def handle_block_actions(
         return SlackReply(body=notice("This button names no request.", "invalid"))
     channel_id = payload.channel.id if payload.channel else None
     try:
-        principal = approver_with(host.config, "slack_user_id", payload.user.id, who=f"Slack user {payload.user.id}")
+        principal = approver_with(
+            host.config, "slack_user_id", payload.user.id, who=f"Slack user {payload.user.id}"
+        )
         if action.action_id == ids.ACK:
             return ack(host, slack, action.value, principal, channel_id)
         if action.action_id == ids.REJECT:

@@ -54,13 +54,16 @@ def submit_always(
     reason = (ids.chosen(view.state, ids.REASON_BLOCK, ids.REASON_ACTION) or "").strip() or None
     shadow = ids.chosen(view.state, ids.MODE_BLOCK, ids.MODE_ACTION) == ids.SHADOW
     try:
-        who = approver_with(host.config, "slack_user_id", payload.user.id, who=f"Slack user {payload.user.id}")
+        who = approver_with(
+            host.config, "slack_user_id", payload.user.id, who=f"Slack user {payload.user.id}"
+        )
         decision = Decision(
             outcome=Outcome.rejected if outcome == "rejected" else Outcome.approved,
             reason=reason[:10_000] if reason else None,
         )
         suggested = int(index) if index.isdigit() else -1
-        host.remember(request_id,
+        host.remember(
+            request_id,
             decision,
             who,
             {"suggested": suggested, "mode": "shadow"} if shadow else suggested,

@@ -54,7 +54,9 @@ def submit_reject(
         return SlackReply(body={"response_action": "errors", "errors": errors, "error": "invalid"})
     request_id, channel_id = ids.parse_modal_metadata(view.private_metadata)
     try:
-        principal = approver_with(host.config, "slack_user_id", payload.user.id, who=f"Slack user {payload.user.id}")
+        principal = approver_with(
+            host.config, "slack_user_id", payload.user.id, who=f"Slack user {payload.user.id}"
+        )
         host.decide(
             request_id,
             Decision(outcome=Outcome.rejected, reason=reason),
@@ -81,7 +83,9 @@ def submit_answer(
     request_id, channel_id = ids.parse_modal_metadata(view.private_metadata)
     request: BrokerRequest | None = None
     try:
-        principal = approver_with(host.config, "slack_user_id", payload.user.id, who=f"Slack user {payload.user.id}")
+        principal = approver_with(
+            host.config, "slack_user_id", payload.user.id, who=f"Slack user {payload.user.id}"
+        )
         request = host.broker.get_request(request_id)
         if not has_form(request.metadata):
             raise InvalidInput(f"request {request.id} has no answer form")

@@ -38,7 +38,9 @@ from channels.slack.signature import replayed, seen_key, verify
 router = APIRouter(prefix="/v1/slack", tags=["slack"])
 
 
-def handle(host: InboundHost, slack: SlackConfig, payload: dict[str, Any], once: Once) -> SlackReply:
+def handle(
+    host: InboundHost, slack: SlackConfig, payload: dict[str, Any], once: Once
+) -> SlackReply:
     """What to answer; a deciding interaction spends `once` with its decision."""
     kind = payload.get("type")
     try:

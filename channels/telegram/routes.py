@@ -195,7 +195,9 @@ def on_reply(
     return say(message, "Rejected." if result.result is Result.decided else result.text)
 
 
-def handle(host: InboundHost, telegram: TelegramConfig, update: Update, once: Once) -> dict[str, Any]:
+def handle(
+    host: InboundHost, telegram: TelegramConfig, update: Update, once: Once
+) -> dict[str, Any]:
     """The webhook response for one update (a Bot API method call, or {} for nothing)."""
     if update.callback_query is not None:
         return on_click(host, telegram, update.callback_query, once)

@@ -35,6 +35,7 @@ from channels.webhook.config import WebhookConfig, webhook_endpoints
 
 log = logging.getLogger("approval_broker.api")
 
+
 class WebhookReply(DecisionBody):
     """A signed reply from a webhook endpoint: the request it decides, and who there decided."""
 
@@ -150,7 +151,8 @@ def record(host: InboundHost, given: Reply, current: BrokerRequest | None = None
     the request's queue, with its roles, and who the person it names counts as."""
     reply, principal, decided_by, once = given.reply, given.principal, given.decided_by, given.once
     if reply.remember is not None:  # and keeps a policy rule with it (api/rules.py)
-        return host.remember(reply.request_id,
+        return host.remember(
+            reply.request_id,
             reply.to_decision(),
             principal,
             reply.remember,

@@ -662,9 +662,13 @@ def test_example_config_loads_with_its_secrets_set(example_env: set[str]) -> Non
     config = load_config(EXAMPLE)
     assert config.escalation_target("default") == "managers"
     assert config.escalation_target("managers") is None
-    assert (slack := slack_section(config)) is not None and slack.bot_token == DUMMY_SECRETS["SLACK_BOT_TOKEN"]
+    assert (slack := slack_section(config)) is not None and slack.bot_token == DUMMY_SECRETS[
+        "SLACK_BOT_TOKEN"
+    ]
     assert webhook_endpoints(config)["ops"].secrets == [DUMMY_SECRETS["OPS_WEBHOOK_SECRET"]]
-    assert (email := email_section(config)) is not None and email.password == DUMMY_SECRETS["SMTP_PASSWORD"]
+    assert (email := email_section(config)) is not None and email.password == DUMMY_SECRETS[
+        "SMTP_PASSWORD"
+    ]
     assert {"requester"} <= {r for a in config.approvers.values() for r in a.roles}
     agent = config.agents["refunds"]
     assert agent.queue in config.queues

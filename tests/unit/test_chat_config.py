@@ -33,8 +33,12 @@ def raw(channels: list[str], **extra: Any) -> dict[str, Any]:
 
 def test_telegram_and_discord_channels_that_exist_are_accepted() -> None:
     config = parse_config(raw(["telegram:ops", "discord:ops"]))
-    assert (telegram := telegram_section(config)) is not None and telegram.chats["ops"].chat_id == -100
-    assert (discord := discord_section(config)) is not None and discord.channels["ops"].channel_id == "2"
+    assert (telegram := telegram_section(config)) is not None and telegram.chats[
+        "ops"
+    ].chat_id == -100
+    assert (discord := discord_section(config)) is not None and discord.channels[
+        "ops"
+    ].channel_id == "2"
 
 
 @pytest.mark.parametrize(
