@@ -88,7 +88,7 @@ def test_user_without_the_role_is_told_and_nothing_is_decided(
     assert resp.status_code == 200
     body = resp.json()
     assert body["error"] == "forbidden" and body["response_type"] == "ephemeral"
-    assert "bob" in body["text"] and "finance" in body["text"]
+    assert body["text"] == "You may not decide this request from here."  # no role, no queue
     assert api_broker.get_request(req.id).is_pending
     wait_for(lambda: "/actions/T1/123/abc" in fake_slack.paths())
     posted = dict(fake_slack.calls)["/actions/T1/123/abc"]
@@ -322,7 +322,7 @@ def test_a_click_from_a_channel_outside_the_requests_queue_decides_nothing(
     for channel in ("C1", "C_UNKNOWN"):
         resp = send(client, *signed(click(ids.APPROVE, req.id, channel=channel)))
         assert resp.status_code == 200 and resp.json()["error"] == "forbidden"
-        assert "queue money is decided through slack:money" in resp.json()["text"]
+        assert resp.json()["text"] == "You may not decide this request from here."
         resp = send(client, *signed(click(ids.REJECT, req.id, channel=channel)))
         assert resp.json()["error"] == "forbidden"
     assert not any(p.endswith("views.open") for p in fake_slack.paths())
@@ -338,7 +338,7 @@ def test_queue_roles_hold_for_slack_clicks(client: TestClient, api_broker: Broke
     req = make(api_broker, queue="money")  # no allowed_roles, but the queue wants finance
     resp = send(client, *signed(click(ids.APPROVE, req.id, user="U_BOB", channel="C2")))
     assert resp.json()["error"] == "forbidden"
-    assert "the roles of queue money (finance)" in resp.json()["text"]
+    assert "money" not in resp.json()["text"] and "finance" not in resp.json()["text"]
     assert api_broker.get_request(req.id).is_pending
     resp = send(client, *signed(click(ids.APPROVE, req.id, user="U_ALICE", channel="C2")))
     assert resp.json()["status"] == "approved"
