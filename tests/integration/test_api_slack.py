@@ -112,6 +112,23 @@ def test_user_without_the_role_is_told_and_nothing_is_decided(
             lambda p: (signed(p)[0], {**signed(p)[1], "X-Slack-Request-Timestamp": "soon"}),
             id="bad-timestamp",
         ),
+        *[
+            pytest.param(
+                lambda p, stamp=stamp: (
+                    signed(p)[0],
+                    {**signed(p)[1], "X-Slack-Request-Timestamp": stamp},
+                ),
+                id=f"timestamp-{name}",
+            )
+            for name, stamp in {
+                "400-digits": "9" * 400,
+                "5000-digits": "1" * 5000,
+                "negative-400-digits": "-" + "9" * 400,
+                "float": "1.7e9",
+                "signed": "+1700000000",
+                "empty": "",
+            }.items()
+        ],
         pytest.param(
             lambda p: (signed(p)[0].replace(b"U_ALICE", b"U_ALICF"), signed(p)[1]),
             id="tampered",
