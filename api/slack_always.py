@@ -61,7 +61,7 @@ def submit_always(
             outcome=Outcome.rejected if outcome == "rejected" else Outcome.approved,
             reason=reason[:10_000] if reason else None,
         )
-        suggested = int(index) if index.isdigit() else -1
+        suggested = int(index) if index.isascii() and index.isdigit() and len(index) < 4 else -1
         remember(
             state,
             request_id,

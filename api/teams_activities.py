@@ -75,10 +75,14 @@ def check_activity(body: bytes) -> dict[str, Any]:
         raise bad("the body is not a Bot Framework activity")
     try:
         activity = Activity.model_validate(raw)
-    except ValidationError:
+    except (ValidationError, ValueError, TypeError):  # the SDK's own checks raise TypeError too
         raise bad("the body is not a Bot Framework activity") from None
     if not activity.type or not activity.conversation or not activity.conversation.id:
         raise bad("an activity needs a type and conversation.id")
+    sender, bot = activity.from_property, activity.recipient
+    if not activity.channel_id or not sender or not sender.id or not bot or not bot.id:
+        # the SDK keys its turn state by channel and sender, and answers through the recipient
+        raise bad("an activity needs a channelId, from.id and recipient.id")
     check_service_url(activity.service_url)
     if activity.type == "invoke":
         if activity.name != CARD_ACTION:
@@ -110,7 +114,7 @@ def check_card_action(value: object) -> None:
     verb = action.get("verb")
     if not isinstance(verb, str) or verb not in cards.VERBS:
         raise bad(f"the card action's verb must be one of {', '.join(cards.VERBS)}")
-    data = action.get("data", {})
+    data = action.get("data")
     if not isinstance(data, dict) or len(data) > MAX_INPUTS:
         raise bad(f"the card action's data must be an object of at most {MAX_INPUTS} inputs")
     for item in data.values():

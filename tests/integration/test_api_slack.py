@@ -359,3 +359,36 @@ def test_queue_roles_hold_for_slack_clicks(client: TestClient, api_broker: Broke
     assert api_broker.get_request(req.id).is_pending
     resp = send(client, *signed(click(ids.APPROVE, req.id, user="U_ALICE", channel="C2")))
     assert resp.json()["status"] == "approved"
+
+
+@pytest.mark.parametrize(
+    "values",
+    [
+        [1],
+        {"rule": "x"},
+        {"rule": {"rule_choice": [1]}},
+        {"rule": {"rule_choice": {"selected_option": {"value": "\u00b2"}}}},
+        {"rule": {"rule_choice": {"selected_option": {"value": "9" * 5000}}}},
+    ],
+    ids=["values-a-list", "block-a-string", "input-a-list", "superscript-digit", "5000-digits"],
+)
+def test_an_always_submission_of_any_shape_is_answered_in_the_modal(
+    client: TestClient, api_broker: Broker, values: Any
+) -> None:
+    """Slack signs what a modal sends; a state of another shape still gets the modal's answer
+    (the error beside the rule), never a 500, and decides nothing."""
+    from broker.channels.slack import always_modal as always
+
+    req = make(api_broker)
+    submission = {
+        "type": "view_submission",
+        "user": {"id": "U_ALICE"},
+        "view": {
+            "callback_id": always.ALWAYS_CALLBACK,
+            "private_metadata": f"{req.id} C1",
+            "state": {"values": values},
+        },
+    }
+    resp = send(client, *signed(submission))
+    assert resp.status_code == 200 and resp.json()["response_action"] == "errors"
+    assert api_broker.get_request(req.id).is_pending

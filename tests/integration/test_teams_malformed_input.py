@@ -188,6 +188,12 @@ MALFORMED = {
     "value-a-number": with_value(5),
     "value-without-action": with_value({"trigger": "manual"}),
     "another-invoke": named("composeExtension/query"),
+    "no-from": lambda a: {k: v for k, v in a.items() if k != "from"},
+    "from-without-an-id": lambda a: {**a, "from": {"aadObjectId": a["from"]["aadObjectId"]}},
+    "no-recipient": lambda a: {k: v for k, v in a.items() if k != "recipient"},
+    "no-channel-id": lambda a: {k: v for k, v in a.items() if k != "channelId"},
+    "empty-channel-id": lambda a: {**a, "channelId": ""},
+    "action-without-data": with_action(data=None),
     "conversation-not-an-object": lambda a: {**a, "conversation": "19:x"},
     "from-a-number": lambda a: {**a, "from": 5},
 }
