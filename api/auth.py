@@ -50,6 +50,11 @@ async def requester(principal: Caller) -> Principal:
 Requester = Annotated[Principal, Depends(requester)]
 
 
+class NotAnApprover(Forbidden):
+    """A chat account the config names as no approver's. Its text names only the account the
+    clicker sent (`api.refusals` shows it as is), never a request, queue or channel."""
+
+
 def approver_by_slack_user(config: Config, user_id: str) -> Principal:
     """The approver whose `slack_user_id` this is.
 
@@ -59,7 +64,7 @@ def approver_by_slack_user(config: Config, user_id: str) -> Principal:
     for name, approver in config.approvers.items():
         if approver.slack_user_id and approver.slack_user_id == user_id:
             return Principal(name, frozenset(approver.roles))
-    raise Forbidden(f"Slack user {user_id} is not an approver here (no slack_user_id matches)")
+    raise NotAnApprover(f"Slack user {user_id} is not an approver here (no slack_user_id matches)")
 
 
 def approver_by_teams_user(config: Config, aad_object_id: str | None) -> Principal:
@@ -70,7 +75,7 @@ def approver_by_teams_user(config: Config, aad_object_id: str | None) -> Princip
     for name, approver in config.approvers.items():
         if wanted and approver.teams_user_id and approver.teams_user_id.casefold() == wanted:
             return Principal(name, frozenset(approver.roles))
-    raise Forbidden(
+    raise NotAnApprover(
         "You are not an approver here: no approver's teams_user_id is your Entra ID object id"
         f" ({aad_object_id or 'none sent'})"
     )
@@ -86,7 +91,7 @@ def approver_by_chat_user(config: Config, platform: str, user_id: str) -> Princi
         known = approver.telegram_user_id if platform == "telegram" else approver.discord_user_id
         if known is not None and str(known) == user_id:
             return Principal(name, frozenset(approver.roles))
-    raise Forbidden(
+    raise NotAnApprover(
         f"{platform.capitalize()} user {user_id} is not an approver here"
         f" (no {platform}_user_id matches)"
     )

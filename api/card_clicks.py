@@ -5,7 +5,8 @@ Every click goes through the one judge (`broker.judge.deciding`, via `ApiState.d
 `api.rules.remember` for "Approve always"), with the channels the click came from (`via`), so
 roles, channel binding, the creator rule and one vote per person hold as on every channel.
 The platform modules (`api/telegram.py`, `api/discord.py`) verify, parse and turn a
-`ClickResult` into their own answer; nothing here speaks a platform's protocol.
+`ClickResult` into their own answer; nothing here speaks a platform's protocol. What a refused
+clicker reads comes from `api.refusals`: nothing of the request, its queue or its channels.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from enum import StrEnum
 
 from api.auth import approver_by_chat_user
 from api.errors import ApiError
+from api.refusals import refusal_text
 from api.rules import remember
 from api.state import ApiState
 from broker.channels.cards import button_tokens as ids
@@ -43,18 +45,6 @@ class ClickResult:
     result: Result
     text: str
     request: BrokerRequest | None = None
-
-
-def explain(exc: BrokerError) -> str:
-    """What the clicker reads: a late click names who decided first."""
-    if isinstance(exc, Conflict) and exc.code != "replayed":
-        request = exc.request
-        decision = request.decision
-        if exc.code == "escalated" or (request.is_pending and request.queue):
-            return f"Too late: this request was escalated to {one_line(request.queue)}."
-        who = f" by {one_line(decision.decided_by)}" if decision and decision.decided_by else ""
-        return f"Too late: this request was already {request.status.value}{who}."
-    return one_line(exc.detail)[:190]
 
 
 def _done(request: BrokerRequest) -> str:
@@ -114,9 +104,9 @@ def click(
     except Conflict as exc:
         if exc.code == "replayed":
             return ClickResult(Result.replayed, "Already received.")
-        return ClickResult(Result.refused, explain(exc), exc.request)
+        return ClickResult(Result.refused, refusal_text(exc), exc.request)
     except BrokerError as exc:
-        return ClickResult(Result.refused, explain(exc))
+        return ClickResult(Result.refused, refusal_text(exc))
     except ApiError as exc:  # a rule that exists already (api.rules.remember)
         return ClickResult(Result.refused, one_line(exc.detail)[:190])
 
@@ -141,7 +131,7 @@ def reject(
     except Conflict as exc:
         if exc.code == "replayed":
             return ClickResult(Result.replayed, "Already received.")
-        return ClickResult(Result.refused, explain(exc), exc.request)
+        return ClickResult(Result.refused, refusal_text(exc), exc.request)
     except BrokerError as exc:
-        return ClickResult(Result.refused, explain(exc))
+        return ClickResult(Result.refused, refusal_text(exc))
     return ClickResult(Result.decided, _done(request), request)

@@ -9,12 +9,12 @@ from a Slack channel of the queue the request waits in now.
 from __future__ import annotations
 
 from api.auth import approver_by_slack_user
+from api.refusals import refusal_text
 from api.slack_always import start_always
 from api.slack_payloads import BlockActions, SlackAction, input_value
 from api.slack_replies import (
     SlackReply,
     channels_of,
-    explain,
     failed,
     notice,
     open_modal,
@@ -90,9 +90,9 @@ def handle_block_actions(
     except Conflict as exc:
         if exc.code == "replayed":
             raise replayed() from None
-        return failed(notice(explain(exc), exc.code))
+        return failed(notice(refusal_text(exc), exc.code))
     except BrokerError as exc:
-        return failed(notice(explain(exc), exc.code))
+        return failed(notice(refusal_text(exc), exc.code))
     body = {"ok": True, "request_id": request.id, "status": request.status.value}
     return SlackReply(body=body, decided=True)
 

@@ -8,12 +8,12 @@ protocol of its own.
 from __future__ import annotations
 
 from api.auth import approver_by_slack_user
+from api.refusals import refusal_text
 from api.rules import remember
 from api.slack_payloads import BlockActions, ViewSubmission
 from api.slack_replies import (
     SlackReply,
     channels_of,
-    explain,
     failed,
     notice,
     open_modal,
@@ -61,7 +61,7 @@ def submit_always(
             outcome=Outcome.rejected if outcome == "rejected" else Outcome.approved,
             reason=reason[:10_000] if reason else None,
         )
-        suggested = int(index) if index.isdigit() else -1
+        suggested = int(index) if index.isascii() and index.isdigit() and len(index) < 4 else -1
         remember(
             state,
             request_id,
@@ -75,6 +75,6 @@ def submit_always(
     except BrokerError as exc:
         if isinstance(exc, Conflict) and exc.code == "replayed":
             raise replayed() from None
-        body = {"response_action": "errors", "errors": {ids.RULE_BLOCK: explain(exc)}}
+        body = {"response_action": "errors", "errors": {ids.RULE_BLOCK: refusal_text(exc)}}
         return SlackReply(body={**body, "error": exc.code}, decided=True)
     return SlackReply(body={"response_action": "clear"}, decided=True)

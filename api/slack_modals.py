@@ -8,9 +8,10 @@ a decision closes it (`"clear"`). Each submission spends the signature with its 
 from __future__ import annotations
 
 from api.auth import approver_by_slack_user
+from api.refusals import refusal_text
 from api.slack_always import submit_always
 from api.slack_payloads import ViewSubmission, input_value
-from api.slack_replies import SlackReply, channels_of, explain
+from api.slack_replies import SlackReply, channels_of
 from api.slack_signature import replayed
 from api.state import ApiState
 from broker.channels.slack import action_ids as ids
@@ -66,7 +67,7 @@ def submit_reject(
     except BrokerError as exc:
         if isinstance(exc, Conflict) and exc.code == "replayed":
             raise replayed() from None
-        errors = {ids.REJECT_REASON_BLOCK: explain(exc)}
+        errors = {ids.REJECT_REASON_BLOCK: refusal_text(exc)}
         body = {"response_action": "errors", "errors": errors, "error": exc.code}
         return SlackReply(body=body, decided=True)
     return SlackReply(body={"response_action": "clear"}, decided=True)
@@ -102,6 +103,6 @@ def submit_answer(
         if isinstance(exc, Conflict) and exc.code == "replayed":
             raise replayed() from None
         where = request if request is not None and has_form(request.metadata) else None
-        body = {**errors_for(InvalidAnswer(explain(exc)), where), "error": exc.code}
+        body = {**errors_for(InvalidAnswer(refusal_text(exc)), where), "error": exc.code}
         return SlackReply(body=body, decided=True)
     return SlackReply(body={"response_action": "clear"}, decided=True)

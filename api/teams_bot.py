@@ -11,7 +11,6 @@ mode (no token needed inbound, none sent outbound), which the config allows only
 
 from __future__ import annotations
 
-import json
 import logging
 import re
 from http import HTTPStatus
@@ -19,7 +18,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from jwt import PyJWTError
-from microsoft_agents.activity import Activity, AdaptiveCardInvokeResponse
+from microsoft_agents.activity import AdaptiveCardInvokeResponse
 from microsoft_agents.authentication.msal import MsalConnectionManager
 from microsoft_agents.hosting.core import (
     AgentApplication,
@@ -32,12 +31,12 @@ from microsoft_agents.hosting.core import (
 )
 from microsoft_agents.hosting.core.authorization.jwt import JwtTokenValidator
 from microsoft_agents.hosting.fastapi import CloudAdapter
-from pydantic import ValidationError
 from starlette.concurrency import run_in_threadpool
 
 from api.errors import UNAVAILABLE, ApiError
 from api.state import ApiState
 from api.teams_actions import Click, handle_click
+from api.teams_activities import check_activity, check_token
 from broker.channels.teams import adaptive_cards as cards
 from broker.domain.config import TeamsConfig
 
@@ -134,6 +133,7 @@ class TeamsBot:
         scheme, _, token = header.partition(" ")
         if scheme.lower() != "bearer" or not token:
             raise ApiError(401, "unauthorized", "the Authorization header is not 'Bearer TOKEN'")
+        check_token(token, self.teams.app_id)  # its shape, before the SDK reads it
         try:
             return await validator.validate_token(token)
         except (PyJWTError, ValueError) as exc:
@@ -142,12 +142,5 @@ class TeamsBot:
 
     @staticmethod
     def check_activity(body: bytes) -> dict[str, Any]:
-        """The activity, or 400: what the adapter would otherwise fail on with a 500."""
-        try:
-            raw = json.loads(body)
-            activity = Activity.model_validate(raw)
-        except (ValueError, ValidationError):
-            raise ApiError(400, "bad_request", "the body is not a Bot Framework activity") from None
-        if not activity.type or not activity.conversation or not activity.conversation.id:
-            raise ApiError(400, "bad_request", "an activity needs a type and conversation.id")
-        return raw
+        """The activity, or 400: what the adapter would otherwise fail on with a 5xx."""
+        return check_activity(body)
