@@ -29,6 +29,7 @@ from tests.support.backends import (  # noqa: F401 - fixtures the modules on bot
     on_backend_make_broker,
     on_backend_rq,
 )
+from tests.support.ci_skips import pytest_runtest_makereport  # noqa: F401 - in CI a skip fails
 from tests.support.cluster_harness import cluster_client, redis_cluster  # noqa: F401 - fixtures
 from tests.support.jobs import jobs_bound_to
 from tests.support.notifier_setup import fake_receiver, fake_slack, fake_smtp  # noqa: F401 - the fakes

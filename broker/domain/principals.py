@@ -95,6 +95,11 @@ def principal_named(config: Config, name: str) -> Principal:
     return Principal(name, frozenset(approver.roles if approver else ()))
 
 
+class NotAnApprover(Forbidden):
+    """An account the config names as no approver's. Its text names only the account the
+    clicker sent (`channels.refusals` shows it as is), never a request, queue or channel."""
+
+
 def approver_with(config: Config, field: str, value: object, *, who: str) -> Principal:
     """The approver whose approver field `field` (`slack_user_id`, `email`...) is `value`.
 
@@ -110,4 +115,4 @@ def approver_with(config: Config, field: str, value: object, *, who: str) -> Pri
             known = approver.identity(field)
             if known is not None and known.strip().casefold() == wanted:
                 return Principal(name, frozenset(approver.roles))
-    raise Forbidden(f"{who} is not an approver here (no approver's {field} matches)")
+    raise NotAnApprover(f"{who} is not an approver here (no approver's {field} matches)")

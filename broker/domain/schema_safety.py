@@ -20,10 +20,11 @@ made with jsonschema's public extension API (`jsonschema.validators.extend`):
 - Every keyword call is charged for the work it may do (its value's and the instance's sizes,
   regexes times keys) against `WORK_BUDGET`, and a deadline (`DEADLINE_S`) is checked with it;
   past either, or at Python's recursion limit (`$ref` loops), the check stops with
-  `TooCostly` (HTTP 422). With RE2 and the caps no single keyword call is slow, so this bounds
-  a validation's time: at most `DEADLINE_S` (0.5 s) of wall time, and the budget alone runs
-  out after 0.3-0.4 s of CPU on a loaded 2-core machine (the doubling `$ref` schema in
-  tests/integration/test_schema_regex_safety.py), whatever the schema.
+  `TooCostly` (HTTP 422), naming which bound it met. With RE2 and the caps no single keyword
+  call is slow, so this bounds a validation's time: at most `DEADLINE_S` (0.5 s) of wall time,
+  and the budget alone runs out after 0.3-0.4 s of CPU on a loaded 2-core machine (the
+  doubling `$ref` schema in tests/integration/test_schema_regex_safety.py, which checks that
+  the budget alone stops it, with no deadline), whatever the schema.
 
 Callers (`broker.domain.answer_schema`, `broker.domain.args_schema`) run these off the event loop (the
 API's routes call the broker in the thread pool). Nothing here decides or stores anything.
@@ -185,12 +186,15 @@ def _spend(units: int) -> None:
         return  # not inside `errors` (the meta-schema check): nothing to bound
     left -= units
     _meter.left = left
-    if left < 0 or time.monotonic() > _meter.deadline:
-        raise _Exhausted
+    if left < 0:
+        raise _Exhausted("too much work")
+    if time.monotonic() > _meter.deadline:
+        raise _Exhausted(f"longer than {_meter.deadline_s:g} s")
 
 
 class _Exhausted(Exception):
-    """Raised from inside a keyword: not a ValidationError, so `anyOf`/`not` don't swallow it."""
+    """Raised from inside a keyword: not a ValidationError, so `anyOf`/`not` don't swallow it.
+    Its text names the bound met."""
 
 
 def _size(value: Any) -> int:
@@ -396,10 +400,17 @@ def compiled(text: str) -> Validator:
     return _draft(schema)(schema, registry=_NOTHING_REMOTE)
 
 
-def errors(schema: Mapping[str, Any], instance: Any, what: str, code: str) -> list[ValidationError]:
+def errors(
+    schema: Mapping[str, Any],
+    instance: Any,
+    what: str,
+    code: str,
+    *,
+    deadline_s: float = DEADLINE_S,
+) -> list[ValidationError]:
     """The ways `instance` breaks `schema` (checked before with `check_schema`), all found
-    within the work budget and the deadline; InvalidInput (`code`) for an instance over its
-    caps, TooCostly past the budget."""
+    within the work budget and `deadline_s`; InvalidInput (`code`) for an instance over its
+    caps, TooCostly past either bound."""
     size = len(
         json.dumps(instance, separators=(",", ":"), ensure_ascii=False, default=str).encode()
     )
@@ -408,13 +419,14 @@ def errors(schema: Mapping[str, Any], instance: Any, what: str, code: str) -> li
     if depth_of(instance, MAX_INSTANCE_DEPTH) > MAX_INSTANCE_DEPTH:
         raise InvalidInput(f"{what}: nested more than {MAX_INSTANCE_DEPTH} deep", code=code)
     validator = compiled(json.dumps(schema, separators=(",", ":"), ensure_ascii=False))
-    _meter.left, _meter.deadline = WORK_BUDGET, time.monotonic() + DEADLINE_S
+    _meter.left, _meter.deadline = WORK_BUDGET, time.monotonic() + deadline_s
+    _meter.deadline_s = deadline_s
     try:
         return list(validator.iter_errors(instance))
-    except (_Exhausted, RecursionError):
+    except (_Exhausted, RecursionError) as exc:
+        bound = str(exc) if isinstance(exc, _Exhausted) else "references that loop"
         raise TooCostly(
-            f"{what}: checking it against the schema takes more than the broker allows"
-            " (a schema whose references loop, or too much work)"
+            f"{what}: checking it against the schema takes more than the broker allows ({bound})"
         ) from None
     except (re2.error, referencing.exceptions.Unresolvable):  # a schema stored before the checks
         raise InvalidInput(

@@ -4,8 +4,9 @@
 Every click goes through the one judge (`broker.judge.deciding`, via `InboundHost.decide`, or
 the host's `remember` for "Approve always"), with the channels the click came from (`via`), so
 roles, channel binding, the creator rule and one vote per person hold as on every channel.
-The platform modules (`api/telegram.py`, `api/discord.py`) verify, parse and turn a
-`ClickResult` into their own answer; nothing here speaks a platform's protocol.
+The platform modules (`channels/telegram/routes.py`, `channels/discord/routes.py`) verify, parse and turn a
+`ClickResult` into their own answer; nothing here speaks a platform's protocol. What a refused
+clicker reads comes from `channels.refusals`: nothing of the request, its queue or its channels.
 """
 
 from __future__ import annotations
@@ -18,11 +19,11 @@ from broker.domain.errors import BrokerError, Conflict
 from broker.domain.models import Decision, Outcome
 from broker.domain.models import Request as BrokerRequest
 from broker.domain.principals import approver_with
-from broker.domain.printable import one_line
 from broker.facade import Once
 from channels.cards import button_tokens as ids
 from channels.cards.answer_options import option_answer
 from channels.inbound import InboundHost
+from channels.refusals import refusal_text
 
 MAX_REASON = 10_000  # what a Decision's reason may hold
 
@@ -41,18 +42,6 @@ class ClickResult:
     result: Result
     text: str
     request: BrokerRequest | None = None
-
-
-def explain(exc: BrokerError) -> str:
-    """What the clicker reads: a late click names who decided first."""
-    if isinstance(exc, Conflict) and exc.code != "replayed":
-        request = exc.request
-        decision = request.decision
-        if exc.code == "escalated" or (request.is_pending and request.queue):
-            return f"Too late: this request was escalated to {one_line(request.queue)}."
-        who = f" by {one_line(decision.decided_by)}" if decision and decision.decided_by else ""
-        return f"Too late: this request was already {request.status.value}{who}."
-    return one_line(exc.detail)[:190]
 
 
 def _done(request: BrokerRequest) -> str:
@@ -117,9 +106,9 @@ def click(
     except Conflict as exc:
         if exc.code == "replayed":
             return ClickResult(Result.replayed, "Already received.")
-        return ClickResult(Result.refused, explain(exc), exc.request)
+        return ClickResult(Result.refused, refusal_text(exc), exc.request)
     except BrokerError as exc:
-        return ClickResult(Result.refused, explain(exc))
+        return ClickResult(Result.refused, refusal_text(exc))
 
 
 def reject(
@@ -147,7 +136,7 @@ def reject(
     except Conflict as exc:
         if exc.code == "replayed":
             return ClickResult(Result.replayed, "Already received.")
-        return ClickResult(Result.refused, explain(exc), exc.request)
+        return ClickResult(Result.refused, refusal_text(exc), exc.request)
     except BrokerError as exc:
-        return ClickResult(Result.refused, explain(exc))
+        return ClickResult(Result.refused, refusal_text(exc))
     return ClickResult(Result.decided, _done(request), request)

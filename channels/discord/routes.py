@@ -15,6 +15,7 @@ Endpoint URL): the route, which verifies, parses and answers within Discord's 3 
 
 from __future__ import annotations
 
+import re
 import time
 from typing import Any
 
@@ -44,6 +45,10 @@ PING, COMPONENT, MODAL_SUBMIT = 1, 3, 5
 PONG, MESSAGE, DEFERRED_UPDATE, MODAL = 1, 4, 6, 9
 EPHEMERAL = 64
 MAX_SKEW_S = 300
+TIMESTAMP = re.compile(r"[0-9]{1,12}", re.ASCII)
+"""Seconds since the epoch in ASCII digits, bounded before it is read as a number."""
+SIGNATURE = re.compile(r"[0-9a-fA-F]{128}", re.ASCII)  # an Ed25519 signature: 64 bytes
+MAX_MODAL_ITEMS = 25  # Discord's modals hold 5 rows of 5
 REASON_INPUT = "reason"
 
 
@@ -53,14 +58,15 @@ def verify(
     """401 unless the body is signed by Discord's key for this application, and recent."""
     if not signature or not timestamp:
         raise Refused(401, "bad_signature", "the Discord signature headers are missing")
+    if not TIMESTAMP.fullmatch(timestamp) or not SIGNATURE.fullmatch(signature):
+        raise Refused(401, "bad_signature", "the Discord signature headers are malformed")
     try:
-        stamp = int(timestamp)
         VerifyKey(bytes.fromhex(discord.public_key)).verify(
             timestamp.encode() + body, bytes.fromhex(signature)
         )
     except (ValueError, BadSignatureError):
         raise Refused(401, "bad_signature", "the Discord signature is wrong") from None
-    if abs(time.time() - stamp) > MAX_SKEW_S:
+    if abs(int(time.time()) - int(timestamp)) > MAX_SKEW_S:
         raise Refused(401, "stale", "the Discord signature timestamp is too old or in the future")
 
 
@@ -142,13 +148,28 @@ def user_of(payload: dict[str, Any]) -> str:
 
 
 def reason_of(data: dict[str, Any]) -> str:
-    """The text typed into the modal's reason input."""
-    for row in data.get("components") or []:
-        for item in (row or {}).get("components") or []:
-            if isinstance(item, dict) and item.get("custom_id") == REASON_INPUT:
-                value = item.get("value")
-                return value if isinstance(value, str) else ""
+    """The text typed into the modal's reason input (rows of inputs, each row an object with a
+    list of input objects); 400 for a submission of any other shape."""
+    rows = data.get("components", [])
+    if not isinstance(rows, list) or len(rows) > MAX_MODAL_ITEMS:
+        raise malformed_modal()
+    for row in rows:
+        items = row.get("components", []) if isinstance(row, dict) else None
+        if not isinstance(items, list) or len(items) > MAX_MODAL_ITEMS:
+            raise malformed_modal()
+        for item in items:
+            if not isinstance(item, dict):
+                raise malformed_modal()
+            if item.get("custom_id") == REASON_INPUT:
+                value = item.get("value", "")
+                if not isinstance(value, str):
+                    raise malformed_modal()
+                return value
     return ""
+
+
+def malformed_modal() -> Refused:
+    return Refused(400, "bad_request", "the modal submission's components are malformed")
 
 
 def respond(result: ClickResult) -> dict[str, Any]:

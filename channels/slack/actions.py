@@ -14,6 +14,7 @@ from broker.domain.principals import Principal, approver_with
 from broker.domain.questions import has_form
 from broker.facade import Once
 from channels.inbound import InboundHost
+from channels.refusals import refusal_text
 from channels.slack import action_ids as ids
 from channels.slack import always_modal as always
 from channels.slack.always import start_always
@@ -23,7 +24,6 @@ from channels.slack.question_modal import ANSWER_FORM, answer_modal
 from channels.slack.replies import (
     SlackReply,
     channels_of,
-    explain,
     failed,
     notice,
     open_modal,
@@ -91,9 +91,9 @@ def handle_block_actions(
     except Conflict as exc:
         if exc.code == "replayed":
             raise replayed() from None
-        return failed(notice(explain(exc), exc.code))
+        return failed(notice(refusal_text(exc), exc.code))
     except BrokerError as exc:
-        return failed(notice(explain(exc), exc.code))
+        return failed(notice(refusal_text(exc), exc.code))
     body = {"ok": True, "request_id": request.id, "status": request.status.value}
     return SlackReply(body=body, decided=True)
 

@@ -12,13 +12,13 @@ from broker.domain.models import Decision, Outcome
 from broker.domain.principals import Principal, approver_with
 from broker.facade import Once
 from channels.inbound import InboundHost
+from channels.refusals import refusal_text
 from channels.slack import always_modal as ids
 from channels.slack.config import SlackConfig
 from channels.slack.payloads import BlockActions, ViewSubmission
 from channels.slack.replies import (
     SlackReply,
     channels_of,
-    explain,
     failed,
     notice,
     open_modal,
@@ -61,7 +61,7 @@ def submit_always(
             outcome=Outcome.rejected if outcome == "rejected" else Outcome.approved,
             reason=reason[:10_000] if reason else None,
         )
-        suggested = int(index) if index.isdigit() else -1
+        suggested = int(index) if index.isascii() and index.isdigit() and len(index) < 4 else -1
         host.remember(
             request_id,
             decision,
@@ -74,6 +74,6 @@ def submit_always(
     except BrokerError as exc:
         if isinstance(exc, Conflict) and exc.code == "replayed":
             raise replayed() from None
-        body = {"response_action": "errors", "errors": {ids.RULE_BLOCK: explain(exc)}}
+        body = {"response_action": "errors", "errors": {ids.RULE_BLOCK: refusal_text(exc)}}
         return SlackReply(body={**body, "error": exc.code}, decided=True)
     return SlackReply(body={"response_action": "clear"}, decided=True)

@@ -90,8 +90,9 @@ def always_modal(
 
 def chosen(state: dict[str, Any] | None, block: str, action: str) -> str | None:
     """The selected option's value (radio buttons) or typed value of one modal input."""
-    values = (state or {}).get("values") or {}
-    found = (values.get(block) or {}).get(action) or {}
+    values = (state or {}).get("values")
+    inputs = values.get(block) if isinstance(values, dict) else None
+    found = inputs.get(action) if isinstance(inputs, dict) else None
     if not isinstance(found, dict):
         return None
     option = found.get("selected_option")

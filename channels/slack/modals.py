@@ -14,6 +14,7 @@ from broker.domain.principals import approver_with
 from broker.domain.questions import InvalidAnswer, has_form
 from broker.facade import Once
 from channels.inbound import InboundHost
+from channels.refusals import refusal_text
 from channels.slack import action_ids as ids
 from channels.slack import always_modal as always
 from channels.slack.always import submit_always
@@ -24,7 +25,7 @@ from channels.slack.question_modal import (
     answer_from_view_state,
     errors_for,
 )
-from channels.slack.replies import SlackReply, channels_of, explain
+from channels.slack.replies import SlackReply, channels_of
 from channels.slack.signature import replayed
 
 MAX_REASON = 10_000  # what a Decision's reason may hold
@@ -68,7 +69,7 @@ def submit_reject(
     except BrokerError as exc:
         if isinstance(exc, Conflict) and exc.code == "replayed":
             raise replayed() from None
-        errors = {ids.REJECT_REASON_BLOCK: explain(exc)}
+        errors = {ids.REJECT_REASON_BLOCK: refusal_text(exc)}
         body = {"response_action": "errors", "errors": errors, "error": exc.code}
         return SlackReply(body=body, decided=True)
     return SlackReply(body={"response_action": "clear"}, decided=True)
@@ -106,6 +107,6 @@ def submit_answer(
         if isinstance(exc, Conflict) and exc.code == "replayed":
             raise replayed() from None
         where = request if request is not None and has_form(request.metadata) else None
-        body = {**errors_for(InvalidAnswer(explain(exc)), where), "error": exc.code}
+        body = {**errors_for(InvalidAnswer(refusal_text(exc)), where), "error": exc.code}
         return SlackReply(body=body, decided=True)
     return SlackReply(body={"response_action": "clear"}, decided=True)

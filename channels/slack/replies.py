@@ -17,7 +17,7 @@ import httpx
 from slack_sdk import WebClient
 from slack_sdk.errors import SlackClientError
 
-from broker.domain.errors import BrokerError, Conflict
+from broker.domain.errors import Conflict
 from broker.domain.models import Request as BrokerRequest
 from broker.domain.principals import Principal
 from broker.domain.printable import lines
@@ -58,15 +58,6 @@ def failed(body: dict[str, Any]) -> SlackReply:
 def pending(request: BrokerRequest) -> SlackReply:
     """A modal opened: the request still waits."""
     return SlackReply(body={"ok": True, "request_id": request.id, "status": "pending"})
-
-
-def explain(exc: BrokerError) -> str:
-    """The user-facing text of a refusal (a late click names who decided first)."""
-    if isinstance(exc, Conflict):
-        decision = exc.request.decision
-        who = f" by {decision.decided_by}" if decision and decision.decided_by else ""
-        return f"Too late: this request was already {exc.request.status.value}{who}."
-    return exc.detail
 
 
 def post_notice(url: str, body: dict[str, Any]) -> None:

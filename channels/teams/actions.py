@@ -5,8 +5,10 @@ Sync code, run in a thread: it reads Redis and calls the one decision service
 click decides only from a `[teams.channels.NAME]` conversation of the queue the request waits
 in now), the creator rule and the quorum per person (a Teams user mapped to alice is alice on
 every channel). The click's activity id is its one-time marker, spent with the decision: a
-replayed invoke records nothing. Whatever happens, the clicker gets a card back: the request
-as it stands, with a line saying why a click was refused. It never speaks to Teams itself.
+replayed invoke records nothing. Whatever happens, the clicker gets a card back: to one who may
+decide the request, the request as it stands, with a line saying why a click was refused; to
+anyone else, a card with that line alone (`api.refusals`), nothing of the request. It never
+speaks to Teams itself.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from broker.domain.questions import is_structured, questions_of
 from broker.judge.deciding import REPLAY_TTL_S
 from channels.answer_forms import answer_from_form, question_input
 from channels.inbound import InboundHost
+from channels.refusals import refusal_text
 from channels.teams import adaptive_cards as cards
 from channels.teams.config import TeamsConfig
 
@@ -102,37 +105,36 @@ def decision_for(verb: str, request: BrokerRequest, data: dict[str, Any]) -> Dec
     raise InvalidInput(f"unknown action {verb!r}")
 
 
-def explain(exc: BrokerError) -> str:
-    """The line a refused click shows (a late click names who decided first)."""
-    if isinstance(exc, Conflict) and exc.code == "replayed":
-        return "This click was already received."
-    if isinstance(exc, Conflict):
-        decision = exc.request.decision
-        who = f" by {decision.decided_by}" if decision and decision.decided_by else ""
-        return f"Too late: this request was already {exc.request.status.value}{who}."
-    return exc.detail
+def refused(text: str) -> Answer:
+    """A refusal card: the line alone, nothing of the request (the clicker may be anyone who
+    can send an invoke naming a request id)."""
+    return Answer(cards.refusal(text))
 
 
 def handle_click(host: InboundHost, teams: TeamsConfig, click: Click) -> Answer:
-    """Decide what the click asks for, and the card that shows the outcome to the clicker."""
+    """Decide what the click asks for, and the card that shows the outcome to the clicker.
+
+    Who clicked, from where, and whether they may decide the request are settled first: until
+    then the answer carries nothing of the request. Past that, the clicker sees the request
+    as it stands (a late click: who decided first; a reason missing: the card again)."""
     request_id = click.data.get("request_id")
     if not isinstance(request_id, str) or not request_id:
-        return Answer(None, "This card names no request.")
+        return refused("This card names no request.")
     via = channels_of(teams, click)
-    shown_in = via[0] if via else "teams"
+    if not via:
+        return refused("This conversation is not one of the broker's Teams channels.")
     try:
-        current = host.broker.get_request(request_id)
-    except NotFound:
-        return Answer(None, "This request no longer exists.")
-    try:
-        if not via:
-            raise Forbidden("This conversation is not one of the broker's Teams channels.")
         principal = approver_with(
             host.config,
             "teams_user_id",
             click.user_aad_id,
             who=f"You (Entra ID object id {click.user_aad_id or 'none sent'})",
         )
+        current = host.broker.get_request(request_id)
+        host.deciding.check_may_decide(principal, current, via)
+    except (Forbidden, NotFound) as exc:
+        return refused(refusal_text(exc))
+    try:
         decision = decision_for(click.verb, current, click.data)
         once = None
         if click.activity_id:
@@ -148,7 +150,9 @@ def handle_click(host: InboundHost, teams: TeamsConfig, click: Click) -> Answer:
             once=once,
         )
     except Conflict as exc:
-        return Answer(cards.render(exc.request, host.config, shown_in, note=explain(exc)))
+        return Answer(cards.render(exc.request, host.config, via[0], note=refusal_text(exc)))
+    except (Forbidden, NotFound) as exc:  # the creator rule; the request gone meanwhile
+        return refused(refusal_text(exc))
     except BrokerError as exc:
-        return Answer(cards.render(current, host.config, shown_in, note=explain(exc)))
-    return Answer(cards.render(request, host.config, shown_in))
+        return Answer(cards.render(current, host.config, via[0], note=refusal_text(exc)))
+    return Answer(cards.render(request, host.config, via[0]))

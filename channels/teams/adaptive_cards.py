@@ -241,6 +241,26 @@ def moved(request: Request, config: Config) -> list[Element]:
     return [literal(line, weight="Bolder")]
 
 
+def card(body: list[Element], buttons: list[Element] | None = None) -> Element:
+    """An Adaptive Card of `body` (and `buttons`), in the version `Action.Execute` needs."""
+    out: Element = {
+        "type": "AdaptiveCard",
+        "$schema": "http://adaptivecards.io/schemas/adaptive-card.json",
+        "version": CARD_VERSION,
+        "body": body,
+        "msteams": {"width": "Full"},
+    }
+    if buttons:
+        out["actions"] = buttons
+    return out
+
+
+def refusal(note: str) -> Element:
+    """The card a refused click is answered with: the line saying why, and nothing of the
+    request (no tool, arguments, prompt, queue or buttons)."""
+    return card([literal(note, color="Attention", weight="Bolder")])
+
+
 def render(request: Request, config: Config, channel: str, note: str | None = None) -> Element:
     """The card for `request` as it stands, as shown in Teams channel `channel` (`teams:NAME`);
     `note` is a line for the one who clicked (why a click was refused)."""
@@ -260,16 +280,7 @@ def render(request: Request, config: Config, channel: str, note: str | None = No
     body.append(
         literal(f"request {request.id} · queue {request.queue}", isSubtle=True, size="Small")
     )
-    card: Element = {
-        "type": "AdaptiveCard",
-        "$schema": "http://adaptivecards.io/schemas/adaptive-card.json",
-        "version": CARD_VERSION,
-        "body": body,
-        "msteams": {"width": "Full"},
-    }
-    if buttons:
-        card["actions"] = buttons
-    return card
+    return card(body, buttons)
 
 
 def summary(request: Request) -> str:

@@ -11,7 +11,6 @@ mode (no token needed inbound, none sent outbound), which the config allows only
 
 from __future__ import annotations
 
-import json
 import logging
 import re
 from http import HTTPStatus
@@ -19,7 +18,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from jwt import PyJWTError
-from microsoft_agents.activity import Activity, AdaptiveCardInvokeResponse
+from microsoft_agents.activity import AdaptiveCardInvokeResponse
 from microsoft_agents.authentication.msal import MsalConnectionManager
 from microsoft_agents.hosting.core import (
     AgentApplication,
@@ -32,7 +31,6 @@ from microsoft_agents.hosting.core import (
 )
 from microsoft_agents.hosting.core.authorization.jwt import JwtTokenValidator
 from microsoft_agents.hosting.fastapi import CloudAdapter
-from pydantic import ValidationError
 from starlette.concurrency import run_in_threadpool
 
 from broker.facade import UNAVAILABLE
@@ -40,6 +38,7 @@ from channels.errors import Refused
 from channels.inbound import InboundHost
 from channels.teams import adaptive_cards as cards
 from channels.teams.actions import Click, handle_click
+from channels.teams.activities import check_activity, check_token
 from channels.teams.config import TeamsConfig
 
 log = logging.getLogger("approval_broker.api")
@@ -135,6 +134,7 @@ class TeamsBot:
         scheme, _, token = header.partition(" ")
         if scheme.lower() != "bearer" or not token:
             raise Refused(401, "unauthorized", "the Authorization header is not 'Bearer TOKEN'")
+        check_token(token, self.teams.app_id)  # its shape, before the SDK reads it
         try:
             return await validator.validate_token(token)
         except (PyJWTError, ValueError) as exc:
@@ -143,12 +143,5 @@ class TeamsBot:
 
     @staticmethod
     def check_activity(body: bytes) -> dict[str, Any]:
-        """The activity, or 400: what the adapter would otherwise fail on with a 500."""
-        try:
-            raw = json.loads(body)
-            activity = Activity.model_validate(raw)
-        except (ValueError, ValidationError):
-            raise Refused(400, "bad_request", "the body is not a Bot Framework activity") from None
-        if not activity.type or not activity.conversation or not activity.conversation.id:
-            raise Refused(400, "bad_request", "an activity needs a type and conversation.id")
-        return raw
+        """The activity, or 400: what the adapter would otherwise fail on with a 5xx."""
+        return check_activity(body)

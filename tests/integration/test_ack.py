@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 import pytest
@@ -37,7 +36,7 @@ API_CONFIG = {
             "channels": ["inbox"],
             "timeout_s": 0.3,
             "escalate_to": "managers",
-            "ack_timeout_s": 1.5,
+            "ack_timeout_s": 3,
         },
     },  # fmt: skip
     "slack": {
@@ -75,14 +74,16 @@ def test_an_ack_holds_escalation_past_the_timeout_then_it_resumes(
 ) -> None:
     req = new(api_broker)
     due = req.expires_at.timestamp()
+    before = redis_now(api_broker)
     resp = client.post(f"/v1/requests/{req.id}/ack", headers=auth("alice"))
+    after = redis_now(api_broker)
     assert resp.status_code == 200, resp.text
     body = resp.json()
     assert body["status"] == "pending" and body["decision"] is None and body["acked_by"] == "alice"
     [entry] = [h for h in body["history"] if h["event"] == "acked"]
     assert entry["by"] == "alice" and entry["channel"] == "inbox" and entry["at"]
     held = expires(api_broker, req.id)
-    assert held >= time.time() + 290  # now + the queue's ack_timeout_s (300)
+    assert before + 300 <= held <= after + 300  # the ack's time + the queue's ack_timeout_s
     assert api_broker.sweep(now=due + 1) == []  # past its timeout: still held
     assert api_broker.sweep(now=held - 1) == []
     assert api_broker.get_request(req.id).queue == "default"
@@ -90,18 +91,39 @@ def test_an_ack_holds_escalation_past_the_timeout_then_it_resumes(
     assert (moved.action, moved.to_queue) == ("escalated", "managers")
 
 
+def redis_now(broker: Broker) -> float:
+    """Redis's clock (TIME), which the steps read when no `now` is given."""
+    seconds, micros = broker.redis.time()
+    return seconds + micros / 1e6
+
+
 def test_an_ack_holds_a_fast_escalating_request_on_the_real_clock(api_broker: Broker) -> None:
-    """Short timeouts and polling with a deadline, no simulated time."""
+    """Short timeouts, no simulated time: the sweeps read Redis's clock, and so does the test.
+
+    Each sweep that ends before the hold does (on Redis's clock, read after it) ran wholly
+    inside the hold, past the request's timeout, so it must leave the request where it is;
+    the first sweep after the hold moves it. A busy machine only changes how many sweeps fall
+    inside the hold (at least one must: the hold is 3 s).
+    """
     deciding = Deciding(api_broker)
     alice = Principal("alice", frozenset({"ops"}))
     req = new(api_broker, queue="fast")
     deciding.ack(req.id, alice, via=("inbox",))
-    start = time.monotonic()
-    while time.monotonic() - start < 1.0:  # well past the 0.3 s timeout, inside the 1.5 s hold
-        assert api_broker.sweep() == []
-        time.sleep(0.05)
-    assert api_broker.get_request(req.id).queue == "fast"
-    wait_for(lambda: api_broker.sweep(), timeout=5)  # then it escalates
+    until = expires(api_broker, req.id)  # now + the queue's ack_timeout_s (3)
+    wait_for(lambda: redis_now(api_broker) > req.expires_at.timestamp(), timeout=5)
+    inside: list[float] = []
+
+    def swept_after_the_hold() -> bool:
+        moved = api_broker.sweep()
+        ended = redis_now(api_broker)
+        if ended < until:
+            assert moved == [], f"escalated {until - ended:.3f} s before its ack ran out"
+            inside.append(ended)
+            return False
+        return bool(moved)
+
+    wait_for(swept_after_the_hold, timeout=30)
+    assert inside, "no sweep ran inside the hold"
     assert api_broker.get_request(req.id).queue == "managers"
 
 

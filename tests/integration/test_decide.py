@@ -312,19 +312,22 @@ def test_a_decision_bound_to_a_queue_is_refused_once_the_request_moved(broker: B
     assert done.status is Status.approved
 
 
-@single_only  # cluster: a marker is kept in its request's partition, so "on any request" spans one
 def test_a_one_time_marker_is_spent_with_the_decision_and_only_then(broker: Broker):
-    a, b = (
-        broker.create_request(NewRequest(tool_name="a")),
-        broker.create_request(NewRequest(tool_name="b")),
-    )
-    once = (broker.keys.seen("webhook", "ops:msg_1"), 900)
+    keys = broker.keys
+    a = broker.create_request(NewRequest(tool_name="a"))
+    # b shares a's partition (on a single Redis every request does): on a cluster a marker is
+    # kept in its request's partition (another partition's is a known gap, docs/architecture.md)
+    b = broker.create_request(NewRequest(tool_name="b"))
+    while keys.partition_of_request(b.id) != keys.partition_of_request(a.id):
+        b = broker.create_request(NewRequest(tool_name="b"))
+    once = (keys.seen("webhook", "ops:msg_1"), 900)
+    kept = keys.in_partition(once[0], keys.partition_of_request(a.id))
     with pytest.raises(InvalidInput):  # refused: the marker stays unspent
         broker.decide(a.id, Decision(outcome="answered", answer=1), decided_by="w", once=once)
-    assert not broker.redis.exists(once[0])
+    assert not broker.redis.exists(kept)
     broker.decide(a.id, Decision(outcome="approved"), decided_by="w", once=once)
-    assert 890 <= broker.redis.ttl(once[0]) <= 900
-    for rid in (a.id, b.id):  # the same marker again, on any request: a replay
+    assert 890 <= broker.redis.ttl(kept) <= 900
+    for rid in (a.id, b.id):  # the same marker again, on any request of its partition: a replay
         with pytest.raises(Conflict) as info:
             broker.decide(rid, Decision(outcome="rejected", reason="x"), decided_by="w", once=once)
         assert info.value.code == "replayed"

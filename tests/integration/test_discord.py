@@ -184,10 +184,8 @@ def test_a_click_from_a_channel_the_queue_does_not_list_decides_nothing(
     broker, client = dc
     rid = broker.create_request(refund()).id
     click = discord.click(card_in(DC_OTHER_CHANNEL), ALICE_DC, ids.token(ids.APPROVE, rid))
-    assert (
-        "is decided through discord:ops"
-        in dc_post(client, discord, click).json()["data"]["content"]
-    )
+    content = dc_post(client, discord, click).json()["data"]["content"]
+    assert content == "You may not decide this request from here."
     assert broker.get_request(rid).is_pending
 
 
@@ -278,3 +276,44 @@ def test_a_signed_body_that_is_not_an_interaction_is_a_clear_400(
     }
     resp = client.post("/v1/discord/interactions", content=body, headers=headers)
     assert resp.status_code == 400 and resp.json()["error"] == "bad_request"
+
+
+@pytest.mark.parametrize(
+    "components",
+    ["abc", 5, [[1]], [None], [{"components": "x"}], [{"components": [5]}], {"a": 1}],
+    ids=[
+        "a-string",
+        "a-number",
+        "a-list-in-a-list",
+        "null-row",
+        "row-a-string",
+        "item-a-number",
+        "an-object",
+    ],
+)
+def test_a_signed_modal_submit_with_malformed_components_is_a_400_and_decides_nothing(
+    dc: tuple[Broker, TestClient], discord: FakeDiscord, components: Any
+) -> None:
+    broker, client = dc
+    rid = broker.create_request(refund()).id
+    submit = discord.submit(card_in(), ALICE_DC, ids.token(ids.REJECT, rid), "wrong order")
+    submit["data"]["components"] = components
+    resp = dc_post(client, discord, submit)
+    assert resp.status_code == 400 and set(resp.json()) == {"error", "detail"}
+    assert broker.get_request(rid).is_pending
+
+
+@pytest.mark.parametrize(
+    "stamp",
+    ["9" * 400, "-" + "9" * 400, "1" * 5000, "1.7e9", " 1700000000", ""],
+    ids=["400-digits", "negative-400-digits", "5000-digits", "a-float", "a-space", "empty"],
+)
+def test_a_signed_interaction_with_a_malformed_timestamp_is_a_401(
+    dc: tuple[Broker, TestClient], discord: FakeDiscord, stamp: str
+) -> None:
+    broker, client = dc
+    rid = broker.create_request(refund()).id
+    click = discord.click(card_in(), ALICE_DC, ids.token(ids.APPROVE, rid))
+    resp = dc_post(client, discord, click, timestamp=stamp)
+    assert resp.status_code == 401 and resp.json()["error"] in ("bad_signature", "stale")
+    assert broker.get_request(rid).is_pending

@@ -304,11 +304,11 @@ def test_an_idle_stream_outlives_the_redis_socket_timeout_with_a_heartbeat_and_n
                 assert time.monotonic() - started > 2 * 5  # socket timeouts went by
                 created = make(broker)  # and after that long idle, events still arrive
                 assert next_event(reader).data["id"] == created.id
-                stopped = time.monotonic()
                 proc.terminate()  # with the stream open: it ends, the server exits promptly
                 assert all(item.event is None for item in reader)
                 proc.wait(10)  # (uvicorn re-raises SIGTERM once it has shut down)
-                assert time.monotonic() - stopped < 4  # not the 5 s graceful limit
+                # the stream ended itself: uvicorn never had to cancel it at its graceful limit
+                assert "timeout graceful shutdown exceeded" not in log_path.read_text()
     finally:
         proc.terminate()
         proc.wait(10)

@@ -160,6 +160,7 @@ def test_a_task_waiting_for_its_retry_is_parked_due_when_it_would_have_run(setup
     setup.slow.open.set()
     setup.slow.fail_first = True  # the first try fails: the task waits out a 2.5-5 s back-off
     task = setup.task(setup.slow)
+    submitted = time.time()  # the try fails after this, so its back-off ends 2.5 s after this
     setup.dispatcher.submit(task)
     wait_for(lambda: task.state is TaskState.waiting)
     parking, parked = setup.park_in_background([task])
@@ -168,6 +169,7 @@ def test_a_task_waiting_for_its_retry_is_parked_due_when_it_would_have_run(setup
     assert parked == [task] and task.released
     redis = setup.broker.redis
     due = redis.zscore(setup.broker.keys.parked("test:slow"), task.parked)
-    assert due is not None and time.time() + 1 < due < time.time() + 6  # not the lease's end
+    # due when its back-off ends (at most 5 s after it was parked), not at the lease's end (30 s)
+    assert due is not None and submitted + 2 < due < time.time() + 6
     raw = redis.hget(setup.broker.keys.parked_tasks("test:slow"), task.parked)
     assert Parked.load("test:slow", task.parked or "", raw.decode()).attempts == 1

