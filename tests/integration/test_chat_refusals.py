@@ -18,8 +18,9 @@ from fastapi.testclient import TestClient
 from redis import Redis
 
 from api.app import create_app
-from broker.domain.config import Settings, parse_config
+from broker.domain.config import parse_config
 from broker.domain.models import NewRequest, Request
+from broker.domain.settings import Settings
 from broker.facade import Broker
 from channels.cards import button_tokens as tokens
 from channels.slack import action_ids as slack_ids

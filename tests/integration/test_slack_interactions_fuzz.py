@@ -20,7 +20,8 @@ from hypothesis import strategies as st
 from redis import Redis
 
 from api.app import create_app
-from broker.domain.config import Settings, parse_config
+from broker.domain.config import parse_config
+from broker.domain.settings import Settings
 from broker.facade import Broker
 from channels.slack import action_ids as ids
 from channels.slack import always_modal as always

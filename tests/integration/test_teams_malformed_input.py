@@ -22,8 +22,9 @@ from httpx import Response
 from redis import Redis
 
 from api.app import create_app
-from broker.domain.config import Config, Settings
+from broker.domain.config import Config
 from broker.domain.models import NewRequest, Request
+from broker.domain.settings import Settings
 from broker.facade import Broker
 from tests.support.fakes.teams import FakeConnector
 from tests.support.teams_setup import (  # noqa: F401 - the connector fixture

@@ -22,8 +22,9 @@ from hypothesis import strategies as st
 from redis import Redis
 
 from api.app import create_app
-from broker.domain.config import Config, Settings, parse_config
+from broker.domain.config import Config, parse_config
 from broker.domain.models import NewRequest
+from broker.domain.settings import Settings
 from broker.facade import Broker
 from channels.teams import adaptive_cards as cards
 from tests.support.fakes.teams import FakeConnector

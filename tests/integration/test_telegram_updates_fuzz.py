@@ -16,8 +16,9 @@ from hypothesis import strategies as st
 from redis import Redis
 
 from api.app import create_app
-from broker.domain.config import Settings, parse_config
+from broker.domain.config import parse_config
 from broker.domain.models import Decision, NewRequest, Outcome
+from broker.domain.settings import Settings
 from broker.facade import Broker
 from channels.cards import button_tokens as ids
 from tests.support.chat_setup import (  # noqa: F401 - the fake's fixture
