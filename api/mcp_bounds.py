@@ -2,10 +2,13 @@
 
 The SDK's Streamable HTTP transport reads a POST body with `json.loads` and validates it with
 pydantic: a body nested 2,000 deep is a `RecursionError` there, an integer of 5,000 digits a
-`ValueError`, and either is a 500 (`Error handling POST request`). So `/mcp` (and the MCP
+`ValueError`, and either is a 500 (`Error handling POST request`). A number past a double
+(`1e999`) the SDK turns into `null` without a word (it re-serialises the message), so
+`"args": {"amount": 1e999}` became a request for `{"amount": null}`. So `/mcp` (and the MCP
 gateway's `/mcp`) read the body first with `broker.domain.bounded_json` (the size and depth
-bounds every body from outside gets), answer what it refuses with REST's 4xx
-`{"error", "detail"}`, and hand the SDK the body they checked. The depth allows the JSON-RPC
+bounds every body from outside gets) and check it as REST checks its bodies
+(`api.schemas.check_json_safe`: finite numbers, valid Unicode), answer what they refuse with
+REST's 4xx `{"error", "detail"}`, and hand the SDK the body they checked. The depth allows the JSON-RPC
 envelope (the message, its `params`) on top of what a REST body may nest, so a tool's
 arguments meet the same bound as `POST /v1/requests`.
 """
@@ -16,6 +19,7 @@ import json
 
 from starlette.types import Message, Receive, Scope, Send
 
+from api.schemas import check_json_safe
 from broker.domain import bounded_json
 from broker.domain.errors import InvalidInput
 
@@ -66,8 +70,12 @@ async def checked_body(scope: Scope, receive: Receive, send: Send) -> Receive | 
         return receive
     body = await _body(receive)
     try:
-        bounded_json.loads(body, "body", max_depth=MAX_DEPTH)
+        value = bounded_json.loads(body, "body", max_depth=MAX_DEPTH)
+        check_json_safe(value, "body", max_depth=MAX_DEPTH)
     except InvalidInput as error:  # too deep, too large, or JSON the SDK would fail on
         await _refuse(send, error)
+        return None
+    except ValueError as problem:  # a number past a double, a lone surrogate
+        await _refuse(send, InvalidInput(str(problem)))
         return None
     return _replay(body, receive)

@@ -67,8 +67,10 @@ def post(client: TestClient, body: str, token: str = AGENT) -> httpx.Response:
         (nested(2000), "too_deep"),  # the issue's
         (nested(64), "too_deep"),  # one deeper than REST's bound
         ('{"n": ' + "9" * 5000 + "}", "invalid_json"),  # past Python's 4,300 digits
+        ('{"amount": 1e999}', "invalid"),  # the SDK made it null: a request for other args
+        ('{"note": "\\ud800"}', "invalid"),  # a lone surrogate, as REST refuses it
     ],
-    ids=["2000-deep", "64-deep", "5000-digits"],
+    ids=["2000-deep", "64-deep", "5000-digits", "past-a-double", "lone-surrogate"],
 )
 def test_a_body_past_the_bounds_is_a_4xx_and_creates_nothing(
     args: str, code: str, client: TestClient, api_broker: Broker

@@ -37,22 +37,36 @@ NUMBERS = st.one_of(
     st.sampled_from([-(2**64), 10**30, -1, 0]),
     st.floats(allow_nan=True, allow_infinity=True),
 )
-SCALARS = st.one_of(st.none(), st.booleans(), NUMBERS, TEXT)
-VALUES = st.recursive(
-    SCALARS,
-    lambda inner: st.one_of(st.lists(inner, max_size=4), st.dictionaries(TEXT, inner, max_size=4)),
-    max_leaves=12,
-)
-"""Any JSON value (NaN and Infinity included, which `json.dumps` writes and JSON forbids)."""
 
 
-def near(valid: dict[str, Any], extra_keys: bool = True) -> st.SearchStrategy[dict[str, Any]]:
-    """`valid` with some of its fields swapped for hostile values, dropped, or added to."""
-    fields = {k: st.one_of(st.just(v), VALUES) for k, v in valid.items()}
+def json_values(text: st.SearchStrategy[str]) -> st.SearchStrategy[Any]:
+    """Any JSON value with strings and keys from `text` (NaN and Infinity included, which
+    `json.dumps` writes and JSON forbids)."""
+    scalars = st.one_of(st.none(), st.booleans(), NUMBERS, text)
+    return st.recursive(
+        scalars,
+        lambda inner: st.one_of(
+            st.lists(inner, max_size=4), st.dictionaries(text, inner, max_size=4)
+        ),
+        max_leaves=12,
+    )
+
+
+VALUES = json_values(TEXT)
+UNICODE_VALUES = json_values(UNICODE_TEXT)
+"""VALUES a client can send as UTF-8 (the MCP SDK's client can't encode a lone surrogate)."""
+
+
+def near(
+    valid: dict[str, Any], extra_keys: bool = True, values: st.SearchStrategy[Any] = VALUES
+) -> st.SearchStrategy[dict[str, Any]]:
+    """`valid` with some of its fields swapped for hostile `values`, dropped, or added to."""
+    fields = {k: st.one_of(st.just(v), values) for k, v in valid.items()}
     base = st.fixed_dictionaries({}, optional=fields)
     if not extra_keys:
         return base
-    return st.tuples(base, st.dictionaries(TEXT, VALUES, max_size=2)).map(
+    keys = UNICODE_TEXT if values is UNICODE_VALUES else TEXT
+    return st.tuples(base, st.dictionaries(keys, values, max_size=2)).map(
         lambda pair: {**pair[1], **pair[0]}
     )
 
