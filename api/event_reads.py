@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import re
 from contextlib import AbstractContextManager
 from typing import Any
 from urllib.parse import parse_qsl, urlencode
@@ -23,11 +22,10 @@ from urllib.parse import parse_qsl, urlencode
 from api.errors import ApiError
 from api.follow import Subscriber, Waiter
 from api.redis_async import AsyncRedis
+from broker.redis.stream_ids import BadStreamId, parse_stream_id
 from broker.store.keys import Keys
 
 BATCH = 100
-_ENTRY_ID = re.compile(r"^\d{1,20}-\d{1,20}$")
-_VECTOR = re.compile(r"^\d{1,20}(-\d{1,20})?(\.\d{1,20}(-\d{1,20})?)*$")
 Entries = list[tuple[bytes, dict[bytes, bytes]]]
 Batch = list[tuple[str, Entries]]
 
@@ -40,19 +38,26 @@ def encode_position(positions: dict[str, str]) -> str:
 def decode_position(last_event_id: str, partitions: int = 1) -> dict[str, str]:
     """The positions a `Last-Event-ID` names; ApiError 400 when it isn't one of our ids.
 
-    With P > 1 partitions a value is P positions joined by dots (or one, an id a single Redis
-    sent, which names no partition's position and is ignored)."""
+    Each position is checked by `broker.redis.stream_ids` (the one reader of stream ids from
+    outside), so what Redis is handed is an id it reads. With P > 1 partitions a value is P positions
+    joined by dots, `0` or `ms` for `ms-0` (or one, an id a single Redis sent, which names no
+    partition's position and is ignored)."""
+    bad = ApiError(400, "bad_last_event_id", "Last-Event-ID is not an id this stream sent")
     try:
         pairs = parse_qsl(last_event_id, keep_blank_values=True, strict_parsing=True)
     except ValueError:
-        pairs = []
-    valid = _ENTRY_ID if partitions <= 1 else _VECTOR
-    if not pairs or any(not valid.match(v) for _, v in pairs):
-        raise ApiError(400, "bad_last_event_id", "Last-Event-ID is not an id this stream sent")
-    if partitions > 1 and any(v.count(".") not in (0, partitions - 1) for _, v in pairs):
-        raise ApiError(400, "bad_last_event_id", "Last-Event-ID is not an id this stream sent")
-    if any(int(n) >= 2**64 for _, v in pairs for n in re.findall(r"\d+", v)):
-        raise ApiError(400, "bad_last_event_id", "Last-Event-ID is not an id this stream sent")
+        raise bad from None
+    if not pairs:
+        raise bad
+    try:
+        for _, value in pairs:
+            ids = value.split(".") if partitions > 1 else [value]
+            if len(ids) not in (1, partitions):
+                raise bad
+            for one in ids:
+                parse_stream_id(one, seq=partitions <= 1)
+    except BadStreamId:
+        raise bad from None
     return dict(pairs)
 
 

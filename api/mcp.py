@@ -6,6 +6,8 @@ The official `mcp` SDK speaks the protocol (its low-level `Server` and
 answer any call). This module authenticates (the REST bearer tokens, 401 without one) and
 turns each tool call into a call of `api.mcp_tools`, whose errors come back as MCP tool errors
 (`isError`) carrying the same `{"error", "detail"}` body REST answers with (`api.errors`).
+A POST body is checked within bounds before the SDK reads it (`api.mcp_bounds`), and a
+principal holds at most as many `GET /mcp` streams here as `/v1/events` streams (429 beyond).
 """
 
 from __future__ import annotations
@@ -24,6 +26,8 @@ from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from starlette.types import Receive, Scope, Send
 
 from api.errors import error_response, known_error_response, unauthorized
+from api.events import StreamSlots
+from api.mcp_bounds import checked_body
 from api.mcp_tools import TOOLS, McpTools
 from api.state import ApiState
 from broker.domain.principals import Principal, authenticate
@@ -85,23 +89,53 @@ def build_server() -> Server[Any, Any]:
 
 class McpEndpoint:
     """The ASGI endpoint at `/mcp`: 401 without a valid token, else the session manager of the
-    app's lifespan (503 outside it)."""
+    app's lifespan (503 outside it). A POST's body is checked first (`api.mcp_bounds`); a GET
+    (a stream the server may send on, open until the client leaves) holds one of the
+    principal's stream slots while it is open: as many as `/v1/events` allows
+    (`EventsSettings.max_streams_per_principal`), counted apart from those."""
 
-    def __init__(self) -> None:
+    def __init__(self, slots: StreamSlots) -> None:
         self.manager: StreamableHTTPSessionManager | None = None
+        self.slots = slots
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         http = HttpRequest(scope, receive)
         state: ApiState = http.app.state.api
-        if _principal(state, http.headers.get("authorization")) is None:
+        principal = _principal(state, http.headers.get("authorization"))
+        if principal is None:
             exc = unauthorized()
             response = error_response(401, exc.code, exc.detail, exc.headers)
         elif self.manager is None:
             response = error_response(503, "unavailable", "the MCP endpoint is not running")
+        elif scope["method"] == "GET":
+            await self._stream(principal, scope, receive, send)
+            return
         else:
-            await self.manager.handle_request(scope, receive, send)
+            checked = await checked_body(scope, receive, send)
+            if checked is not None:
+                await self.manager.handle_request(scope, checked, send)
             return
         await response(scope, receive, send)
+
+    async def _stream(
+        self, principal: Principal, scope: Scope, receive: Receive, send: Send
+    ) -> None:
+        """A GET stream, in one of the principal's slots for as long as it is open; else 429."""
+        manager = self.manager
+        assert manager is not None
+        if not self.slots.acquire(principal.name):
+            response = error_response(
+                429,
+                "too_many_streams",
+                f"{principal.name!r} already has {self.slots.limit} MCP streams open here",
+                {"Retry-After": "5"},
+            )
+            await response(scope, receive, send)
+            return
+        try:
+            await manager.handle_request(scope, receive, send)
+        finally:
+            self.slots.release(principal.name)
 
     @asynccontextmanager
     async def running(self) -> AsyncIterator[None]:
@@ -118,7 +152,9 @@ class McpEndpoint:
 
 
 def install_mcp(app: FastAPI) -> McpEndpoint:
-    """Route `/mcp` to the MCP endpoint; the app's lifespan runs `endpoint.running()`."""
-    endpoint = McpEndpoint()
+    """Route `/mcp` to the MCP endpoint; the app's lifespan runs `endpoint.running()`.
+
+    After `app.state.events` is set: the endpoint's stream cap is the event streams'."""
+    endpoint = McpEndpoint(StreamSlots(app.state.events.max_streams_per_principal))
     app.add_route(PATH, endpoint, methods=["GET", "POST", "DELETE"], include_in_schema=False)
     return endpoint

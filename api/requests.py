@@ -18,7 +18,7 @@ from api.visibility import seer, sees_all, sees_own_only
 from api.waits import LongPoll
 from broker.domain.errors import Forbidden, InvalidInput, NotFound
 from broker.domain.models import Decision, Request, Status
-from broker.domain.principals import Principal
+from broker.domain.principals import Principal, nobody_decides
 from broker.judge.deciding import INBOX
 from broker.judge.rule_decisions import Remember
 
@@ -48,8 +48,9 @@ async def create_request(
 ) -> JSONResponse:
     """Create a request (agents that aren't Python). Needs the `requester` role.
 
-    `allowed_roles` may name only roles that some approver or webhook endpoint holds: a role
-    nobody has would leave the request for the admin alone.
+    `allowed_roles` must let someone decide: a configured approver, or a deciding webhook
+    endpoint the queue lists, holding one of them and one of the queue's roles (a role held by
+    nobody, or only by `requester`/`auditor` principals, would leave it for the admin alone).
 
     In the thread pool: the create checks the request's schemas (`answer_schema`,
     `args_schema`: bounded in size, depth and work, see `broker.domain.schema_safety`) and calls
@@ -66,12 +67,23 @@ async def create_request(
 def checked_new_request(
     state: ApiState, principal: Principal, body: NewRequestBody
 ) -> NewRequestBody:
-    """The body to create as `principal` (its `created_by`), once its roles are known ones:
-    what every way in (REST, `/mcp`) creates, so the checks can't differ."""
-    unknown = sorted(set(body.allowed_roles) - state.config.known_roles())
+    """The body to create as `principal` (its `created_by`), once someone configured may
+    decide it (`broker.domain.principals.nobody_decides`): what every way in (REST, `/mcp`)
+    creates, so the checks can't differ."""
+    config = state.config
+    unknown = sorted(set(body.allowed_roles) - config.known_roles())
     if unknown:
         raise InvalidInput(
             f"allowed_roles: no approver or webhook endpoint has the role(s) {', '.join(unknown)}",
+            code="unknown_role",
+        )
+    if body.queue in config.queues and nobody_decides(config, body.queue, body.allowed_roles):
+        needs = ", ".join(config.queue_roles(body.queue))
+        raise InvalidInput(
+            f"allowed_roles: nobody who may decide in queue {body.queue!r} has the role(s)"
+            f" {', '.join(body.allowed_roles)}"
+            + (f" together with one of the queue's roles ({needs})" if needs else "")
+            + " ('requester' and 'auditor' decide nothing; notify-only endpoints neither)",
             code="unknown_role",
         )
     return body.model_copy(update={"created_by": principal.name})

@@ -19,6 +19,7 @@ from starlette.applications import Starlette
 from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
+from api.mcp_bounds import checked_body
 from broker.domain.config import Config, resolve_secret
 from broker.domain.errors import ConfigError
 from broker.domain.settings import Settings
@@ -65,31 +66,41 @@ async def serve_stdio(name: str, config: Config, settings: Settings) -> None:
 
 
 class _Endpoint:
+    """`/mcp`: the SDK's transport, handed only bodies within the API's bounds
+    (`api.mcp_bounds`: a body nested thousands deep is a 4xx here, not a 500 in the SDK)."""
+
     def __init__(self, manager: StreamableHTTPSessionManager) -> None:
         self.manager = manager
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        await self.manager.handle_request(scope, receive, send)
+        checked = await checked_body(scope, receive, send)
+        if checked is not None:
+            await self.manager.handle_request(scope, checked, send)
+
+
+def http_app(gateway: Gateway) -> Starlette:
+    """The gateway as an ASGI app: `/mcp` (Streamable HTTP, stateless, JSON answers); its
+    lifespan runs the SDK's session manager."""
+    manager = StreamableHTTPSessionManager(app=gateway.server(), json_response=True, stateless=True)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(_: Starlette) -> AsyncIterator[None]:
+        async with manager.run():
+            yield
+
+    return Starlette(
+        routes=[Route(HTTP_PATH, _Endpoint(manager), methods=["GET", "POST", "DELETE"])],
+        lifespan=lifespan,
+    )
 
 
 async def serve_http(
     name: str, config: Config, settings: Settings, port: int, host: str = "127.0.0.1"
 ) -> None:
     async with gateway_for(name, config, settings) as gateway:
-        manager = StreamableHTTPSessionManager(
-            app=gateway.server(), json_response=True, stateless=True
-        )
-
-        @contextlib.asynccontextmanager
-        async def lifespan(_: Starlette) -> AsyncIterator[None]:
-            async with manager.run():
-                yield
-
-        app = Starlette(
-            routes=[Route(HTTP_PATH, _Endpoint(manager), methods=["GET", "POST", "DELETE"])],
-            lifespan=lifespan,
-        )
         server = uvicorn.Server(
-            uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan="on")
+            uvicorn.Config(
+                http_app(gateway), host=host, port=port, log_level="warning", lifespan="on"
+            )
         )
         await server.serve()

@@ -14,7 +14,6 @@ from __future__ import annotations
 import base64
 import binascii
 import json
-import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime
@@ -27,11 +26,10 @@ from broker.audit.chain import Entry
 from broker.audit.sealing import hashed_inline, seal
 from broker.domain.errors import InvalidInput
 from broker.redis.replies import as_str
+from broker.redis.stream_ids import BadStreamId, stream_id
 from broker.store.keys import Keys
 from broker.store.script_keys import ScriptKeys
 from broker.store.scripts import source
-
-_STREAM_ID = re.compile(r"[0-9]{1,20}-[0-9]{1,20}", re.ASCII)
 
 
 @dataclass(frozen=True)
@@ -162,9 +160,12 @@ def decode_cursor(cursor: str) -> tuple[int, str]:
     index, start = parts
     if not (isinstance(index, int) and 0 <= index < 10_000 and isinstance(start, str)):
         raise bad
-    if not (start.startswith("(") and _STREAM_ID.fullmatch(start[1:])):
+    if not start.startswith("("):
         raise bad
-    return index, start
+    try:  # the one reader of stream ids from outside: what Redis refuses is refused here
+        return index, "(" + stream_id(start[1:])
+    except BadStreamId:
+        raise bad from None
 
 
 def append_entry(

@@ -21,9 +21,10 @@ from broker.domain.bounded_json import MAX_DEPTH
 from broker.domain.models import Decision
 
 
-def check_json_safe(value: Any, where: str = "body") -> None:
+def check_json_safe(value: Any, where: str = "body", *, max_depth: int = MAX_DEPTH) -> None:
     """Raise ValueError for a non-finite float, a string that is not valid Unicode, or
-    arrays and objects nested deeper than `bounded_json.MAX_DEPTH` (the body as a whole)."""
+    arrays and objects nested deeper than `max_depth` (`bounded_json.MAX_DEPTH`: the body as
+    a whole)."""
     stack: list[tuple[Any, str, int]] = [(value, where, 0)]
     while stack:
         item, path, depth = stack.pop()
@@ -32,8 +33,8 @@ def check_json_safe(value: Any, where: str = "body") -> None:
         if isinstance(item, str):
             _check_text(item, path)
         elif isinstance(item, dict | list):
-            if depth >= MAX_DEPTH:
-                raise ValueError(f"{where}: nested more than {MAX_DEPTH} deep")
+            if depth >= max_depth:
+                raise ValueError(f"{where}: nested more than {max_depth} deep")
             if isinstance(item, dict):
                 for k, v in item.items():
                     _check_text(str(k), path)

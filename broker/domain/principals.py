@@ -57,15 +57,21 @@ class Principal:
         service that asks, not an approver: it can never decide, so an agent's token can't
         approve its own tool calls; nor can one whose roles are only `requester`/`auditor`.
         """
+        return self.may_decide_with(request.allowed_roles, queue_roles)
+
+    def may_decide_with(
+        self, allowed_roles: Collection[str], queue_roles: Collection[str] = ()
+    ) -> bool:
+        """`may_decide` for a request with these `allowed_roles` (one that may not exist yet)."""
         if EVERY_ROLE in self.roles:
             return True
         if not self.decides_anything():
             return False
         if queue_roles and not self.roles.intersection(queue_roles):
             return False
-        if not request.allowed_roles:
+        if not allowed_roles:
             return True
-        return bool(self.roles.intersection(request.allowed_roles))
+        return bool(self.roles.intersection(allowed_roles))
 
 
 def operator(name: str) -> Principal:
@@ -88,6 +94,32 @@ def authenticate(
         if approver.token_sha256 and hmac.compare_digest(digest, approver.token_sha256):
             found = found or Principal(name, frozenset(approver.roles))
     return found
+
+
+def deciders_in(config: Config, queue: str) -> list[Principal]:
+    """The principals the config names that could reply in `queue`: every approver (a token,
+    a chat user, an address), and each channel of `queue` that is a principal of its own and
+    decides (a webhook endpoint that is not notify-only). Roles are not looked at here:
+    `may_decide_with` does that."""
+    listed = config.queues[queue].channels if queue in config.queues else []
+    found = [Principal(name, frozenset(a.roles)) for name, a in config.approvers.items()]
+    for channel in listed:
+        roles = config.channel_roles(channel)
+        if roles and config.decides_through(channel):
+            found.append(Principal(channel, frozenset(roles)))
+    return found
+
+
+def nobody_decides(config: Config, queue: str, allowed_roles: Collection[str]) -> bool:
+    """Would a request in `queue` with these `allowed_roles` wait for the admin alone? True
+    when no configured principal holds one of them together with one of the queue's roles and
+    an approver's role (`requester` and `auditor` decide nothing)."""
+    if not allowed_roles:
+        return False
+    queue_roles = config.queue_roles(queue)
+    return not any(
+        p.may_decide_with(allowed_roles, queue_roles) for p in deciders_in(config, queue)
+    )
 
 
 def principal_named(config: Config, name: str) -> Principal:

@@ -7,8 +7,9 @@ votes themselves are counted inside the atomic decide step (decide.lua), never h
 **A person** is the name a reply is recorded under (`decided_by`): the approver's name for a
 bearer token, a Slack user (by `slack_user_id`) and an email address an approver has, so one
 approver counts once whatever channels they use; `email:ADDRESS` for an address no approver
-has; `webhook:NAME/PERSON` for a webhook reply naming its person (`webhook:NAME` without one),
-the endpoint vouching for who its people are; the operator's `--by` name at the shell.
+has; for a webhook reply, the approver its `decided_by` names (by name, address or chat user
+id), else the endpoint itself, `webhook:NAME` (`broker.domain.persons.voter_of`); the operator's
+`--by` name at the shell.
 """
 
 from __future__ import annotations

@@ -15,7 +15,7 @@ from typing import Any
 
 from broker.domain.config import Config
 from broker.domain.models import Outcome, Request
-from broker.domain.persons import EMAIL, WEBHOOK, approver_named, normal_address, webhook_person
+from broker.domain.persons import EMAIL, WEBHOOK, approver_known_as, webhook_person
 from broker.domain.principals import ADMIN, Principal
 from broker.domain.receipts import ReceiptRefused, Receipts, jti_digest, spent_ttl
 from broker.facade import Broker
@@ -35,17 +35,13 @@ def deciding_principal(config: Config, decided_by: str) -> Principal | None:
         if config.channel_problem(channel) is not None or not config.decides_through(channel):
             return None
         person = webhook_person(decided_by)
-        named = approver_named(config, person) if person else None
+        named = approver_known_as(config, person) if person else None
         if named is not None:  # the person it names must still be one who may decide
             return Principal(named, frozenset(config.approvers[named].roles))
         return Principal(channel, frozenset(config.channel_roles(channel)))
     if decided_by.startswith(EMAIL):
-        address = normal_address(decided_by[len(EMAIL) :])
-        for name, approver in config.approvers.items():
-            email = approver.identity("email")
-            if email and normal_address(email) == address:
-                return Principal(name, frozenset(approver.roles))
-        return None
+        named = approver_known_as(config, decided_by)
+        return Principal(named, frozenset(config.approvers[named].roles)) if named else None
     approver = config.approvers.get(decided_by)
     return Principal(decided_by, frozenset(approver.roles)) if approver else None
 

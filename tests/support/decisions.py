@@ -12,25 +12,31 @@ from tests.support.backends import on_backend, on_backend_broker, single_only  #
 
 
 def snapshot(redis: Redis) -> dict[bytes, object]:
-    """Every key with its type and content: to prove a refused call wrote nothing."""
-    out: dict[bytes, object] = {}
-    for key in redis.scan_iter():
-        if key.endswith(WAIT_MARKER.encode()):
-            continue  # a cluster's WAIT marker (`broker.redis.cluster`): no state, gone in seconds
-        kind = redis.type(key)
+    """Every key with its type and content: to prove a refused call wrote nothing.
+
+    Pipelined (a scan, then one round trip for the types and one for the contents), so a fuzz
+    suite can take one before and after each call."""
+    keys = [k for k in redis.scan_iter(count=1000) if not k.endswith(WAIT_MARKER.encode())]
+    # (a cluster's WAIT marker, `broker.redis.cluster`: no state, gone in seconds)
+    pipe = redis.pipeline(transaction=False)
+    for key in keys:
+        pipe.type(key)
+    kinds = pipe.execute()
+    pipe = redis.pipeline(transaction=False)
+    for key, kind in zip(keys, kinds, strict=True):
         if kind == b"hash":
-            out[key] = redis.hgetall(key)
+            pipe.hgetall(key)
         elif kind == b"zset":
-            out[key] = redis.zrange(key, 0, -1, withscores=True)
+            pipe.zrange(key, 0, -1, withscores=True)
         elif kind == b"stream":
-            out[key] = redis.xrange(key)
+            pipe.xrange(key)
         elif kind == b"set":
-            out[key] = redis.smembers(key)
+            pipe.smembers(key)
         elif kind == b"list":
-            out[key] = redis.lrange(key, 0, -1)
+            pipe.lrange(key, 0, -1)
         else:
-            out[key] = redis.get(key)
-    return out
+            pipe.get(key)
+    return dict(zip(keys, pipe.execute(), strict=True))
 
 
 def race(n: int, fn) -> list:
