@@ -87,8 +87,12 @@ RUN_HERE = {
 }  # fmt: skip
 
 ELSEWHERE = {
-    ("README.md", "APPROVAL_BROKER_CONFIG=approval-broker.toml PYTHONPATH=. uv run approval-broker up"): "tests/system/test_readme_quickstart.py::test_the_fleet_quickstart_runs_as_written",
-    ("docs/index.md", "APPROVAL_BROKER_CONFIG=approval-broker.toml PYTHONPATH=. uv run approval-broker up"): "tests/system/test_readme_quickstart.py::test_the_fleet_quickstart_runs_as_written",
+    ("README.md", "uv init --package myapp && cd myapp"): "tests/system/test_own_project.py::test_readme_quickstart_2_runs_in_a_project_of_ones_own",
+    ("README.md", "APPROVAL_BROKER_CONFIG=approval-broker.toml uv run approval-broker up"): "tests/system/test_own_project.py::test_readme_quickstart_2_runs_in_a_project_of_ones_own",
+    ("README.md", "uv build --wheel --out-dir dist && uv build --wheel --out-dir dist clients/python   # in the clone"): "tests/system/test_own_project.py::test_readme_quickstart_2_runs_in_a_project_of_ones_own",
+    ("docs/index.md", "uv init --package myapp && cd myapp"): "tests/system/test_own_project.py::test_readme_quickstart_2_runs_in_a_project_of_ones_own",
+    ("docs/index.md", "APPROVAL_BROKER_CONFIG=approval-broker.toml uv run approval-broker up"): "tests/system/test_own_project.py::test_readme_quickstart_2_runs_in_a_project_of_ones_own",
+    ("docs/index.md", "uv build --wheel --out-dir dist && uv build --wheel --out-dir dist clients/python   # in the clone"): "tests/system/test_own_project.py::test_readme_quickstart_2_runs_in_a_project_of_ones_own",
     ("README.md", "uv run approval-broker up        # every role on an embedded Redis; inbox at http://127.0.0.1:8000"): "tests/system/test_up.py::test_up_runs_an_approval_and_stops_cleanly",
     ("docs/index.md", "uv run approval-broker up        # every role on an embedded Redis; inbox at http://127.0.0.1:8000"): "tests/system/test_up.py::test_up_runs_an_approval_and_stops_cleanly",
 }  # fmt: skip

@@ -9,6 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from tests.support.docs_examples import home_page
+
 ROOT = Path(__file__).resolve().parents[2]
 PAGES = [ROOT / "README.md", ROOT / "CHANGELOG.md", *sorted((ROOT / "docs").glob("*.md"))]
 DIARY = re.compile(r"\b[Ii]ssues? \d+\b|\blate night\b|\btonight\b|\bthis (?:morning|evening)\b")
@@ -16,6 +18,12 @@ DIARY = re.compile(r"\b[Ii]ssues? \d+\b|\blate night\b|\btonight\b|\bthis (?:mor
 
 def test_readme_is_at_most_400_lines() -> None:
     assert len((ROOT / "README.md").read_text().splitlines()) <= 400
+
+
+def test_the_docs_home_page_is_the_readme() -> None:
+    """docs/index.md says what README.md says (channels, install, quickstart), its links made
+    relative to docs/: write it with `home_page` when README changes."""
+    assert (ROOT / "docs" / "index.md").read_text() == home_page((ROOT / "README.md").read_text())
 
 
 def test_no_page_names_an_issue_or_a_time_of_day() -> None:
