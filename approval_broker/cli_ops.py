@@ -4,8 +4,7 @@ make a webhook secret.
 Each answers what an operator asks at 3 a.m. without opening Redis: `config check` loads a
 file exactly as every role does at start (the same one-line error, non-zero); `status` reads
 only (queue depths, dead letters, the notifiers' consumers, RQ's workers, Redis and how durable
-it is); `runs show`
-prints a run as `GET /v1/runs/{id}` does. None of them changes state.
+it is); `runs show` prints a run as `GET /v1/runs/{id}` does. None of them changes state.
 """
 
 from __future__ import annotations
