@@ -33,6 +33,10 @@ WEBHOOK_EVENT_TYPES = (
 )
 """The event types a webhook endpoint is sent (`notifiers.events`; an ack is Slack's only)."""
 MIN_ADMIN_TOKEN_CHARS = 24
+RedisFsync = Literal["always", "everysec"]
+"""When Redis fsyncs its AOF (`appendfsync`): `always`, before it answers a write (a crash of
+Redis or of the machine loses nothing acknowledged); `everysec`, about once a second (a crash
+can lose the last 1-2 s of acknowledged writes). `broker.redis.durability` says more."""
 
 
 class Settings(BaseSettings):
@@ -51,6 +55,8 @@ class Settings(BaseSettings):
         False  # REDIS_URL names a node of a Redis Cluster (broker/redis/cluster.py)
     )
     rq_redis_url: str | None = None  # RQ's own single Redis; required when clustered
+    # the embedded Redis's appendfsync; unset: `[broker] redis_fsync` (default "always")
+    redis_fsync: RedisFsync | None = None
     # The roles' log level: `up` passes WARNING (its banner stays readable), `up --verbose` INFO
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "WARNING"
 
@@ -285,6 +291,9 @@ class BrokerSection(_Section):
     stream_maxlen: Annotated[int, Field(ge=1000)] = 1_000_000
     retention_s: Annotated[float, Field(ge=60)] = 30 * 86400  # how long a decided request is kept
     redis_cluster: bool = False  # as APPROVAL_BROKER_REDIS_CLUSTER=1
+    # appendfsync of the embedded Redis, and the least a Redis of your own is expected to run
+    # (`broker.redis.durability`); APPROVAL_BROKER_REDIS_FSYNC wins when set
+    redis_fsync: RedisFsync = "always"
 
 
 class AuditSection(_Section):

