@@ -85,7 +85,7 @@ def summary(config: Config) -> list[str]:
     for kind, section in sorted(config.channel_sections.items()):
         for name in sorted(section.channel_names()):
             where = section.describe(name)
-            lines.append(f"{kind} {name}" + (f": {where}" if where else ""))
+            lines.append(f"channel {kind}:{name}" + (f": {where}" if where else ""))
     for rule in parse_config_rules(config.rules, config):
         lines.append(f"rule {rule.id}: {rule.effect} {rule.tool}")
     return lines
