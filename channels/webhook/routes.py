@@ -144,25 +144,6 @@ def prepare(host: InboundHost, name: str, body: bytes, headers: Iterable[tuple[s
     return Reply(reply, decider, decided_by, once)
 
 
-def record(host: InboundHost, given: Reply, current: BrokerRequest | None = None) -> BrokerRequest:
-    """Record a prepared reply through the judge (sync: a thread's work), with the policy rule
-    it asks to keep, if any (api/rules.py).
-
-    The judge (`broker.judge`) says whether the endpoint may decide at all (`decides`), in the
-    request's queue, with its roles, and who the person it names counts as."""
-    reply = given.reply
-    return host.judge.decide(
-        reply.request_id,
-        reply.to_decision(),
-        given.decider,
-        via=(given.decider.name,),
-        decided_by=given.decided_by,
-        current=current,
-        once=given.once,
-        remember=reply.remember,
-    ).request
-
-
 @router.post(
     "/{name}/replies",
     response_model=None,
@@ -195,5 +176,19 @@ async def webhook_reply(
 def answer(
     host: InboundHost, name: str, body: bytes, headers: Iterable[tuple[str, str]]
 ) -> BrokerRequest:
-    """Verify, parse and record one reply to endpoint `name`."""
-    return record(host, prepare(host, name, body, headers))
+    """Verify and parse one reply to endpoint `name`, and record it through the judge (sync: a
+    thread's work), with the policy rule it asks to keep, if any (api/rules.py).
+
+    The judge (`broker.judge`) says whether the endpoint may decide at all (`decides`), in the
+    request's queue, with its roles, and who the person it names counts as."""
+    given = prepare(host, name, body, headers)
+    reply = given.reply
+    return host.judge.decide(
+        reply.request_id,
+        reply.to_decision(),
+        given.decider,
+        via=(given.decider.name,),
+        decided_by=given.decided_by,
+        once=given.once,
+        remember=reply.remember,
+    ).request
