@@ -14,13 +14,12 @@ from typing import Annotated
 from fastapi import Depends, FastAPI, Request
 
 from api.metrics import ApiMetrics
-from api.redis_async import AsyncRedis, async_client
 from broker.domain.config import Config
 from broker.domain.models import Decision, Outcome
 from broker.domain.models import Request as BrokerRequest
 from broker.domain.principals import Principal
 from broker.domain.settings import Settings
-from broker.facade import Broker, Once
+from broker.facade import AsyncReads, Broker, Once
 from broker.judge.deciding import INBOX, Deciding
 from broker.judge.rule_decisions import Remember, RuleDecisions
 
@@ -31,7 +30,7 @@ class ApiState:
     config: Config
     broker: Broker
     metrics: ApiMetrics
-    _async_redis: AsyncRedis | None = field(default=None, repr=False)
+    _reads: AsyncReads | None = field(default=None, repr=False)
     deciding: Deciding = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -84,16 +83,17 @@ class ApiState:
             self.metrics.observe_decision(done.request, channel)
         return done.request
 
-    def async_redis(self) -> AsyncRedis:
-        """An asyncio client on the broker's Redis (or Redis Cluster), for blocking reads (SSE)."""
-        if self._async_redis is None:
-            self._async_redis = async_client(self.settings, self.broker)
-        return self._async_redis
+    def reads(self) -> AsyncReads:
+        """The core's asyncio reads on the broker's Redis (or Redis Cluster): event streams,
+        runs (`broker.store.async_reads`)."""
+        if self._reads is None:
+            self._reads = self.broker.async_reads(self.settings.redis_url)
+        return self._reads
 
     async def aclose(self) -> None:
-        if self._async_redis is not None:
-            await self._async_redis.aclose()
-            self._async_redis = None
+        if self._reads is not None:
+            await self._reads.aclose()
+            self._reads = None
 
 
 async def get_state(request: Request) -> ApiState:

@@ -18,34 +18,49 @@ from redis.exceptions import ClusterError, RedisClusterException, SlotNotCovered
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
+from broker.audit.trail import AuditTrail
 from broker.domain.config import Config, load_config
 from broker.domain.errors import InvalidInput
 from broker.domain.ids import new_id
 from broker.domain.models import Decision, HistoryEntry, NewRequest, Request, Run, Status
+from broker.domain.receipts import Receipts
 from broker.domain.settings import Settings
+from broker.redis.async_client import async_client
 from broker.redis.cluster import clustered, connect_cluster, rq_connection
 from broker.redis.connection import connect
 from broker.store import streams
+from broker.store.async_reads import AsyncReads, Batch
 from broker.store.dead_letters import DeadLetters
 from broker.store.decisions import Decisions, Once
 from broker.store.deliveries import DeliveryState, PostState
+from broker.store.fleet import Fleet
 from broker.store.handles import Store
+from broker.store.idempotency import IdempotencyKeys
 from broker.store.keys import RESUMER_GROUP, Keys
+from broker.store.once import OnceMarkers
+from broker.store.reason_prompts import ReasonPrompts
 from broker.store.request_hash import default_prompt
 from broker.store.requests import Requests
+from broker.store.rule_store import RuleExists, RuleStore
+from broker.store.rule_sync import sync_at_start
 from broker.store.run_state import RunStore
 from broker.store.scripts import Scripts
 from broker.store.sweeping import SweepBatch, Sweeping, SweepResult
 
 __all__ = [
     "UNAVAILABLE",
+    "AsyncReads",
+    "Batch",
     "Broker",
     "DeliveryState",
     "Once",
     "PostState",
+    "RuleExists",
+    "RuleStore",
     "SweepResult",
     "default_prompt",
     "new_id",
+    "sync_at_start",
 ]
 
 UNAVAILABLE: tuple[type[Exception], ...] = (
@@ -72,6 +87,11 @@ class Broker:
         self.run_store = RunStore(self.store)
         self.letters = DeadLetters(self.store)
         self.deliveries = DeliveryState(self.store)
+        # what the API, the channels' inbound side, the CLI and the workers read and keep
+        self.once = OnceMarkers(self.store)
+        self.reason_prompts = ReasonPrompts(self.store)
+        self.idempotency = IdempotencyKeys(self.store)
+        self.fleet = Fleet(self.store)
 
     @classmethod
     def from_settings(
@@ -120,6 +140,37 @@ class Broker:
     @property
     def retention(self) -> int:
         return self.store.retention
+
+    @property
+    def key_prefix(self) -> str:
+        """What every key of this broker starts with (one fleet's, of several sharing a Redis)."""
+        return self.keys.prefix
+
+    @property
+    def partitions(self) -> int:
+        """How many partitions the keys are split into: 1 on a single Redis, more on a cluster."""
+        return max(self.keys.partitions, 1)
+
+    def async_reads(self, redis_url: str | None = None) -> AsyncReads:
+        """A new asyncio face on this broker's Redis (by `redis_url` when given, else with the
+        sync client's settings) for the API's stream and run reads. It is bound to the event
+        loop it first runs on: one per loop, closed with `aclose`."""
+        return AsyncReads(async_client(redis_url, self.redis), self.keys)
+
+    @property
+    def rq_connection(self) -> Redis:
+        """The Redis RQ runs on: the broker's own, or a single Redis beside a cluster."""
+        return self.store.rq_redis
+
+    @property
+    def receipts(self) -> Receipts | None:
+        """The receipt signer and checker of `[receipts]`, or None when no key is configured."""
+        return self.store.receipts
+
+    @property
+    def audit(self) -> AuditTrail:
+        """The audit trail's chains on this broker's Redis (read, seal, export)."""
+        return AuditTrail(self.redis, self.keys)
 
     # ---- requests -------------------------------------------------------------------------
 

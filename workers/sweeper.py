@@ -17,7 +17,6 @@ import threading
 from collections.abc import Callable
 
 from broker.audit.sealing import SEAL_EVERY_S
-from broker.audit.trail import AuditTrail
 from broker.domain.config import Config
 from broker.domain.settings import Settings
 from broker.facade import Broker, SweepResult
@@ -62,7 +61,7 @@ def sweep_forever(
     """Sweep until `stop` is set, waking at the next expiry or every `interval` seconds; while
     the audit trail is on, `seal_forever` runs beside it in a thread of its own."""
     sealer = None
-    if broker.keys.audit_keep_s:
+    if broker.audit.enabled:
         sealer = threading.Thread(
             target=seal_forever, args=(broker, stop), name="audit-sealer", daemon=True
         )
@@ -93,7 +92,7 @@ def seal_forever(
 ) -> None:
     """Seal every audit chain until `stop` is set, every `every` seconds (each time through to
     the chains' ends: a backlog, say after a bulk create, is sealed in one go)."""
-    trail = AuditTrail(broker.redis, broker.keys)
+    trail = broker.audit
     while not stop.is_set():
         try:
             trail.seal()
