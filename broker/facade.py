@@ -1,11 +1,16 @@
-"""The client API that apps, agent workers, notifiers and the HTTP API call: a thin facade.
+"""The core's face: what apps, agent workers, notifiers, the HTTP API, the channels and the CLI call.
 
-`Broker` keeps one method per thing a caller does and hands each to the service that owns it:
-`requests` (create, read, list), `decisions` (decide, escalate), `sweeping` (expiry),
-`run_store` (run records and message checkpoints), `letters` (dead letters), and the outbox's
-stream helpers (`broker.store.streams`).
-Every state change is one Lua step (see `broker/store/scripts/`), so a change either happens whole or
-not at all, and concurrent callers can't both win. Nothing but delegation belongs here.
+`Broker` holds the core's services as attributes: `requests` (create, read, list), `decisions`
+(decide, escalate), `sweeping` (expiry), `run_store` (run records and message checkpoints),
+`letters` (dead letters), `deliveries` (posted copies), `once` (one-time markers),
+`reason_prompts`, `idempotency` (Idempotency-Key claims), `fleet` (health and figures), `audit`
+(the trail's chains) and `async_reads()` (the API's asyncio reads). Its methods are the ones users
+call (docs/testing.md, the public API in docs/architecture.md) and a few the core's runs use.
+Nothing outside `broker/` imports `broker.store` or `broker.redis` or spells a Redis key (an
+import-linter contract): what a role needs is a service here, or a type re-exported here (`Once`,
+`UNAVAILABLE`, `RuleStore`...). Every state change is one Lua step (see `broker/store/scripts/`),
+so a change either happens whole or not at all, and concurrent callers can't both win. Nothing
+but delegation belongs here.
 """
 
 from __future__ import annotations
@@ -36,7 +41,7 @@ from broker.store.deliveries import DeliveryState, PostState
 from broker.store.fleet import Fleet
 from broker.store.handles import Store
 from broker.store.idempotency import IdempotencyKeys
-from broker.store.keys import RESUMER_GROUP, Keys
+from broker.store.keys import Keys
 from broker.store.once import OnceMarkers
 from broker.store.reason_prompts import ReasonPrompts
 from broker.store.request_hash import default_prompt
@@ -45,7 +50,7 @@ from broker.store.rule_store import RuleExists, RuleStore
 from broker.store.rule_sync import sync_at_start
 from broker.store.run_state import RunStore
 from broker.store.scripts import Scripts
-from broker.store.sweeping import SweepBatch, Sweeping, SweepResult
+from broker.store.sweeping import Sweeping, SweepResult
 
 __all__ = [
     "UNAVAILABLE",
@@ -267,12 +272,6 @@ class Broker:
     def sweep(self, *, now: float | None = None, limit: int = 200) -> list[SweepResult]:
         return self.sweeping.sweep(now=now, limit=limit)
 
-    def sweep_batch(self, *, now: float | None = None, limit: int = 200) -> SweepBatch:
-        return self.sweeping.sweep_batch(now=now, limit=limit)
-
-    def next_due_in(self) -> float | None:
-        return self.sweeping.next_due_in()
-
     # ---- runs ----------------------------------------------------------------------------
 
     def create_run(
@@ -284,16 +283,6 @@ class Broker:
         extra: dict[str, str] | None = None,
     ) -> Run:
         return self.run_store.create_run(agent, prompt, run_id=run_id, extra=extra)
-
-    def new_run_fields(
-        self,
-        agent: str,
-        prompt: str,
-        *,
-        run_id: str | None = None,
-        extra: dict[str, str] | None = None,
-    ) -> dict[str, str]:
-        return self.run_store.new_run_fields(agent, prompt, run_id=run_id, extra=extra)
 
     def run_fields(self, run_id: str) -> dict[str, str]:
         return self.run_store.run_fields(run_id)
@@ -307,9 +296,6 @@ class Broker:
 
     def update_run(self, run_id: str, **fields: Any) -> None:
         self.run_store.update_run(run_id, **fields)
-
-    def expire_run(self, pipe: Any, run_id: str) -> None:
-        self.run_store.expire_run(pipe, run_id)
 
     def announce_run(self, run_id: str, status: str) -> None:
         """Wake the long-polls on `run_id` (its status was written by a Lua step)."""
@@ -327,10 +313,6 @@ class Broker:
 
     def ensure_group(self, stream: str, group: str) -> None:
         streams.ensure_group(self.redis, stream, group)
-
-    def ack_resume(self, entry_id: str) -> None:
-        """Acknowledge an outbox entry and drop it: once its job is enqueued it is history."""
-        streams.ack_and_delete(self.redis, self.keys.resumes, RESUMER_GROUP, entry_id)
 
     def dead_letter(
         self,

@@ -35,7 +35,7 @@ def sweep_due(broker: Broker, *, now: float | None = None, batch: int = BATCH) -
     done: list[SweepResult] = []
     while True:
         started = tracing.now_ns()
-        swept = broker.sweep_batch(now=now, limit=batch)
+        swept = broker.sweeping.sweep_batch(now=now, limit=batch)
         traced.swept(broker, swept.results, started)  # when tracing is on: a span each
         done.extend(swept.results)
         if swept.listed < batch:  # not `results`: another sweeper may have taken some
@@ -46,7 +46,7 @@ def next_due_in(broker: Broker) -> float | None:
     """Seconds until the earliest pending request expires (negative if overdue), or None.
 
     On Redis's clock, like the sweep: a host whose clock is off still wakes on time."""
-    return broker.next_due_in()
+    return broker.sweeping.next_due_in()
 
 
 def sweep_forever(
