@@ -11,7 +11,7 @@ anything: who may decide is the judge's.
 
 from __future__ import annotations
 
-from broker.store.decisions import Once
+from broker.store.decide_step import Once
 from broker.store.handles import Store
 
 __all__ = ["Once", "OnceMarkers"]
