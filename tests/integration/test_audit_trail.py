@@ -16,8 +16,9 @@ from redis import Redis
 from broker.audit import FIELDS, AuditTrail, canonical, entry_hash, verify
 from broker.audit.sealing import seal
 from broker.audit.trail import append_entry
+from broker.domain.args_hash import args_hash
 from broker.domain.config import Config, parse_config
-from broker.domain.models import Decision, NewRequest, args_hash
+from broker.domain.models import Decision, NewRequest
 from broker.domain.principals import Principal
 from broker.facade import Broker
 from broker.judge.deciding import Deciding

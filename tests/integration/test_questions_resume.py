@@ -25,7 +25,8 @@ from pydantic_ai.messages import (
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 
 from broker.ask import ask, ask_for, parse_answer, question
-from broker.domain.models import Decision, Outcome, Request, RunStatus, Status, args_hash
+from broker.domain.args_hash import args_hash
+from broker.domain.models import Decision, Outcome, Request, RunStatus, Status
 from broker.domain.questions import validate_answer
 from broker.facade import Broker
 from broker.runs.agents import LocalAgents, register_agent

@@ -17,9 +17,10 @@ from fastapi.testclient import TestClient
 from joserfc import jwt
 from joserfc.jwk import KeySet
 
+from broker.domain.args_hash import args_hash
 from broker.domain.config import Config, parse_config
 from broker.domain.errors import ConfigError
-from broker.domain.models import Decision, NewRequest, args_hash
+from broker.domain.models import Decision, NewRequest
 from broker.domain.principals import Principal, hash_token
 from broker.domain.receipts import CallFacts, ReceiptKeys, ReceiptRefused, Receipts
 from broker.domain.settings import Settings

@@ -25,8 +25,9 @@ from pydantic_ai.models.function import FunctionModel
 from redis.exceptions import ClusterDownError, MovedError, ResponseError, TryAgainError
 from redis.exceptions import ConnectionError as RedisConnectionError
 
+from broker.domain.args_hash import args_hash
 from broker.domain.config_sections import AgentConfig
-from broker.domain.models import Decision, Request, RunStatus, Status, args_hash
+from broker.domain.models import Decision, Request, RunStatus, Status
 from broker.facade import Broker
 from broker.runs.agent_runner import AgentRunner, is_transient
 from broker.runs.agents import LocalAgents, register_agent
