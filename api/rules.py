@@ -2,7 +2,7 @@
 
 Role `policy` (or the admin token) may create rules of any scope; anyone else who decides
 requests may create only rules scoped to a run or an agent, covering what they could decide.
-Checking a body is broker.rules'; this module parses, authorises and answers.
+Checking a body is broker.domain.rules'; this module parses, authorises and answers.
 """
 
 from __future__ import annotations
@@ -19,18 +19,15 @@ from api.state import State
 from api.visibility import sees_all
 from broker.domain.errors import Forbidden, InvalidInput, NotFound
 from broker.domain.principals import Principal
-from broker.domain.rules.matching import POLICY
-from broker.judge.deciding import INBOX
-from broker.rules import (
-    Rule,
-    RuleBody,
-    RuleExists,
-    RuleStore,
+from broker.domain.rules.matching import (
+    POLICY,
     creator_channel_for,
     creator_roles_for,
     may_remember,
-    parse_body,
 )
+from broker.domain.rules.models import Rule, RuleBody, parse_body
+from broker.judge.deciding import INBOX
+from broker.store.rule_store import RuleExists, RuleStore
 
 router = APIRouter(prefix="/v1/rules", tags=["rules"])
 

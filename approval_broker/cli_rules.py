@@ -21,10 +21,12 @@ from broker.domain.config import Config
 from broker.domain.errors import ConfigError
 from broker.domain.models import Decision
 from broker.domain.principals import Principal
+from broker.domain.rules.config_rules import parse_config_rules
+from broker.domain.rules.models import Rule, parse_body
 from broker.judge.deciding import Deciding
 from broker.judge.rule_decisions import Remembered, RuleDecisions
 from broker.redis.replies import as_str
-from broker.rules import Rule, RuleStore, parse_body, parse_config_rules
+from broker.store.rule_store import RuleStore
 
 rules_app = typer.Typer(
     help="Policy rules: always allow or deny matching tool calls.", no_args_is_help=True

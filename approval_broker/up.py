@@ -33,8 +33,7 @@ from broker.receipts.signing_key import prepare_receipt_key
 from broker.redis.cluster import clustered
 from broker.redis.connection import connect
 from broker.redis.embedded import EmbeddedRedis, redact, redis_dir
-from broker.rules import sync_at_start
-from broker.store.rule_sync import parse_config_rules
+from broker.store.rule_sync import parse_config_rules, sync_at_start
 from channels import prepare as prepare_channels
 
 LOG_LEVEL_ENV = "APPROVAL_BROKER_LOG_LEVEL"

@@ -34,6 +34,7 @@ from typing import Any, TypeVar
 
 import anyio.to_thread
 import httpx
+from approval_broker_client.results import RoundNotReady, results_for
 from pydantic_ai import CallToolsNode, DeferredToolRequests, ModelRequestNode
 from pydantic_ai.exceptions import (
     ModelAPIError,
@@ -58,7 +59,6 @@ from broker.runs.live_wait import owned_round, wait_and_claim
 from broker.runs.new_prompt import prompt_field
 from broker.runs.pending_calls import BadCallMetadata, new_requests, tool_schemas
 from broker.runs.tool_guard import NO_EFFECT_KINDS, ToolGuard, tools_field
-from broker.runs.tool_results import RoundNotReady, results_for
 from broker.tracing import telemetry as tracing
 
 log = logging.getLogger("broker.runs.agent_runner")

@@ -20,10 +20,10 @@ from broker.domain.args_hash import args_hash
 from broker.domain.config import Config, parse_config
 from broker.domain.models import Decision, NewRequest
 from broker.domain.principals import Principal
+from broker.domain.rules.models import parse_body
 from broker.facade import Broker
 from broker.judge.deciding import Deciding
 from broker.judge.rule_decisions import RuleDecisions
-from broker.rules import parse_body
 from notifiers.commit import Committer
 from notifiers.parking import ParkedStore
 from notifiers.results import DeliveryResult, ResultKind

@@ -28,7 +28,7 @@ from broker.facade import Broker
 from broker.judge.deciding import Deciding
 from broker.judge.rule_decisions import RuleDecisions
 from broker.receipts.signing_key import prepare_receipt_key, private_key_file
-from broker.rules import sync_at_start
+from broker.store.rule_sync import sync_at_start
 from tests.support.receipts import key_file, receipts_config
 
 TOKENS = {

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+from approval_broker_client import RemoteBroker
 from redis import Redis
 from redis.connection import UnixDomainSocketConnection
 from refunds_demo import AGENT_NAME, register_demo
@@ -40,7 +41,6 @@ from broker.redis.embedded import (
     running_url,
     running_urls,
 )
-from broker.remote import RemoteBroker
 from broker.runs.starting import run_queue
 from tests.support.fakes.deciding_receiver import DecidingReceiver, mix_policy
 from tests.support.fleet_processes import Fleet
