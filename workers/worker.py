@@ -28,7 +28,7 @@ from broker.domain.settings import Settings
 from broker.facade import Broker
 from broker.runs import agent_jobs as jobs
 from broker.runs.agent_loader import AgentLoadError, load_agent
-from broker.runs.agent_runner import run_coroutines_with
+from broker.runs.agent_loop import run_coroutines_with
 from broker.runs.starting import RUN_QUEUE, known_agents
 from broker.store.rule_sync import sync_at_start
 from workers.resumer import Resumer
