@@ -173,7 +173,7 @@ def socket_redis(tmp_path: Path) -> Iterator[EmbeddedRedis]:
 def test_a_full_cycle_with_every_process_on_the_unix_socket(
     socket_redis: EmbeddedRedis, tmp_path: Path
 ) -> None:
-    """A run started over HTTP (broker.remote) is run by an RQ worker, its request delivered to a
+    """A run started over HTTP (approval_broker_client) is run by an RQ worker, its request delivered to a
     webhook by the notifier, approved by a signed reply to the API, resumed by the resumer and
     finished by the worker; a request nobody answers is timed out by the sweeper and seen by a
     long-poll (the API's stream reader). Every client the server has is a Unix one."""
