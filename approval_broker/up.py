@@ -32,6 +32,7 @@ from broker.facade import Broker
 from broker.receipts.signing_key import prepare_receipt_key
 from broker.redis.cluster import clustered
 from broker.redis.connection import connect
+from broker.redis.durability import chosen_fsync, warning_for
 from broker.redis.embedded import EmbeddedRedis, redact, redis_dir
 from broker.store.rule_sync import parse_config_rules, sync_at_start
 from channels import prepare as prepare_channels
@@ -259,11 +260,18 @@ def run_up(
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())
     try:
+        fsync = chosen_fsync(settings, config)
         if settings.redis_url:
             check_single_redis(settings, config, connect(settings.redis_url))
+            warning = warning_for(settings.redis_url, fsync)
+            if warning:
+                typer.echo(f"[up] warning: {warning}")
         if not settings.redis_url:
-            embedded = EmbeddedRedis(redis_dir(settings.data_dir))
-            typer.echo(f"[up] starting embedded Redis (AOF on) in {embedded.data_dir} ...")
+            embedded = EmbeddedRedis(redis_dir(settings.data_dir), fsync=fsync)
+            typer.echo(
+                f"[up] starting embedded Redis (AOF on, appendfsync {fsync}) in"
+                f" {embedded.data_dir} ..."
+            )
             embedded.start()
             settings.redis_url = embedded.local_url  # the roles run here: the Unix socket
             if fresh:  # before any role starts: nothing can race the emptying

@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any
 from urllib.parse import quote
 
-from broker.channels.email.links import ACTIONS, new_nonce, sign_link
+from channels.email.links import ACTIONS, new_nonce, sign_link
 from fastapi.testclient import TestClient
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
