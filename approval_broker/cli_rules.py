@@ -19,12 +19,8 @@ from broker.audit.replay import replay, requests_in
 from broker.audit.trail import AuditTrail
 from broker.domain.config import Config
 from broker.domain.errors import ConfigError
-from broker.domain.models import Decision
-from broker.domain.principals import Principal
 from broker.domain.rules.config_rules import parse_config_rules
 from broker.domain.rules.models import Rule, parse_body
-from broker.judge.deciding import Deciding
-from broker.judge.rule_decisions import Remembered, RuleDecisions
 from broker.redis.replies import as_str
 from broker.store.rule_store import RuleStore
 
@@ -37,15 +33,10 @@ def _store(data_dir: Path | None) -> RuleStore:
     return connect(data_dir).requests.rules
 
 
-def remember_with(
-    deciding: Deciding, request_id: str, decision: Decision, by: Principal, index: int
-) -> Remembered:
-    """`approval-broker decide ID approve --remember N`: decide and keep suggested rule N."""
-    done = RuleDecisions(deciding).decide(request_id, decision, by, index, via=())
-    if done.rule is not None:
-        also = f"; it also decided {', '.join(done.siblings)}" if done.siblings else ""
-        typer.echo(f"rule {done.rule.id} kept: {_line(done.rule)}{also}")
-    return done
+def rule_kept(rule: Rule, siblings: tuple[str, ...]) -> str:
+    """What `approval-broker decide ID approve --remember N` says of the rule it kept."""
+    also = f"; it also decided {', '.join(siblings)}" if siblings else ""
+    return f"rule {rule.id} kept: {_line(rule)}{also}"
 
 
 def _line(rule: Rule) -> str:

@@ -1,7 +1,8 @@
 """The client API that apps, agent workers, notifiers and the HTTP API call: a thin facade.
 
 `Broker` keeps one method per thing a caller does and hands each to the service that owns it:
-`requests` (create, read, list), `decisions` (decide, escalate), `sweeping` (expiry),
+`requests` (create, read, list), `decisions` (the decide step, sync and async), `remembering`
+(a decision that keeps a rule), `acks` ("I'm on it"), `sweeping` (expiry),
 `run_store` (run records and message checkpoints), `letters` (dead letters), and the outbox's
 stream helpers (`broker.store.streams`).
 Every state change is one Lua step (see `broker/store/scripts/`), so a change either happens whole or
@@ -21,16 +22,27 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 from broker.domain.config import Config, load_config
 from broker.domain.errors import InvalidInput
 from broker.domain.ids import new_id
-from broker.domain.models import Decision, HistoryEntry, NewRequest, Request, Run, Status
+from broker.domain.models import (
+    Decision,
+    HistoryEntry,
+    NewRequest,
+    Outcome,
+    Request,
+    Run,
+    Status,
+)
 from broker.domain.settings import Settings
 from broker.redis.cluster import clustered, connect_cluster, rq_connection
 from broker.redis.connection import connect
 from broker.store import streams
+from broker.store.acknowledging import Acks
 from broker.store.dead_letters import DeadLetters
-from broker.store.decisions import Decisions, Once
+from broker.store.decide_step import Once, Step
+from broker.store.decisions import Decisions
 from broker.store.deliveries import DeliveryState, PostState
 from broker.store.handles import Store
 from broker.store.keys import RESUMER_GROUP, Keys
+from broker.store.remembering import Remembering
 from broker.store.request_hash import default_prompt
 from broker.store.requests import Requests
 from broker.store.run_state import RunStore
@@ -67,7 +79,10 @@ class Broker:
     def __init__(self, redis: Redis, config: Config | None = None, *, prefix: str = "ab:") -> None:
         self.store = Store(redis, config or load_config(None), Keys(prefix), Scripts(redis))
         self.requests = Requests(self.store)
+        # the judge's steps (`broker.judge`): a decision, a decision that keeps a rule, an ack
         self.decisions = Decisions(self.store, self.requests)
+        self.remembering = Remembering(self.store, self.requests)
+        self.acks = Acks(self.store)
         self.sweeping = Sweeping(self.store)
         self.run_store = RunStore(self.store)
         self.letters = DeadLetters(self.store)
@@ -169,25 +184,27 @@ class Broker:
         decided_by: str,
         in_queue: str | None = None,
         once: Once | None = None,
-        voter: str | None = None,
         in_escalation: int | None = None,
-        channel: str | None = None,
-        creator_may_vote: bool = False,
-        bypass_quorum: bool = False,
         request: Request | None = None,
     ) -> Request:
+        """Record `decision` as `decided_by`, as a system (or a test) does: the first decision
+        wins. It is the step the judge (`broker.judge`) runs once it has said who may decide,
+        without the judge: no roles, channels or persons are checked here.
+
+        `in_queue`, `in_escalation` and `once` are the step's conditions
+        (`broker.store.decide_step.Step`); `request`, the request as read, saves a read when
+        a receipt is signed. Raises what the step raises (`broker.store.decisions`).
+        """
         return self.decisions.decide(
-            request_id,
-            decision,
-            decided_by=decided_by,
-            voter=voter,
-            in_queue=in_queue,
-            in_escalation=in_escalation,
-            once=once,
-            channel=channel,
-            creator_may_vote=creator_may_vote,
-            bypass_quorum=bypass_quorum,
-            request=request,
+            Step(
+                request_id,
+                decision,
+                decided_by,
+                in_queue=in_queue,
+                in_escalation=in_escalation,
+                once=once,
+                request=request,
+            )
         )
 
     def escalate(
@@ -196,22 +213,27 @@ class Broker:
         target: str | None = None,
         *,
         reason: str | None = None,
-        by: str,
+        decided_by: str,
         args_hash: str | None = None,
         once: Once | None = None,
         in_queue: str | None = None,
         in_escalation: int | None = None,
     ) -> Request:
-        return self.decisions.escalate(
+        """Move a pending request to `target` (default: its queue's `escalate_to`) as
+        `decided_by`: `decide` with an `escalated` decision. Its deadline there is its first
+        arrival there plus that queue's timeout (see move in lib.lua)."""
+        decision = Decision(
+            outcome=Outcome.escalated, target=target, reason=reason, args_hash=args_hash
+        )
+        step = Step(
             request_id,
-            target,
-            reason=reason,
-            by=by,
-            args_hash=args_hash,
+            decision,
+            decided_by,
             in_queue=in_queue,
             in_escalation=in_escalation,
             once=once,
         )
+        return self.decisions.decide(step)
 
     def sweep(self, *, now: float | None = None, limit: int = 200) -> list[SweepResult]:
         return self.sweeping.sweep(now=now, limit=limit)

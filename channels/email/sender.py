@@ -24,7 +24,7 @@ from broker.domain.events import ESCALATED, REQUESTED, Event
 from broker.domain.models import Request, utcnow
 from broker.domain.persons import normal_address
 from broker.facade import Broker, DeliveryState
-from broker.judge.deciding import Deciding
+from broker.judge import refusal
 from broker.judge.rule_decisions import run_rule_index
 from broker.redis.replies import as_str
 from channels.email.config import EmailConfig
@@ -127,7 +127,6 @@ class EmailSender(Sender):
         self.state = state
         self.timeout_s = timeout_s
         self.target = smtp_target(email)
-        self.deciding = Deciding(broker, config)
 
     def wants(self, event: Event) -> bool:
         """Mail asks for a decision: on a new request, and when one arrives by escalation."""
@@ -170,10 +169,10 @@ class EmailSender(Sender):
         return f"{event.type}: mailed {len(todo)} recipient(s)"
 
     def refusal(self, request: Request, recipient: str) -> str | None:
-        """Why `recipient` may not decide `request` (None: they may), by the decision
-        service's rule, the same one a link is checked against when it is used."""
+        """Why `recipient` may not decide `request` (None: they may), by the judge's rule,
+        the same one a link is checked against when it is used."""
         decider = email_decider(self.config, recipient)
-        return self.deciding.refusal(decider.principal, request, decider.via)
+        return refusal(request, decider.principal, decider.via, self.config)
 
     def build(self, request: Request, recipient: str) -> EmailMessage:
         """The mail for one recipient. Its links are bound to the queue it is sent for and to the

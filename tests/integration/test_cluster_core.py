@@ -118,7 +118,7 @@ def test_sweep_escalates_then_times_out_in_every_partition(any_broker: Broker):
 
 def test_escalate_moves_the_request_and_its_counts(any_broker: Broker):
     made = any_broker.create_request(new())
-    moved = any_broker.escalate(made.id, "managers", by="ann")
+    moved = any_broker.escalate(made.id, "managers", decided_by="ann")
     assert moved.queue == "managers"
     counts = any_broker.counts()
     assert counts.get("pending:default", 0) == 0 and counts["pending:managers"] == 1

@@ -43,7 +43,7 @@ def test_requests_expire_on_redis_time_whatever_the_callers_clock(broker: Broker
     assert broker.get_request(request.id) == request
     score = broker.redis.zscore(broker.keys.expiry, request.id)
     assert score == pytest.approx(request.expires_at.timestamp(), abs=1e-6)
-    moved = broker.escalate(request.id, by="alice")
+    moved = broker.escalate(request.id, decided_by="alice")
     assert before + 1800 <= moved.expires_at.timestamp() <= redis_now(broker) + 1800
     assert before <= moved.history[0].at.timestamp() <= redis_now(broker)
     done = broker.decide(request.id, Decision(outcome="approved"), decided_by="bob")

@@ -15,7 +15,7 @@ from broker.domain.config import Config, parse_config
 from broker.domain.errors import Conflict
 from broker.domain.models import Decision, HistoryEntry, NewRequest, RunStatus, Status, utcnow
 from broker.facade import Broker
-from broker.store import decisions as decisions_module
+from broker.store import decide_step as decisions_module
 from broker.store import sweeping as sweeping_module
 from tests.support.decisions import race
 
@@ -30,7 +30,7 @@ PUBLIC = {
     "round_requests": ["run_id", "round_no"],
     "add_history": ["request_id", "entry"],
     "decide": ["request_id", "decision", "decided_by", "in_queue", "once"],
-    "escalate": ["request_id", "target", "reason", "by", "args_hash", "once"],
+    "escalate": ["request_id", "target", "reason", "decided_by", "args_hash", "once"],
     "sweep": ["now", "limit"],
     "create_run": ["agent", "prompt", "run_id", "extra"],
     "new_run_fields": ["agent", "prompt", "run_id", "extra"],
