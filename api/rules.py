@@ -26,8 +26,8 @@ from broker.domain.rules.matching import (
     may_remember,
 )
 from broker.domain.rules.models import Rule, RuleBody, parse_body
+from broker.facade import RuleExists, RuleStore
 from broker.judge.deciding import INBOX
-from broker.store.rule_store import RuleExists, RuleStore
 
 router = APIRouter(prefix="/v1/rules", tags=["rules"])
 

@@ -9,15 +9,14 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
-from typing import Annotated
+from typing import Annotated, Any
 
 from fastapi import Depends, FastAPI, Request
 
 from api.metrics import ApiMetrics
-from api.redis_async import AsyncRedis, async_client
 from broker.domain.config import Config
 from broker.domain.settings import Settings
-from broker.facade import Broker
+from broker.facade import AsyncReads, Broker
 from broker.judge import INBOX, Decided, Judge
 
 
@@ -27,12 +26,12 @@ class ApiState:
     config: Config
     broker: Broker
     metrics: ApiMetrics
-    _async_redis: AsyncRedis | None = field(default=None, repr=False)
+    _reads: AsyncReads | None = field(default=None, repr=False)
     judge: Judge = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
         self.judge = Judge(
-            self.broker, self.config, observe=self.count_decision, async_redis=self.async_redis
+            self.broker, self.config, observe=self.count_decision, async_redis=self.async_client
         )
 
     def count_decision(self, done: Decided) -> None:
@@ -44,16 +43,21 @@ class ApiState:
         kind = "rest" if done.channel == INBOX else done.channel.partition(":")[0]
         self.metrics.observe_decision(done.request, kind)
 
-    def async_redis(self) -> AsyncRedis:
-        """An asyncio client on the broker's Redis (or Redis Cluster), for blocking reads (SSE)."""
-        if self._async_redis is None:
-            self._async_redis = async_client(self.settings, self.broker)
-        return self._async_redis
+    def reads(self) -> AsyncReads:
+        """The core's asyncio reads on the broker's Redis (or Redis Cluster): event streams,
+        runs (`broker.store.async_reads`)."""
+        if self._reads is None:
+            self._reads = self.broker.async_reads(self.settings.redis_url)
+        return self._reads
+
+    def async_client(self) -> Any:
+        """The redis.asyncio client under `reads` (the judge's async face runs its steps on it)."""
+        return self.reads().client
 
     async def aclose(self) -> None:
-        if self._async_redis is not None:
-            await self._async_redis.aclose()
-            self._async_redis = None
+        if self._reads is not None:
+            await self._reads.aclose()
+            self._reads = None
 
 
 async def get_state(request: Request) -> ApiState:

@@ -12,12 +12,10 @@ from __future__ import annotations
 import base64
 import json
 import secrets
-import time
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from redis.exceptions import RedisError
 from rq import Worker
 
 from approval_broker.cli_common import DataDir, clear_errors, connect, fail
@@ -26,16 +24,8 @@ from broker.domain.errors import ConfigError
 from broker.domain.rules.config_rules import parse_config_rules
 from broker.domain.settings import RedisFsync, Settings
 from broker.facade import Broker
-from broker.redis.durability import (
-    DEFAULT_FSYNC,
-    Durability,
-    chosen_fsync,
-    durability_warning,
-    read_durability,
-)
-from broker.redis.replies import as_str
+from broker.launcher import DEFAULT_FSYNC, Durability, chosen_fsync
 from broker.runs.starting import run_queue
-from broker.store.keys import NOTIFIER_GROUP
 
 config_app = typer.Typer(help="Check a config file.", no_args_is_help=True)
 runs_app = typer.Typer(help="Agent runs on the fleet.", no_args_is_help=True)
@@ -148,51 +138,18 @@ def status(
 
 
 def fleet_status(broker: Broker, chosen: RedisFsync = DEFAULT_FSYNC) -> dict[str, Any]:
-    """Read-only figures about the fleet, as `status` prints them; `durability` is what a single
-    Redis says of its AOF (None on a cluster), with a warning when it keeps less than `chosen`."""
-    redis, keys = broker.redis, broker.keys
-    started = time.perf_counter()
-    redis.ping()
-    ping_ms = (time.perf_counter() - started) * 1000
-    info = redis.info("server") | redis.info("memory")
-    durability = None if broker.store.clustered else read_durability(redis)
+    """Read-only figures about the fleet, as `status` prints them; `redis.durability` is what a
+    single Redis says of its AOF (None on a cluster), with a warning when it keeps less than
+    `chosen`."""
     names = sorted(broker.config.queues)
-    depths = broker.requests.pending_counts(names)
-    notifiers: list[dict[str, Any]] = []
-    for part in keys.parts():
-        for name in names:
-            notifiers += consumers(broker, part.stream(name), name)
     return {
-        "redis": {
-            "version": info.get("redis_version"),
-            "used_memory_human": info.get("used_memory_human"),
-            "ping_ms": ping_ms,
-            "durability": durability.public() if durability else None,
-            "durability_warning": durability_warning(durability, chosen) if durability else None,
-        },
-        "queues": depths,
+        "redis": broker.fleet.server(chosen),
+        "queues": broker.requests.pending_counts(names),
         "runs_queued": run_queue(broker).count,
-        "dead_letters": redis.xlen(keys.dead_letters),
-        "notifiers": notifiers,
+        "dead_letters": broker.fleet.dead_letter_count(),
+        "notifiers": broker.fleet.notifier_consumers(names),
         "workers": [
             {"name": w.name, "state": str(w.get_state())}
-            for w in Worker.all(connection=broker.store.rq_redis)
+            for w in Worker.all(connection=broker.rq_connection)
         ],
     }
-
-
-def consumers(broker: Broker, stream: str, queue: str) -> list[dict[str, Any]]:
-    """The notifier consumers of one queue's stream (none before a notifier first read it)."""
-    try:
-        found = broker.redis.xinfo_consumers(stream, NOTIFIER_GROUP)
-    except RedisError:  # no stream or no group yet
-        return []
-    return [
-        {
-            "name": as_str(c["name"]),
-            "queue": queue,
-            "idle_s": int(c["idle"]) / 1000,
-            "pending": int(c["pending"]),
-        }
-        for c in found
-    ]

@@ -18,10 +18,15 @@ import typer
 from approval_broker.cli_common import DataDir, clear_errors, load_settings
 from broker.domain.config import Config
 from broker.domain.settings import Settings, check_admin_token
+from broker.launcher import (
+    EmbeddedRedis,
+    chosen_fsync,
+    clustered,
+    redact,
+    running_local_url,
+    warning_for,
+)
 from broker.receipts.signing_key import prepare_receipt_key
-from broker.redis.cluster import clustered
-from broker.redis.durability import chosen_fsync, warning_for
-from broker.redis.embedded import EmbeddedRedis, redact, running_local_url
 from broker.tracing import telemetry as tracing
 from channels import prepare as prepare_channels
 

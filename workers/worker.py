@@ -25,12 +25,11 @@ import threading
 from broker.domain.config import Config
 from broker.domain.errors import BrokerError
 from broker.domain.settings import Settings
-from broker.facade import Broker
+from broker.facade import Broker, sync_at_start
 from broker.runs import agent_jobs as jobs
 from broker.runs.agent_loader import AgentLoadError, load_agent
 from broker.runs.agent_loop import run_coroutines_with
 from broker.runs.starting import RUN_QUEUE, known_agents
-from broker.store.rule_sync import sync_at_start
 from workers.resumer import Resumer
 from workers.shared_loop import SharedLoop
 from workers.slots import Slots
@@ -121,7 +120,7 @@ async def _serve(
     shared.attach(loop)
     slots = Slots(
         RUN_QUEUE,
-        broker.store.rq_redis,
+        broker.rq_connection,
         concurrency,
         log_level,
         abandoned_after_s=broker.config.workers.abandoned_after_s,

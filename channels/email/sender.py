@@ -26,7 +26,6 @@ from broker.domain.persons import normal_address
 from broker.facade import Broker, DeliveryState
 from broker.judge import refusal
 from broker.judge.rule_decisions import run_rule_index
-from broker.redis.replies import as_str
 from channels.email.config import EmailConfig
 from channels.email.deciders import email_decider
 from channels.email.links import new_nonce, sign_link
@@ -260,6 +259,7 @@ def _quit(smtp: smtplib.SMTP) -> None:
 
 def _classify(exc: smtplib.SMTPResponseException) -> Exception:
     """SMTP 4xx is temporary by definition; 5xx is final."""
-    message = as_str(exc.smtp_error)
+    raw = exc.smtp_error  # smtplib hands the server's text over as bytes
+    message = raw.decode("utf-8", "replace") if isinstance(raw, bytes) else str(raw)
     text = f"SMTP {exc.smtp_code}: {message[:200]}"
     return GiveUp(text) if 500 <= exc.smtp_code < 600 else Retry(text)

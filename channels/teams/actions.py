@@ -139,7 +139,7 @@ def handle_click(host: InboundHost, teams: TeamsConfig, click: Click) -> Answer:
         once = None
         if click.activity_id:
             digest = hashlib.sha256(f"{click.conversation_id} {click.activity_id}".encode())
-            once = (host.broker.keys.seen("teams", digest.hexdigest()), REPLAY_TTL_S)
+            once = host.broker.once.marker("teams", digest.hexdigest(), REPLAY_TTL_S)
         request = host.judge.decide(
             current.id, decision, decider, via=via, current=current, once=once
         ).request

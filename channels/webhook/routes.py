@@ -140,7 +140,7 @@ def prepare(host: InboundHost, name: str, body: bytes, headers: Iterable[tuple[s
     decided_by = decider.name + (f"/{reply.decided_by}" if reply.decided_by else "")
     # the webhook-id is spent in the same atomic step as the decision: a replay is refused, and
     # a reply that failed half-way can be retried with the same id
-    once = (host.broker.keys.seen("webhook", f"{name}:{lowered['webhook-id']}"), REPLAY_TTL_S)
+    once = host.broker.once.marker("webhook", f"{name}:{lowered['webhook-id']}", REPLAY_TTL_S)
     return Reply(reply, decider, decided_by, once)
 
 

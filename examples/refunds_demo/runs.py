@@ -9,10 +9,9 @@ from __future__ import annotations
 
 from broker.domain.errors import NotFound
 from broker.domain.rules.models import parse_body
-from broker.facade import Broker
+from broker.facade import Broker, RuleExists
 from broker.runs.agents import agent_spec, register_agent, unregister_agent
 from broker.runs.starting import start_run
-from broker.store.rule_store import RuleExists
 from refunds_demo.shop import AGENT_NAME, QUEUE
 
 AGENT_PATH = "refunds_demo:agent"

@@ -74,9 +74,9 @@ def test_a_skewed_sweeper_expires_neither_early_nor_late(broker: Broker, skew: f
 
 
 def test_next_due_in_is_counted_on_redis_time(broker: Broker, skew: float):
-    assert broker.next_due_in() is None
+    assert broker.sweeping.next_due_in() is None
     broker.create_request(NewRequest(tool_name="t", timeout_s=100))
-    assert 95 < broker.next_due_in() <= 100
+    assert 95 < broker.sweeping.next_due_in() <= 100
 
 
 def test_an_explicit_now_still_wins(broker: Broker, skew: float):

@@ -34,8 +34,8 @@ def _attribute(dotted: str) -> object:
         "broker.runs.starting.start_run",
         "broker.runs.starting.wait_run",
         "broker.domain.rules.models.parse_body",
-        "broker.store.rule_store.RuleExists",
-        "broker.store.rule_sync.sync_at_start",
+        "broker.facade.RuleExists",
+        "broker.facade.sync_at_start",
     ],
 )
 def test_a_documented_import_path_imports(dotted: str) -> None:
