@@ -20,7 +20,8 @@ from pydantic import BaseModel
 
 from api.errors import ApiError
 from api.state import ApiState
-from broker.domain.models import NewRequest, canonical_json
+from broker.domain.args_hash import canonical_json
+from broker.domain.models import NewRequest
 from broker.domain.principals import Principal
 from broker.runs.starting import start_run
 

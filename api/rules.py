@@ -2,7 +2,7 @@
 
 Role `policy` (or the admin token) may create rules of any scope; anyone else who decides
 requests may create only rules scoped to a run or an agent, covering what they could decide.
-Checking a body is broker.rules'; this module parses, authorises and answers.
+Checking a body is broker.domain.rules'; this module parses, authorises and answers.
 """
 
 from __future__ import annotations

@@ -25,6 +25,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from approval_broker_client import BrokerApprovals, RemoteBroker
 from benchlib import bench_site, pct, start_api, start_role, stop_roles
 from pydantic_ai import Agent, DeferredToolRequests
 from pydantic_ai.messages import (
@@ -41,7 +42,6 @@ from redis import Redis
 from broker.domain.models import Decision, NewRequest
 from broker.domain.principals import hash_token
 from broker.facade import Broker
-from broker.remote import BrokerApprovals, RemoteBroker
 
 AGENT_TOKEN, PERSON_TOKEN = "bench-agent", "bench-person"
 CONFIG = f"""

@@ -22,9 +22,10 @@ from redis import Redis
 
 from broker.domain.config import parse_config
 from broker.domain.models import NewRequest
+from broker.domain.rules.matching import Call
+from broker.domain.rules.models import parse_body
 from broker.facade import Broker
 from broker.redis.embedded import EmbeddedRedis
-from broker.rules import Call, parse_body
 
 TOOLS = [f"tool_{i}" for i in range(30)] + ["refund"]
 AGENTS = [f"agent_{i}" for i in range(10)]

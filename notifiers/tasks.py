@@ -1,7 +1,7 @@
 """The units of work: an InflightEntry is one stream entry being delivered; a Task is that
 entry on one channel.
 
-(Named apart from `workers.jobs`, whose jobs are RQ jobs, and from `broker.domain.events.Event`,
+(Named apart from `broker.runs.agent_jobs`, whose jobs are RQ jobs, and from `broker.domain.events.Event`,
 which is the parsed entry itself.)
 """
 

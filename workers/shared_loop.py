@@ -112,7 +112,7 @@ class SharedLoop:
     # ---- on a slot's thread ------------------------------------------------------------------
 
     def run(self, coro: Coroutine[Any, Any, Any]) -> Any:
-        """Run `coro` on the shared loop and wait for it (`broker.runs.agent_runner.run_coroutines_with`)."""
+        """Run `coro` on the shared loop and wait for it (`broker.runs.agent_loop.run_coroutines_with`)."""
         loop = self.loop
         if loop is None or loop.is_closed():
             coro.close()

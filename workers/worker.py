@@ -26,10 +26,10 @@ from broker.domain.config import Config
 from broker.domain.errors import BrokerError
 from broker.domain.settings import Settings
 from broker.facade import Broker, sync_at_start
+from broker.runs import agent_jobs as jobs
 from broker.runs.agent_loader import AgentLoadError, load_agent
-from broker.runs.agent_runner import run_coroutines_with
+from broker.runs.agent_loop import run_coroutines_with
 from broker.runs.starting import RUN_QUEUE, known_agents
-from workers import jobs
 from workers.resumer import Resumer
 from workers.shared_loop import SharedLoop
 from workers.slots import Slots

@@ -15,14 +15,12 @@ reader never sees an entry without its hash.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from broker.audit.chain import entry_hash
+from broker.audit.chain_keys import Chain
 from broker.redis.replies import as_str
 from broker.store.scripts import seal_source
-
-if TYPE_CHECKING:  # trail.py imports this module
-    from broker.audit.trail import Chain
 
 SEAL_BATCH = 500
 """Entries hashed and stored per seal step: a step holds Redis a few µs per entry."""

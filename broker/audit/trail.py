@@ -15,7 +15,6 @@ import base64
 import binascii
 import json
 from collections.abc import Iterator
-from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -23,6 +22,7 @@ from redis.client import Pipeline
 
 from broker.audit.actors import actor_kind
 from broker.audit.chain import Entry
+from broker.audit.chain_keys import Chain, chains_of
 from broker.audit.sealing import hashed_inline, seal
 from broker.domain.errors import InvalidInput
 from broker.domain.stream_ids import BadStreamId, stream_id
@@ -30,28 +30,6 @@ from broker.redis.replies import as_str
 from broker.store.keys import Keys
 from broker.store.script_keys import ScriptKeys
 from broker.store.scripts import source
-
-
-@dataclass(frozen=True)
-class Chain:
-    """One audit chain: its name in exports (`main`, `pN`, `rules`), stream and head keys."""
-
-    name: str
-    stream: str
-    head: str
-
-    @property
-    def seals(self) -> str:
-        """Stream: each sealed entry's `prev` and `hash`, under the entry's own id (same slot)."""
-        return f"{self.stream}:seals"
-
-
-def chains_of(keys: Keys) -> list[Chain]:
-    """Every chain of this key schema, in a fixed order (pages and exports follow it)."""
-    if keys.partitions <= 1:
-        return [Chain("main", keys.audit, keys.audit_head)]
-    found = [Chain(f"p{view.at}", view.audit, view.audit_head) for view in keys.parts()]
-    return [*found, Chain("rules", keys.rules.audit, keys.rules.audit_head)]
 
 
 def stream_bound(when: datetime | None, *, end: bool = False) -> str:

@@ -1,45 +1,25 @@
-"""The broker's domain: requests, decisions, runs and their history, as pydantic models."""
+"""The broker's domain models: the wire models of the client package, as the server holds them.
+
+Each field list is written once, in `approval_broker_client.models` (what travels over HTTP);
+the classes here extend those and add only what the server needs: no unknown field kept or
+echoed (`extra="ignore"`, where the client keeps them), the Redis forms a stored request comes
+in (votes as JSON text, epoch seconds, empty strings), the bounds the broker enforces on what
+it accepts (`quorum <= MAX_QUORUM`), the field the broker sets (`NewRequest.created_by`), and
+`public()` dumps. They keep the client's class names, so `/openapi.json` and every JSON body
+stay as they were.
+"""
 
 from __future__ import annotations
 
 import json
 from datetime import UTC, datetime
-from enum import StrEnum
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field, JsonValue, computed_field, field_validator, model_validator
+from approval_broker_client import models as wire
+from approval_broker_client.models import Kind, Outcome, RunStatus, Status
+from pydantic import ConfigDict, Field, field_validator
 
-from broker.domain.args_hash import args_hash, canonical_json  # noqa: F401 - their old home
-
-Kind = Literal["approval", "question", "external"]
 KINDS: tuple[str, ...] = ("approval", "question", "external")
-
-
-class Status(StrEnum):
-    pending = "pending"
-    approved = "approved"
-    modified = "modified"
-    rejected = "rejected"
-    answered = "answered"
-    timed_out = "timed_out"
-
-
-class Outcome(StrEnum):
-    approved = "approved"
-    modified = "modified"
-    rejected = "rejected"
-    answered = "answered"
-    escalated = "escalated"
-    timed_out = "timed_out"  # recorded by the sweeper; never accepted from a caller
-
-
-class RunStatus(StrEnum):
-    queued = "queued"
-    running = "running"
-    waiting = "waiting"
-    finished = "finished"
-    failed = "failed"
-
 
 EventType = Literal[
     "approval.requested",
@@ -53,6 +33,9 @@ EventType = Literal[
 
 MAX_QUORUM = 10
 
+SERVER = ConfigDict(extra="ignore")
+"""What the server reads: unknown fields are dropped, never stored or echoed."""
+
 
 def utcnow() -> datetime:
     return datetime.now(UTC)
@@ -62,99 +45,42 @@ def from_timestamp(ts: float) -> datetime:
     return datetime.fromtimestamp(ts, UTC)
 
 
-class Decision(BaseModel):
+class Decision(wire.Decision):
     """What a person (or a system) answered. `decided_by`/`decided_at` are set by the broker."""
 
-    outcome: Outcome
-    reason: str | None = Field(default=None, max_length=10_000)
-    args: dict[str, JsonValue] | None = None
-    answer: JsonValue = None
-    target: str | None = Field(default=None, max_length=200)
-    args_hash: str | None = Field(default=None, max_length=128)
-    metadata: dict[str, JsonValue] | None = None
-    decided_by: str | None = None
-    decided_at: datetime | None = None
-    rule: str | None = Field(default=None, description="the policy rule that decided, if one did")
-    receipt: str | None = Field(
-        default=None,
-        max_length=8_000,
-        description="set by the broker: the signed approval receipt (docs/receipts.md)",
-    )
-
-    @model_validator(mode="after")
-    def _check_shape(self) -> Decision:
-        if self.outcome is Outcome.modified and self.args is None:
-            raise ValueError("a 'modified' decision needs 'args', the arguments to run with")
-        if self.outcome is not Outcome.modified and self.args is not None:
-            raise ValueError("'args' only goes with the 'modified' outcome")
-        if self.outcome is not Outcome.escalated and self.target is not None:
-            raise ValueError("'target' only goes with the 'escalated' outcome")
-        return self
+    model_config = SERVER
 
     def public(self) -> dict[str, Any]:
         return self.model_dump(mode="json", exclude_none=True)
 
 
-class HistoryEntry(BaseModel):
+class HistoryEntry(wire.HistoryEntry):
     """One thing that happened to a request besides its decision: an escalation or a delivery."""
 
-    at: datetime
-    event: str
-    by: str | None = None
-    from_queue: str | None = None
-    to_queue: str | None = None
-    reason: str | None = None
-    channel: str | None = None
-    detail: str | None = None
-    rule: str | None = None
+    model_config = SERVER
 
 
-class Vote(BaseModel):
+class Vote(wire.Vote):
     """One person's approval of a request that needs several (its `quorum`).
 
     `by` is the person (see `broker.domain.quorum`), `args_hash` the args they approved: the request's
     own for `approved`, the new ones for `modified`; only votes for the same args add up.
     """
 
-    by: str
-    at: datetime
-    args_hash: str
-    channel: str = ""
+    model_config = SERVER
 
 
-class Request(BaseModel):
+class Request(wire.Request):
     """A durable request for a person's decision on one tool call (contract: docs/architecture.md)."""
 
-    id: str
-    run_id: str | None = None
-    round: int = 0
-    tool_call_id: str
-    tool_name: str
-    args: dict[str, JsonValue] = Field(default_factory=dict)
-    args_hash: str
-    kind: Kind = "approval"
-    prompt: str = ""
-    data: JsonValue = None
-    metadata: dict[str, JsonValue] = Field(default_factory=dict)
-    queue: str = "default"
-    allowed_roles: list[str] = Field(default_factory=list)
-    callback: str | None = None
-    created_at: datetime
-    expires_at: datetime
-    status: Status = Status.pending
+    # Read from its Redis hash as well as from JSON: the hash keeps the votes as JSON text,
+    # `acked_until` as epoch seconds and an unset person as an empty string.
+    model_config = SERVER
+
+    # The nested models are the server's (no unknown field kept); the fields are the client's.
     decision: Decision | None = None
     history: list[HistoryEntry] = Field(default_factory=list)
-    suggested_rules: list[dict[str, JsonValue]] = Field(
-        default_factory=list,
-        description="rule bodies a person may remember with their decision (approvals only)",
-    )
-    escalations: int = 0  # times moved to another queue; an email link is bound to the count
-    args_schema: dict[str, JsonValue] | None = None  # JSON Schema `modified` args must meet
-    quorum: int = 1
     approvals: list[Vote] = Field(default_factory=list)
-    created_by: str | None = None
-    acked_by: str | None = None
-    acked_until: datetime | None = None
 
     @field_validator("approvals", mode="before")
     @classmethod
@@ -182,42 +108,13 @@ class Request(BaseModel):
                 return value  # ISO text (a request read back from JSON)
         return value
 
-    @computed_field  # type: ignore[prop-decorator]
-    @property
-    def approvals_by_args(self) -> dict[str, int]:
-        """How many approvals each set of args has (by `args_hash`): they don't add up."""
-        counts: dict[str, int] = {}
-        for vote in self.approvals:
-            counts[vote.args_hash] = counts.get(vote.args_hash, 0) + 1
-        return counts
 
-    @property
-    def is_pending(self) -> bool:
-        return self.status is Status.pending
-
-    def public(self) -> dict[str, Any]:
-        return self.model_dump(mode="json")
-
-
-class NewRequest(BaseModel):
+class NewRequest(wire.NewRequest):
     """What a caller gives to create a request; the broker fills in the rest."""
 
-    tool_name: str = Field(min_length=1, max_length=200)
-    args: dict[str, JsonValue] = Field(default_factory=dict)
-    kind: Kind = "approval"
-    prompt: str | None = Field(default=None, max_length=20_000)
-    data: JsonValue = None
-    metadata: dict[str, JsonValue] = Field(default_factory=dict)
-    queue: str = Field(default="default", min_length=1, max_length=200)
-    timeout_s: float | None = Field(default=None, gt=0, le=365 * 86400)
-    allowed_roles: list[str] = Field(default_factory=list)
-    callback: str | None = None
-    tool_call_id: str | None = Field(default=None, max_length=200)
-    args_schema: dict[str, JsonValue] | None = Field(
-        default=None,
-        description="JSON Schema of the tool's arguments: a `modified` decision's args must"
-        " meet it (a run's requests carry their tool's parameters schema)",
-    )
+    model_config = SERVER
+
+    # The broker's bound on what a caller may ask (the client leaves it to the broker).
     quorum: int | None = Field(
         default=None,
         ge=1,
@@ -231,18 +128,29 @@ class NewRequest(BaseModel):
     )
 
 
-class Run(BaseModel):
+class Run(wire.Run):
     """An agent run the fleet executes, pauses on deferred calls and resumes round by round."""
 
-    id: str
-    agent: str
-    status: RunStatus = RunStatus.queued
-    round: int = 0
-    pending: list[str] = Field(default_factory=list)
-    output: JsonValue = None
-    error: str | None = None
-    created_at: datetime
-    updated_at: datetime
+    model_config = SERVER
 
     def public(self) -> dict[str, Any]:
         return self.model_dump(mode="json")
+
+
+__all__ = [
+    "KINDS",
+    "MAX_QUORUM",
+    "Decision",
+    "EventType",
+    "HistoryEntry",
+    "Kind",
+    "NewRequest",
+    "Outcome",
+    "Request",
+    "Run",
+    "RunStatus",
+    "Status",
+    "Vote",
+    "from_timestamp",
+    "utcnow",
+]

@@ -16,9 +16,10 @@ from __future__ import annotations
 
 from collections.abc import Collection
 
+from broker.domain.args_hash import args_hash
 from broker.domain.config import Config
 from broker.domain.errors import InvalidInput
-from broker.domain.models import MAX_QUORUM, Decision, NewRequest, Outcome, Request, Vote, args_hash
+from broker.domain.models import MAX_QUORUM, Decision, NewRequest, Outcome, Request, Vote
 
 POLICY = "policy"
 

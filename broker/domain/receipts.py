@@ -29,8 +29,9 @@ from joserfc import jws, jwt
 from joserfc.errors import JoseError
 from joserfc.jwk import KeySet, OKPKey
 
+from broker.domain.args_hash import args_hash
 from broker.domain.errors import ConfigError
-from broker.domain.models import Decision, Outcome, args_hash
+from broker.domain.models import Decision, Outcome
 
 # `EdDSA` is the contract's alg: every JOSE library verifies it. RFC 9864's `Ed25519` names the
 # same signature, but fewer libraries accept it yet, so joserfc's notice about it is not news

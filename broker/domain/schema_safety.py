@@ -28,13 +28,12 @@ made with jsonschema's public extension API (`jsonschema.validators.extend`):
 
 Callers (`broker.domain.answer_schema`, `broker.domain.args_schema`) run these off the event loop (the
 API's routes call the broker in the thread pool). Nothing here decides or stores anything.
+The validators themselves (RE2 keywords, metering) are `broker.domain.safe_validators`.
 """
 
 from __future__ import annotations
 
 import json
-import threading
-import time
 from collections.abc import Callable, Iterator, Mapping
 from functools import lru_cache
 from typing import Any
@@ -43,13 +42,13 @@ import re2
 import referencing
 import referencing.exceptions
 import referencing.jsonschema
-from jsonschema import Draft7Validator, Draft202012Validator, FormatChecker, ValidationError
+from jsonschema import FormatChecker, ValidationError
 from jsonschema.exceptions import SchemaError
 from jsonschema.protocols import Validator
-from jsonschema.validators import extend
 
 from broker.domain.bounded_json import depth_of
 from broker.domain.errors import InvalidInput
+from broker.domain.safe_validators import DRAFTS, Exhausted, metered, regex, validator_class
 
 MAX_SCHEMA_BYTES = 64 * 1024
 MAX_SCHEMA_DEPTH = 32
@@ -133,29 +132,12 @@ _ONE = ("not", "if", "then", "else", "additionalProperties", "propertyNames", "c
 _ONE += ("additionalItems",)
 _MANY = ("allOf", "anyOf", "oneOf", "prefixItems")
 _NAMED = ("properties", "patternProperties", "$defs", "definitions", "dependentSchemas")
-_DRAFTS = {
-    None: Draft202012Validator,
-    "https://json-schema.org/draft/2020-12/schema": Draft202012Validator,
-    "https://json-schema.org/draft/2020-12/schema#": Draft202012Validator,
-    "http://json-schema.org/draft-07/schema": Draft7Validator,
-    "http://json-schema.org/draft-07/schema#": Draft7Validator,
-}
 
 
 class TooCostly(InvalidInput):
     """Applying a schema took more than its budget of work or time."""
 
     code = "schema_too_costly"
-
-
-_RE2_OPTIONS = re2.Options()
-_RE2_OPTIONS.log_errors = False
-
-
-@lru_cache(maxsize=1024)
-def regex(pattern: str) -> Any:
-    """`pattern` compiled by RE2 (cached); `re2.error` when RE2 can't run it."""
-    return re2.compile(pattern, _RE2_OPTIONS)
 
 
 def _regex_problem(pattern: Any) -> str | None:
@@ -175,128 +157,11 @@ def _regex_problem(pattern: Any) -> str | None:
     return None
 
 
-# --- work accounting (per thread: a validation runs in one thread from start to end) ---
-
-_meter = threading.local()
-
-
-def _spend(units: int) -> None:
-    left = getattr(_meter, "left", None)
-    if left is None:
-        return  # not inside `errors` (the meta-schema check): nothing to bound
-    left -= units
-    _meter.left = left
-    if left < 0:
-        raise _Exhausted("too much work")
-    if time.monotonic() > _meter.deadline:
-        raise _Exhausted(f"longer than {_meter.deadline_s:g} s")
-
-
-class _Exhausted(Exception):
-    """Raised from inside a keyword: not a ValidationError, so `anyOf`/`not` don't swallow it.
-    Its text names the bound met."""
-
-
-def _size(value: Any) -> int:
-    return len(value) if isinstance(value, dict | list) else 0
-
-
-def _metered(fn: Callable[..., Any]) -> Callable[..., Any]:
-    def keyword(validator: Any, value: Any, instance: Any, schema: Any) -> Any:
-        _spend(1 + _size(value) + _size(instance))
-        return fn(validator, value, instance, schema)
-
-    return keyword
-
-
-def _pattern(validator: Any, pattern: str, instance: Any, schema: Any) -> Iterator[ValidationError]:
-    if validator.is_type(instance, "string") and not regex(pattern).search(instance):
-        yield ValidationError(f"{instance!r} does not match {pattern!r}")
-
-
-def _pattern_properties(
-    validator: Any, patterns: Mapping[str, Any], instance: Any, schema: Any
-) -> Iterator[ValidationError]:
-    if not validator.is_type(instance, "object"):
-        return
-    _spend(len(patterns) * len(instance))
-    for pattern, subschema in patterns.items():
-        compiled = regex(pattern)
-        for name, value in instance.items():
-            if compiled.search(name):
-                yield from validator.descend(value, subschema, path=name, schema_path=pattern)
-
-
-def _additional_properties(
-    validator: Any, additional: Any, instance: Any, schema: Any
-) -> Iterator[ValidationError]:
-    if not validator.is_type(instance, "object"):
-        return
-    known = schema.get("properties", {})
-    patterns = [regex(p) for p in schema.get("patternProperties", {})]
-    _spend(len(instance) * (1 + len(patterns)))
-    extras = [
-        name for name in instance if name not in known and not any(p.search(name) for p in patterns)
-    ]
-    if validator.is_type(additional, "object"):
-        for name in extras:
-            yield from validator.descend(instance[name], additional, path=name)
-    elif not additional and extras:
-        names = ", ".join(repr(n) for n in sorted(extras))
-        if "patternProperties" in schema:
-            regexes = ", ".join(repr(p) for p in sorted(schema["patternProperties"]))
-            verb = "does" if len(extras) == 1 else "do"
-            yield ValidationError(f"{names} {verb} not match any of the regexes: {regexes}")
-        else:
-            verb = "was" if len(extras) == 1 else "were"
-            yield ValidationError(
-                f"Additional properties are not allowed ({names} {verb} unexpected)"
-            )
-
-
-def _key(value: Any) -> Any:
-    """A hashable stand-in equal for values JSON Schema calls equal (1 == 1.0, True != 1)."""
-    if isinstance(value, bool) or value is None:
-        return ("c", value)
-    if isinstance(value, int | float):
-        return ("n", value)
-    if isinstance(value, list):
-        return ("l", tuple(_key(v) for v in value))
-    if isinstance(value, dict):
-        return ("d", frozenset((k, _key(v)) for k, v in value.items()))
-    return ("s", value)
-
-
-def _unique_items(
-    validator: Any, unique: Any, instance: Any, schema: Any
-) -> Iterator[ValidationError]:
-    if unique and validator.is_type(instance, "array"):
-        _spend(len(instance))
-        if len({_key(v) for v in instance}) != len(instance):
-            yield ValidationError(f"{instance!r} has non-unique elements")
-
-
-def _safe(base: type[Validator]) -> type[Validator]:
-    keywords = {k: _metered(fn) for k, fn in base.VALIDATORS.items()}
-    keywords.update(
-        pattern=_metered(_pattern),
-        patternProperties=_metered(_pattern_properties),
-        additionalProperties=_metered(_additional_properties),
-        uniqueItems=_metered(_unique_items),
-    )
-    return extend(base, validators=keywords)
-
-
-_SAFE = {base: _safe(base) for base in {Draft202012Validator, Draft7Validator}}
 _NOTHING_REMOTE = referencing.Registry()  # no `retrieve`: a `$ref` elsewhere is unresolvable
 
 _NO_FORMATS = FormatChecker(formats=())
 """The meta-schema check without its `format` checks: its `regex` one compiles every pattern
 with Python's `re` (the walk compiles them with RE2 instead, and names the path)."""
-
-
-def _draft(schema: Mapping[str, Any]) -> type[Validator]:
-    return _SAFE[_DRAFTS.get(schema.get("$schema"), Draft202012Validator)]
 
 
 # --- checking a schema ---
@@ -360,11 +225,11 @@ def check_shape(schema: Any, where: str, code: str) -> list[tuple[str, str, Any]
         return InvalidInput(f"{at}: {message}", code=code)
 
     check_bounds(schema, where, code)
-    if schema.get("$schema") not in _DRAFTS:
+    if schema.get("$schema") not in DRAFTS:
         raise fail(f"{where}.$schema", "only JSON Schema 2020-12 or draft 7")
     found = list(_walk(schema, where, fail))
     try:
-        _draft(schema).check_schema(schema, format_checker=_NO_FORMATS)
+        validator_class(schema).check_schema(schema, format_checker=_NO_FORMATS)
     except SchemaError as exc:
         path = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in exc.absolute_path)
         raise fail(f"{where}{path}", f"not a valid JSON Schema: {exc.message}") from None
@@ -397,7 +262,7 @@ def check_schema(schema: Any, where: str, code: str) -> None:
 def compiled(text: str) -> Validator:
     """The validator of one schema (by its compact JSON), made once per distinct schema."""
     schema = json.loads(text)
-    return _draft(schema)(schema, registry=_NOTHING_REMOTE)
+    return validator_class(schema)(schema, registry=_NOTHING_REMOTE)
 
 
 def errors(
@@ -419,12 +284,11 @@ def errors(
     if depth_of(instance, MAX_INSTANCE_DEPTH) > MAX_INSTANCE_DEPTH:
         raise InvalidInput(f"{what}: nested more than {MAX_INSTANCE_DEPTH} deep", code=code)
     validator = compiled(json.dumps(schema, separators=(",", ":"), ensure_ascii=False))
-    _meter.left, _meter.deadline = WORK_BUDGET, time.monotonic() + deadline_s
-    _meter.deadline_s = deadline_s
     try:
-        return list(validator.iter_errors(instance))
-    except (_Exhausted, RecursionError) as exc:
-        bound = str(exc) if isinstance(exc, _Exhausted) else "references that loop"
+        with metered(WORK_BUDGET, deadline_s):
+            return list(validator.iter_errors(instance))
+    except (Exhausted, RecursionError) as exc:
+        bound = str(exc) if isinstance(exc, Exhausted) else "references that loop"
         raise TooCostly(
             f"{what}: checking it against the schema takes more than the broker allows ({bound})"
         ) from None
@@ -433,5 +297,3 @@ def errors(
             f"{what}: the schema has a regex RE2 can't run or a reference outside itself",
             code=code,
         ) from None
-    finally:
-        _meter.left = None

@@ -109,8 +109,8 @@ RESUME_JOB = job_name(resume_agent)
 def _run_and_round(job: Job) -> tuple[str, int] | None:
     """The (run, round) an agent job works on, or None for any other job.
 
-    Judged by the function the job's name imports, so a job queued under an older name of the
-    same function (`workers.jobs.run_agent`, before an upgrade) counts too.
+    Judged by the function the job's name imports; a name that no longer imports (a job queued
+    under a path since removed) is no agent job.
     """
     try:
         func = job.func

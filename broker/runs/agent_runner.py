@@ -15,25 +15,22 @@ Every step can be repeated safely, because a job can be retried or re-read from 
 * a pause stores the messages together with the next round's calls *before* registering them,
   so a job that dies in between registers the same round on its next attempt;
 * registering a round is idempotent in the broker (`create_round`).
+
+What is kept between attempts is `broker.runs.pause`; where the agent's coroutine runs (the
+worker's shared loop, or this thread's) is `broker.runs.agent_loop`.
 """
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import json
 import logging
 import os
 import socket
 import time
-import warnings
-import weakref
-from collections.abc import Callable, Coroutine
-from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any
 
-import anyio.to_thread
 import httpx
+from approval_broker_client.results import RoundNotReady, results_for
 from pydantic_ai import CallToolsNode, DeferredToolRequests, ModelRequestNode
 from pydantic_ai.exceptions import (
     ModelAPIError,
@@ -41,7 +38,7 @@ from pydantic_ai.exceptions import (
     ModelQuotaExceededError,
     ModelRequestRejectedError,
 )
-from pydantic_ai.messages import ModelMessage, ModelMessagesTypeAdapter
+from pydantic_ai.messages import ModelMessage
 from pydantic_ai.run import AgentRun, AgentRunResult
 from pydantic_core import to_jsonable_python
 from pydantic_graph import End
@@ -50,15 +47,16 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from broker.domain.errors import BrokerError, NotFound
-from broker.domain.models import NewRequest, Request, RunStatus
+from broker.domain.models import Request, RunStatus
 from broker.facade import Broker
 from broker.runs.agent_loader import AgentLoadError, LoadedAgent, load_agent
+from broker.runs.agent_loop import off_loop, run_sync
 from broker.runs.agents import LocalAgents
 from broker.runs.live_wait import owned_round, wait_and_claim
 from broker.runs.new_prompt import prompt_field
+from broker.runs.pause import CONTINUE, TOOLS, WAITING, Pause, json_messages
 from broker.runs.pending_calls import BadCallMetadata, new_requests, tool_schemas
 from broker.runs.tool_guard import NO_EFFECT_KINDS, ToolGuard, tools_field
-from broker.runs.tool_results import RoundNotReady, results_for
 from broker.tracing import telemetry as tracing
 
 log = logging.getLogger("broker.runs.agent_runner")
@@ -68,15 +66,6 @@ _MAX_ERROR = 2000
 _RECORD_RETRY_DELAYS = (0.1, 0.4, 1.0, 2.0)
 """Back-off, in seconds, while recording a run's failure keeps hitting a Redis error."""
 
-WAITING = "waiting"
-"""Stage of a pause: the history ends in the round's deferred calls, registered as `calls`."""
-TOOLS = "tools"
-"""Stage of a round whose tools may be running: nothing to continue from."""
-CONTINUE = "continue"
-"""Stage of a round whose tools have returned: `messages` is the checkpoint to continue from."""
-
-
-_T = TypeVar("_T")
 
 REDIS_TRANSIENT = (
     RedisConnectionError,
@@ -115,129 +104,9 @@ def describe(exc: BaseException) -> str:
     return text[:_MAX_ERROR]
 
 
-@dataclass
-class Pause:
-    """What a run keeps in Redis between attempts: the history so far and where it stands.
-
-    `stage` is WAITING (paused on round `round`'s `calls`), TOOLS (round `round`'s tools may be
-    running) or CONTINUE (round `round`'s tools returned; continue from `messages`).
-    """
-
-    round: int
-    messages: list[Any]
-    calls: list[dict[str, Any]] = field(default_factory=list)
-    stage: str = WAITING
-    worker: str = ""  # TOOLS: the worker process taking the step (`host:pid`), for the error
-
-    def dump(self) -> bytes:
-        return json.dumps(
-            {
-                "round": self.round,
-                "stage": self.stage,
-                "messages": self.messages,
-                "calls": self.calls,
-                **({"worker": self.worker} if self.worker else {}),
-            }
-        ).encode()
-
-    @classmethod
-    def load(cls, raw: bytes | None) -> Pause | None:
-        if not raw:
-            return None
-        data = json.loads(raw)
-        if not isinstance(data, dict) or "round" not in data:
-            return None  # not written by this module
-        return cls(
-            int(data["round"]),
-            data.get("messages") or [],
-            data.get("calls") or [],
-            str(data.get("stage") or WAITING),
-            str(data.get("worker") or ""),
-        )
-
-    def history(self) -> list[ModelMessage]:
-        return ModelMessagesTypeAdapter.validate_python(self.messages)
-
-    def requests(self) -> list[NewRequest]:
-        return [NewRequest.model_validate(c) for c in self.calls]
-
-
-def _json_messages(messages: list[ModelMessage]) -> list[Any]:
-    return json.loads(ModelMessagesTypeAdapter.dump_json(messages))
-
-
-_LOOPS: weakref.WeakSet[asyncio.AbstractEventLoop] = weakref.WeakSet()
-"""Every loop `_event_loop` made, in any thread of this process."""
-_INHERITED_LOOPS: list[asyncio.AbstractEventLoop] = []
-"""In a forked child, the loops the parent had made: held so the child never collects them."""
-
-
-def _forget_parent_loop() -> None:
-    """In a forked child (an RQ work horse), never reuse the parent's loop: its selector and
-    self-pipe are shared with the parent.
-
-    Nor let any loop the parent made be garbage-collected here: closing one (as a collected
-    loop does) unregisters its self-pipe from the epoll instance the child shares with the
-    parent, and that loop would no longer wake for `call_soon_threadsafe` (a tool's worker
-    thread reporting back), so the parent's next agent run on it would hang. The loops of the
-    parent's other threads count too: those threads don't exist here, and what held their
-    loops (a thread-local) may be gone.
-    """
-    with contextlib.suppress(Exception):
-        _INHERITED_LOOPS.extend(_LOOPS)
-    with contextlib.suppress(Exception):
-        asyncio.set_event_loop(None)
-
-
-os.register_at_fork(after_in_child=_forget_parent_loop)
-
-
-def _event_loop() -> asyncio.AbstractEventLoop:
-    """This thread's event loop, as `Agent.run_sync` uses it, so cached clients keep their loop."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", DeprecationWarning)
-        try:
-            loop = asyncio.get_event_loop()
-        except RuntimeError:
-            loop = None
-    if loop is None or loop.is_closed():
-        loop = asyncio.new_event_loop()
-        asyncio.set_event_loop(loop)
-    _LOOPS.add(loop)
-    return loop
-
-
-CoroutineRunner = Callable[[Coroutine[Any, Any, Any]], Any]
-"""Runs an agent's coroutine to its end from a job's thread and returns its result (or raises)."""
-
-_coroutine_runner: CoroutineRunner | None = None
-
-
-def run_coroutines_with(runner: CoroutineRunner | None) -> None:
-    """Make `runner` run every agent coroutine of this process (None: this thread's own loop).
-
-    The worker process installs its shared event loop here, so that the jobs of all its slots
-    advance their runs on one loop; `broker.testing` and in-process test workers keep a loop
-    per thread.
-    """
-    global _coroutine_runner
-    _coroutine_runner = runner
-
-
-def _run_sync(coro: Coroutine[Any, Any, _T]) -> _T:
-    if _coroutine_runner is not None:
-        return _coroutine_runner(coro)  # type: ignore[no-any-return]
-    return _event_loop().run_until_complete(coro)
-
-
 def _worker() -> str:
     """This worker process, as a failed run's error names it: `host:pid`."""
     return f"{socket.gethostname()}:{os.getpid()}"
-
-
-async def _off_loop(fn: Callable[..., _T], *args: Any) -> _T:
-    """A blocking call (sync Redis) from the agent's coroutine, in a thread: never on the loop."""
-    return await anyio.to_thread.run_sync(fn, *args)
 
 
 def _may_run_tools(agent_run: AgentRun[Any, Any], node: CallToolsNode[Any, Any]) -> bool:
@@ -360,7 +229,7 @@ class AgentRunner:
         applying = [] if results is None or pause is None else pause.calls
         guard = ToolGuard(self.broker, run_id, kept=fields, approved=decided)
         drive = self._drive(run_id, round_no, loaded, guard, prompt, kwargs, applying)
-        result = _run_sync(tracing.carry(drive))  # the job's trace, on the worker's shared loop
+        result = run_sync(tracing.carry(drive))  # the job's trace, on the worker's shared loop
         output = result.output
         if isinstance(output, DeferredToolRequests):
             return self._pause(run_id, round_no + 1, loaded, fields, output, result.all_messages())
@@ -394,11 +263,11 @@ class AgentRunner:
                 if not (isinstance(node, CallToolsNode) and _may_run_tools(agent_run, node)):
                     node = await agent_run.next(node)
                     continue
-                messages = _json_messages(agent_run.all_messages())
+                messages = json_messages(agent_run.all_messages())
                 marker = Pause(round_no, messages, calls=applying, stage=TOOLS, worker=_worker())
                 applying = []
                 guard.field = tools_field(round_no, len(messages))
-                await _off_loop(self.broker.save_messages, run_id, marker.dump())
+                await off_loop(self.broker.save_messages, run_id, marker.dump())
                 try:
                     node = await agent_run.next(node)
                 except Exception as exc:
@@ -410,8 +279,8 @@ class AgentRunner:
                     ) from exc
                 if isinstance(node, ModelRequestNode):  # the tools returned; the model is next
                     messages = [*agent_run.all_messages(), node.request]
-                    checkpoint = Pause(round_no, _json_messages(messages), stage=CONTINUE)
-                    await _off_loop(self.broker.save_messages, run_id, checkpoint.dump())
+                    checkpoint = Pause(round_no, json_messages(messages), stage=CONTINUE)
+                    await off_loop(self.broker.save_messages, run_id, checkpoint.dump())
             result = agent_run.result
         if result is None:  # pragma: no cover - an End node always carries the result
             raise RunFailed(f"the agent of run {run_id} ended without a result")
@@ -443,7 +312,7 @@ class AgentRunner:
                 )
         pause = Pause(
             round=next_round,
-            messages=_json_messages(messages),
+            messages=json_messages(messages),
             calls=[c.model_dump(mode="json") for c in calls],
         )
         self.broker.save_messages(run_id, pause.dump())

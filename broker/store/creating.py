@@ -2,11 +2,12 @@
 
 Why a module of its own: it is the hot path of every create, alone or in bulk. Each distinct
 NewRequest is checked and encoded once (a bulk of copies of one object shares that work), its
-hash fields become the script's ARGV as they are (no JSON object for Lua to decode), policy
-rules are matched from the per-process rule set cached by the rules' version, and that version
-is carried into the step as a check instead of being read first (a single Redis). The Requests
-handed back are built from what was written, never read back (a rule-decided one too). Nothing here decides a request a
-rule does not cover (`broker.domain.rule_decided`), and nothing reads a request.
+hash fields become the script's ARGV as they are (no JSON object for Lua to decode; packed by
+`broker.store.create_args`), policy rules are matched from the per-process rule set cached by
+the rules' version, and that version is carried into the step as a check instead of being read
+first (a single Redis). The Requests handed back are built from what was written, never read
+back (a rule-decided one too). Nothing here decides a request a rule does not cover
+(`broker.domain.rule_decided`), and nothing reads a request.
 
 On a Redis Cluster the rules live in a slot of their own (`Keys.rules`): the version is read
 once per call before the step, and the hits of the rules that decided are counted after it, in
@@ -15,9 +16,8 @@ the rules' slot. A rule revoked before a create starts is never applied by it.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from datetime import datetime
-from operator import itemgetter
 from typing import Any
 
 import orjson
@@ -31,11 +31,11 @@ from broker.domain.questions import validate_question_metadata
 from broker.domain.quorum import quorum_of
 from broker.domain.receipts import CallFacts
 from broker.domain.rule_decided import RuleVerdict, verdict_for
-from broker.domain.rules.matching import Call
 from broker.domain.rules.models import Rule
 from broker.redis.replies import as_str
+from broker.store.create_args import Prebuilt, Prepared, pack
 from broker.store.handles import Store
-from broker.store.request_hash import Encoded, decided, encode
+from broker.store.request_hash import decided, encode
 from broker.store.rule_store import RuleStore
 from broker.store.script_keys import ScriptKeys, create_batch_keys
 from broker.store.shadow_rules import ShadowRecorder
@@ -52,51 +52,6 @@ class RulesBusy(RedisConnectionError):
     can't be reached, the API answers 503 and a role retries."""
 
 
-class _Prebuilt:
-    """A step's KEYS and its JSON argument, made here rather than by `ScriptKeys.args`."""
-
-    def __init__(self, keys: list[str], argument: str) -> None:
-        self.keys = keys
-        self._argument = argument
-
-    def args(self, **_: Any) -> str:
-        return self._argument
-
-
-class _Prepared:
-    """One distinct NewRequest, checked and encoded; its `Call` (what rules are matched
-    against, approvals only) is made when a rule of its tool exists."""
-
-    __slots__ = ("timeout_s", "quorum", "encoded", "approval", "_made", "_call")
-
-    def __init__(
-        self, timeout_s: str, quorum: int, encoded: Encoded, made: tuple[Any, ...] | None
-    ) -> None:
-        self.timeout_s = timeout_s
-        self.quorum = quorum
-        self.encoded = encoded
-        self.approval = made is not None
-        self._made = made  # (new, run_id, agent, queue_roles)
-        self._call: Call | None = None
-
-    @property
-    def call(self) -> Call:
-        if self._call is None:
-            new, run_id, agent, queue_roles = self._made  # type: ignore[misc]
-            self._call = Call(
-                tool_name=new.tool_name,
-                args=new.args,
-                run_id=run_id,
-                agent=agent,
-                queue=new.queue,
-                kind=new.kind,
-                allowed_roles=tuple(new.allowed_roles),
-                queue_roles=tuple(queue_roles),
-                created_by=new.created_by,
-            )
-        return self._call
-
-
 class Creating:
     """Runs create.lua for one partition's requests (or one round of a run)."""
 
@@ -111,13 +66,13 @@ class Creating:
 
     def prepare(
         self, run_id: str | None, round_no: int, news: Iterable[NewRequest]
-    ) -> dict[int, _Prepared]:
+    ) -> dict[int, Prepared]:
         """Check and encode each distinct NewRequest (by identity); raises InvalidInput for
         one nothing can serve. A bulk split over partitions is checked whole first, so one
         bad request leaves every partition unwritten."""
         news = list(news)
         agent = self._agent(run_id) if any(n.kind == "approval" for n in news) else None
-        prepared: dict[int, _Prepared] = {}
+        prepared: dict[int, Prepared] = {}
         for new in news:
             if id(new) not in prepared:
                 prepared[id(new)] = self._prepare(new, run_id, round_no, agent)
@@ -129,7 +84,7 @@ class Creating:
         round_no: int,
         ids: Sequence[str],
         news: Sequence[NewRequest],
-        prepared: dict[int, _Prepared] | None = None,
+        prepared: dict[int, Prepared] | None = None,
     ) -> tuple[str, list[Request]]:
         """('ok', the requests), ('exists', []) for a round already registered; raises
         InvalidInput (nothing written) for a request nothing can serve or an id taken.
@@ -185,7 +140,7 @@ class Creating:
 
     def _prepare(
         self, new: NewRequest, run_id: str | None, round_no: int, agent: str | None
-    ) -> _Prepared:
+    ) -> Prepared:
         """Refuse a request nothing can serve; else its timeout, quorum, fields and call."""
         config = self.store.config
         self.store.check_queue(new.queue)
@@ -204,13 +159,13 @@ class Creating:
         if new.kind == "approval":
             made = (new, run_id, agent, config.queue_roles(new.queue))
         encoded = encode(new, run_id, round_no, quorum, agent)
-        return _Prepared(repr(float(timeout)), quorum, encoded, made)
+        return Prepared(repr(float(timeout)), quorum, encoded, made)
 
     def _verdicts(
         self,
         ids: Sequence[str],
         news: Sequence[NewRequest],
-        preps: list[_Prepared],
+        preps: list[Prepared],
         excluded: set[str],
         version: bytes | None,
         shadows: dict[str, Rule],
@@ -267,11 +222,11 @@ class Creating:
         round_no: int,
         ids: Sequence[str],
         news: Sequence[NewRequest],
-        preps: list[_Prepared],
+        preps: list[Prepared],
         verdicts: dict[str, RuleVerdict],
         version: bytes | None,
     ) -> tuple[list[Any], dict[int, int]]:
-        """The step's reply, and the variant (timeout, queue, creator) of each `_Prepared`."""
+        """The step's reply, and the variant (timeout, queue, creator) of each `Prepared`."""
         keys = self.store.keys
         partition = keys.partition_of_run(run_id) if run_id else keys.partition_of_request(ids[0])
         distinct = {id(p): (p, new) for p, new in zip(preps, news, strict=True)}
@@ -285,37 +240,7 @@ class Creating:
         )
         head = keys.request(ids[0])[: -len(ids[0])]  # one partition: one prefix
         script_keys = [*shared.keys, *[head + rid for rid in ids]]
-        shared_fields, own = _columns([p for p, _ in distinct.values()])
-        variants: dict[tuple[str, str, str], int] = {}
-        variant_of: dict[int, int] = {}
-        for key, (p, new) in distinct.items():
-            variant = (p.timeout_s, new.queue, new.created_by or "")
-            variant_of[key] = variants.setdefault(variant, len(variants))
-        shapes: dict[tuple[int, tuple[str, ...]], int] = {}
-        rows: list[tuple[int, tuple[str, ...]]] = []  # each request's shape and own values
-        row_of: dict[int, tuple[int, tuple[str, ...]]] = {}
-        for rid, new, p in zip(ids, news, preps, strict=True):
-            tool_call_id = new.tool_call_id
-            if tool_call_id and tool_call_id != rid:  # a shape of its own: one field more
-                names, values = own[id(p)]
-                shape = (variant_of[id(p)], (*names, "tool_call_id"))
-                rows.append((shapes.setdefault(shape, len(shapes) + 1), (*values, tool_call_id)))
-                continue
-            row = row_of.get(id(p))
-            if row is None:
-                names, values = own[id(p)]
-                shape = (variant_of[id(p)], names)
-                row = row_of[id(p)] = (shapes.setdefault(shape, len(shapes) + 1), values)
-            rows.append(row)
-        argv: list[str] = [str(len(shared_fields)), *shared_fields, str(len(shapes))]
-        for variant_no, names in shapes:
-            argv += (str(variant_no + 1), str(len(names)), *names)
-        if len(shapes) == 1:  # one shape: each request sends only its own values
-            for _, values in rows:
-                argv += values
-        else:
-            for shape_no, values in rows:
-                argv += (str(shape_no), *values)
+        argv, variants, variant_of = pack(ids, news, preps, distinct)
         rules: dict[str, Any] = {}
         if verdicts:
             for i, rid in enumerate(ids, start=1):
@@ -344,7 +269,7 @@ class Creating:
             values["version"] = version.decode() if version else ""
         reply = self.store.scripts.run(
             "create",
-            _Prebuilt(script_keys, orjson.dumps(values).decode()),  # type: ignore[arg-type]
+            Prebuilt(script_keys, orjson.dumps(values).decode()),  # type: ignore[arg-type]
             extra_argv=argv,
         )
         return reply, variant_of
@@ -390,38 +315,3 @@ class Creating:
             agent = as_str(raw)
             self.know_agent(run_id, agent)
         return agent
-
-
-def _columns(
-    distinct: list[_Prepared],
-) -> tuple[list[str], dict[int, tuple[tuple[str, ...], tuple[str, ...]]]]:
-    """The hash fields sent once for the whole call (those every request has alike), and each
-    distinct request's own (by `id`) as its field names and their values: what differs between
-    them (args, their hash, the prompt...), sent again with every request made from it (copies
-    of one request share nothing more than the call's common fields)."""
-    first = distinct[0].encoded.named
-    if len(distinct) == 1:
-        return [x for kv in first.items() for x in kv], {id(distinct[0]): ((), ())}
-    alike = set(first.items())
-    for p in distinct[1:]:
-        alike &= p.encoded.named.items()
-    common = [kv for kv in first.items() if kv in alike]
-    shared = {k for k, _ in common}
-    own: dict[int, tuple[tuple[str, ...], tuple[str, ...]]] = {}
-    getters: dict[tuple[str, ...], tuple[tuple[str, ...], Callable[[Any], Any]]] = {}
-    for p in distinct:
-        named = p.encoded.named
-        order = tuple(named)
-        found = getters.get(order)
-        if found is None:  # requests with the same fields (in the same order) alike
-            names = tuple(k for k in order if k not in shared)
-            get = itemgetter(*names) if len(names) > 1 else _one_getter(names)
-            found = getters[order] = (names, get)
-        names, get = found
-        own[id(p)] = (names, get(named))
-    return [x for kv in common for x in kv], own
-
-
-def _one_getter(names: tuple[str, ...]) -> Callable[[Any], tuple[str, ...]]:
-    """`itemgetter` for no name or one (which it would give as a value, not a tuple)."""
-    return lambda named: tuple(named[k] for k in names)

@@ -19,9 +19,10 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from broker.audit.actors import actor_args
+from broker.domain.args_hash import args_hash
 from broker.domain.errors import Conflict, Forbidden, InvalidInput, NotFound
 from broker.domain.ids import run_of_request
-from broker.domain.models import Decision, Outcome, Request, Status, args_hash
+from broker.domain.models import Decision, Outcome, Request, Status
 from broker.domain.receipts import RECEIPT_OUTCOMES, call_facts
 from broker.store.handles import Store
 from broker.store.request_hash import parse_flat

@@ -192,7 +192,7 @@ class Keys(Partitioned, StepKeys):
 
     @property
     def rules(self) -> RuleKeys:
-        """The policy rules' keys (`broker.rules`); on a cluster under one tag of their own."""
+        """The policy rules' keys (`broker.store.rule_store`); on a cluster under one tag of their own."""
         return RuleKeys(self.prefix if self.partitions <= 1 else "{" + self.prefix + "rules}:")
 
 

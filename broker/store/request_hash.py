@@ -20,14 +20,8 @@ from typing import Any
 import orjson
 from pydantic_core import to_json
 
-from broker.domain.models import (
-    HistoryEntry,
-    NewRequest,
-    Request,
-    Status,
-    canonical_json,
-    from_timestamp,
-)
+from broker.domain.args_hash import canonical_json
+from broker.domain.models import HistoryEntry, NewRequest, Request, Status, from_timestamp
 from broker.domain.rules.matching import suggested_rules as suggest
 from broker.redis.replies import as_str_dict, json_loads
 from broker.tracing import telemetry as tracing

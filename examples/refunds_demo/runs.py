@@ -8,8 +8,8 @@ agent itself.
 from __future__ import annotations
 
 from broker.domain.errors import NotFound
-from broker.facade import Broker
-from broker.rules import RuleExists, parse_body
+from broker.domain.rules.models import parse_body
+from broker.facade import Broker, RuleExists
 from broker.runs.agents import agent_spec, register_agent, unregister_agent
 from broker.runs.starting import start_run
 from refunds_demo.shop import AGENT_NAME, QUEUE

@@ -9,8 +9,8 @@ from redis.cluster import RedisCluster
 from broker.audit import AuditTrail, verify
 from broker.domain.config import parse_config
 from broker.domain.models import Decision, NewRequest
+from broker.domain.rules.models import parse_body
 from broker.facade import Broker
-from broker.rules import parse_body
 
 
 def test_each_partition_keeps_a_chain_of_its_own(cluster_client: RedisCluster) -> None:

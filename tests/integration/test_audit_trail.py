@@ -16,12 +16,13 @@ from redis import Redis
 from broker.audit import FIELDS, AuditTrail, canonical, entry_hash, verify
 from broker.audit.sealing import seal
 from broker.audit.trail import append_entry
+from broker.domain.args_hash import args_hash
 from broker.domain.config import Config, parse_config
-from broker.domain.models import Decision, NewRequest, args_hash
+from broker.domain.models import Decision, NewRequest
 from broker.domain.principals import Principal
+from broker.domain.rules.models import parse_body
 from broker.facade import Broker
 from broker.judge import Judge
-from broker.rules import parse_body
 from notifiers.commit import Committer
 from notifiers.parking import ParkedStore
 from notifiers.results import DeliveryResult, ResultKind

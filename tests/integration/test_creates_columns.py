@@ -14,13 +14,14 @@ from datetime import UTC, datetime
 
 import pytest
 
+from broker.domain.args_hash import args_hash, canonical_json
 from broker.domain.config import parse_config
 from broker.domain.ids import new_id, new_ids
-from broker.domain.models import NewRequest, Request, Status, args_hash, canonical_json
+from broker.domain.models import NewRequest, Request, Status
 from broker.facade import Broker
 from broker.redis.replies import as_str
-from broker.rules import sync_at_start
 from broker.store.request_hash import canonical_args
+from broker.store.rule_sync import sync_at_start
 from tests.support.backends import on_backend  # noqa: F401 - redis on both backends
 
 CONFIG = {

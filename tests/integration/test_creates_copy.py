@@ -15,8 +15,8 @@ from redis import Redis
 
 from broker.domain.config import parse_config
 from broker.domain.models import NewRequest, Request
+from broker.domain.rules.models import parse_body
 from broker.facade import Broker
-from broker.rules import parse_body
 from tests.support.acl_user import readme_user
 from tests.support.backends import on_backend  # noqa: F401 - redis on both backends
 

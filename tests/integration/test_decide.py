@@ -7,8 +7,9 @@ import time
 import pytest
 from pydantic import ValidationError
 
+from broker.domain.args_hash import args_hash
 from broker.domain.errors import Conflict, InvalidInput, NotFound
-from broker.domain.models import Decision, NewRequest, Status, args_hash
+from broker.domain.models import Decision, NewRequest, Status
 from broker.facade import Broker
 from tests.support.backends import on_backend, on_backend_broker, single_only  # noqa: F401 - redis and broker on both backends
 from tests.support.decisions import race, snapshot  # noqa: F401

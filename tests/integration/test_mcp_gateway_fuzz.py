@@ -33,7 +33,7 @@ from broker.domain.config import Config, parse_config
 from broker.domain.settings import Settings
 from broker.facade import Broker
 from broker.redis.embedded import free_port
-from broker.rules import sync_at_start
+from broker.store.rule_sync import sync_at_start
 from mcp_gateway.run import gateway_for, http_app
 from tests.support.auth import person
 from tests.support.hostile_json import (

@@ -12,17 +12,10 @@ from redis import Redis
 from typer.testing import CliRunner
 
 from approval_broker.cli import app
+from broker.domain.args_hash import args_hash
 from broker.domain.config import parse_config
 from broker.domain.errors import ConfigError
-from broker.domain.models import (
-    Decision,
-    HistoryEntry,
-    NewRequest,
-    Outcome,
-    Request,
-    Status,
-    args_hash,
-)
+from broker.domain.models import Decision, HistoryEntry, NewRequest, Outcome, Request, Status
 from broker.facade import Broker
 from channels.email.config import EmailConfig
 from channels.email.render import BIDI_CONTROLS, Link, render_mail

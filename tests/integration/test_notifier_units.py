@@ -14,6 +14,7 @@ import pytest
 from redis import Redis
 from standardwebhooks import Webhook, WebhookVerificationError
 
+from broker.domain.args_hash import args_hash
 from broker.domain.config import parse_config
 from broker.domain.events import (
     ACKED,
@@ -24,7 +25,7 @@ from broker.domain.events import (
     MalformedEntry,
     parse_entry,
 )
-from broker.domain.models import Decision, HistoryEntry, Outcome, Request, Status, args_hash
+from broker.domain.models import Decision, HistoryEntry, Outcome, Request, Status
 from broker.facade import Broker
 from channels.copies import claim_stale_s
 from channels.email.render import Link, render_mail

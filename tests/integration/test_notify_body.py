@@ -14,8 +14,8 @@ from redis import Redis
 from broker.domain.config import parse_config
 from broker.domain.events import parse_entry
 from broker.domain.models import Decision, HistoryEntry, NewRequest, Request, utcnow
+from broker.domain.rules.models import parse_body
 from broker.facade import Broker
-from broker.rules import parse_body
 from broker.store.request_hash import parse_request
 from broker.store.request_json import ORDER, request_json, request_values
 from channels.webhook.sender import delivery_body, webhook_body

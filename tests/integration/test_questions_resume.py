@@ -12,6 +12,7 @@ from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any
 
+from approval_broker_client.results import results_for
 from pydantic import BaseModel, Field
 from pydantic_ai import Agent, DeferredToolRequests, ToolReturn
 from pydantic_ai.messages import (
@@ -25,12 +26,12 @@ from pydantic_ai.messages import (
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 
 from broker.ask import ask, ask_for, parse_answer, question
-from broker.domain.models import Decision, Outcome, Request, RunStatus, Status, args_hash
+from broker.domain.args_hash import args_hash
+from broker.domain.models import Decision, Outcome, Request, RunStatus, Status
 from broker.domain.questions import validate_answer
 from broker.facade import Broker
 from broker.runs.agents import LocalAgents, register_agent
 from broker.runs.starting import start_run
-from broker.runs.tool_results import results_for
 from broker.testing import SyncWorker
 
 NOW = datetime(2030, 1, 1, tzinfo=UTC)

@@ -21,8 +21,9 @@ from standardwebhooks.webhooks import Webhook
 
 from api.app import create_app
 from api.testing import ServerThread
+from broker.domain.args_hash import args_hash
 from broker.domain.config import Config, parse_config
-from broker.domain.models import Decision, NewRequest, Request, args_hash
+from broker.domain.models import Decision, NewRequest, Request
 from broker.domain.persons import voter_of
 from broker.domain.principals import hash_token
 from broker.domain.settings import Settings

@@ -17,16 +17,17 @@ from fastapi.testclient import TestClient
 from joserfc import jwt
 from joserfc.jwk import KeySet
 
+from broker.domain.args_hash import args_hash
 from broker.domain.config import Config, parse_config
 from broker.domain.errors import ConfigError
-from broker.domain.models import Decision, NewRequest, args_hash
+from broker.domain.models import Decision, NewRequest
 from broker.domain.principals import Principal, hash_token
 from broker.domain.receipts import CallFacts, ReceiptKeys, ReceiptRefused, Receipts
 from broker.domain.settings import Settings
 from broker.facade import Broker
 from broker.judge import Judge
 from broker.receipts.signing_key import prepare_receipt_key, private_key_file
-from broker.rules import sync_at_start
+from broker.store.rule_sync import sync_at_start
 from tests.support.receipts import key_file, receipts_config
 
 TOKENS = {

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from approval_broker_client import BrokerApprovals, RemoteBroker, Request
 from fastapi import FastAPI
 from pydantic_ai import DeferredToolRequests
 
@@ -23,7 +24,6 @@ from broker.domain.config import Config, parse_config
 from broker.domain.receipts import REFUSED_TEXT
 from broker.domain.settings import Settings
 from broker.facade import Broker
-from broker.remote import BrokerApprovals, RemoteBroker, Request
 from tests.support.auth import person
 from tests.support.receipts import key_file
 from tests.support.remote_agents import decide_when_asked, make_agent

@@ -8,6 +8,14 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from approval_broker_client import (
+    AsyncRemoteBroker,
+    BrokerApprovals,
+    RemoteBroker,
+    Request,
+    Unauthorized,
+)
+from approval_broker_client.results import RoundNotReady
 from fastapi import FastAPI
 from pydantic_ai import DeferredToolRequests
 
@@ -17,14 +25,6 @@ from broker.domain.config import Config
 from broker.domain.errors import Conflict, Forbidden, InvalidInput, NotFound
 from broker.domain.settings import Settings
 from broker.facade import Broker
-from broker.remote import (
-    AsyncRemoteBroker,
-    BrokerApprovals,
-    RemoteBroker,
-    Request,
-    Unauthorized,
-)
-from broker.runs.tool_results import RoundNotReady
 from tests.support.auth import person
 from tests.support.remote_agents import decide_when_asked, make_agent  # noqa: F401
 

@@ -25,12 +25,12 @@ from rq.job import Job
 from broker.domain.config import Config, parse_config
 from broker.domain.models import Decision, RunStatus
 from broker.facade import Broker
+from broker.runs import agent_jobs as jobs
 from broker.runs.live_wait import LIVE, RESUMER, claim
 from broker.runs.outbox import Resumer
 from broker.runs.starting import resume_job_id, run_queue, start_run
 from tests.support.jobs import jobs_bound_to
 from tests.support.waiting import wait_for
-from workers import jobs
 
 executed: list[str] = []
 _lock = threading.Lock()

@@ -8,13 +8,13 @@ import threading
 from collections.abc import Iterator
 
 import pytest
+from approval_broker_client import RemoteBroker
 
 from api.app import create_app
 from api.testing import ServerThread
 from broker.domain.config import Config
 from broker.domain.settings import Settings
 from broker.facade import Broker
-from broker.remote import RemoteBroker
 from tests.support.auth import person
 from tests.support.docs_examples import page
 

@@ -13,6 +13,7 @@ from urllib.parse import urlencode
 
 import httpx
 import pytest
+from approval_broker_client import BrokerApprovals, RemoteBroker
 from redis import Redis
 from slack_sdk.signature import SignatureVerifier
 
@@ -21,7 +22,6 @@ from api.testing import ServerThread
 from broker.domain.config import parse_config
 from broker.domain.settings import Settings
 from broker.facade import Broker
-from broker.remote import BrokerApprovals, RemoteBroker
 from channels.slack import action_ids as ids
 from tests.support.auth import person
 from tests.support.fakes.harness import running

@@ -13,6 +13,7 @@ from typing import Any
 
 import httpx
 import pytest
+from approval_broker_client import RemoteBroker
 from fastapi import FastAPI
 from redis import Redis
 from redis.cluster import RedisCluster
@@ -24,7 +25,6 @@ from broker.domain.errors import NotFound
 from broker.domain.models import Decision, NewRequest, Request
 from broker.domain.settings import Settings
 from broker.facade import Broker
-from broker.remote import RemoteBroker
 from tests.support.cluster_reads import blocked_reads
 from tests.support.waiting import wait_for
 

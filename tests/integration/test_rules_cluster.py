@@ -18,9 +18,10 @@ from broker.domain.config import Config
 from broker.domain.errors import Conflict
 from broker.domain.models import Decision, NewRequest, Outcome, Status
 from broker.domain.principals import Principal
+from broker.domain.rules.models import parse_body
 from broker.facade import Broker
 from broker.judge import Judge
-from broker.rules import parse_body, sync_at_start
+from broker.store.rule_sync import sync_at_start
 
 CONFIG = {
     "queues": {"default": {"channels": ["inbox"]}},

@@ -26,12 +26,13 @@ from api.app import create_app
 from broker.domain.config import Config, parse_config
 from broker.domain.models import Decision, NewRequest, Outcome, RunStatus, Status
 from broker.domain.principals import Principal
+from broker.domain.rules.models import parse_body
 from broker.domain.settings import Settings
 from broker.facade import Broker
 from broker.judge import Judge
 from broker.redis.embedded import EmbeddedRedis
-from broker.rules import parse_body, sync_at_start
 from broker.runs.starting import run_queue, start_run
+from broker.store.rule_sync import sync_at_start
 from tests.support.agents import Recorder, recorder_for
 from tests.support.auth import person
 from tests.support.fakes.harness import SECRET, running, webhook

@@ -13,7 +13,7 @@ from broker.audit import AuditTrail
 from broker.domain.config import Config
 from broker.domain.models import Decision, NewRequest, Status
 from broker.facade import Broker
-from broker.rules import sync_at_start
+from broker.store.rule_sync import sync_at_start
 from tests.support.auth import person
 
 RAW = {

@@ -12,16 +12,12 @@ from redis import Redis
 
 from broker.domain.config import Config
 from broker.domain.errors import ConfigError, InvalidInput, NotFound
-from broker.rules import (
-    Call,
-    RuleExists,
-    RuleStore,
-    active_match,
-    parse_body,
-    parse_config_rules,
-    sync_config_rules,
-)
+from broker.domain.rules.config_rules import parse_config_rules
+from broker.domain.rules.matching import Call
+from broker.domain.rules.models import parse_body
 from broker.store.keys import Keys
+from broker.store.rule_store import RuleExists, RuleStore, active_match
+from broker.store.rule_sync import sync_config_rules
 
 CONFIG = {
     "queues": {"default": {}, "managers": {}},

@@ -18,8 +18,9 @@ from pydantic_ai.messages import ModelMessagesTypeAdapter, ToolReturnPart
 
 from broker.domain.models import Decision, RunStatus
 from broker.facade import Broker
-from broker.runs.agent_runner import TOOLS, Pause, _json_messages
 from broker.runs.agents import register_agent
+from broker.runs.pause import TOOLS, Pause
+from broker.runs.pause import json_messages as _json_messages
 from broker.runs.starting import enqueue_resume, start_run
 from broker.runs.tool_guard import returned_field, tools_field
 from tests.support.agents import Recorder, recorder_for

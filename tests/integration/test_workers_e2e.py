@@ -14,11 +14,11 @@ from refunds_demo import Ledger
 
 from broker.domain.models import Decision, Request, Run, RunStatus, Status
 from broker.facade import Broker
+from broker.runs import agent_jobs as jobs
 from broker.runs.agents import register_agent
 from broker.runs.starting import resume_job_id, run_queue, start_run
 from tests.support.agents import FLAKY, SECRET, recorder_for
 from tests.support.inprocess_fleet import Fleet  # noqa: F401
-from workers import jobs
 
 DEMO = "refunds_demo:agent"
 

@@ -6,6 +6,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 import pytest
+from approval_broker_client.results import RoundNotReady, results_for
 from pydantic_ai import (
     Agent,
     ApprovalRequired,
@@ -25,14 +26,14 @@ from pydantic_ai.models.function import FunctionModel
 from redis.exceptions import ClusterDownError, MovedError, ResponseError, TryAgainError
 from redis.exceptions import ConnectionError as RedisConnectionError
 
+from broker.domain.args_hash import args_hash
 from broker.domain.config_sections import AgentConfig
-from broker.domain.models import Decision, Request, RunStatus, Status, args_hash
+from broker.domain.models import Decision, Request, RunStatus, Status
 from broker.facade import Broker
 from broker.runs.agent_runner import AgentRunner, is_transient
 from broker.runs.agents import LocalAgents, register_agent
 from broker.runs.pending_calls import BadCallMetadata, new_requests
 from broker.runs.starting import start_run
-from broker.runs.tool_results import RoundNotReady, results_for
 from broker.testing import SyncWorker
 
 NOW = datetime(2030, 1, 1, tzinfo=UTC)

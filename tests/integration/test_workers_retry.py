@@ -19,12 +19,12 @@ from rq.job import Job
 
 from broker.domain.models import Decision, RunStatus
 from broker.facade import Broker
+from broker.runs import agent_jobs as jobs
 from broker.runs.agent_runner import AgentRunner
 from broker.runs.agents import register_agent
 from broker.runs.starting import resume_job_id, run_job_id, run_queue, start_run
 from tests.support.agents import FAIL_AFTER, MAY_DIE, Recorder, recorder_for
 from tests.support.inprocess_fleet import Fleet
-from workers import jobs
 from workers.slots import HEARTBEAT_TTL_S
 
 SUPPORT = "tests.support.agents"

@@ -10,8 +10,8 @@ from rq import SimpleWorker
 from rq.serializers import JSONSerializer
 
 from broker.facade import Broker
+from broker.runs import agent_jobs as jobs
 from broker.runs.starting import run_queue
-from workers import jobs
 
 
 @contextmanager

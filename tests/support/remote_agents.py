@@ -5,6 +5,7 @@ from __future__ import annotations
 import threading
 from typing import Any
 
+from approval_broker_client import BrokerApprovals, RemoteBroker
 from pydantic_ai import Agent, CallDeferred, DeferredToolRequests
 from pydantic_ai.messages import (
     ModelMessage,
@@ -17,10 +18,6 @@ from pydantic_ai.messages import (
 )
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 
-from broker.remote import (
-    BrokerApprovals,
-    RemoteBroker,
-)
 from tests.support.waiting import wait_for
 
 

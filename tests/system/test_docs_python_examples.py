@@ -28,8 +28,9 @@ from redis import Redis
 from api.app import create_app
 from api.testing import ServerThread
 from broker.audit import AuditTrail
+from broker.domain.args_hash import args_hash
 from broker.domain.config import parse_config
-from broker.domain.models import NewRequest, args_hash
+from broker.domain.models import NewRequest
 from broker.domain.settings import Settings
 from broker.facade import Broker
 from tests.support.auth import person

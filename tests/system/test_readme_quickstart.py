@@ -12,9 +12,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from approval_broker_client import RemoteBroker
 
 from broker.redis.embedded import free_port
-from broker.remote import RemoteBroker
 from tests.support.docs_examples import blocks, page
 from tests.support.proc import alive, descendants
 from tests.support.up import ADMIN, healthy, stop_up, up_command

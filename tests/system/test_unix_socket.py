@@ -19,6 +19,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+from approval_broker_client import RemoteBroker
 from redis import Redis
 from redis.connection import UnixDomainSocketConnection
 from refunds_demo import AGENT_NAME, register_demo
@@ -40,7 +41,6 @@ from broker.redis.embedded import (
     running_url,
     running_urls,
 )
-from broker.remote import RemoteBroker
 from broker.runs.starting import run_queue
 from tests.support.fakes.deciding_receiver import DecidingReceiver, mix_policy
 from tests.support.fleet_processes import Fleet
@@ -173,7 +173,7 @@ def socket_redis(tmp_path: Path) -> Iterator[EmbeddedRedis]:
 def test_a_full_cycle_with_every_process_on_the_unix_socket(
     socket_redis: EmbeddedRedis, tmp_path: Path
 ) -> None:
-    """A run started over HTTP (broker.remote) is run by an RQ worker, its request delivered to a
+    """A run started over HTTP (approval_broker_client) is run by an RQ worker, its request delivered to a
     webhook by the notifier, approved by a signed reply to the API, resumed by the resumer and
     finished by the worker; a request nobody answers is timed out by the sweeper and seen by a
     long-poll (the API's stream reader). Every client the server has is a Unix one."""

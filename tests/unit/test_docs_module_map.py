@@ -24,7 +24,7 @@ def test_every_module_has_a_row_and_every_row_a_module() -> None:
 
 def test_the_check_finds_a_module_without_a_row() -> None:
     tool = _module_map()
-    page = tool.PAGE.read_text().replace("| `client.py` |", "| `client_gone.py` |")
+    page = tool.PAGE.read_text().replace("| `facade.py` |", "| `facade_gone.py` |")
     _, problems = tool.update(page)
-    assert "broker/client.py: no row in the module map" in problems
-    assert "broker/client_gone.py: row for a file that is gone" in problems
+    assert "broker/facade.py: no row in the module map" in problems
+    assert "broker/facade_gone.py: row for a file that is gone" in problems

@@ -1,7 +1,7 @@
-"""The import paths users write, and RQ keeps in queued jobs, keep working whatever the layout.
+"""The import paths users write, and RQ keeps in queued jobs, name the modules that hold the code.
 
-This file names the old import paths on purpose: README and docs showed them, user code and
-tests import them, and a job queued before an upgrade names its function by one of them.
+The re-exports kept for the unreleased 0.1.0 are gone (CHANGELOG, "Unreleased"): each name is
+imported from its own module, and a job is queued under its function's own path.
 """
 
 from __future__ import annotations
@@ -20,31 +20,51 @@ def _attribute(dotted: str) -> object:
 @pytest.mark.parametrize(
     "dotted",
     [
-        "broker.client.Broker",
+        "broker.facade.Broker",
         "broker.testing.InMemoryBroker",
         "broker.ask.ask",
         "broker.ask.ask_for",
-        "broker.remote.RemoteBroker",
-        "broker.remote.BrokerApprovals",
+        "approval_broker_client.RemoteBroker",
+        "approval_broker_client.BrokerApprovals",
         "broker.audit.append_entry",
-        "broker.models.RunStatus",
-        "broker.models.Request",
-        "broker.agents.register_agent",
-        "broker.agents.DepsContext",
-        "broker.runs.start_run",
-        "broker.runs.wait_run",
-        "broker.rules.parse_body",
-        "broker.rules.RuleExists",
-        "broker.rules.sync_at_start",
+        "broker.domain.models.RunStatus",
+        "broker.domain.models.Request",
+        "broker.runs.agents.register_agent",
+        "broker.runs.agents.DepsContext",
+        "broker.runs.starting.start_run",
+        "broker.runs.starting.wait_run",
+        "broker.domain.rules.models.parse_body",
+        "broker.facade.RuleExists",
+        "broker.facade.sync_at_start",
     ],
 )
-def test_a_documented_import_path_still_imports(dotted: str) -> None:
+def test_a_documented_import_path_imports(dotted: str) -> None:
     assert _attribute(dotted) is not None
 
 
-@pytest.mark.parametrize("old_name", ["broker.jobs.run_agent", "broker.jobs.resume_agent"])
-def test_a_job_queued_under_the_old_function_path_finds_the_same_function(old_name: str) -> None:
-    from broker.runs import RESUME_JOB, RUN_JOB
+@pytest.mark.parametrize(
+    "gone",
+    [
+        "broker.agents",
+        "broker.client",
+        "broker.jobs",
+        "broker.models",
+        "broker.remote",
+        "broker.rules",
+        "broker.runs.tool_results",
+        "workers.jobs",
+    ],
+)
+def test_the_compatibility_re_exports_are_gone(gone: str) -> None:
+    with pytest.raises(ModuleNotFoundError):
+        importlib.import_module(gone)
 
-    current = RUN_JOB if old_name.endswith("run_agent") else RESUME_JOB
-    assert _attribute(old_name) is _attribute(current)
+
+@pytest.mark.parametrize("name", ["run_agent", "resume_agent"])
+def test_a_job_is_queued_under_its_functions_own_module(name: str) -> None:
+    from broker.runs import agent_jobs
+    from broker.runs.starting import RESUME_JOB, RUN_JOB
+
+    queued = RUN_JOB if name == "run_agent" else RESUME_JOB
+    assert queued == f"broker.runs.agent_jobs.{name}"
+    assert _attribute(queued) is getattr(agent_jobs, name)

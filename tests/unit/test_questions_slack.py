@@ -7,8 +7,9 @@ from typing import Any
 
 import pytest
 
+from broker.domain.args_hash import args_hash
 from broker.domain.config import parse_config
-from broker.domain.models import Decision, Outcome, Request, Status, args_hash
+from broker.domain.models import Decision, Outcome, Request, Status
 from broker.domain.questions import InvalidAnswer, validate_answer
 from channels.slack.blocks import render
 from channels.slack.question_modal import (

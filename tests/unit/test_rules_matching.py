@@ -11,16 +11,15 @@ import pytest
 from broker.domain.errors import Forbidden, InvalidInput
 from broker.domain.models import Request
 from broker.domain.principals import Principal
-from broker.rules import (
+from broker.domain.rules.matching import (
     Call,
-    Rule,
     creator_roles_for,
     evaluate,
     matches,
     may_remember,
-    parse_body,
     suggested_rules,
 )
+from broker.domain.rules.models import Rule, parse_body
 
 NOW = datetime(2026, 12, 1, 9, 0, tzinfo=UTC)
 

@@ -15,7 +15,8 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from broker.runs.agent_runner import _event_loop, _run_sync
+from broker.runs.agent_loop import event_loop as _event_loop
+from broker.runs.agent_loop import run_sync as _run_sync
 
 WAKE_TIMEOUT_S = 10.0
 

@@ -14,8 +14,9 @@ from typing import Any
 
 import pytest
 
+from broker.domain.args_hash import args_hash
 from broker.domain.config import parse_config
-from broker.domain.models import Decision, Request, args_hash
+from broker.domain.models import Decision, Request
 from broker.domain.printable import BIDI_CONTROLS, CONTROLS
 from channels.email.render import Link, render_mail
 from channels.slack.action_ids import reject_modal

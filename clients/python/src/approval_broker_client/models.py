@@ -1,7 +1,10 @@
-"""The API's data as an app sees it: requests, decisions and runs, as REST returns them.
+"""The API's data on the wire: requests, decisions, votes, history and runs, as REST returns them.
 
-The client's own models, so an app never imports the server. Models read from answers keep
-fields a newer broker adds (`extra="allow"`); models an app sends are checked before sending.
+The one definition of these shapes: an app imports them without the server, and the server
+(`broker.domain.models`) extends them (it reads its Redis forms, keeps no unknown field and
+bounds what it accepts more tightly) but never writes a field list of its own. Models read from
+answers keep fields a newer broker adds (`extra="allow"`); models an app sends are checked
+before sending.
 """
 
 from __future__ import annotations
@@ -10,7 +13,7 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, JsonValue, model_validator
+from pydantic import BaseModel, ConfigDict, Field, JsonValue, computed_field, model_validator
 
 Kind = Literal["approval", "question", "external"]
 
@@ -30,7 +33,7 @@ class Outcome(StrEnum):
     rejected = "rejected"
     answered = "answered"
     escalated = "escalated"
-    timed_out = "timed_out"  # recorded by the broker's sweeper; never sent by a caller
+    timed_out = "timed_out"  # recorded by the broker's sweeper; never accepted from a caller
 
 
 class RunStatus(StrEnum):
@@ -55,8 +58,12 @@ class Decision(BaseModel):
     metadata: dict[str, JsonValue] | None = None
     decided_by: str | None = None
     decided_at: datetime | None = None
-    rule: str | None = None
-    receipt: str | None = None  # the broker's signed approval receipt (set by the broker)
+    rule: str | None = Field(default=None, description="the policy rule that decided, if one did")
+    receipt: str | None = Field(
+        default=None,
+        max_length=8_000,
+        description="set by the broker: the signed approval receipt (docs/receipts.md)",
+    )
 
     @model_validator(mode="after")
     def _check_shape(self) -> Decision:
@@ -120,15 +127,34 @@ class Request(BaseModel):
     status: Status = Status.pending
     decision: Decision | None = None
     history: list[HistoryEntry] = Field(default_factory=list)
-    suggested_rules: list[dict[str, JsonValue]] = Field(default_factory=list)
-    escalations: int = 0
-    args_schema: dict[str, JsonValue] | None = None
+    suggested_rules: list[dict[str, JsonValue]] = Field(
+        default_factory=list,
+        description="rule bodies a person may remember with their decision (approvals only)",
+    )
+    escalations: int = 0  # times moved to another queue; an email link is bound to the count
+    args_schema: dict[str, JsonValue] | None = None  # JSON Schema `modified` args must meet
     quorum: int = 1
     approvals: list[Vote] = Field(default_factory=list)
-    approvals_by_args: dict[str, int] = Field(default_factory=dict)
     created_by: str | None = None
     acked_by: str | None = None
     acked_until: datetime | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _computed_not_read(cls, value: Any) -> Any:
+        """`approvals_by_args` comes from `approvals`: the one sent is not kept as an extra."""
+        if isinstance(value, dict) and "approvals_by_args" in value:
+            return {k: v for k, v in value.items() if k != "approvals_by_args"}
+        return value
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def approvals_by_args(self) -> dict[str, int]:
+        """How many approvals each set of args has (by `args_hash`): they don't add up."""
+        counts: dict[str, int] = {}
+        for vote in self.approvals:
+            counts[vote.args_hash] = counts.get(vote.args_hash, 0) + 1
+        return counts
 
     @property
     def is_pending(self) -> bool:
@@ -152,8 +178,16 @@ class NewRequest(BaseModel):
     allowed_roles: list[str] = Field(default_factory=list)
     callback: str | None = None
     tool_call_id: str | None = Field(default=None, max_length=200)
-    args_schema: dict[str, JsonValue] | None = None
-    quorum: int | None = Field(default=None, ge=1)
+    args_schema: dict[str, JsonValue] | None = Field(
+        default=None,
+        description="JSON Schema of the tool's arguments: a `modified` decision's args must"
+        " meet it (a run's requests carry their tool's parameters schema)",
+    )
+    quorum: int | None = Field(
+        default=None,
+        ge=1,
+        description="approvals needed (distinct people); never fewer than the queue's quorum",
+    )
 
 
 class Run(BaseModel):

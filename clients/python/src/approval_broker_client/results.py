@@ -7,8 +7,8 @@ has `metadata.questions` or `answer_schema`) becomes a `ToolReturn`: the model r
 and the structured answer is the part's `metadata`, which the program sees and the model never
 does. Who answered and the reply's metadata are passed along for every call.
 
-The one mapping for the fleet and for agents outside it (`broker.runs.tool_results` re-exports it); it
-reads any request-shaped object (the client's `Request` or the broker's), comparing statuses
+The one mapping for the fleet (`broker.runs.agent_runner` imports it) and for agents outside it;
+it reads any request-shaped object (the client's `Request` or the broker's), comparing statuses
 by value. Needs the `pydantic-ai` extra.
 """
 
