@@ -26,23 +26,33 @@ from broker.domain.settings import Settings
 from broker.redis.cluster import clustered, connect_cluster, rq_connection
 from broker.redis.connection import connect
 from broker.store import streams
+from broker.store.connection import Connection
 from broker.store.dead_letters import DeadLetters
 from broker.store.decisions import Decisions, Once
 from broker.store.deliveries import DeliveryState, PostState
+from broker.store.delivery_commits import CommitBatch, DeliveryCommits
+from broker.store.dropped_entries import DroppedEntries
 from broker.store.handles import Store
 from broker.store.keys import RESUMER_GROUP, Keys
+from broker.store.notifier_claims import NotifierClaims
+from broker.store.notifier_reads import GroupMissing, NotifierReads
+from broker.store.parked import ParkedDeliveries
 from broker.store.request_hash import default_prompt
 from broker.store.requests import Requests
 from broker.store.run_state import RunStore
 from broker.store.scripts import Scripts
+from broker.store.stored_requests import StoredRequest, StoredRequests
 from broker.store.sweeping import SweepBatch, Sweeping, SweepResult
 
 __all__ = [
     "UNAVAILABLE",
     "Broker",
+    "CommitBatch",
     "DeliveryState",
+    "GroupMissing",
     "Once",
     "PostState",
+    "StoredRequest",
     "SweepResult",
     "default_prompt",
     "new_id",
@@ -72,6 +82,14 @@ class Broker:
         self.run_store = RunStore(self.store)
         self.letters = DeadLetters(self.store)
         self.deliveries = DeliveryState(self.store)
+        # the notifiers' state (notifiers/ reaches Redis only through these; see each module)
+        self.notifier_reads = NotifierReads(self.store)  # streams, group set-up, XREADGROUP
+        self.notifier_claims = NotifierClaims(self.store)  # XAUTOCLAIM, pending, heartbeat XCLAIM
+        self.stored_requests = StoredRequests(self.store, self.requests)  # what events point at
+        self.parked = ParkedDeliveries(self.store)  # deliveries handed on (ZSET + hash)
+        self.commits = DeliveryCommits(self.store, self.requests, self.parked)  # committer batch
+        self.dropped = DroppedEntries(self.store)  # entries given up: counted and acknowledged
+        self.connection = Connection(self.store)  # ping and close, for a long-running role
 
     @classmethod
     def from_settings(

@@ -11,8 +11,7 @@ from collections.abc import Callable
 from typing import Protocol, TypeVar
 
 from broker.domain.config import Config
-from broker.facade import Broker
-from broker.store.deliveries import DeliveryState
+from broker.facade import Broker, DeliveryState
 from channels.retry import RetryPolicy
 
 T = TypeVar("T")

@@ -26,7 +26,6 @@ from broker.domain.persons import normal_address
 from broker.facade import Broker, DeliveryState
 from broker.judge.deciding import Deciding
 from broker.judge.rule_decisions import run_rule_index
-from broker.redis.replies import as_str
 from channels.email.config import EmailConfig
 from channels.email.deciders import email_decider
 from channels.email.links import new_nonce, sign_link
@@ -261,6 +260,7 @@ def _quit(smtp: smtplib.SMTP) -> None:
 
 def _classify(exc: smtplib.SMTPResponseException) -> Exception:
     """SMTP 4xx is temporary by definition; 5xx is final."""
-    message = as_str(exc.smtp_error)
+    error = exc.smtp_error
+    message = error.decode("utf-8", "replace") if isinstance(error, bytes) else str(error)
     text = f"SMTP {exc.smtp_code}: {message[:200]}"
     return GiveUp(text) if 500 <= exc.smtp_code < 600 else Retry(text)
