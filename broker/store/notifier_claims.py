@@ -13,6 +13,7 @@ the caller wrote the letter), nor hand back an entry whose fields are gone as if
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from broker.redis.replies import as_str
 from broker.store.handles import Store
@@ -70,6 +71,7 @@ class NotifierClaims:
 
     def pending_of(self, stream: str, consumer: str, count: int) -> list[str]:
         """The ids of up to `count` entries of `stream` that `consumer` holds."""
+        rows: Any
         with group_calls():
             rows = self.store.redis.xpending_range(
                 stream, NOTIFIER_GROUP, "-", "+", count, consumername=consumer
@@ -87,6 +89,6 @@ class NotifierClaims:
         """Reset the idle time of entries `consumer` holds (XCLAIM to itself), so no other
         consumer takes them over from a live one: a heartbeat, one XCLAIM per `CHUNK` ids."""
         for i in range(0, len(ids), CHUNK):
-            chunk = ids[i : i + CHUNK]
+            chunk: list[Any] = ids[i : i + CHUNK]
             with group_calls():
                 self.store.redis.xclaim(stream, NOTIFIER_GROUP, consumer, 0, chunk, justid=True)

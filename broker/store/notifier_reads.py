@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
+from typing import Any
 
 from redis.crc import key_slot
 from redis.exceptions import ResponseError
@@ -43,7 +44,8 @@ def group_calls() -> Iterator[None]:
         raise
 
 
-def decoded(entries: Iterable[tuple[bytes, dict[bytes, bytes]]]) -> list[Entry]:
+def decoded(entries: Iterable[tuple[Any, Any]]) -> list[Entry]:
+    """Stream entries as a reply gives them (bytes), as text."""
     return [(as_str(eid), as_str_dict(fields)) for eid, fields in entries]
 
 
@@ -52,7 +54,7 @@ class Feed:
 
     def __init__(self, store: Store, streams: Iterable[str]) -> None:
         self.redis = store.redis
-        by_slot: dict[int, dict[str, str]] = {}
+        by_slot: dict[int, dict[Any, Any]] = {}
         for stream in streams:
             by_slot.setdefault(key_slot(stream.encode()), {})[stream] = ">"
         self._slots = list(by_slot.values())  # each as XREADGROUP's {stream: ">"}
@@ -68,6 +70,7 @@ class Feed:
     ) -> list[tuple[str, list[Entry]]]:
         """Up to `count` new entries per stream read, as (stream, entries); raises
         `GroupMissing` when a stream or the group is gone."""
+        got: Any
         with group_calls():
             if self.blocks:
                 got = self.redis.xreadgroup(
