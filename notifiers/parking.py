@@ -87,8 +87,10 @@ class Parked:
 
 
 def task_id(event: Event) -> str:
-    """Stable per event and queue, so parking the same delivery twice keeps one record."""
-    return f"{event.event_id}:{event.queue}"
+    """Stable per event and queue, so parking the same delivery twice keeps one record; the
+    request's id makes it unique across a cluster's partitions, whose streams of one queue may
+    hand out the same entry id (a record parked before it was in the id keeps its own id)."""
+    return f"{event.request_id}:{event.event_id}:{event.queue}"
 
 
 class ParkedStore:
