@@ -18,7 +18,6 @@ from api.auth import Caller
 from api.schemas import ERRORS
 from api.state import State
 from broker.audit.chain import Entry
-from broker.audit.trail import AuditTrail
 from broker.domain.errors import Forbidden, InvalidInput
 from broker.domain.principals import AUDITOR
 
@@ -53,8 +52,7 @@ def list_audit(
         raise Forbidden("the audit trail is for role 'auditor'")
     if since is not None and since.tzinfo is None:
         raise InvalidInput("since: give a time zone, as in 2026-12-01T00:00:00Z")
-    broker = state.broker
-    entries, next_cursor = AuditTrail(broker.redis, broker.keys).page(since, cursor, limit)
+    entries, next_cursor = state.broker.audit.page(since, cursor, limit)
     response = JSONResponse([e.model_dump() for e in entries])
     if next_cursor:
         params = [(k, v) for k, v in http.query_params.multi_items() if k != "cursor"]

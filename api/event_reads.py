@@ -16,18 +16,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from contextlib import AbstractContextManager
-from typing import Any
 from urllib.parse import parse_qsl, urlencode
 
 from api.errors import ApiError
 from api.follow import Subscriber, Waiter
-from api.redis_async import AsyncRedis
-from broker.redis.stream_ids import BadStreamId, parse_stream_id
-from broker.store.keys import Keys
+from broker.domain.stream_ids import BadStreamId, parse_stream_id
+from broker.facade import AsyncReads, Batch
 
 BATCH = 100
-Entries = list[tuple[bytes, dict[bytes, bytes]]]
-Batch = list[tuple[str, Entries]]
 
 
 def encode_position(positions: dict[str, str]) -> str:
@@ -38,7 +34,7 @@ def encode_position(positions: dict[str, str]) -> str:
 def decode_position(last_event_id: str, partitions: int = 1) -> dict[str, str]:
     """The positions a `Last-Event-ID` names; ApiError 400 when it isn't one of our ids.
 
-    Each position is checked by `broker.redis.stream_ids` (the one reader of stream ids from
+    Each position is checked by `broker.domain.stream_ids` (the one reader of stream ids from
     outside), so what Redis is handed is an id it reads. With P > 1 partitions a value is P positions
     joined by dots, `0` or `ms` for `ms-0` (or one, an id a single Redis sent, which names no
     partition's position and is ignored)."""
@@ -61,36 +57,22 @@ def decode_position(last_event_id: str, partitions: int = 1) -> dict[str, str]:
     return dict(pairs)
 
 
-async def _newest(redis: AsyncRedis, streams: list[str]) -> dict[str, str]:
-    """The id of each stream's newest entry now ("0-0" if empty), so nothing later is missed."""
-    pipe = redis.pipeline(transaction=False)
-    for stream in streams:
-        pipe.xrevrange(stream, count=1)
-    rows = await pipe.execute()
-    return {s: r[0][0].decode() if r else "0-0" for s, r in zip(streams, rows, strict=True)}
-
-
-def _decoded(got: Any) -> Batch:
-    return [(raw.decode(), entries) for raw, entries in got or []]
-
-
 class SingleReader:
     """A single Redis: one XREAD BLOCK over every selected queue's stream."""
 
-    def __init__(self, redis: AsyncRedis, keys: Keys, queues: list[str]) -> None:
-        self.redis = redis
-        self.queue_of = {keys.stream(q): q for q in queues}
+    def __init__(self, reads: AsyncReads, queues: list[str]) -> None:
+        self.reads = reads
+        self.queue_of = reads.queue_streams(queues)
         self.positions: dict[str, str] = {}
 
     async def start(self, resume_from: dict[str, str] | None) -> None:
-        self.positions = await _newest(self.redis, list(self.queue_of))
+        self.positions = await self.reads.newest(list(self.queue_of))
         for stream, queue in self.queue_of.items():
             if resume_from and queue in resume_from:
                 self.positions[stream] = resume_from[queue]
 
     async def next(self, block_ms: int) -> Batch:
-        got = await self.redis.xread(self.positions, count=BATCH, block=block_ms)  # type: ignore[arg-type]
-        return _decoded(got)
+        return await self.reads.read(self.positions, BATCH, block_ms=block_ms)
 
     def event_id(self) -> str:
         return encode_position({q: self.positions[s] for s, q in self.queue_of.items()})
@@ -102,10 +84,10 @@ class SingleReader:
 class PartitionReader:
     """A Redis Cluster: every partition's streams, read when the process's reader rings."""
 
-    def __init__(self, redis: AsyncRedis, keys: Keys, queues: list[str], waiter: Waiter) -> None:
-        self.redis = redis
+    def __init__(self, reads: AsyncReads, queues: list[str], waiter: Waiter) -> None:
+        self.reads = reads
         self.waiter = waiter
-        self.groups = [[part.stream(q) for q in queues] for part in keys.parts()]
+        self.groups = reads.partition_streams(queues)
         self.streams_of = {q: [g[i] for g in self.groups] for i, q in enumerate(queues)}
         self.positions: dict[str, str] = {}
         self._subscription: AbstractContextManager[Subscriber] | None = None
@@ -114,7 +96,7 @@ class PartitionReader:
     async def start(self, resume_from: dict[str, str] | None) -> None:
         self._subscription = self.waiter.subscribed()
         self._sub = self._subscription.__enter__()  # every partition is read once to begin
-        self.positions = await _newest(self.redis, [s for g in self.groups for s in g])
+        self.positions = await self.reads.newest([s for g in self.groups for s in g])
         for queue, streams in self.streams_of.items():
             ids = (resume_from or {}).get(queue, "").split(".")
             if len(ids) == len(streams):  # one id alone came from a single Redis: from now
@@ -140,7 +122,7 @@ class PartitionReader:
 
     async def _read(self, streams: list[str]) -> Batch:
         cursor = {s: self.positions[s] for s in streams}
-        return _decoded(await self.redis.xread(cursor, count=BATCH))  # type: ignore[arg-type]
+        return await self.reads.read(cursor, BATCH)
 
     def event_id(self) -> str:
         def short(entry: str) -> str:

@@ -39,7 +39,6 @@ from api.event_reads import (
     encode_position,
 )
 from api.follow import Waiter, waiter_for
-from api.redis_async import socket_timeout
 from api.schemas import ERRORS
 from api.state import ApiState, State
 from api.visibility import may_see
@@ -143,7 +142,7 @@ async def _as_seen_by(
 
 def _block_ms(state: ApiState, wanted_ms: int) -> int:
     """Block for less than half the client's socket timeout, whatever the setting says."""
-    timeout = socket_timeout(state.async_redis())
+    timeout = state.reads().socket_timeout()
     if timeout:
         wanted_ms = min(wanted_ms, int(timeout * 500))
     return max(wanted_ms, 1)
@@ -152,11 +151,11 @@ def _block_ms(state: ApiState, wanted_ms: int) -> int:
 def _reader(
     state: ApiState, queues: list[str], waiter: Waiter | None
 ) -> SingleReader | PartitionReader:
-    redis, keys = state.async_redis(), state.broker.keys
-    if keys.partitions > 1:
+    reads = state.reads()
+    if reads.partitions > 1:
         assert waiter is not None, "a cluster's event stream reads through the process's waiter"
-        return PartitionReader(redis, keys, queues, waiter)
-    return SingleReader(redis, keys, queues)
+        return PartitionReader(reads, queues, waiter)
+    return SingleReader(reads, queues)
 
 
 async def event_stream(
@@ -243,8 +242,7 @@ def resume_position(
         Header(max_length=8000, description="resume after this event (EventSource sends it)"),
     ] = None,
 ) -> dict[str, str] | None:
-    partitions = state.broker.keys.partitions
-    return decode_position(last_event_id, partitions) if last_event_id else None
+    return decode_position(last_event_id, state.broker.partitions) if last_event_id else None
 
 
 async def stream_slot(principal: Caller, request: Request) -> AsyncIterator[None]:
@@ -279,7 +277,7 @@ async def events(
 ) -> AsyncIterator[ServerSentEvent]:
     """Server-sent events; `event` is the type, `data` the request as JSON, `id` the position."""
     slots: StreamSlots = request.app.state.event_slots
-    waiter = waiter_for(request, state) if state.broker.keys.partitions > 1 else None
+    waiter = waiter_for(request, state) if state.broker.partitions > 1 else None
     stream = event_stream(state, principal, queues, settings, resume_from, slots, waiter)
     async for item in stream:
         yield item

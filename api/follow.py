@@ -1,8 +1,9 @@
 """The one reader of the queue streams per API process and event loop (`Waiter`).
 
 Every outcome is announced on its request's queue stream by the same Lua step that records it,
-and every run that pauses or ends on its partition's run-events stream (`broker.store.run_state`).
-This reader follows those streams (XREAD BLOCK) while anyone listens, and wakes whoever waits:
+and every run that pauses or ends on its partition's run-events stream; the core names those
+streams and reads them (`broker.store.async_reads`). This reader follows them (XREAD BLOCK)
+while anyone listens, and wakes whoever waits:
 long-polls by request or run id (`watching`), event streams on a cluster by partition
 (`subscribed`).
 On a Redis Cluster each partition's streams share a slot of their own, and one XREAD may
@@ -27,9 +28,9 @@ from typing import Any
 
 from fastapi import Request as HttpRequest
 
-from api.redis_async import AsyncRedis, async_client
 from api.state import ApiState
 from broker.domain.models import Request
+from broker.facade import AsyncReads, Batch
 
 log = logging.getLogger("approval_broker.api.follow")
 
@@ -64,11 +65,11 @@ class Waiter:
 
     def __init__(
         self,
-        redis: AsyncRedis,
+        reads: AsyncReads,
         groups: Sequence[Sequence[str]],
         run_streams: Sequence[str] = (),
     ) -> None:
-        self.redis = redis
+        self.reads = reads
         self.groups = [list(g) for g in groups]
         self.run_streams = frozenset(run_streams)
         """The run-events streams among `groups`: their entries wake long-polls on runs."""
@@ -119,15 +120,7 @@ class Waiter:
         async with self._lock:
             if self._task is not None and not self._task.done():
                 return
-            streams = self.streams
-            pipe = self.redis.pipeline(transaction=False)
-            for stream in streams:
-                pipe.xrevrange(stream, count=1)
-            newest = await pipe.execute()
-            self._positions = {
-                stream: rows[0][0].decode() if rows else "0-0"
-                for stream, rows in zip(streams, newest, strict=True)
-            }
+            self._positions = await self.reads.newest(self.streams)
             self._task = asyncio.create_task(self._read())
 
     async def aclose(self) -> None:
@@ -140,11 +133,10 @@ class Waiter:
             await asyncio.wait([task])
             if not task.cancelled():
                 task.exception()  # retrieved, so it is not logged as never looked at
-        await self.redis.aclose()
+        await self.reads.aclose()
 
-    def _announce(self, partition: int, got: list) -> None:  # type: ignore[type-arg]
-        for raw_stream, entries in got or []:
-            stream = raw_stream.decode()
+    def _announce(self, partition: int, got: Batch) -> None:
+        for stream, entries in got:
             for raw_id, fields in entries:
                 self._positions[stream] = raw_id.decode()
                 named = fields.get(b"request_id") or fields.get(b"run_id")
@@ -155,20 +147,20 @@ class Waiter:
                     sub.ring(partition)
 
     async def _read(self) -> None:
-        reads: dict[int, asyncio.Future[list]] = {}  # type: ignore[type-arg]
+        in_flight: dict[int, asyncio.Future[Batch]] = {}
         try:
             # with nobody listening, no new read is sent but those in flight are let finish
             # (cancelling one costs its connection); a listener arriving meanwhile is served
-            while reads or self._watchers or self._subscribers:
+            while in_flight or self._watchers or self._subscribers:
                 for n, group in enumerate(self.groups):
-                    if n not in reads and (self._watchers or self._subscribers):
+                    if n not in in_flight and (self._watchers or self._subscribers):
                         cursor = {s: self._positions[s] for s in group}
-                        reads[n] = asyncio.ensure_future(
-                            self.redis.xread(cursor, count=BATCH, block=BLOCK_MS)  # type: ignore[arg-type]
+                        in_flight[n] = asyncio.ensure_future(
+                            self.reads.read(cursor, BATCH, block_ms=BLOCK_MS)
                         )
-                waiting_for: list[asyncio.Future[Any]] = list(reads.values())
+                waiting_for: list[asyncio.Future[Any]] = list(in_flight.values())
                 listener = None
-                if len(reads) < len(self.groups):  # letting reads finish: a listener may come
+                if len(in_flight) < len(self.groups):  # letting reads finish: a listener may come
                     self._listening.clear()
                     listener = asyncio.ensure_future(self._listening.wait())
                     waiting_for.append(listener)
@@ -177,8 +169,8 @@ class Waiter:
                 finally:
                     if listener is not None:
                         listener.cancel()
-                for n in [n for n, read in reads.items() if read in done]:
-                    self._announce(n, reads.pop(n).result())
+                for n in [n for n, read in in_flight.items() if read in done]:
+                    self._announce(n, in_flight.pop(n).result())
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # Redis went away: wake everyone to re-read (and restart us)
@@ -189,7 +181,7 @@ class Waiter:
             for sub in self._subscribers:
                 sub.ring()
         finally:
-            for read in reads.values():
+            for read in in_flight.values():
                 read.cancel()
 
     async def until(
@@ -226,23 +218,11 @@ class Waiter:
                     await asyncio.wait_for(event.wait(), left)
 
 
-def stream_groups(state: ApiState) -> list[list[str]]:
-    """Every handler queue's stream and the run-events stream, one list per partition (a slot
-    of its own on a cluster)."""
-    return [
-        [*(part.stream(q) for q in state.config.queues), part.run_events]
-        for part in state.broker.keys.parts()
-    ]
-
-
 def waiter_for(http: HttpRequest, state: ApiState) -> Waiter:
     """This app's waiter on the running event loop (a new loop gets a new one)."""
     waiter: Waiter | None = getattr(http.app.state, "waiter", None)
     if waiter is None or waiter.loop is not asyncio.get_running_loop():
-        waiter = Waiter(
-            async_client(state.settings, state.broker),
-            stream_groups(state),
-            [part.run_events for part in state.broker.keys.parts()],
-        )
+        reads = state.broker.async_reads(state.settings.redis_url)  # a client for this loop
+        waiter = Waiter(reads, reads.followed_streams(state.config.queues), reads.run_streams())
         http.app.state.waiter = waiter
     return waiter

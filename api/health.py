@@ -32,7 +32,7 @@ about two seconds for a health check)."""
 )
 async def healthz(state: State) -> JSONResponse:
     try:
-        await asyncio.wait_for(run_in_threadpool(state.broker.redis.ping), PING_TIMEOUT_S)
+        await asyncio.wait_for(run_in_threadpool(state.broker.fleet.ping), PING_TIMEOUT_S)
     except (RedisError, TimeoutError):
         return error_response(503, "unavailable", "Redis does not answer")
     return JSONResponse({"status": "ok"})

@@ -3,7 +3,8 @@
 The same key and body from the same principal within 24 hours answers the original (200); the
 same key with another body is 422 `idempotency_mismatch`. A key is claimed with `SET NX`, so of
 concurrent creates with one key exactly one creates; the others wait briefly for its id. A
-create that fails releases its claim, so errors are not replayed. Holds no state of its own.
+create that fails releases its claim, so errors are not replayed. Holds no state of its own:
+the key and its commands are the core's (`broker.store.idempotency`).
 """
 
 from __future__ import annotations
@@ -46,11 +47,6 @@ def body_hash(body: BaseModel) -> str:
     return hashlib.sha256(canonical_json(body.model_dump(mode="json")).encode()).hexdigest()
 
 
-def _key(state: ApiState, scope: str, principal: Principal, idempotency_key: str) -> str:
-    digest = hashlib.sha256(f"{principal.name}\0{idempotency_key}".encode()).hexdigest()
-    return state.broker.keys.idempotency(scope, digest)
-
-
 def _mismatch() -> ApiError:
     return ApiError(
         422,
@@ -69,22 +65,21 @@ def once(
 ) -> tuple[str, bool]:
     """The id `create()` made for this key and body: (id, True) when created now, else the
     original's id and False. Raises 422 `idempotency_mismatch` for another body."""
-    redis = state.broker.redis
-    key = _key(state, scope, principal, idempotency_key)
+    claim = state.broker.idempotency.claim(scope, principal.name, idempotency_key)
     digest = body_hash(body)
     deadline = time.monotonic() + LOSER_WAIT_S
     while True:
-        if redis.set(key, f"{digest}|", nx=True, ex=CLAIM_TTL_S):
+        if claim.take(digest, CLAIM_TTL_S):
             try:
                 made = create()
             except BaseException:
-                redis.delete(key)
+                claim.release()
                 raise
-            redis.set(key, f"{digest}|{made}", ex=TTL_S)
+            claim.fill(digest, made, TTL_S)
             return made, True
-        raw = redis.get(key)
-        if raw is not None:
-            stored_hash, _, made = raw.decode().partition("|")
+        stored = claim.read()
+        if stored is not None:
+            stored_hash, made = stored
             if stored_hash != digest:
                 raise _mismatch()
             if made:

@@ -39,11 +39,11 @@ class BrokerCollector(Collector):
         up = GaugeMetricFamily("approval_broker_redis_up", "1 when the broker's Redis answered")
         try:
             counts = self.broker.counts()
-            stats = self.broker.redis.hgetall(self.broker.keys.stats)
-            dead = self.broker.redis.xlen(self.broker.keys.dead_letters)
-            rule_keys = self.broker.keys.rules
-            rule_hits = self.broker.redis.hgetall(rule_keys.hits)
-            rule_count = self.broker.redis.zcard(rule_keys.listing)
+            fleet = self.broker.fleet
+            stats = fleet.delivery_stats()
+            dead = fleet.dead_letter_count()
+            rule_hits = fleet.rule_hits()
+            rule_count = fleet.rule_count()
         except RedisError:
             up.add_metric([], 0)
             yield up
@@ -77,10 +77,10 @@ class BrokerCollector(Collector):
             "Deliveries handed to Redis because their channel was slow, by channel kind",
             labels=["channel"],
         )
-        for raw_field, raw_value in sorted(stats.items()):
-            what, _, channel = raw_field.decode().partition(":")
+        for field, text in sorted(stats.items()):
+            what, _, channel = field.partition(":")
             try:
-                value = float(raw_value)
+                value = float(text)
             except ValueError:
                 continue
             if what == "delivered" and channel:
@@ -123,7 +123,7 @@ def receipt_metrics(counts: list[tuple[str, int]]) -> Iterator[Metric]:
     yield refused
 
 
-def rule_metrics(hits: dict[bytes, bytes], count: int) -> Iterator[Metric]:
+def rule_metrics(hits: dict[str, str], count: int) -> Iterator[Metric]:
     """Requests decided by each policy rule (at create, or as a remembered rule's sibling), and
     how many rules exist (revoked ones included: they stay listed)."""
     decided = CounterMetricFamily(
@@ -136,13 +136,13 @@ def rule_metrics(hits: dict[bytes, bytes], count: int) -> Iterator[Metric]:
         "Requests a shadow rule would have decided (it decided nothing), by rule id and effect",
         labels=["rule", "effect"],
     )
-    for raw_field, raw_value in sorted(hits.items()):
-        effect, _, rule_id = raw_field.decode().partition(":")
+    for field, text in sorted(hits.items()):
+        effect, _, rule_id = field.partition(":")
         if effect == "shadow":
             effect, _, rule_id = rule_id.partition(":")
-            shadow.add_metric([rule_id, effect], float(raw_value))
+            shadow.add_metric([rule_id, effect], float(text))
         else:
-            decided.add_metric([rule_id, effect], float(raw_value))
+            decided.add_metric([rule_id, effect], float(text))
     yield decided
     yield shadow
     rules = GaugeMetricFamily(

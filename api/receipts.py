@@ -54,7 +54,7 @@ def _receipts_off() -> ApiError:
 )
 def jwks(state: State) -> JSONResponse:
     """The public keys approval receipts are signed with (current and rotated-out ones)."""
-    receipts = state.broker.store.receipts
+    receipts = state.broker.receipts
     if receipts is None:
         raise _receipts_off()
     return JSONResponse(receipts.keys.jwks(), headers={"Cache-Control": "public, max-age=300"})

@@ -17,10 +17,9 @@ from api.state import ApiState, State
 from api.visibility import seer, sees_all, sees_own_only
 from api.waits import LongPoll
 from broker.domain.errors import Forbidden, InvalidInput, NotFound
-from broker.domain.models import Decision, Request, Status
+from broker.domain.models import Request, Status
 from broker.domain.principals import Principal, nobody_decides
-from broker.judge.deciding import INBOX
-from broker.judge.rule_decisions import Remember
+from broker.judge import INBOX
 
 router = APIRouter(prefix="/v1/requests", tags=["requests"])
 
@@ -182,46 +181,31 @@ def get_request(
 async def decide(
     request_id: RequestId,
     body: Annotated[DecisionBody, Body()],
-    principal: Caller,
+    decider: Caller,
     state: State,
 ) -> JSONResponse:
     """Decide a pending request; the first decision wins, a repeat of it is not an error.
 
     A bearer token decides through the `inbox` channel: only requests whose queue lists
     `inbox` (the admin token: any request). With `remember`, the policy rule is kept in the
-    same step (see /v1/rules). In the thread pool: the decision service checks answers and
-    `modified` args against the request's schemas and calls Redis.
+    same step (see /v1/rules). The judge runs on the event loop (its reads and the step on
+    redis.asyncio); what must not (checks against a schema, a rule to remember) it runs in a
+    thread itself (`broker.judge.Judge.adecide`).
     """
-    decision = body.to_decision()
-    # the decision service's Redis calls are synchronous: a thread's work, never the loop's
-    request = await run_in_threadpool(
-        decide_as_bearer, state, request_id, decision, principal, body.remember
-    )
-    return JSONResponse(request.public())
-
-
-def decide_as_bearer(
-    state: ApiState,
-    request_id: str,
-    decision: Decision,
-    principal: Principal,
-    remembered: Remember | None = None,
-) -> Request:
-    """A bearer token's decision through the decision service, through channel `inbox` (with
-    a rule to remember, or not); a refusal for a request it may not see is 404."""
     try:
-        if remembered is None:
-            return state.decide(request_id, decision, principal, channel="rest", via=(INBOX,))
-        return state.remember(request_id, decision, principal, remembered, channel="rest")
-    except Forbidden as exc:
-        raise unseen_as_missing(state, principal, request_id, exc) from None
+        done = await state.judge.adecide(
+            request_id, body.to_decision(), decider, via=(INBOX,), remember=body.remember
+        )
+    except Forbidden as exc:  # rare: one read more, in a thread
+        raise await run_in_threadpool(unseen_as_missing, state, decider, request_id, exc) from None
+    return JSONResponse(done.request.public())
 
 
 def unseen_as_missing(
-    state: ApiState, principal: Principal, request_id: str, refusal: Forbidden
+    state: ApiState, decider: Principal, request_id: str, refusal: Forbidden
 ) -> Exception:
     """What to answer a refused decision or ack with: 404 `not_found` for a request the caller
     may not see, exactly as GET answers (it must not learn the request exists); else the
     refusal (403: it may see the request, not decide it). A refusal is rare: one read more."""
-    visible_request(state, principal, request_id)  # raises NotFound
+    visible_request(state, decider, request_id)  # raises NotFound
     return refusal

@@ -19,18 +19,15 @@ from api.state import State
 from api.visibility import sees_all
 from broker.domain.errors import Forbidden, InvalidInput, NotFound
 from broker.domain.principals import Principal
-from broker.domain.rules.matching import POLICY
-from broker.judge.deciding import INBOX
-from broker.rules import (
-    Rule,
-    RuleBody,
-    RuleExists,
-    RuleStore,
+from broker.domain.rules.matching import (
+    POLICY,
     creator_channel_for,
     creator_roles_for,
     may_remember,
-    parse_body,
 )
+from broker.domain.rules.models import Rule, RuleBody, parse_body
+from broker.facade import RuleExists, RuleStore
+from broker.judge.deciding import INBOX
 
 router = APIRouter(prefix="/v1/rules", tags=["rules"])
 

@@ -24,10 +24,8 @@ from api.waits import MAX_WAIT_S
 from broker.domain.errors import Conflict, Forbidden, NotFound
 from broker.domain.models import Run, RunStatus
 from broker.domain.principals import EVERY_ROLE
-from broker.redis.replies import as_str_dict
 from broker.runs.new_prompt import continue_with_prompt
 from broker.runs.starting import FINAL, start_run
-from broker.store.run_state import run_from
 
 router = APIRouter(prefix="/v1/runs", tags=["runs"])
 RunId = Annotated[str, Path(min_length=1, max_length=200, pattern=ID_PATTERN)]
@@ -99,14 +97,9 @@ async def get_run(
 
 async def read_run(state: ApiState, run_id: str) -> tuple[str | None, Run]:
     """Who started the run, and the run: its hash and pending set in one round trip on the
-    API's asyncio client (no thread hop; its timeouts turn a stalled Redis into a 503)."""
-    keys = state.broker.keys
-    async with state.async_redis().pipeline(transaction=False) as pipe:
-        pipe.hgetall(keys.run(run_id))
-        pipe.smembers(keys.run_pending(run_id))
-        raw, members = await pipe.execute()
-    fields = as_str_dict(raw)
-    return fields.get("started_by") or None, run_from(run_id, fields, members)
+    API's asyncio reads (no thread hop; their timeouts turn a stalled Redis into a 503)."""
+    run, starter = await state.reads().run(run_id)
+    return starter, run
 
 
 def settled(run: Run) -> bool:

@@ -24,7 +24,7 @@ from api.app import create_app
 from api.events import end_event_streams_with
 from broker.domain.config import Config
 from broker.domain.settings import Settings
-from broker.rules import sync_at_start
+from broker.facade import sync_at_start
 
 KEEP_ALIVE_S = 5
 """An idle keep-alive connection is closed after this (uvicorn's default, set explicitly)."""

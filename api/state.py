@@ -1,28 +1,23 @@
-"""What every route needs (settings, config, broker, metrics, the decision service), kept on
-`app.state.api`.
+"""What every route needs (settings, config, broker, metrics, the judge), kept on
+`app.state.api`; it is also the channels' `InboundHost`.
 
 The API holds no state of its own beyond connections: everything lives in Redis.
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Collection
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
-from typing import Annotated
+from typing import Annotated, Any
 
 from fastapi import Depends, FastAPI, Request
 
 from api.metrics import ApiMetrics
-from api.redis_async import AsyncRedis, async_client
 from broker.domain.config import Config
-from broker.domain.models import Decision, Outcome
-from broker.domain.models import Request as BrokerRequest
-from broker.domain.principals import Principal
 from broker.domain.settings import Settings
-from broker.facade import Broker, Once
-from broker.judge.deciding import INBOX, Deciding
-from broker.judge.rule_decisions import Remember, RuleDecisions
+from broker.facade import AsyncReads, Broker
+from broker.judge import INBOX, Decided, Judge
 
 
 @dataclass
@@ -31,69 +26,38 @@ class ApiState:
     config: Config
     broker: Broker
     metrics: ApiMetrics
-    _async_redis: AsyncRedis | None = field(default=None, repr=False)
-    deciding: Deciding = field(init=False, repr=False)
+    _reads: AsyncReads | None = field(default=None, repr=False)
+    judge: Judge = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
-        self.deciding = Deciding(self.broker, self.config)
-
-    def decide(
-        self,
-        request_id: str,
-        decision: Decision,
-        principal: Principal,
-        *,
-        channel: str,
-        via: Collection[str],
-        decided_by: str | None = None,
-        current: BrokerRequest | None = None,
-        once: Once | None = None,
-    ) -> BrokerRequest:
-        """The decision service (`broker.judge.deciding`), counted in the metrics as `channel`."""
-        done = self.deciding.decide(
-            request_id,
-            decision,
-            principal,
-            via=via,
-            decided_by=decided_by,
-            current=current,
-            once=once,
+        self.judge = Judge(
+            self.broker, self.config, observe=self.count_decision, async_redis=self.async_client
         )
-        if done.recorded and decision.outcome is not Outcome.escalated:
-            self.metrics.observe_decision(done.request, channel)
-        return done.request
 
-    def remember(
-        self,
-        request_id: str,
-        decision: Decision,
-        principal: Principal,
-        spec: Remember,
-        *,
-        channel: str,
-        via: Collection[str] = (INBOX,),
-        decided_by: str | None = None,
-        once: Once | None = None,
-    ) -> BrokerRequest:
-        """Decide and keep a rule (`broker.judge.rule_decisions`), counted as `channel`.
-        A rule that exists already is 409 `rule_exists`."""
-        done = RuleDecisions(self.deciding).decide(
-            request_id, decision, principal, spec, via=via, decided_by=decided_by, once=once
-        )
-        if done.recorded:
-            self.metrics.observe_decision(done.request, channel)
-        return done.request
+    def count_decision(self, done: Decided) -> None:
+        """The judge's observer: a recorded decision in the latency histogram, under the kind
+        of channel it came through (`rest` for a bearer token's `inbox`); a vote below the
+        quorum and an escalation decide nothing yet."""
+        if done.request.decision is None:
+            return
+        kind = "rest" if done.channel == INBOX else done.channel.partition(":")[0]
+        self.metrics.observe_decision(done.request, kind)
 
-    def async_redis(self) -> AsyncRedis:
-        """An asyncio client on the broker's Redis (or Redis Cluster), for blocking reads (SSE)."""
-        if self._async_redis is None:
-            self._async_redis = async_client(self.settings, self.broker)
-        return self._async_redis
+    def reads(self) -> AsyncReads:
+        """The core's asyncio reads on the broker's Redis (or Redis Cluster): event streams,
+        runs (`broker.store.async_reads`)."""
+        if self._reads is None:
+            self._reads = self.broker.async_reads(self.settings.redis_url)
+        return self._reads
+
+    def async_client(self) -> Any:
+        """The redis.asyncio client under `reads` (the judge's async face runs its steps on it)."""
+        return self.reads().client
 
     async def aclose(self) -> None:
-        if self._async_redis is not None:
-            await self._async_redis.aclose()
-            self._async_redis = None
+        if self._reads is not None:
+            await self._reads.aclose()
+            self._reads = None
 
 
 async def get_state(request: Request) -> ApiState:

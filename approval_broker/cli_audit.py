@@ -41,7 +41,7 @@ def parse_when(text: str | None, name: str) -> datetime | None:
 
 def trail_of(data_dir: Path | None) -> AuditTrail:
     broker = connect(data_dir)
-    return AuditTrail(broker.redis, broker.keys)
+    return broker.audit
 
 
 @audit_app.command("export")

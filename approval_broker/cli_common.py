@@ -21,9 +21,7 @@ from broker.domain.errors import BrokerError, Conflict
 from broker.domain.printable import printable
 from broker.domain.settings import Settings
 from broker.facade import Broker
-from broker.redis import connection
-from broker.redis.cluster import clustered
-from broker.redis.embedded import running_local_url
+from broker.launcher import joined
 
 DataDir = Annotated[
     Path | None,
@@ -79,15 +77,10 @@ def load_settings(data_dir: Path | None = None) -> tuple[Settings, Config]:
 def connect(data_dir: Path | None = None) -> Broker:
     """A broker on APPROVAL_BROKER_REDIS_URL, else on the embedded Redis that `up` is running."""
     settings, config = load_settings(data_dir)
-    url = settings.redis_url or running_local_url(settings.data_dir and settings.data_dir / "redis")
-    if not url:
-        fail("no Redis: set APPROVAL_BROKER_REDIS_URL, or start `approval-broker up` first")
-    if clustered(settings, config):  # the cluster for the broker's keys, RQ's own Redis
-        with clear_errors():
-            broker = Broker.from_settings(settings, config)
-            broker.redis.ping()
-        return broker
-    redis = connection.connect(url)
     with clear_errors():
-        redis.ping()
-    return Broker(redis, config, prefix=settings.key_prefix)
+        broker = joined(settings, config)
+    if broker is None:
+        fail("no Redis: set APPROVAL_BROKER_REDIS_URL, or start `approval-broker up` first")
+    with clear_errors():
+        broker.fleet.ping()
+    return broker

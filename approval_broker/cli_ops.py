@@ -3,8 +3,8 @@ make a webhook secret.
 
 Each answers what an operator asks at 3 a.m. without opening Redis: `config check` loads a
 file exactly as every role does at start (the same one-line error, non-zero); `status` reads
-only (queue depths, dead letters, the notifiers' consumers, RQ's workers, Redis); `runs show`
-prints a run as `GET /v1/runs/{id}` does. None of them changes state.
+only (queue depths, dead letters, the notifiers' consumers, RQ's workers, Redis and how durable
+it is); `runs show` prints a run as `GET /v1/runs/{id}` does. None of them changes state.
 """
 
 from __future__ import annotations
@@ -12,23 +12,20 @@ from __future__ import annotations
 import base64
 import json
 import secrets
-import time
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from redis.exceptions import RedisError
 from rq import Worker
 
 from approval_broker.cli_common import DataDir, clear_errors, connect, fail
 from broker.domain.config import Config, load_config
 from broker.domain.errors import ConfigError
 from broker.domain.rules.config_rules import parse_config_rules
-from broker.domain.settings import Settings
+from broker.domain.settings import RedisFsync, Settings
 from broker.facade import Broker
-from broker.redis.replies import as_str
+from broker.launcher import DEFAULT_FSYNC, Durability, chosen_fsync
 from broker.runs.starting import run_queue
-from broker.store.keys import NOTIFIER_GROUP
 
 config_app = typer.Typer(help="Check a config file.", no_args_is_help=True)
 runs_app = typer.Typer(help="Agent runs on the fleet.", no_args_is_help=True)
@@ -78,7 +75,7 @@ def summary(config: Config) -> list[str]:
     for kind, section in sorted(config.channel_sections.items()):
         for name in sorted(section.channel_names()):
             where = section.describe(name)
-            lines.append(f"{kind} {name}" + (f": {where}" if where else ""))
+            lines.append(f"channel {kind}:{name}" + (f": {where}" if where else ""))
     for rule in parse_config_rules(config.rules, config):
         lines.append(f"rule {rule.id}: {rule.effect} {rule.tool}")
     return lines
@@ -110,7 +107,7 @@ def status(
     """The fleet at a glance: Redis, queue depths, dead letters, notifiers and agent workers."""
     broker = connect(data_dir)
     with clear_errors():
-        report = fleet_status(broker)
+        report = fleet_status(broker, chosen_fsync(Settings(), broker.config))
     if as_json:
         typer.echo(json.dumps(report, indent=2))
         return
@@ -119,6 +116,10 @@ def status(
         f"redis: {redis['version']}, {redis['used_memory_human']} used,"
         f" answered in {redis['ping_ms']:.1f} ms"
     )
+    if redis["durability"] is not None:
+        typer.echo(f"redis durability: {Durability(**redis['durability']).describe()}")
+    if redis["durability_warning"]:
+        typer.echo(f"warning: {redis['durability_warning']}")
     for name, depth in report["queues"].items():
         typer.echo(f"queue {name}: {depth} pending")
     typer.echo(f"agent runs queued: {report['runs_queued']}")
@@ -136,48 +137,19 @@ def status(
         typer.echo("agent workers: none alive")
 
 
-def fleet_status(broker: Broker) -> dict[str, Any]:
-    """Read-only figures about the fleet, as `status` prints them."""
-    redis, keys = broker.redis, broker.keys
-    started = time.perf_counter()
-    redis.ping()
-    ping_ms = (time.perf_counter() - started) * 1000
-    info = redis.info("server") | redis.info("memory")
+def fleet_status(broker: Broker, chosen: RedisFsync = DEFAULT_FSYNC) -> dict[str, Any]:
+    """Read-only figures about the fleet, as `status` prints them; `redis.durability` is what a
+    single Redis says of its AOF (None on a cluster), with a warning when it keeps less than
+    `chosen`."""
     names = sorted(broker.config.queues)
-    depths = broker.requests.pending_counts(names)
-    notifiers: list[dict[str, Any]] = []
-    for part in keys.parts():
-        for name in names:
-            notifiers += consumers(broker, part.stream(name), name)
     return {
-        "redis": {
-            "version": info.get("redis_version"),
-            "used_memory_human": info.get("used_memory_human"),
-            "ping_ms": ping_ms,
-        },
-        "queues": depths,
+        "redis": broker.fleet.server(chosen),
+        "queues": broker.requests.pending_counts(names),
         "runs_queued": run_queue(broker).count,
-        "dead_letters": redis.xlen(keys.dead_letters),
-        "notifiers": notifiers,
+        "dead_letters": broker.fleet.dead_letter_count(),
+        "notifiers": broker.fleet.notifier_consumers(names),
         "workers": [
             {"name": w.name, "state": str(w.get_state())}
-            for w in Worker.all(connection=broker.store.rq_redis)
+            for w in Worker.all(connection=broker.rq_connection)
         ],
     }
-
-
-def consumers(broker: Broker, stream: str, queue: str) -> list[dict[str, Any]]:
-    """The notifier consumers of one queue's stream (none before a notifier first read it)."""
-    try:
-        found = broker.redis.xinfo_consumers(stream, NOTIFIER_GROUP)
-    except RedisError:  # no stream or no group yet
-        return []
-    return [
-        {
-            "name": as_str(c["name"]),
-            "queue": queue,
-            "idle_s": int(c["idle"]) / 1000,
-            "pending": int(c["pending"]),
-        }
-        for c in found
-    ]

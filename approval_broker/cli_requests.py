@@ -1,7 +1,7 @@
 """Requests from the shell: `pending` lists what waits, `decide` decides one.
 
-`decide` goes through the same decision service as every other channel (`broker.judge.deciding`), as
-an operator (no role checks): a repeat is reported, not an error.
+`decide` goes through the same judge as every other channel (`broker.judge.Judge`), as an
+operator (no role checks): a repeat is reported, not an error.
 """
 
 from __future__ import annotations
@@ -14,11 +14,11 @@ import typer
 from pydantic import ValidationError
 
 from approval_broker.cli_common import DataDir, clear_errors, connect, fail, json_arg
-from approval_broker.cli_rules import remember_with
+from approval_broker.cli_rules import rule_kept
 from broker.domain.models import Decision, Outcome, Request, Status
 from broker.domain.principals import operator
 from broker.domain.printable import printable
-from broker.judge.deciding import Deciding
+from broker.judge import Judge
 
 
 class Verb(StrEnum):
@@ -118,11 +118,10 @@ def decide(
         fail(str(exc.errors()[0]["msg"]).removeprefix("Value error, "))
     broker = connect(data_dir)
     with clear_errors():
-        # the same decision service as every other channel: a repeat is not an error
-        if remember is not None:
-            done = remember_with(Deciding(broker), request_id, decision, operator(by), remember)
-        else:
-            done = Deciding(broker).decide(request_id, decision, operator(by), via=())
+        # the same judge as every other channel: a repeat is not an error
+        done = Judge(broker).decide(request_id, decision, operator(by), via=(), remember=remember)
+    if done.rule is not None:
+        typer.echo(rule_kept(done.rule, done.siblings))
     request = done.request
     typer.echo(
         printable(

@@ -18,15 +18,26 @@ import typer
 from approval_broker.cli_common import DataDir, clear_errors, load_settings
 from broker.domain.config import Config
 from broker.domain.settings import Settings, check_admin_token
+from broker.launcher import (
+    EmbeddedRedis,
+    chosen_fsync,
+    clustered,
+    redact,
+    running_local_url,
+    warning_for,
+)
 from broker.receipts.signing_key import prepare_receipt_key
-from broker.redis.embedded import EmbeddedRedis, redact, running_local_url
 from broker.tracing import telemetry as tracing
 from channels import prepare as prepare_channels
 
 
 def up(
     demo: Annotated[
-        bool, typer.Option(help="Also register the demo refunds agent and start two runs.")
+        bool,
+        typer.Option(
+            help="Also register the demo refunds agent and its rule, and start four runs: two "
+            "refunds and a question that wait in the inbox, and a refund the rule approves."
+        ),
     ] = False,
     fresh: Annotated[
         bool,
@@ -79,10 +90,14 @@ def role(
     embedded: EmbeddedRedis | None = None
     with clear_errors():
         here = settings.data_dir and settings.data_dir / "redis"
+        if settings.redis_url and not clustered(settings, config):  # a Redis of the operator's
+            warning = warning_for(settings.redis_url, chosen_fsync(settings, config))
+            if warning:
+                typer.echo(f"warning: {warning}", err=True)
         if not settings.redis_url:
             settings.redis_url = running_local_url(here)
         if not settings.redis_url:
-            embedded = EmbeddedRedis(here).start()
+            embedded = EmbeddedRedis(here, fsync=chosen_fsync(settings, config)).start()
             settings.redis_url = embedded.local_url
             typer.echo(
                 f"started embedded Redis at {redact(embedded.local_url)} (data in {embedded.data_dir})",

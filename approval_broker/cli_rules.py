@@ -16,15 +16,11 @@ import typer
 from approval_broker.cli_audit import parse_when
 from approval_broker.cli_common import DataDir, clear_errors, connect, fail, json_arg
 from broker.audit.replay import replay, requests_in
-from broker.audit.trail import AuditTrail
 from broker.domain.config import Config
 from broker.domain.errors import ConfigError
-from broker.domain.models import Decision
-from broker.domain.principals import Principal
-from broker.judge.deciding import Deciding
-from broker.judge.rule_decisions import Remembered, RuleDecisions
-from broker.redis.replies import as_str
-from broker.rules import Rule, RuleStore, parse_body, parse_config_rules
+from broker.domain.rules.config_rules import parse_config_rules
+from broker.domain.rules.models import Rule, parse_body
+from broker.facade import RuleStore
 
 rules_app = typer.Typer(
     help="Policy rules: always allow or deny matching tool calls.", no_args_is_help=True
@@ -35,15 +31,10 @@ def _store(data_dir: Path | None) -> RuleStore:
     return connect(data_dir).requests.rules
 
 
-def remember_with(
-    deciding: Deciding, request_id: str, decision: Decision, by: Principal, index: int
-) -> Remembered:
-    """`approval-broker decide ID approve --remember N`: decide and keep suggested rule N."""
-    done = RuleDecisions(deciding).decide(request_id, decision, by, index, via=())
-    if done.rule is not None:
-        also = f"; it also decided {', '.join(done.siblings)}" if done.siblings else ""
-        typer.echo(f"rule {done.rule.id} kept: {_line(done.rule)}{also}")
-    return done
+def rule_kept(rule: Rule, siblings: tuple[str, ...]) -> str:
+    """What `approval-broker decide ID approve --remember N` says of the rule it kept."""
+    also = f"; it also decided {', '.join(siblings)}" if siblings else ""
+    return f"rule {rule.id} kept: {_line(rule)}{also}"
 
 
 def _line(rule: Rule) -> str:
@@ -151,13 +142,13 @@ def replay_rules(
     store = broker.requests.rules
     with clear_errors():
         rules = _replayed(store, rule_id, file, broker.config)
-        seen = requests_in(AuditTrail(broker.redis, broker.keys).entries(start))
+        seen = requests_in(broker.audit.entries(start))
         kept = {r.id: r for r in broker.get_requests(list(seen))}
         agents = {}
         for run_id in {r.run_id for r in kept.values() if r.run_id}:
-            agent = broker.redis.hget(broker.keys.run(run_id), "agent")
+            agent = broker.run_store.run_field(run_id, "agent")
             if agent:
-                agents[run_id] = as_str(agent)
+                agents[run_id] = agent
         reports = replay(rules, seen, kept, agents, broker.config)
     if not reports:
         typer.echo("no rules to replay (no shadow rules; give --rule or --file)")

@@ -20,21 +20,25 @@ import time
 from dataclasses import dataclass, field
 
 import typer
-from redis import Redis
-from redis.exceptions import ResponseError
 
 from approval_broker.exit_with_up import WATCH_ENV
 from broker.domain.config import Config
 from broker.domain.errors import BrokerError
 from broker.domain.principals import new_token
+from broker.domain.rules.config_rules import parse_config_rules
 from broker.domain.settings import Settings
-from broker.facade import Broker
+from broker.facade import Broker, sync_at_start
+from broker.launcher import (
+    EmbeddedRedis,
+    chosen_fsync,
+    cluster_enabled,
+    clustered,
+    empty,
+    redact,
+    redis_dir,
+    warning_for,
+)
 from broker.receipts.signing_key import prepare_receipt_key
-from broker.redis.cluster import clustered
-from broker.redis.connection import connect
-from broker.redis.embedded import EmbeddedRedis, redact, redis_dir
-from broker.rules import sync_at_start
-from broker.store.rule_sync import parse_config_rules
 from channels import prepare as prepare_channels
 
 LOG_LEVEL_ENV = "APPROVAL_BROKER_LOG_LEVEL"
@@ -225,15 +229,9 @@ ONE_REDIS = (
 )
 
 
-def check_single_redis(settings: Settings, config: Config, redis: Redis) -> None:
+def check_single_redis(settings: Settings, config: Config, url: str) -> None:
     """Refuse a Redis Cluster in one line (its MOVED replies would otherwise surface raw)."""
-    if clustered(settings, config):
-        raise BrokerError(ONE_REDIS)
-    try:
-        enabled = redis.info("cluster").get("cluster_enabled")
-    except ResponseError:  # a Redis that doesn't know the section (or renamed INFO): no cluster
-        return
-    if enabled in (1, "1"):
+    if clustered(settings, config) or cluster_enabled(url):
         raise BrokerError(ONE_REDIS)
 
 
@@ -260,15 +258,22 @@ def run_up(
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())
     try:
+        fsync = chosen_fsync(settings, config)
         if settings.redis_url:
-            check_single_redis(settings, config, connect(settings.redis_url))
+            check_single_redis(settings, config, settings.redis_url)
+            warning = warning_for(settings.redis_url, fsync)
+            if warning:
+                typer.echo(f"[up] warning: {warning}")
         if not settings.redis_url:
-            embedded = EmbeddedRedis(redis_dir(settings.data_dir))
-            typer.echo(f"[up] starting embedded Redis (AOF on) in {embedded.data_dir} ...")
+            embedded = EmbeddedRedis(redis_dir(settings.data_dir), fsync=fsync)
+            typer.echo(
+                f"[up] starting embedded Redis (AOF on, appendfsync {fsync}) in"
+                f" {embedded.data_dir} ..."
+            )
             embedded.start()
             settings.redis_url = embedded.local_url  # the roles run here: the Unix socket
             if fresh:  # before any role starts: nothing can race the emptying
-                connect(settings.redis_url).flushall()
+                empty(settings.redis_url)
                 typer.echo("[up] --fresh: the embedded Redis starts empty")
             if embedded.socket_path is None:
                 typer.echo(
@@ -296,7 +301,7 @@ def run_up(
         demo_runs: list[str] = []
         ruled_run: str | None = None
         asked_run: str | None = None
-        broker = Broker(connect(settings.redis_url), config, prefix=settings.key_prefix)
+        broker = Broker.from_settings(settings, config)  # one Redis: refused a cluster above
         sync_at_start(broker.requests.rules)  # the config's [[rules]], before any run starts
         # before any role starts, so the API never serves a demo that is going away (the
         # demo's runs module loads no agent: `refunds_demo` loads its names lazily)

@@ -1,6 +1,7 @@
 """The whole approval cycle of an agent run, beside LangGraph's interrupt()/Command(resume=...).
 
     uv run --group bench python bench/bench_agents.py [--runs 200] [--latency 50] [--json]
+        [--broker-only] [--fsync always|everysec]
 
 One cycle: a run starts, its (fake, instant) model calls a tool that needs approval, the run
 pauses durably, a decision arrives, the run resumes, the tool runs once, the run finishes.
@@ -72,7 +73,9 @@ Flow = Callable[[str], Awaitable[float]]
 class Up:
     """`approval-broker up` in a temp dir, and an HTTP client of its API."""
 
-    def __init__(self, tmp: Path, code: Path = ROOT, workers: int | None = None) -> None:
+    def __init__(
+        self, tmp: Path, code: Path = ROOT, workers: int | None = None, fsync: str = "always"
+    ) -> None:
         self.tmp = tmp
         tmp.mkdir(parents=True, exist_ok=True)
         self.port = free_port()
@@ -89,6 +92,7 @@ class Up:
             "APPROVAL_BROKER_ADMIN_TOKEN": self.token,
             "PYTHONPATH": os.pathsep.join([str(ROOT / "bench"), str(code)]),
             "BENCH_MODEL_SLEEP_S": os.environ.get("BENCH_MODEL_SLEEP_S", "1.0"),
+            "APPROVAL_BROKER_REDIS_FSYNC": fsync,
         }
         self.log = (tmp / "up.log").open("w")
         self.process = subprocess.Popen(
@@ -485,7 +489,7 @@ async def slow_broker(side: BrokerSide, n: int) -> dict[str, float]:
 
 async def measure(args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
     out: dict[str, Any] = {}
-    up = Up(tmp / "up", args.broker_code, args.up_workers)
+    up = Up(tmp / "up", args.broker_code, args.up_workers, args.fsync)
     # every run in flight holds a connection with its long-poll, and starts or decides on another
     connections = 2 * max(args.runs, args.slow_runs) + 16
     headers = {"Authorization": f"Bearer {up.token}"}
@@ -606,6 +610,10 @@ def main() -> None:
     parser.add_argument(
         "--up-workers", type=int, default=None, help="`up --workers N` (default: up's own)"
     )
+    parser.add_argument(
+        "--fsync", choices=["always", "everysec"], default="always",
+        help="the embedded Redis's appendfsync (APPROVAL_BROKER_REDIS_FSYNC for `up`)",
+    )  # fmt: skip
     args = parser.parse_args()
     os.environ["BENCH_MODEL_SLEEP_S"] = str(args.slow_s)
     tmp = Path(tempfile.mkdtemp(prefix="bench-agents-"))

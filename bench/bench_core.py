@@ -7,7 +7,8 @@ process (all its threads) and in Redis (`INFO cpu`), which a loaded machine chan
 than the rates.
 The bulk create is measured twice: 100 copies of one NewRequest (bench before 2026-12-01) and
 100 distinct ones (a real import), so the sharing of work between copies is not mistaken for
-the speed of the step. Run: `uv run python bench/bench_core.py [--n 20000] [--audit off]`; the
+the speed of the step. Run: `uv run python bench/bench_core.py [--n 20000] [--audit off]
+[--fsync everysec]` (the embedded Redis's default is `always`); the
 audit trail is on by default, as in a deployment, and each create or decision appends an entry to
 it (a SHA-256 in Redis's Lua), most of a batched create's cost.
 """
@@ -69,12 +70,16 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=4)
     parser.add_argument("--rounds", type=int, default=9, help="interleaved rounds (below)")
     parser.add_argument("--audit", choices=["on", "off"], default="on", help="the audit trail")
+    parser.add_argument(
+        "--fsync", choices=["always", "everysec"], default="always", help="Redis's appendfsync"
+    )
     args = parser.parse_args()
-    with tempfile.TemporaryDirectory() as tmp, EmbeddedRedis(tmp) as server:
+    with tempfile.TemporaryDirectory() as tmp, EmbeddedRedis(tmp, fsync=args.fsync) as server:
         redis = Redis.from_url(server.url, max_connections=64)
         broker = Broker(redis, parse_config({"audit": {"enabled": args.audit == "on"}}))
         print(
-            f"embedded Redis at {server.url}, {args.n} requests, {args.threads} client threads",
+            f"embedded Redis (appendfsync {args.fsync}), {args.n} requests,"
+            f" {args.threads} client threads",
             flush=True,
         )
 

@@ -1,11 +1,17 @@
-"""The client API that apps, agent workers, notifiers and the HTTP API call: a thin facade.
+"""The core's face: what apps, agent workers, notifiers, the HTTP API, the channels and the CLI call.
 
-`Broker` keeps one method per thing a caller does and hands each to the service that owns it:
-`requests` (create, read, list), `decisions` (decide, escalate), `sweeping` (expiry),
-`run_store` (run records and message checkpoints), `letters` (dead letters), and the outbox's
-stream helpers (`broker.store.streams`).
-Every state change is one Lua step (see `broker/store/scripts/`), so a change either happens whole or
-not at all, and concurrent callers can't both win. Nothing but delegation belongs here.
+`Broker` holds the core's services as attributes: `requests` (create, read, list), `decisions`
+(the decide step, sync and async), `remembering` (a decision that keeps a rule), `acks` ("I'm
+on it"), `sweeping` (expiry), `run_store` (run records and message checkpoints), `letters`
+(dead letters), `deliveries` (posted copies), `once` (one-time markers), `reason_prompts`,
+`idempotency` (Idempotency-Key claims), `fleet` (health and figures), `audit` (the trail's
+chains) and `async_reads()` (the API's asyncio reads). Its methods are the ones users call
+(docs/testing.md, the public API in docs/architecture.md) and a few the core's runs use.
+Nothing outside `broker/` imports `broker.store` or `broker.redis` or spells a Redis key (an
+import-linter contract): what a role needs is a service here, or a type re-exported here (`Once`,
+`UNAVAILABLE`, `RuleStore`...). Every state change is one Lua step (see `broker/store/scripts/`),
+so a change either happens whole or not at all, and concurrent callers can't both win. Nothing
+but delegation belongs here.
 """
 
 from __future__ import annotations
@@ -18,44 +24,70 @@ from redis.exceptions import ClusterError, RedisClusterException, SlotNotCovered
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
+from broker.audit.trail import AuditTrail
 from broker.domain.config import Config, load_config
 from broker.domain.errors import InvalidInput
 from broker.domain.ids import new_id
-from broker.domain.models import Decision, HistoryEntry, NewRequest, Request, Run, Status
+from broker.domain.models import (
+    Decision,
+    HistoryEntry,
+    NewRequest,
+    Outcome,
+    Request,
+    Run,
+    Status,
+)
+from broker.domain.receipts import Receipts
 from broker.domain.settings import Settings
+from broker.redis.async_client import async_client
 from broker.redis.cluster import clustered, connect_cluster, rq_connection
 from broker.redis.connection import connect
 from broker.store import streams
+from broker.store.acknowledging import Acks
+from broker.store.async_reads import AsyncReads, Batch
 from broker.store.connection import Connection
 from broker.store.dead_letters import DeadLetters
-from broker.store.decisions import Decisions, Once
+from broker.store.decide_step import Once, Step
+from broker.store.decisions import Decisions
 from broker.store.deliveries import DeliveryState, PostState
 from broker.store.delivery_commits import CommitBatch, DeliveryCommits
 from broker.store.dropped_entries import DroppedEntries
+from broker.store.fleet import Fleet
 from broker.store.handles import Store
-from broker.store.keys import RESUMER_GROUP, Keys
+from broker.store.idempotency import IdempotencyKeys
+from broker.store.keys import Keys
 from broker.store.notifier_claims import NotifierClaims
 from broker.store.notifier_reads import GroupMissing, NotifierReads
+from broker.store.once import OnceMarkers
 from broker.store.parked import ParkedDeliveries
+from broker.store.reason_prompts import ReasonPrompts
+from broker.store.remembering import Remembering
 from broker.store.request_hash import default_prompt
 from broker.store.requests import Requests
+from broker.store.rule_store import RuleExists, RuleStore
+from broker.store.rule_sync import sync_at_start
 from broker.store.run_state import RunStore
 from broker.store.scripts import Scripts
 from broker.store.stored_requests import StoredRequest, StoredRequests
-from broker.store.sweeping import SweepBatch, Sweeping, SweepResult
+from broker.store.sweeping import Sweeping, SweepResult
 
 __all__ = [
     "UNAVAILABLE",
+    "AsyncReads",
+    "Batch",
     "Broker",
     "CommitBatch",
     "DeliveryState",
     "GroupMissing",
     "Once",
     "PostState",
+    "RuleExists",
+    "RuleStore",
     "StoredRequest",
     "SweepResult",
     "default_prompt",
     "new_id",
+    "sync_at_start",
 ]
 
 UNAVAILABLE: tuple[type[Exception], ...] = (
@@ -77,11 +109,19 @@ class Broker:
     def __init__(self, redis: Redis, config: Config | None = None, *, prefix: str = "ab:") -> None:
         self.store = Store(redis, config or load_config(None), Keys(prefix), Scripts(redis))
         self.requests = Requests(self.store)
+        # the judge's steps (`broker.judge`): a decision, a decision that keeps a rule, an ack
         self.decisions = Decisions(self.store, self.requests)
+        self.remembering = Remembering(self.store, self.requests)
+        self.acks = Acks(self.store)
         self.sweeping = Sweeping(self.store)
         self.run_store = RunStore(self.store)
         self.letters = DeadLetters(self.store)
         self.deliveries = DeliveryState(self.store)
+        # what the API, the channels' inbound side, the CLI and the workers read and keep
+        self.once = OnceMarkers(self.store)
+        self.reason_prompts = ReasonPrompts(self.store)
+        self.idempotency = IdempotencyKeys(self.store)
+        self.fleet = Fleet(self.store)
         # the notifiers' state (notifiers/ reaches Redis only through these; see each module)
         self.notifier_reads = NotifierReads(self.store)  # streams, group set-up, XREADGROUP
         self.notifier_claims = NotifierClaims(self.store)  # XAUTOCLAIM, pending, heartbeat XCLAIM
@@ -89,7 +129,7 @@ class Broker:
         self.parked = ParkedDeliveries(self.store)  # deliveries handed on (ZSET + hash)
         self.commits = DeliveryCommits(self.store, self.requests, self.parked)  # committer batch
         self.dropped = DroppedEntries(self.store)  # entries given up: counted and acknowledged
-        self.connection = Connection(self.store)  # ping and close, for a long-running role
+        self.connection = Connection(self.store)  # closed by a long-running role that stops
 
     @classmethod
     def from_settings(
@@ -139,6 +179,37 @@ class Broker:
     def retention(self) -> int:
         return self.store.retention
 
+    @property
+    def key_prefix(self) -> str:
+        """What every key of this broker starts with (one fleet's, of several sharing a Redis)."""
+        return self.keys.prefix
+
+    @property
+    def partitions(self) -> int:
+        """How many partitions the keys are split into: 1 on a single Redis, more on a cluster."""
+        return max(self.keys.partitions, 1)
+
+    def async_reads(self, redis_url: str | None = None) -> AsyncReads:
+        """A new asyncio face on this broker's Redis (by `redis_url` when given, else with the
+        sync client's settings) for the API's stream and run reads. It is bound to the event
+        loop it first runs on: one per loop, closed with `aclose`."""
+        return AsyncReads(async_client(redis_url, self.redis), self.keys)
+
+    @property
+    def rq_connection(self) -> Redis:
+        """The Redis RQ runs on: the broker's own, or a single Redis beside a cluster."""
+        return self.store.rq_redis
+
+    @property
+    def receipts(self) -> Receipts | None:
+        """The receipt signer and checker of `[receipts]`, or None when no key is configured."""
+        return self.store.receipts
+
+    @property
+    def audit(self) -> AuditTrail:
+        """The audit trail's chains on this broker's Redis (read, seal, export)."""
+        return AuditTrail(self.redis, self.keys)
+
     # ---- requests -------------------------------------------------------------------------
 
     def create_request(self, new: NewRequest) -> Request:
@@ -187,25 +258,27 @@ class Broker:
         decided_by: str,
         in_queue: str | None = None,
         once: Once | None = None,
-        voter: str | None = None,
         in_escalation: int | None = None,
-        channel: str | None = None,
-        creator_may_vote: bool = False,
-        bypass_quorum: bool = False,
         request: Request | None = None,
     ) -> Request:
+        """Record `decision` as `decided_by`, as a system (or a test) does: the first decision
+        wins. It is the step the judge (`broker.judge`) runs once it has said who may decide,
+        without the judge: no roles, channels or persons are checked here.
+
+        `in_queue`, `in_escalation` and `once` are the step's conditions
+        (`broker.store.decide_step.Step`); `request`, the request as read, saves a read when
+        a receipt is signed. Raises what the step raises (`broker.store.decisions`).
+        """
         return self.decisions.decide(
-            request_id,
-            decision,
-            decided_by=decided_by,
-            voter=voter,
-            in_queue=in_queue,
-            in_escalation=in_escalation,
-            once=once,
-            channel=channel,
-            creator_may_vote=creator_may_vote,
-            bypass_quorum=bypass_quorum,
-            request=request,
+            Step(
+                request_id,
+                decision,
+                decided_by,
+                in_queue=in_queue,
+                in_escalation=in_escalation,
+                once=once,
+                request=request,
+            )
         )
 
     def escalate(
@@ -214,31 +287,30 @@ class Broker:
         target: str | None = None,
         *,
         reason: str | None = None,
-        by: str,
+        decided_by: str,
         args_hash: str | None = None,
         once: Once | None = None,
         in_queue: str | None = None,
         in_escalation: int | None = None,
     ) -> Request:
-        return self.decisions.escalate(
+        """Move a pending request to `target` (default: its queue's `escalate_to`) as
+        `decided_by`: `decide` with an `escalated` decision. Its deadline there is its first
+        arrival there plus that queue's timeout (see move in lib.lua)."""
+        decision = Decision(
+            outcome=Outcome.escalated, target=target, reason=reason, args_hash=args_hash
+        )
+        step = Step(
             request_id,
-            target,
-            reason=reason,
-            by=by,
-            args_hash=args_hash,
+            decision,
+            decided_by,
             in_queue=in_queue,
             in_escalation=in_escalation,
             once=once,
         )
+        return self.decisions.decide(step)
 
     def sweep(self, *, now: float | None = None, limit: int = 200) -> list[SweepResult]:
         return self.sweeping.sweep(now=now, limit=limit)
-
-    def sweep_batch(self, *, now: float | None = None, limit: int = 200) -> SweepBatch:
-        return self.sweeping.sweep_batch(now=now, limit=limit)
-
-    def next_due_in(self) -> float | None:
-        return self.sweeping.next_due_in()
 
     # ---- runs ----------------------------------------------------------------------------
 
@@ -252,16 +324,6 @@ class Broker:
     ) -> Run:
         return self.run_store.create_run(agent, prompt, run_id=run_id, extra=extra)
 
-    def new_run_fields(
-        self,
-        agent: str,
-        prompt: str,
-        *,
-        run_id: str | None = None,
-        extra: dict[str, str] | None = None,
-    ) -> dict[str, str]:
-        return self.run_store.new_run_fields(agent, prompt, run_id=run_id, extra=extra)
-
     def run_fields(self, run_id: str) -> dict[str, str]:
         return self.run_store.run_fields(run_id)
 
@@ -274,9 +336,6 @@ class Broker:
 
     def update_run(self, run_id: str, **fields: Any) -> None:
         self.run_store.update_run(run_id, **fields)
-
-    def expire_run(self, pipe: Any, run_id: str) -> None:
-        self.run_store.expire_run(pipe, run_id)
 
     def announce_run(self, run_id: str, status: str) -> None:
         """Wake the long-polls on `run_id` (its status was written by a Lua step)."""
@@ -294,10 +353,6 @@ class Broker:
 
     def ensure_group(self, stream: str, group: str) -> None:
         streams.ensure_group(self.redis, stream, group)
-
-    def ack_resume(self, entry_id: str) -> None:
-        """Acknowledge an outbox entry and drop it: once its job is enqueued it is history."""
-        streams.ack_and_delete(self.redis, self.keys.resumes, RESUMER_GROUP, entry_id)
 
     def dead_letter(
         self,

@@ -178,11 +178,11 @@ class InMemoryBroker(Broker):
         self.sweep(now=time.time())
         return self._settle(request.run_id) if request.run_id else None
 
-    def _answer(self, request_id: str, decision: Decision, by: str) -> Run:
+    def _answer(self, request_id: str, decision: Decision, decided_by: str) -> Run:
         run_id = self.get_request(request_id).run_id
         if run_id is None:
             raise ValueError(f"request {request_id} belongs to no run; use decide()")
-        self.decide(request_id, decision, decided_by=by)
+        self.decide(request_id, decision, decided_by=decided_by)
         return self._settle(run_id)
 
     def _settle(self, run_id: str) -> Run:

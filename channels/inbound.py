@@ -2,24 +2,20 @@
 
 The app that mounts a channel's routes (the API) keeps an `InboundHost` at
 `app.state.channel_host`; a route asks for it with the `Host` dependency. Deciding goes through
-the host's judge (`broker.judge`): roles, the channel binding, the creator rule and one vote per
-person hold on every channel alike; the host counts each decision in its metrics.
+the host's judge (`broker.judge.Judge`): roles, the channel binding, the creator rule and one
+vote per person hold on every channel alike, and the judge tells the host of each decision it
+records (the API counts them in its metrics).
 """
 
 from __future__ import annotations
 
-from collections.abc import Collection
 from typing import Annotated, Protocol
 
 from fastapi import Depends, Request
 
 from broker.domain.config import Config
-from broker.domain.models import Decision
-from broker.domain.models import Request as BrokerRequest
-from broker.domain.principals import Principal
-from broker.facade import Broker, Once
-from broker.judge.deciding import Deciding
-from broker.judge.rule_decisions import Remember
+from broker.facade import Broker
+from broker.judge import Judge
 
 HOST_ATTR = "channel_host"
 
@@ -34,33 +30,7 @@ class InboundHost(Protocol):
     def broker(self) -> Broker: ...
 
     @property
-    def deciding(self) -> Deciding: ...
-
-    def decide(
-        self,
-        request_id: str,
-        decision: Decision,
-        principal: Principal,
-        *,
-        channel: str,
-        via: Collection[str],
-        decided_by: str | None = None,
-        current: BrokerRequest | None = None,
-        once: Once | None = None,
-    ) -> BrokerRequest: ...
-
-    def remember(
-        self,
-        request_id: str,
-        decision: Decision,
-        principal: Principal,
-        spec: Remember,
-        *,
-        channel: str,
-        via: Collection[str],
-        decided_by: str | None = None,
-        once: Once | None = None,
-    ) -> BrokerRequest: ...
+    def judge(self) -> Judge: ...
 
 
 async def get_host(request: Request) -> InboundHost:

@@ -82,7 +82,7 @@ def run_notifier(settings: Settings, config: Config) -> None:
     options = NotifierOptions()
     assert settings.redis_url, "the CLI fills in redis_url"
     broker = Broker.from_settings(settings, config, patient=True)
-    broker.connection.ping()
+    broker.fleet.ping()
     notifier = start_notifier(broker, options)
     gc.freeze()  # what start-up made lives for ever: full collections need not scan it again
     gc.set_threshold(GC_YOUNG, 10, 10)

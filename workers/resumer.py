@@ -23,7 +23,7 @@ def run_resumer(settings: Settings, config: Config, *, stop: threading.Event | N
     stop = stop or threading.Event()
     resumer = Resumer(broker)
     gc.freeze()  # start-up's objects live for ever: full collections need not scan them again
-    print(f"resumer ready on {broker.keys.resumes} as {resumer.consumer}", flush=True)
+    print(f"resumer ready on {resumer.stream} as {resumer.consumer}", flush=True)
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGTERM, lambda *_: stop.set())
     try:

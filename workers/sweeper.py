@@ -17,7 +17,6 @@ import threading
 from collections.abc import Callable
 
 from broker.audit.sealing import SEAL_EVERY_S
-from broker.audit.trail import AuditTrail
 from broker.domain.config import Config
 from broker.domain.settings import Settings
 from broker.facade import Broker, SweepResult
@@ -36,7 +35,7 @@ def sweep_due(broker: Broker, *, now: float | None = None, batch: int = BATCH) -
     done: list[SweepResult] = []
     while True:
         started = tracing.now_ns()
-        swept = broker.sweep_batch(now=now, limit=batch)
+        swept = broker.sweeping.sweep_batch(now=now, limit=batch)
         traced.swept(broker, swept.results, started)  # when tracing is on: a span each
         done.extend(swept.results)
         if swept.listed < batch:  # not `results`: another sweeper may have taken some
@@ -47,7 +46,7 @@ def next_due_in(broker: Broker) -> float | None:
     """Seconds until the earliest pending request expires (negative if overdue), or None.
 
     On Redis's clock, like the sweep: a host whose clock is off still wakes on time."""
-    return broker.next_due_in()
+    return broker.sweeping.next_due_in()
 
 
 def sweep_forever(
@@ -62,7 +61,7 @@ def sweep_forever(
     """Sweep until `stop` is set, waking at the next expiry or every `interval` seconds; while
     the audit trail is on, `seal_forever` runs beside it in a thread of its own."""
     sealer = None
-    if broker.keys.audit_keep_s:
+    if broker.audit.enabled:
         sealer = threading.Thread(
             target=seal_forever, args=(broker, stop), name="audit-sealer", daemon=True
         )
@@ -93,7 +92,7 @@ def seal_forever(
 ) -> None:
     """Seal every audit chain until `stop` is set, every `every` seconds (each time through to
     the chains' ends: a backlog, say after a bulk create, is sealed in one go)."""
-    trail = AuditTrail(broker.redis, broker.keys)
+    trail = broker.audit
     while not stop.is_set():
         try:
             trail.seal()

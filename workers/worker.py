@@ -25,8 +25,7 @@ import threading
 from broker.domain.config import Config
 from broker.domain.errors import BrokerError
 from broker.domain.settings import Settings
-from broker.facade import Broker
-from broker.rules import sync_at_start
+from broker.facade import Broker, sync_at_start
 from broker.runs.agent_loader import AgentLoadError, load_agent
 from broker.runs.agent_runner import run_coroutines_with
 from broker.runs.starting import RUN_QUEUE, known_agents
@@ -121,7 +120,7 @@ async def _serve(
     shared.attach(loop)
     slots = Slots(
         RUN_QUEUE,
-        broker.store.rq_redis,
+        broker.rq_connection,
         concurrency,
         log_level,
         abandoned_after_s=broker.config.workers.abandoned_after_s,

@@ -25,8 +25,8 @@ from broker.audit.actors import actor_kind
 from broker.audit.chain import Entry
 from broker.audit.sealing import hashed_inline, seal
 from broker.domain.errors import InvalidInput
+from broker.domain.stream_ids import BadStreamId, stream_id
 from broker.redis.replies import as_str
-from broker.redis.stream_ids import BadStreamId, stream_id
 from broker.store.keys import Keys
 from broker.store.script_keys import ScriptKeys
 from broker.store.scripts import source
@@ -75,6 +75,11 @@ class AuditTrail:
         self.redis = redis
         self.keys = keys
         self.chains = chains_of(keys)
+
+    @property
+    def enabled(self) -> bool:
+        """Whether the steps append entries now (`[audit] enabled`); reading works either way."""
+        return self.keys.audit_keep_s > 0
 
     def seal(self) -> int:
         """Seal every chain (hash what was appended since the last seal): the sweeper's job,

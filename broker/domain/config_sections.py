@@ -19,6 +19,7 @@ from pydantic import (
 )
 
 from broker.domain import channel_kinds
+from broker.domain.settings import RedisFsync
 
 DEFAULT_QUEUE = "default"
 DEFAULT_TIMEOUT_S = 600.0
@@ -139,6 +140,9 @@ class BrokerSection(Section):
     stream_maxlen: Annotated[int, Field(ge=1000)] = 1_000_000
     retention_s: Annotated[float, Field(ge=60)] = 30 * 86400  # how long a decided request is kept
     redis_cluster: bool = False  # as APPROVAL_BROKER_REDIS_CLUSTER=1
+    # appendfsync of the embedded Redis, and the least a Redis of your own is expected to run
+    # (`broker.redis.durability`); APPROVAL_BROKER_REDIS_FSYNC wins when set
+    redis_fsync: RedisFsync = "always"
 
 
 class AuditSection(Section):

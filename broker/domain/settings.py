@@ -16,6 +16,10 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 from broker.domain.errors import ConfigError
 
 MIN_ADMIN_TOKEN_CHARS = 24
+RedisFsync = Literal["always", "everysec"]
+"""When Redis fsyncs its AOF (`appendfsync`): `always`, before it answers a write (a crash of
+Redis or of the machine loses nothing acknowledged); `everysec`, about once a second (a crash
+can lose the last 1-2 s of acknowledged writes). `broker.redis.durability` says more."""
 
 
 class Settings(BaseSettings):
@@ -34,6 +38,8 @@ class Settings(BaseSettings):
         False  # REDIS_URL names a node of a Redis Cluster (broker/redis/cluster.py)
     )
     rq_redis_url: str | None = None  # RQ's own single Redis; required when clustered
+    # the embedded Redis's appendfsync; unset: `[broker] redis_fsync` (default "always")
+    redis_fsync: RedisFsync | None = None
     # The roles' log level: `up` passes WARNING (its banner stays readable), `up --verbose` INFO
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "WARNING"
 

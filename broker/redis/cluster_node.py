@@ -17,6 +17,7 @@ from pathlib import Path
 from redis import Redis
 from redis.exceptions import RedisError
 
+from broker.redis.durability import DEFAULT_FSYNC
 from broker.redis.embedded import EmbeddedRedisError, find_redis_server, private_dir
 
 BUS_OFFSET = 10000  # the cluster bus listens on port + 10000
@@ -113,7 +114,7 @@ class Node:
             # a replica may take over however long it was cut off: a test kills at will
             "--cluster-replica-validity-factor", "0",
             "--appendonly", "yes",
-            "--appendfsync", "everysec",
+            "--appendfsync", DEFAULT_FSYNC,  # as the embedded server: fsynced before answered
             "--save", "",
             "--daemonize", "no",
             "--logfile", str(self.data_dir / "redis.log"),

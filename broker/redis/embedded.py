@@ -1,7 +1,9 @@
 """The embedded Redis: a private `redis-server` the broker starts when no Redis URL is given.
 
-It runs on a free loopback port with AOF on, keeps its data in a directory of its own, and is
-stopped when its owner exits. The test suite starts its one server through the same class.
+It runs on a free loopback port with AOF on and `appendfsync always` (a write is on disk before
+Redis answers it; `everysec` only when asked: `broker.redis.durability` says what that risks),
+keeps its data in a directory of its own, and is stopped when its owner exits. The test suite
+starts its one server through the same class.
 It also listens on a Unix socket in that directory (`redis.sock`): a process on this machine
 (`up`'s roles, the commands that join it) talks to it there, which costs less CPU per command
 than loopback TCP; the TCP port stays for anything that can't use the socket.
@@ -33,6 +35,8 @@ from redis import Redis
 from redis.exceptions import ConnectionError as RedisConnectionError
 
 from broker.domain.errors import BrokerError
+from broker.domain.settings import RedisFsync
+from broker.redis.durability import DEFAULT_FSYNC, FSYNC_CHOICES
 
 URL_FILE = "redis.url"
 UNIX_URL_FILE = "redis.sock.url"
@@ -154,7 +158,10 @@ def free_port() -> int:
 
 class EmbeddedRedis:
     """A redis-server child process with AOF on, in `data_dir`, on a free loopback port and on
-    a Unix socket there (`unix_socket=False`, or a path too long for one: TCP only)."""
+    a Unix socket there (`unix_socket=False`, or a path too long for one: TCP only).
+
+    `fsync` is its `appendfsync`: "always" (the default: nothing acknowledged is lost in a crash)
+    or "everysec" (an operator's explicit choice, `[broker] redis_fsync`)."""
 
     def __init__(
         self,
@@ -162,7 +169,13 @@ class EmbeddedRedis:
         *,
         port: int | None = None,
         unix_socket: bool = True,
+        fsync: RedisFsync = DEFAULT_FSYNC,
     ) -> None:
+        if fsync not in FSYNC_CHOICES:
+            raise EmbeddedRedisError(
+                f"fsync must be one of {', '.join(FSYNC_CHOICES)}, not {fsync!r}"
+            )
+        self.fsync = fsync
         self.data_dir = Path(data_dir) if data_dir else redis_dir()
         self.port = port or free_port()
         self.socket_path = socket_path_for(self.data_dir) if unix_socket else None
@@ -224,7 +237,8 @@ class EmbeddedRedis:
             "--bind", "127.0.0.1",
             "--dir", str(self.data_dir),
             "--appendonly", "yes",
-            "--appendfsync", "everysec",
+            "--appendfsync", self.fsync,
+            "--no-appendfsync-on-rewrite", "no",  # the default, said: a rewrite never pauses it
             "--save", "",
             "--daemonize", "no",
             "--hash-max-ziplist-value", "1024",

@@ -149,7 +149,7 @@ def fail_run_of(job: Job, broker: Broker, reason: str) -> bool:
         if done:
             failed = {"status": RunStatus.failed.value, "error": reason[:2000]}
             pipe.hset(key, mapping={**failed, "updated_at": f"{time.time():.6f}"})
-            broker.expire_run(pipe, run_id)
+            broker.run_store.expire_run(pipe, run_id)
             broker.run_store.announce(pipe, run_id, failed["status"])
 
     broker.redis.transaction(fail_if_current, key)

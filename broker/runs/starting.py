@@ -105,7 +105,7 @@ def start_run(
         raise InvalidInput(f"deps must be JSON-serializable: {exc}") from None
     # the run and its first job in one MULTI/EXEC: a crash or outage leaves both or neither
     extra = {"deps": deps_json, **({"started_by": started_by} if started_by else {})}
-    fields = broker.new_run_fields(agent, prompt, extra=extra)
+    fields = broker.run_store.new_run_fields(agent, prompt, extra=extra)
     run_id = fields["id"]
     options = _job_options(run_job_id(run_id), traced.job_meta(run_id, 0))
     if broker.store.clustered:  # two Redis: the run first (and replicated), then its job

@@ -4,7 +4,7 @@ One Lua step (ack.lua) checks the request is still pending (and still in the que
 saw), records who and when in its history, and pushes its expiry entry to at least now + the
 queue's `ack_timeout_s`; the sweep honours the hold as well. It announces `approval.acked` on
 the queue's stream (Slack updates the message, SSE listeners hear). An ack never changes the
-outcome and never counts as a vote. Who may acknowledge is the decision service's call (`deciding`).
+outcome and never counts as a vote. Who may acknowledge is the judge's call (`broker.judge`).
 """
 
 from __future__ import annotations
@@ -19,8 +19,9 @@ class Acks:
     def __init__(self, store: Store) -> None:
         self.store = store
 
-    def ack(self, request_id: str, *, by: str, in_queue: str, channel: str = "") -> Request:
-        """Hold escalation of a request pending in `in_queue` for that queue's `ack_timeout_s`.
+    def ack(self, request_id: str, *, acked_by: str, in_queue: str, channel: str = "") -> Request:
+        """Hold escalation of a request pending in `in_queue` for that queue's `ack_timeout_s`,
+        recording `acked_by` (who is on it) and the channel they said so through.
 
         Raises `NotFound`, or `Conflict` (with the request) when it is no longer pending
         (code `conflict`) or has moved to another queue meanwhile (code `escalated`).
@@ -34,7 +35,7 @@ class Acks:
             keys,
             maxlen=store.maxlen,
             id=request_id,
-            by=by,
+            by=acked_by,
             channel=channel,
             hold_s=store.config.ack_timeout_for(in_queue),
             in_queue=in_queue,

@@ -16,6 +16,7 @@ from broker.domain.ids import new_id
 from broker.domain.models import Run, RunStatus, from_timestamp
 from broker.redis.replies import as_str, as_str_dict
 from broker.store.handles import Store
+from broker.store.keys import Keys
 
 ENDED = (RunStatus.finished.value, RunStatus.failed.value)
 ANNOUNCED = (RunStatus.waiting.value, *ENDED)
@@ -23,6 +24,13 @@ ANNOUNCED = (RunStatus.waiting.value, *ENDED)
 RUN_EVENTS_MAXLEN = 10_000
 """About how many entries a partition's run-events stream keeps: a long-poll only needs the
 entries written while it waits."""
+
+
+def queue_run_read(pipe: Any, keys: Keys, run_id: str) -> None:
+    """Queue the reads of a run on a pipeline, sync or asyncio (`run_from` reads the replies):
+    its hash, then its pending set. The sync store and the API's asyncio reads share it."""
+    pipe.hgetall(keys.run(run_id))
+    pipe.smembers(keys.run_pending(run_id))
 
 
 def run_from(run_id: str, f: dict[str, str], members: Iterable[Any]) -> Run:
@@ -87,6 +95,10 @@ class RunStore:
             raise NotFound(f"no run with id {run_id!r}")
         return as_str_dict(raw)
 
+    def run_field(self, run_id: str, name: str) -> str | None:
+        """One field of a run's hash; None when the run or the field is not there."""
+        return as_str(self.store.redis.hget(self.store.keys.run(run_id), name))
+
     def run_state(self, run_id: str) -> tuple[dict[str, str], bytes | None]:
         """The run's fields and its stored history in one round trip (what a round starts
         from); NotFound for an unknown run."""
@@ -101,8 +113,7 @@ class RunStore:
     def get_run(self, run_id: str) -> Run:
         """The run, its hash and pending set read in one round trip."""
         pipe = self.store.redis.pipeline(transaction=False)
-        pipe.hgetall(self.store.keys.run(run_id))
-        pipe.smembers(self.store.keys.run_pending(run_id))
+        queue_run_read(pipe, self.store.keys, run_id)
         raw, members = pipe.execute()
         return run_from(run_id, as_str_dict(raw), members)
 

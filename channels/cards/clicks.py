@@ -1,9 +1,9 @@
 """A click on a chat card's button (Telegram, Discord), whatever the platform: the token read
 (`channels.cards.button_tokens`), the clicker as an approver, and the decision service asked.
 
-Every click goes through the one judge (`broker.judge.deciding`, via `InboundHost.decide`, or
-the host's `remember` for "Approve always"), with the channels the click came from (`via`), so
-roles, channel binding, the creator rule and one vote per person hold as on every channel.
+Every click goes through the one judge (`broker.judge.Judge`, the host's `judge`; with the rule
+to keep for "Approve always"), with the channels the click came from (`via`), so roles, channel
+binding, the creator rule and one vote per person hold as on every channel.
 The platform modules (`channels/telegram/routes.py`, `channels/discord/routes.py`) verify, parse and turn a
 `ClickResult` into their own answer; nothing here speaks a platform's protocol. What a refused
 clicker reads comes from `channels.refusals`: nothing of the request, its queue or its channels.
@@ -64,7 +64,7 @@ def click(
         return ClickResult(Result.refused, "This button names no request.")
     verb, index, request_id = parsed
     try:
-        who = approver_with(
+        decider = approver_with(
             host.config,
             f"{platform}_user_id",
             user_id,
@@ -72,7 +72,7 @@ def click(
         )
         if verb in (ids.REJECT, ids.ALWAYS):
             request = host.broker.get_request(request_id)
-            host.deciding.check_may_decide(who, request, via)
+            host.judge.check_may_decide(decider, request, via)
             if not request.is_pending:
                 raise Conflict(f"request {request.id} is decided", request=request)
             if verb == ids.ALWAYS:
@@ -81,14 +81,14 @@ def click(
                 return ClickResult(Result.always, "Choose the rule to keep.", request)
             return ClickResult(Result.ask_reason, "Why reject it?", request)
         if verb == ids.ACK:
-            request = host.deciding.ack(request_id, who, via=via)
+            request = host.judge.ack(request_id, decider, via=via)
             return ClickResult(Result.acked, "You're on it: escalation is paused.", request)
         if verb == ids.ALWAYS_RULE and index is not None:
             decision = Decision(outcome=Outcome.approved)
-            request = host.remember(
-                request_id, decision, who, index, channel=platform, via=via, once=once
+            done = host.judge.decide(
+                request_id, decision, decider, via=via, once=once, remember=index
             )
-            return ClickResult(Result.decided, _done(request), request)
+            return ClickResult(Result.decided, _done(done.request), done.request)
         if verb == ids.APPROVE:
             decision = Decision(outcome=Outcome.approved)
         elif verb == ids.ESCALATE:
@@ -101,8 +101,8 @@ def click(
             decision = Decision(outcome=Outcome.answered, answer=answer)
         else:
             return ClickResult(Result.refused, "This button does nothing here.")
-        request = host.decide(request_id, decision, who, channel=platform, via=via, once=once)
-        return ClickResult(Result.decided, _done(request), request)
+        done = host.judge.decide(request_id, decision, decider, via=via, once=once)
+        return ClickResult(Result.decided, _done(done.request), done.request)
     except Conflict as exc:
         if exc.code == "replayed":
             return ClickResult(Result.replayed, "Already received.")
@@ -125,14 +125,14 @@ def reject(
     if len(reason) > MAX_REASON:
         return ClickResult(Result.refused, f"Please keep the reason under {MAX_REASON} characters.")
     try:
-        who = approver_with(
+        decider = approver_with(
             host.config,
             f"{platform}_user_id",
             user_id,
             who=f"{platform.capitalize()} user {user_id}",
         )
         decision = Decision(outcome=Outcome.rejected, reason=reason or None)
-        request = host.decide(request_id, decision, who, channel=platform, via=via, once=once)
+        request = host.judge.decide(request_id, decision, decider, via=via, once=once).request
     except Conflict as exc:
         if exc.code == "replayed":
             return ClickResult(Result.replayed, "Already received.")

@@ -26,6 +26,10 @@ class DiscordConfig(ChannelSection):
     api_base_url: str = "https://discord.com/api/v10"
     channels: dict[str, DiscordChannelConfig] = Field(default_factory=dict)
 
+    def describe(self, name: str) -> str:
+        found = self.channels.get(name)
+        return f"posts into channel {found.channel_id}" if found else ""
+
 
 def discord_section(config: Config) -> DiscordConfig | None:
     """The config's `[discord]`, or None."""

@@ -239,9 +239,9 @@ async def discord_interactions(request: Request, host: Host) -> JSONResponse:
     interaction = payload.get("id")
     if not isinstance(interaction, str) or not interaction:
         raise Refused(400, "bad_request", "the interaction has no id")
-    seen = host.broker.keys.seen("discord", interaction[:64])
-    if await run_in_threadpool(host.broker.redis.exists, seen):
+    once = host.broker.once.marker("discord", interaction[:64], REPLAY_TTL_S)
+    if await run_in_threadpool(host.broker.once.spent, once):
         raise Refused(409, "replayed", "this Discord interaction was already received")
-    answer = await run_in_threadpool(handle, host, discord, payload, (seen, REPLAY_TTL_S))
-    await run_in_threadpool(host.broker.redis.set, seen, "1", ex=REPLAY_TTL_S)
+    answer = await run_in_threadpool(handle, host, discord, payload, once)
+    await run_in_threadpool(host.broker.once.spend, once)
     return JSONResponse(answer)

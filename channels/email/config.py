@@ -33,6 +33,10 @@ class EmailConfig(ChannelSection):
     link_secret: str | None = None  # signs email links; else APPROVAL_BROKER_LINK_SECRET
     lists: dict[str, EmailListConfig] = Field(default_factory=dict)
 
+    def describe(self, name: str) -> str:
+        found = self.lists.get(name)
+        return f"mails {', '.join(found.to) or 'no one'}" if found else ""
+
 
 def email_section(config: Config) -> EmailConfig | None:
     """The config's `[email]`, or None."""

@@ -24,8 +24,8 @@ from itsdangerous import BadSignature, SignatureExpired, URLSafeTimedSerializer
 from broker.domain.config import Config
 from broker.domain.errors import BrokerError, ConfigError
 from broker.domain.settings import Settings
-from broker.facade import Broker
-from broker.redis.embedded import private_secret, redis_dir, running_urls
+from broker.facade import Broker, Once
+from broker.launcher import embedded_secret
 from channels.email.config import email_section
 
 SECRET_ENV = "APPROVAL_BROKER_LINK_SECRET"
@@ -80,10 +80,9 @@ def prepare_link_secret(settings: Settings, config: Config) -> None:
         return
     secret = configured_secret(config)
     if secret is None:
-        here = redis_dir(settings.data_dir)
-        if not settings.redis_url or settings.redis_url not in running_urls(here):
-            raise ConfigError(NO_SECRET)
-        secret = private_secret(here / SECRET_FILE)
+        secret = embedded_secret(settings, SECRET_FILE)
+    if secret is None:
+        raise ConfigError(NO_SECRET)
     if len(secret) < MIN_SECRET_LEN:
         raise ConfigError(f"the email link secret must be at least {MIN_SECRET_LEN} characters")
     email.link_secret = secret
@@ -99,7 +98,7 @@ def _serializer(broker: Broker) -> URLSafeTimedSerializer:
     if secret is None:
         raise ConfigError(NO_SECRET)
     # the key prefix in the salt: a link from another fleet sharing the secret is refused here
-    salt = f"approval-broker.email-link:{broker.keys.prefix}"
+    salt = f"approval-broker.email-link:{broker.key_prefix}"
     made = URLSafeTimedSerializer(secret, salt=salt)
     with _lock:
         return _serializers.setdefault(broker, made)
@@ -152,17 +151,13 @@ def read_link(broker: Broker, token: str, max_age_s: float) -> LinkClaims:
         str(queue) if queue is not None else None,
         count,
     )
-    keys = broker.keys  # the decide step spends the marker in the request's partition (cluster)
-    seen = keys.in_partition(
-        keys.seen("email", claims.nonce), keys.partition_of_request(claims.request_id)
-    )
-    if broker.redis.exists(seen):
+    if broker.once.spent(link_once(broker, claims, max_age_s)):
         raise LinkError("this link has already been used", code="link_used")
     return claims
 
 
-def link_once(broker: Broker, claims: LinkClaims, ttl_s: float) -> tuple[str, int]:
+def link_once(broker: Broker, claims: LinkClaims, ttl_s: float) -> Once:
     """The one-time marker of the link's mail, for `Broker.decide(..., once=...)`: it is spent
-    in the same atomic step as the decision, so a used link can't decide twice and a failed
-    decision doesn't use up the link."""
-    return broker.keys.seen("email", claims.nonce), int(ttl_s) + 60
+    in the same atomic step as the decision (in the request's partition on a cluster), so a
+    used link can't decide twice and a failed decision doesn't use up the link."""
+    return broker.once.marker("email", claims.nonce, int(ttl_s) + 60, request_id=claims.request_id)

@@ -254,17 +254,13 @@ def decide_from_link(
         claims, item = _load(host, token)
         form = {"reason": reason, "answer": answer, "args_hash": args_hash}
         decision = _decision(claims, item, form, fields)
-        principal, via = _decider(host, claims.recipient, item)
+        decider, via = _decider(host, claims.recipient, item)
         once = link_once(host.broker, claims, _email_config(host).link_ttl_s)
         index = run_rule_index(item) if claims.action == "approve_run" else None
-        if index is not None:  # keep "this tool, this run" with the decision
-            decided = host.remember(
-                item.id, decision, principal, index, channel="email", via=via, once=once
-            )
-        else:
-            decided = host.decide(
-                item.id, decision, principal, channel="email", via=via, current=item, once=once
-            )
+        # with `index`, "this tool, this run" is kept with the decision
+        decided = host.judge.decide(
+            item.id, decision, decider, via=via, current=item, once=once, remember=index
+        ).request
     except InvalidAnswer as exc:
         if claims is None or item is None or not has_form(item.metadata):
             return _error_page(request, _from_broker_error(exc))

@@ -24,7 +24,7 @@ from broker.domain.events import ESCALATED, REQUESTED, Event
 from broker.domain.models import Request, utcnow
 from broker.domain.persons import normal_address
 from broker.facade import Broker, DeliveryState
-from broker.judge.deciding import Deciding
+from broker.judge import refusal
 from broker.judge.rule_decisions import run_rule_index
 from channels.email.config import EmailConfig
 from channels.email.deciders import email_decider
@@ -126,7 +126,6 @@ class EmailSender(Sender):
         self.state = state
         self.timeout_s = timeout_s
         self.target = smtp_target(email)
-        self.deciding = Deciding(broker, config)
 
     def wants(self, event: Event) -> bool:
         """Mail asks for a decision: on a new request, and when one arrives by escalation."""
@@ -169,10 +168,10 @@ class EmailSender(Sender):
         return f"{event.type}: mailed {len(todo)} recipient(s)"
 
     def refusal(self, request: Request, recipient: str) -> str | None:
-        """Why `recipient` may not decide `request` (None: they may), by the decision
-        service's rule, the same one a link is checked against when it is used."""
+        """Why `recipient` may not decide `request` (None: they may), by the judge's rule,
+        the same one a link is checked against when it is used."""
         decider = email_decider(self.config, recipient)
-        return self.deciding.refusal(decider.principal, request, decider.via)
+        return refusal(request, decider.principal, decider.via, self.config)
 
     def build(self, request: Request, recipient: str) -> EmailMessage:
         """The mail for one recipient. Its links are bound to the queue it is sent for and to the
@@ -260,7 +259,7 @@ def _quit(smtp: smtplib.SMTP) -> None:
 
 def _classify(exc: smtplib.SMTPResponseException) -> Exception:
     """SMTP 4xx is temporary by definition; 5xx is final."""
-    error = exc.smtp_error
-    message = error.decode("utf-8", "replace") if isinstance(error, bytes) else str(error)
+    raw = exc.smtp_error  # smtplib hands the server's text over as bytes
+    message = raw.decode("utf-8", "replace") if isinstance(raw, bytes) else str(raw)
     text = f"SMTP {exc.smtp_code}: {message[:200]}"
     return GiveUp(text) if 500 <= exc.smtp_code < 600 else Retry(text)

@@ -64,30 +64,25 @@ def handle_block_actions(
         return SlackReply(body=notice("This button names no request.", "invalid"))
     channel_id = payload.channel.id if payload.channel else None
     try:
-        principal = approver_with(
+        decider = approver_with(
             host.config, "slack_user_id", payload.user.id, who=f"Slack user {payload.user.id}"
         )
         if action.action_id == ids.ACK:
-            return ack(host, slack, action.value, principal, channel_id)
+            return ack(host, slack, action.value, decider, channel_id)
         if action.action_id == ids.REJECT:
-            return start_reject(host, slack, payload, action.value, principal, channel_id)
+            return start_reject(host, slack, payload, action.value, decider, channel_id)
         if action.action_id == always.ALWAYS:  # the modal of rules (api/slack_always.py)
-            return start_always(host, slack, payload, action.value, principal, channel_id)
+            return start_always(host, slack, payload, action.value, decider, channel_id)
         if action.action_id == ANSWER_FORM:
-            return start_answer(host, slack, payload, action.value, principal, channel_id)
+            return start_answer(host, slack, payload, action.value, decider, channel_id)
         decision = decision_for(action, payload)
         if decision is None:
             return SlackReply(body={})
         if isinstance(decision, str):
             return failed(notice(decision, "invalid"))
-        request = host.decide(
-            action.value,
-            decision,
-            principal,
-            channel="slack",
-            via=channels_of(slack, channel_id),
-            once=once,
-        )
+        request = host.judge.decide(
+            action.value, decision, decider, via=channels_of(slack, channel_id), once=once
+        ).request
     except Conflict as exc:
         if exc.code == "replayed":
             raise replayed() from None
@@ -99,11 +94,15 @@ def handle_block_actions(
 
 
 def ack(
-    host: InboundHost, slack: SlackConfig, request_id: str, who: Principal, channel_id: str | None
+    host: InboundHost,
+    slack: SlackConfig,
+    request_id: str,
+    decider: Principal,
+    channel_id: str | None,
 ) -> SlackReply:
     """ "I'm on it": the request stays pending and its escalation waits; the clicker hears back
     here, and the notifier updates the message on the `approval.acked` event."""
-    request = host.deciding.ack(request_id, who, via=channels_of(slack, channel_id))
+    request = host.judge.ack(request_id, decider, via=channels_of(slack, channel_id))
     until = request.acked_until.strftime("%H:%M UTC") if request.acked_until else "a while"
     text = f"You're on it: escalation of this request is paused until {until}."
     return SlackReply(
@@ -117,11 +116,11 @@ def start_reject(
     slack: SlackConfig,
     payload: BlockActions,
     request_id: str,
-    who: Principal,
+    decider: Principal,
     channel_id: str | None,
 ) -> SlackReply:
     """The Reject button: the reason dialog, if the clicker may decide and it still waits."""
-    request = pending_for(host, slack, request_id, who, channel_id)
+    request = pending_for(host, slack, request_id, decider, channel_id)
     view = ids.reject_modal(request.id, request.tool_name, channel_id)
     return open_modal(slack, payload.trigger_id, request, view, "the reason dialog")
 
@@ -131,13 +130,13 @@ def start_answer(
     slack: SlackConfig,
     payload: BlockActions,
     request_id: str,
-    who: Principal,
+    decider: Principal,
     channel_id: str | None,
 ) -> SlackReply:
     """The "Answer…" button: the checks of starting a rejection, then the form. Its private
     metadata names the request and the click's channel, as the reject modal's does
     (`slack_ids.parse_modal_metadata` reads both)."""
-    request = pending_for(host, slack, request_id, who, channel_id)
+    request = pending_for(host, slack, request_id, decider, channel_id)
     if not has_form(request.metadata):
         return failed(notice("This request has no answer form.", "invalid"))
     view = answer_modal(request)

@@ -1,5 +1,5 @@
 """Slack's "Always…": the click opens the modal of suggested rules, its submission decides and
-keeps the rule (through `broker.judge.rule_decisions`, with the same who-may-decide checks).
+keeps the rule (through the judge, `broker.judge`, with the same who-may-decide checks).
 
 `api/slack_actions.py` and `api/slack_modals.py` route here; this module holds no Slack
 protocol of its own.
@@ -32,11 +32,11 @@ def start_always(
     slack: SlackConfig,
     payload: BlockActions,
     request_id: str,
-    who: Principal,
+    decider: Principal,
     channel_id: str | None,
 ) -> SlackReply:
     """Open the modal, if the clicker may decide the request and it still waits."""
-    request = pending_for(host, slack, request_id, who, channel_id)
+    request = pending_for(host, slack, request_id, decider, channel_id)
     if not request.suggested_rules:
         return failed(notice("This request offers no rule to keep.", "invalid_rule"))
     view = ids.always_modal(request.id, request.suggested_rules, channel_id)
@@ -54,7 +54,7 @@ def submit_always(
     reason = (ids.chosen(view.state, ids.REASON_BLOCK, ids.REASON_ACTION) or "").strip() or None
     shadow = ids.chosen(view.state, ids.MODE_BLOCK, ids.MODE_ACTION) == ids.SHADOW
     try:
-        who = approver_with(
+        decider = approver_with(
             host.config, "slack_user_id", payload.user.id, who=f"Slack user {payload.user.id}"
         )
         decision = Decision(
@@ -62,14 +62,13 @@ def submit_always(
             reason=reason[:10_000] if reason else None,
         )
         suggested = int(index) if index.isascii() and index.isdigit() and len(index) < 4 else -1
-        host.remember(
+        host.judge.decide(
             request_id,
             decision,
-            who,
-            {"suggested": suggested, "mode": "shadow"} if shadow else suggested,
-            channel="slack",
+            decider,
             via=channels_of(slack, channel_id or None),
             once=once,
+            remember={"suggested": suggested, "mode": "shadow"} if shadow else suggested,
         )
     except BrokerError as exc:
         if isinstance(exc, Conflict) and exc.code == "replayed":

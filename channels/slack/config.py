@@ -25,6 +25,10 @@ class SlackConfig(ChannelSection):
     api_base_url: str = "https://slack.com/api/"
     channels: dict[str, SlackChannelConfig] = Field(default_factory=dict)
 
+    def describe(self, name: str) -> str:
+        found = self.channels.get(name)
+        return f"posts into Slack channel {found.channel}" if found else ""
+
 
 def slack_section(config: Config) -> SlackConfig | None:
     """The config's `[slack]`, or None."""

@@ -55,14 +55,13 @@ def submit_reject(
         return SlackReply(body={"response_action": "errors", "errors": errors, "error": "invalid"})
     request_id, channel_id = ids.parse_modal_metadata(view.private_metadata)
     try:
-        principal = approver_with(
+        decider = approver_with(
             host.config, "slack_user_id", payload.user.id, who=f"Slack user {payload.user.id}"
         )
-        host.decide(
+        host.judge.decide(
             request_id,
             Decision(outcome=Outcome.rejected, reason=reason),
-            principal,
-            channel="slack",
+            decider,
             via=channels_of(slack, channel_id),
             once=once,
         )
@@ -84,18 +83,17 @@ def submit_answer(
     request_id, channel_id = ids.parse_modal_metadata(view.private_metadata)
     request: BrokerRequest | None = None
     try:
-        principal = approver_with(
+        decider = approver_with(
             host.config, "slack_user_id", payload.user.id, who=f"Slack user {payload.user.id}"
         )
         request = host.broker.get_request(request_id)
         if not has_form(request.metadata):
             raise InvalidInput(f"request {request.id} has no answer form")
         answer = answer_from_view_state(request, (view.state or {}).get("values") or {})
-        host.decide(
+        host.judge.decide(
             request_id,
             Decision(outcome=Outcome.answered, answer=answer),
-            principal,
-            channel="slack",
+            decider,
             via=channels_of(slack, channel_id),
             current=request,
             once=once,

@@ -74,12 +74,16 @@ def channels_of(slack: SlackConfig, channel_id: str | None) -> list[str]:
 
 
 def pending_for(
-    host: InboundHost, slack: SlackConfig, request_id: str, who: Principal, channel_id: str | None
+    host: InboundHost,
+    slack: SlackConfig,
+    request_id: str,
+    decider: Principal,
+    channel_id: str | None,
 ) -> BrokerRequest:
-    """The request a modal is about to be opened for, once `who` may decide it from this
+    """The request a modal is about to be opened for, once `decider` may decide it from this
     channel and it still waits (else the BrokerError the click is refused with)."""
     request = host.broker.get_request(request_id)
-    host.deciding.check_may_decide(who, request, channels_of(slack, channel_id))
+    host.judge.check_may_decide(decider, request, channels_of(slack, channel_id))
     if not request.is_pending:
         raise Conflict(f"request {request.id} is already {request.status.value}", request=request)
     return request

@@ -24,7 +24,6 @@ from pydantic import ValidationError
 from starlette.concurrency import run_in_threadpool
 
 from broker.facade import Once
-from broker.judge.deciding import REPLAY_TTL_S
 from channels.errors import Refused
 from channels.inbound import Host, InboundHost
 from channels.slack.actions import handle_block_actions
@@ -33,7 +32,7 @@ from channels.slack.modals import handle_view_submission
 from channels.slack.payloads import BlockActions, ViewSubmission, parse_payload
 from channels.slack.replies import SlackReply, post_notice
 from channels.slack.response_urls import response_url_allowed
-from channels.slack.signature import replayed, seen_key, verify
+from channels.slack.signature import replayed, signature_once, verify
 
 router = APIRouter(prefix="/v1/slack", tags=["slack"])
 
@@ -88,12 +87,12 @@ async def slack_interactions(
     headers = {k.lower(): v for k, v in request.headers.items()}
     signature = verify(slack, body, headers)
     payload = parse_payload(body)
-    seen = seen_key(host, signature)
-    if await run_in_threadpool(host.broker.redis.exists, seen):
+    once = signature_once(host, signature)
+    if await run_in_threadpool(host.broker.once.spent, once):
         raise replayed()
-    outcome = await run_in_threadpool(handle, host, slack, payload, (seen, REPLAY_TTL_S))
+    outcome = await run_in_threadpool(handle, host, slack, payload, once)
     if not outcome.decided:  # opening the reason dialog and the like: spend it here
-        await run_in_threadpool(host.broker.redis.set, seen, "1", ex=REPLAY_TTL_S)
+        await run_in_threadpool(host.broker.once.spend, once)
     url = payload.get("response_url")
     if outcome.follow_up and isinstance(url, str) and response_url_allowed(url, slack.api_base_url):
         background.add_task(post_notice, url, outcome.follow_up)

@@ -13,6 +13,8 @@ import re
 
 from slack_sdk.signature import SignatureVerifier
 
+from broker.facade import Once
+from broker.judge.deciding import REPLAY_TTL_S
 from channels.errors import Refused
 from channels.inbound import InboundHost
 from channels.slack.config import SlackConfig
@@ -46,9 +48,10 @@ def bad_signature() -> Refused:
     return Refused(401, "bad_signature", "the Slack signature is missing, wrong or too old")
 
 
-def seen_key(host: InboundHost, signature: str) -> str:
-    """The replay marker of one signature (hashed: a key never holds the signature itself)."""
-    return host.broker.keys.seen("slack", hashlib.sha256(signature.encode()).hexdigest())
+def signature_once(host: InboundHost, signature: str) -> Once:
+    """The one-time marker of one signature (hashed: a key never holds the signature itself)."""
+    digest = hashlib.sha256(signature.encode()).hexdigest()
+    return host.broker.once.marker("slack", digest, REPLAY_TTL_S)
 
 
 def replayed() -> Refused:

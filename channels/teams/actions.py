@@ -1,7 +1,7 @@
 """Teams card clicks (`Action.Execute`): from a click to a decision, and the card to answer with.
 
-Sync code, run in a thread: it reads Redis and calls the one decision service
-(`broker.judge.deciding`, through `InboundHost.decide`), which checks roles, the channel binding (a
+Sync code, run in a thread: it reads Redis and calls the one judge (`broker.judge.Judge`, the
+host's `judge`), which checks roles, the channel binding (a
 click decides only from a `[teams.channels.NAME]` conversation of the queue the request waits
 in now), the creator rule and the quorum per person (a Teams user mapped to alice is alice on
 every channel). The click's activity id is its one-time marker, spent with the decision: a
@@ -124,14 +124,14 @@ def handle_click(host: InboundHost, teams: TeamsConfig, click: Click) -> Answer:
     if not via:
         return refused("This conversation is not one of the broker's Teams channels.")
     try:
-        principal = approver_with(
+        decider = approver_with(
             host.config,
             "teams_user_id",
             click.user_aad_id,
             who=f"You (Entra ID object id {click.user_aad_id or 'none sent'})",
         )
         current = host.broker.get_request(request_id)
-        host.deciding.check_may_decide(principal, current, via)
+        host.judge.check_may_decide(decider, current, via)
     except (Forbidden, NotFound) as exc:
         return refused(refusal_text(exc))
     try:
@@ -139,16 +139,10 @@ def handle_click(host: InboundHost, teams: TeamsConfig, click: Click) -> Answer:
         once = None
         if click.activity_id:
             digest = hashlib.sha256(f"{click.conversation_id} {click.activity_id}".encode())
-            once = (host.broker.keys.seen("teams", digest.hexdigest()), REPLAY_TTL_S)
-        request = host.decide(
-            current.id,
-            decision,
-            principal,
-            channel="teams",
-            via=via,
-            current=current,
-            once=once,
-        )
+            once = host.broker.once.marker("teams", digest.hexdigest(), REPLAY_TTL_S)
+        request = host.judge.decide(
+            current.id, decision, decider, via=via, current=current, once=once
+        ).request
     except Conflict as exc:
         return Answer(cards.render(exc.request, host.config, via[0], note=refusal_text(exc)))
     except (Forbidden, NotFound) as exc:  # the creator rule; the request gone meanwhile

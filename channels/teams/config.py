@@ -53,6 +53,10 @@ class TeamsConfig(ChannelSection):
     def anonymous(self) -> bool:
         return self.app_id is None
 
+    def describe(self, name: str) -> str:
+        found = self.channels.get(name)
+        return f"posts into conversation {found.conversation_id}" if found else ""
+
 
 def teams_section(config: Config) -> TeamsConfig | None:
     """The config's `[teams]`, or None."""

@@ -30,6 +30,10 @@ class TelegramConfig(ChannelSection):
     api_base_url: str = "https://api.telegram.org"
     chats: dict[str, TelegramChatConfig] = Field(default_factory=dict)
 
+    def describe(self, name: str) -> str:
+        found = self.chats.get(name)
+        return f"posts into chat {found.chat_id}" if found else ""
+
 
 def telegram_section(config: Config) -> TelegramConfig | None:
     """The config's `[telegram]`, or None."""

@@ -8,7 +8,7 @@ the secret token, parses the update and answers.
   webhook's own response (`{"method": "answerCallbackQuery", ...}`, which the Bot API allows
   for webhooks): the clicker sees "Done", why not, or who decided first.
 - Reject asks for the reason: the bot sends a ForceReply prompt, remembered for an hour
-  (`keys.reason_prompt`), and the clicker's reply to it completes the rejection.
+  (`broker.reason_prompts`), and the clicker's reply to it completes the rejection.
 - Each update is handled once: its `update_id` marker is spent with the decision it carries
   (a redelivered update decides nothing twice), or here when it decides nothing.
 
@@ -18,7 +18,6 @@ Updating the cards after a decision is the notifiers' job (they see the event).
 from __future__ import annotations
 
 import hmac
-import json
 import logging
 from typing import Any
 
@@ -114,9 +113,8 @@ def ask_reason(
     except (httpx.HTTPError, ValueError, KeyError, TypeError) as exc:
         log.warning("could not ask for a Telegram reject reason: %s", type(exc).__name__)
         return answer(query, "Could not ask for the reason; please try again.", alert=True)
-    record = json.dumps({"request_id": request.id, "user_id": query.from_.id})
-    key = host.broker.keys.reason_prompt("telegram", prompt)
-    host.broker.redis.set(key, record, ex=PROMPT_TTL_S)
+    record = {"request_id": request.id, "user_id": query.from_.id}
+    host.broker.reason_prompts.keep("telegram", prompt, record, PROMPT_TTL_S)
     return answer(query, "Reply to my message with the reason.")
 
 
@@ -172,13 +170,10 @@ def on_reply(
     """A reply to a ForceReply prompt: the reason of a pending Reject (else ignored)."""
     if message.reply_to_message is None or message.from_ is None:
         return {}
-    key = host.broker.keys.reason_prompt(
-        "telegram", f"{message.chat.id}:{message.reply_to_message.message_id}"
-    )
-    raw = host.broker.redis.get(key)
-    if raw is None:
+    prompt = f"{message.chat.id}:{message.reply_to_message.message_id}"
+    record = host.broker.reason_prompts.read("telegram", prompt)
+    if record is None:
         return {}
-    record = json.loads(raw)
     if record.get("user_id") != message.from_.id:
         return say(message, "Only the one who clicked Reject can give its reason.")
     result = clicks.reject(
@@ -191,7 +186,7 @@ def on_reply(
         once,
     )
     if result.result is Result.decided:
-        host.broker.redis.delete(key)
+        host.broker.reason_prompts.drop("telegram", prompt)
     return say(message, "Rejected." if result.result is Result.decided else result.text)
 
 
@@ -222,9 +217,9 @@ async def telegram_updates(request: Request, host: Host) -> JSONResponse:
         raise Refused(404, "not_configured", "Telegram is not configured")
     verify(telegram, request.headers.get(SECRET_HEADER))
     update = parse_update(await request.body())
-    seen = host.broker.keys.seen("telegram", str(update.update_id))
-    if await run_in_threadpool(host.broker.redis.exists, seen):
+    once = host.broker.once.marker("telegram", str(update.update_id), UPDATE_TTL_S)
+    if await run_in_threadpool(host.broker.once.spent, once):
         return JSONResponse({})  # handled before: Telegram redelivers until it hears 200
-    body = await run_in_threadpool(handle, host, telegram, update, (seen, UPDATE_TTL_S))
-    await run_in_threadpool(host.broker.redis.set, seen, "1", ex=UPDATE_TTL_S)
+    body = await run_in_threadpool(handle, host, telegram, update, once)
+    await run_in_threadpool(host.broker.once.spend, once)
     return JSONResponse(body)

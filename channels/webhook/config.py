@@ -103,7 +103,7 @@ class WebhooksSection(ChannelSection):
 
     def describe(self, name: str) -> str:
         endpoint = self.endpoints.get(name)
-        return endpoint.url if endpoint is not None else ""
+        return f"posts to {endpoint.url}" if endpoint is not None else ""
 
     def decides(self, name: str) -> bool:
         endpoint = self.endpoints.get(name)

@@ -123,7 +123,7 @@ class Reply:
     """A verified, parsed reply: who decides, as whom, and its one-time marker."""
 
     reply: WebhookReply
-    principal: Principal
+    decider: Principal
     decided_by: str
     once: Once
 
@@ -136,41 +136,12 @@ def prepare(host: InboundHost, name: str, body: bytes, headers: Iterable[tuple[s
     lowered = {k.lower(): v for k, v in headers}
     verify(endpoint, body, lowered)
     reply = parse_reply(body)
-    principal = Principal(f"webhook:{name}", frozenset(endpoint.roles))
-    decided_by = principal.name + (f"/{reply.decided_by}" if reply.decided_by else "")
+    decider = Principal(f"webhook:{name}", frozenset(endpoint.roles))
+    decided_by = decider.name + (f"/{reply.decided_by}" if reply.decided_by else "")
     # the webhook-id is spent in the same atomic step as the decision: a replay is refused, and
     # a reply that failed half-way can be retried with the same id
-    once = (host.broker.keys.seen("webhook", f"{name}:{lowered['webhook-id']}"), REPLAY_TTL_S)
-    return Reply(reply, principal, decided_by, once)
-
-
-def record(host: InboundHost, given: Reply, current: BrokerRequest | None = None) -> BrokerRequest:
-    """Record a prepared reply through the decision service (sync: a thread's work).
-
-    The judge (`broker.judge.deciding`) says whether the endpoint may decide at all (`decides`), in
-    the request's queue, with its roles, and who the person it names counts as."""
-    reply, principal, decided_by, once = given.reply, given.principal, given.decided_by, given.once
-    if reply.remember is not None:  # and keeps a policy rule with it (api/rules.py)
-        return host.remember(
-            reply.request_id,
-            reply.to_decision(),
-            principal,
-            reply.remember,
-            channel="webhook",
-            via=(principal.name,),
-            decided_by=decided_by,
-            once=once,
-        )
-    return host.decide(
-        reply.request_id,
-        reply.to_decision(),
-        principal,
-        channel="webhook",
-        via=(principal.name,),
-        decided_by=decided_by,
-        current=current,
-        once=once,
-    )
+    once = host.broker.once.marker("webhook", f"{name}:{lowered['webhook-id']}", REPLAY_TTL_S)
+    return Reply(reply, decider, decided_by, once)
 
 
 @router.post(
@@ -205,5 +176,19 @@ async def webhook_reply(
 def answer(
     host: InboundHost, name: str, body: bytes, headers: Iterable[tuple[str, str]]
 ) -> BrokerRequest:
-    """Verify, parse and record one reply to endpoint `name`."""
-    return record(host, prepare(host, name, body, headers))
+    """Verify and parse one reply to endpoint `name`, and record it through the judge (sync: a
+    thread's work), with the policy rule it asks to keep, if any (api/rules.py).
+
+    The judge (`broker.judge`) says whether the endpoint may decide at all (`decides`), in the
+    request's queue, with its roles, and who the person it names counts as."""
+    given = prepare(host, name, body, headers)
+    reply = given.reply
+    return host.judge.decide(
+        reply.request_id,
+        reply.to_decision(),
+        given.decider,
+        via=(given.decider.name,),
+        decided_by=given.decided_by,
+        once=given.once,
+        remember=reply.remember,
+    ).request

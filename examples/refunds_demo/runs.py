@@ -108,6 +108,6 @@ def start_question_demo_run(broker: Broker) -> str:
 
 
 def start_demo(broker: Broker) -> list[str]:
-    """Register the demo agent and start its two runs; returns their ids."""
+    """Register the demo agent and start its two runs that wait for approval; returns their ids."""
     register_demo(broker)
     return start_demo_runs(broker)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import re
+import uuid
 from dataclasses import dataclass, field
 
 from redis import Redis
@@ -69,7 +70,7 @@ def ledger_key(prefix: str, customer: str | None = None) -> str:
 
 
 def attempts_key(prefix: str, customer: str | None = None) -> str:
-    """Hash: how often the refund step ran, tool call id -> count (a retried job shows)."""
+    """Hash: one field `{tool call id}:{token}` per run of the refund step (a retried job shows)."""
     return f"{prefix}demo:attempts" + (f":{customer}" if customer else "")
 
 
@@ -92,9 +93,11 @@ class Ledger:
     def record(self, refund: Refund) -> Refund:
         """Write a refund unless the order has one; a retried call gets its own refund back.
 
-        Every call is counted first (`attempts`), so a refund step that ran twice shows.
+        Every call is counted first (`attempts`), so a refund step that ran twice shows. It is
+        counted by a field of its own, not an increment: a client that sends the write again
+        after Redis died before answering (it may have applied it) counts the call once.
         """
-        self.redis.hincrby(self.attempts_key, refund.tool_call_id, 1)
+        self.redis.hset(self.attempts_key, f"{refund.tool_call_id}:{uuid.uuid4().hex}", 1)
         if self.redis.hsetnx(self.key, refund.order_id, json.dumps(refund.__dict__)):
             return refund
         existing = self.get(refund.order_id)
@@ -114,7 +117,10 @@ class Ledger:
 
     def attempts(self, tool_call_id: str) -> int:
         """How many times the refund step ran for this tool call (0: never)."""
-        return int(self.redis.hget(self.attempts_key, tool_call_id) or 0)
+        fields = (
+            f.decode() if isinstance(f, bytes) else f for f in self.redis.hkeys(self.attempts_key)
+        )
+        return sum(f.rsplit(":", 1)[0] == tool_call_id for f in fields)
 
 
 @dataclass

@@ -11,7 +11,7 @@ from broker.domain.errors import Conflict
 from broker.domain.models import Decision, NewRequest, Request
 from broker.domain.principals import Principal, hash_token
 from broker.facade import Broker
-from broker.judge.deciding import Deciding
+from broker.judge import Judge
 from channels.slack import action_ids as ids
 from tests.support.auth import bearer_by_name, person
 from tests.support.backends import on_backend, on_backend_api_broker, on_backend_broker  # noqa: F401 - redis, broker, api_broker on both backends
@@ -105,10 +105,10 @@ def test_an_ack_holds_a_fast_escalating_request_on_the_real_clock(api_broker: Br
     the first sweep after the hold moves it. A busy machine only changes how many sweeps fall
     inside the hold (at least one must: the hold is 3 s).
     """
-    deciding = Deciding(api_broker)
+    judge = Judge(api_broker)
     alice = Principal("alice", frozenset({"ops"}))
     req = new(api_broker, queue="fast")
-    deciding.ack(req.id, alice, via=("inbox",))
+    judge.ack(req.id, alice, via=("inbox",))
     until = expires(api_broker, req.id)  # now + the queue's ack_timeout_s (3)
     wait_for(lambda: redis_now(api_broker) > req.expires_at.timestamp(), timeout=5)
     inside: list[float] = []
@@ -131,7 +131,7 @@ def test_the_sweep_honours_an_ack_even_if_the_expiry_entry_is_earlier(
     api_broker: Broker,
 ) -> None:
     req = new(api_broker)
-    Deciding(api_broker).ack(req.id, Principal("alice", frozenset({"ops"})), via=("inbox",))
+    Judge(api_broker).ack(req.id, Principal("alice", frozenset({"ops"})), via=("inbox",))
     held = expires(api_broker, req.id)
     api_broker.redis.zadd(
         api_broker.keys.of_request(req.id).expiry, {req.id: req.expires_at.timestamp()}
@@ -142,8 +142,8 @@ def test_the_sweep_honours_an_ack_even_if_the_expiry_entry_is_earlier(
 
 def test_an_ack_is_bound_to_the_queue_it_was_given_in(api_broker: Broker) -> None:
     req = new(api_broker)
-    Deciding(api_broker).ack(req.id, Principal("alice", frozenset({"ops"})), via=("inbox",))
-    api_broker.escalate(req.id, by="bob")  # moved by hand: the new queue's clock applies
+    Judge(api_broker).ack(req.id, Principal("alice", frozenset({"ops"})), via=("inbox",))
+    api_broker.escalate(req.id, decided_by="bob")  # moved by hand: the new queue's clock applies
     moved = api_broker.get_request(req.id)
     [timed_out] = api_broker.sweep(now=moved.expires_at.timestamp() + 1)
     assert timed_out.action == "timed_out"
@@ -152,9 +152,9 @@ def test_an_ack_is_bound_to_the_queue_it_was_given_in(api_broker: Broker) -> Non
 def test_an_ack_never_counts_as_a_vote_nor_decides(api_broker: Broker) -> None:
     req = new(api_broker, queue="managers")  # quorum 2
     alice = Principal("alice", frozenset({"ops"}))
-    deciding = Deciding(api_broker)
-    deciding.ack(req.id, alice, via=("inbox",))
-    after = deciding.decide(req.id, Decision(outcome="approved"), alice, via=("inbox",))
+    judge = Judge(api_broker)
+    judge.ack(req.id, alice, via=("inbox",))
+    after = judge.decide(req.id, Decision(outcome="approved"), alice, via=("inbox",))
     assert after.request.is_pending and [v.by for v in after.request.approvals] == ["alice"]
 
 
@@ -190,7 +190,7 @@ def test_an_ack_on_a_timed_out_request_is_refused(api_broker: Broker) -> None:
     req = new(api_broker, queue="managers")
     api_broker.sweep(now=req.expires_at.timestamp() + 1)
     with pytest.raises(Conflict) as caught:
-        Deciding(api_broker).ack(req.id, Principal("alice", frozenset({"ops"})), via=("inbox",))
+        Judge(api_broker).ack(req.id, Principal("alice", frozenset({"ops"})), via=("inbox",))
     assert caught.value.request.status.value == "timed_out"
 
 

@@ -492,7 +492,7 @@ def test_events_stream_created_decided_escalated_timed_out(api_broker: Broker, c
             a = make(api_broker)
             api_broker.decide(a.id, _approve(), decided_by="x")
             b = make(api_broker, timeout_s=1)
-            api_broker.escalate(b.id, by="x")
+            api_broker.escalate(b.id, decided_by="x")
             c = make(api_broker, queue="managers", timeout_s=1)
             api_broker.sweep(now=c.expires_at.timestamp() + 1)
             events: list[tuple[str, dict[str, Any]]] = []

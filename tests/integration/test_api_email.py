@@ -182,7 +182,7 @@ def test_a_link_spent_while_redis_fails_is_given_back(
     def failing(*args: Any, **kwargs: Any) -> Any:
         raise RedisConnectionError("connection reset")
 
-    monkeypatch.setattr(api_broker, "decide", failing)
+    monkeypatch.setattr(api_broker.decisions, "decide", failing)
     with TestClient(
         create_app(Settings(admin_token="x"), cfg, api_broker), raise_server_exceptions=False
     ) as c:
@@ -258,7 +258,7 @@ def test_a_link_from_before_an_escalation_no_longer_decides(
     client, broker = chained
     req = make(broker)
     approve = bound(broker, req, "approve")
-    broker.escalate(req.id, reason="too big", by="sweeper")
+    broker.escalate(req.id, reason="too big", decided_by="sweeper")
     for resp in (client.get(approve), client.post(approve, data={"args_hash": req.args_hash})):
         page_error(resp, 409, "escalated")
         assert "this request was escalated to managers" in resp.text.lower()
@@ -311,7 +311,7 @@ def test_a_link_decides_only_through_a_list_of_the_requests_current_queue(
     client, broker = chained
     req = make(broker)
     unbound = link(broker, req, "approve")  # alice is on leads, the list of `default`
-    broker.escalate(req.id, by="sweeper")
+    broker.escalate(req.id, decided_by="sweeper")
     resp = client.post(unbound)
     page_error(resp, 403, "forbidden")
     assert "queue managers is decided through email:bosses" in resp.text

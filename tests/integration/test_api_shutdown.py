@@ -72,6 +72,6 @@ def test_the_stream_reader_and_its_client_are_closed_at_shutdown(
         assert until(lambda: clients_by(redis, "xread") - before), "no stream reader started"
         waiter = app.state.waiter
     waiting.join(10)
-    assert id(waiter.redis) in closed  # the reader's own client, closed by the lifespan
+    assert id(waiter.reads.client) in closed  # the reader's own client, closed by the lifespan
     assert waiter._task is None
     assert until(lambda: not (clients_by(redis, "xread") - before)), "still connected"

@@ -318,7 +318,7 @@ def test_a_click_whose_decision_failed_can_be_sent_again(
     def unreachable(*args: Any, **kwargs: Any) -> Any:
         raise RedisConnectionError("Connection reset by peer")
 
-    monkeypatch.setattr(api_broker, "decide", unreachable)
+    monkeypatch.setattr(api_broker.decisions, "decide", unreachable)
     app = create_app(Settings(), cfg, api_broker)
     with TestClient(app, raise_server_exceptions=False) as c:
         failed = send(c, body, headers)

@@ -2,7 +2,7 @@
 
 redis.asyncio's default pool refuses the 101st command in flight (`MaxConnectionsError`), and
 the API answers that with a 503: the agent bench's 200 long-polls reading their runs together
-got 503s. `broker.redis.connection.connect_async` (what `api.redis_async.async_client` builds)
+got 503s. `broker.redis.connection.connect_async` (what `Broker.async_reads` builds for the API)
 holds up to ASYNC_CONNECTIONS and queues past that, for at most the client's socket timeout.
 """
 
@@ -13,8 +13,6 @@ import time
 
 from redis import Redis
 
-from api.redis_async import async_client
-from broker.domain.settings import Settings
 from broker.facade import Broker
 from broker.redis.connection import connect_async
 
@@ -41,7 +39,7 @@ def test_many_reads_at_once_on_a_url_client_all_succeed(redis_url: str) -> None:
 
 def test_many_reads_at_once_on_the_apis_client_all_succeed(redis: Redis, broker: Broker) -> None:
     """The client the API builds from the broker's own (no APPROVAL_BROKER_REDIS_URL)."""
-    client = async_client(Settings(redis_url=None), broker)
+    client = broker.async_reads(None).client
     assert asyncio.run(_reads_at_once(client, IN_FLIGHT)) == []
 
 

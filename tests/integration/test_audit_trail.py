@@ -20,8 +20,7 @@ from broker.domain.config import Config, parse_config
 from broker.domain.models import Decision, NewRequest, args_hash
 from broker.domain.principals import Principal
 from broker.facade import Broker
-from broker.judge.deciding import Deciding
-from broker.judge.rule_decisions import RuleDecisions
+from broker.judge import Judge
 from broker.rules import parse_body
 from notifiers.commit import Committer
 from notifiers.parking import ParkedStore
@@ -194,7 +193,7 @@ def test_each_state_change_appends_one_entry_in_its_step(redis: Redis, cfg: Conf
     a = broker.create_request(NewRequest(tool_name="refund", args={"amount": 5}, created_by="svc"))
     broker.decide(a.id, Decision(outcome="modified", args={"amount": 4}), decided_by="alice")
     b = broker.create_request(NewRequest(tool_name="refund", args={"amount": 6}))
-    broker.escalate(b.id, "managers", by="bob")
+    broker.escalate(b.id, "managers", decided_by="bob")
     c = broker.create_request(NewRequest(tool_name="refund", args={"amount": 7}, queue="pair"))
     broker.decide(c.id, Decision(outcome="approved"), decided_by="alice")
     broker.decide(c.id, Decision(outcome="approved"), decided_by="webhook:ops/bob")
@@ -235,9 +234,9 @@ def test_rules_their_decisions_and_a_remember_are_in_the_trail(redis: Redis, cfg
     one, two = broker.create_round(
         run_id, 1, [NewRequest(tool_name="refund", args={"amount": n}) for n in (1, 2)]
     )
-    done = RuleDecisions(Deciding(broker)).decide(
+    done = Judge(broker).decide(
         one.id, Decision(outcome="approved"), Principal("pat", frozenset({"policy"})),
-        {"tool": "refund", "run_id": run_id}, via={"inbox"},
+        via={"inbox"}, remember={"tool": "refund", "run_id": run_id},
     )  # fmt: skip
     rule_id = done.rule.id
     got = events(broker)

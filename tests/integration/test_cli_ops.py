@@ -72,7 +72,7 @@ def test_config_check_prints_what_the_file_defines(env: str) -> None:
     assert "queue managers: inbox; waits 60 s, then timed_out, quorum 2" in lines
     assert "agent refunds: refunds_demo:refunds_agent (queue default)" in lines
     assert "approver alice: roles finance" in lines
-    assert "webhook ops: http://127.0.0.1:9/hook" in lines
+    assert "channel webhook:ops: posts to http://127.0.0.1:9/hook" in lines
     assert "rule small: allow issue_refund" in lines
 
 

@@ -113,12 +113,12 @@ def test_sweep_escalates_then_times_out_in_every_partition(any_broker: Broker):
     swept = any_broker.sweep(now=far + 10_000)
     assert {(s.request_id, s.action) for s in swept} == {(r.id, "timed_out") for r in made}
     assert all(any_broker.get_request(r.id).status is Status.timed_out for r in made)
-    assert any_broker.next_due_in() is None
+    assert any_broker.sweeping.next_due_in() is None
 
 
 def test_escalate_moves_the_request_and_its_counts(any_broker: Broker):
     made = any_broker.create_request(new())
-    moved = any_broker.escalate(made.id, "managers", by="ann")
+    moved = any_broker.escalate(made.id, "managers", decided_by="ann")
     assert moved.queue == "managers"
     counts = any_broker.counts()
     assert counts.get("pending:default", 0) == 0 and counts["pending:managers"] == 1

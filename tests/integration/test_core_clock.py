@@ -43,7 +43,7 @@ def test_requests_expire_on_redis_time_whatever_the_callers_clock(broker: Broker
     assert broker.get_request(request.id) == request
     score = broker.redis.zscore(broker.keys.expiry, request.id)
     assert score == pytest.approx(request.expires_at.timestamp(), abs=1e-6)
-    moved = broker.escalate(request.id, by="alice")
+    moved = broker.escalate(request.id, decided_by="alice")
     assert before + 1800 <= moved.expires_at.timestamp() <= redis_now(broker) + 1800
     assert before <= moved.history[0].at.timestamp() <= redis_now(broker)
     done = broker.decide(request.id, Decision(outcome="approved"), decided_by="bob")
@@ -74,9 +74,9 @@ def test_a_skewed_sweeper_expires_neither_early_nor_late(broker: Broker, skew: f
 
 
 def test_next_due_in_is_counted_on_redis_time(broker: Broker, skew: float):
-    assert broker.next_due_in() is None
+    assert broker.sweeping.next_due_in() is None
     broker.create_request(NewRequest(tool_name="t", timeout_s=100))
-    assert 95 < broker.next_due_in() <= 100
+    assert 95 < broker.sweeping.next_due_in() <= 100
 
 
 def test_an_explicit_now_still_wins(broker: Broker, skew: float):

@@ -86,7 +86,7 @@ def test_every_step_touches_only_declared_keys(checked: Broker) -> None:
         broker.decide(a.id, Decision(outcome="rejected"), decided_by="u")
     with pytest.raises(InvalidInput):
         broker.decide(y.id, Decision(outcome="approved"), decided_by="u")
-    moved = broker.escalate(b.id, by="u")
+    moved = broker.escalate(b.id, decided_by="u")
     with pytest.raises(Conflict):
         broker.decide(b.id, Decision(outcome="approved"), decided_by="u", in_queue="default")
     broker.add_history(c.id, HistoryEntry(at=utcnow(), event="delivered", channel="inbox"))

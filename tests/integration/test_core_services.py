@@ -15,7 +15,7 @@ from broker.domain.config import Config, parse_config
 from broker.domain.errors import Conflict
 from broker.domain.models import Decision, HistoryEntry, NewRequest, RunStatus, Status, utcnow
 from broker.facade import Broker
-from broker.store import decisions as decisions_module
+from broker.store import decide_step as decisions_module
 from broker.store import sweeping as sweeping_module
 from tests.support.decisions import race
 
@@ -30,19 +30,16 @@ PUBLIC = {
     "round_requests": ["run_id", "round_no"],
     "add_history": ["request_id", "entry"],
     "decide": ["request_id", "decision", "decided_by", "in_queue", "once"],
-    "escalate": ["request_id", "target", "reason", "by", "args_hash", "once"],
+    "escalate": ["request_id", "target", "reason", "decided_by", "args_hash", "once"],
     "sweep": ["now", "limit"],
     "create_run": ["agent", "prompt", "run_id", "extra"],
-    "new_run_fields": ["agent", "prompt", "run_id", "extra"],
     "counts": [],
     "run_fields": ["run_id"],
     "get_run": ["run_id"],
     "update_run": ["run_id", "fields"],
-    "expire_run": ["pipe", "run_id"],
     "save_messages": ["run_id", "messages_json"],
     "load_messages": ["run_id"],
     "ensure_group": ["stream", "group"],
-    "ack_resume": ["entry_id"],
     "dead_letter": ["source", "error", "stream", "entry", "extra"],
     "redrive": ["entry_id"],
     "dead_letters": ["count"],
@@ -57,6 +54,8 @@ def test_the_facade_keeps_every_public_method_and_attribute(broker: Broker) -> N
         ] == params, name
     for attr in ("redis", "config", "keys", "scripts", "maxlen", "retention"):
         assert getattr(broker, attr) is not None
+    for service in ("once", "reason_prompts", "idempotency", "fleet", "audit", "rq_connection"):
+        assert getattr(broker, service) is not None  # what the roles and channels reach
 
 
 def counting(broker: Broker) -> list[str]:

@@ -203,7 +203,7 @@ def test_unknown_request_id(broker: Broker):
     with pytest.raises(NotFound):
         broker.get_request("req_nope")
     with pytest.raises(NotFound):
-        broker.escalate("req_nope", by="a")
+        broker.escalate("req_nope", decided_by="a")
     assert snapshot(broker.redis) == {}
 
 
@@ -256,7 +256,7 @@ def test_counts_follow_every_state_change(broker: Broker):
     a, b, c = (broker.create_request(NewRequest(tool_name=n)) for n in "abc")
     assert broker.counts() == {"pending:default": 3}
     broker.decide(a.id, Decision(outcome="rejected", reason="no"), decided_by="x")
-    broker.escalate(b.id, by="x")
+    broker.escalate(b.id, decided_by="x")
     assert broker.counts() == {"pending:default": 1, "pending:managers": 1, "rejected:default": 1}
     broker.sweep(now=time.time() + 10_000)  # c moves on to managers, b times out there
     assert broker.counts() == {
@@ -300,7 +300,7 @@ def test_an_ended_run_is_forgotten_after_the_retention(broker: Broker):
 
 def test_a_decision_bound_to_a_queue_is_refused_once_the_request_moved(broker: Broker):
     request = broker.create_request(NewRequest(tool_name="t"))
-    broker.escalate(request.id, by="sweeper")
+    broker.escalate(request.id, decided_by="sweeper")
     before = snapshot(broker.redis)
     with pytest.raises(Conflict) as info:
         broker.decide(request.id, Decision(outcome="approved"), decided_by="a", in_queue="default")
@@ -332,11 +332,13 @@ def test_a_one_time_marker_is_spent_with_the_decision_and_only_then(broker: Brok
             broker.decide(rid, Decision(outcome="rejected", reason="x"), decided_by="w", once=once)
         assert info.value.code == "replayed"
     assert broker.get_request(b.id).is_pending
-    moved = broker.escalate(b.id, by="w", once=(broker.keys.seen("webhook", "ops:msg_2"), 900))
+    moved = broker.escalate(
+        b.id, decided_by="w", once=(broker.keys.seen("webhook", "ops:msg_2"), 900)
+    )
     assert moved.queue == "managers"
     with pytest.raises(Conflict, match="already received"):
         broker.escalate(
-            b.id, "default", by="w", once=(broker.keys.seen("webhook", "ops:msg_2"), 900)
+            b.id, "default", decided_by="w", once=(broker.keys.seen("webhook", "ops:msg_2"), 900)
         )
 
 

@@ -21,7 +21,7 @@ from broker.domain.models import Decision, NewRequest, Outcome, Request
 from broker.domain.principals import Principal, hash_token
 from broker.domain.settings import Settings
 from broker.facade import Broker
-from broker.judge.deciding import Deciding
+from broker.judge import Judge
 from tests.support.auth import bearer
 from tests.support.backends import on_backend, on_backend_api_broker, on_backend_broker  # noqa: F401 - redis, broker, api_broker on both backends
 
@@ -153,10 +153,10 @@ def test_a_request_escalated_after_it_was_read_is_not_decided_from_the_old_queue
     """The channel check reads the request, then the atomic step checks it is still there."""
     req = make(api_broker)
     seen = api_broker.get_request(req.id)  # as the channel saw it: in `default`
-    api_broker.escalate(req.id, by="sweeper")
+    api_broker.escalate(req.id, decided_by="sweeper")
     alice = Principal("alice", frozenset({"finance"}))
     with pytest.raises(Conflict) as caught:
-        Deciding(api_broker, cfg).decide(
+        Judge(api_broker, cfg).decide(
             req.id, Decision(outcome=Outcome.approved), alice, via=["inbox"], current=seen
         )
     assert caught.value.code == "escalated"
@@ -167,7 +167,7 @@ def test_a_request_escalated_after_it_was_read_is_not_decided_from_the_old_queue
 def test_validity_is_judged_before_the_atomic_step(api_broker: Broker, cfg: Config) -> None:
     q = make(api_broker, kind="question")
     admin = Principal("admin", frozenset({"*"}))
-    deciding = Deciding(api_broker, cfg)
+    judge = Judge(api_broker, cfg)
     for decision, code in [
         (Decision(outcome=Outcome.approved), "wrong_kind"),
         (Decision(outcome=Outcome.answered, answer="x", args_hash="0" * 64), "stale_args"),
@@ -176,7 +176,7 @@ def test_validity_is_judged_before_the_atomic_step(api_broker: Broker, cfg: Conf
         (Decision(outcome=Outcome.timed_out), "invalid"),
     ]:
         with pytest.raises(InvalidInput) as caught:
-            deciding.decide(q.id, decision, admin, via=())
+            judge.decide(q.id, decision, admin, via=())
         assert caught.value.code == code
     assert api_broker.get_request(q.id).is_pending
 

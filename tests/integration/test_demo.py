@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+from typing import Any
 
 import pytest
 import refunds_demo as demo
@@ -14,6 +15,7 @@ from pydantic_ai.messages import (
     ToolReturnPart,
 )
 from pydantic_ai.models.function import AgentInfo, FunctionModel
+from redis import Redis
 from refunds_demo import AlreadyRefunded, Ledger, Refund
 
 from broker.domain.models import Decision, Run, RunStatus
@@ -184,6 +186,36 @@ def test_the_ledger_pays_an_order_once_under_a_race(broker: Broker, ledger: Ledg
     # ... but the second run of the refund step is counted
     assert ledger.attempts(winners[0]) == 2
     assert sum(ledger.attempts(f"call{i}") for i in range(8)) == 9
+
+
+class SentTwice:
+    """A Redis client whose every write reaches Redis twice: what a client's retry sends after
+    Redis applied a write and died before answering it."""
+
+    READS = ("hget", "hgetall", "hkeys")
+
+    def __init__(self, redis: Redis) -> None:
+        self.redis = redis
+
+    def __getattr__(self, name: str) -> Any:
+        method = getattr(self.redis, name)
+        if name in self.READS:
+            return method
+
+        def twice(*args: Any, **kwargs: Any) -> Any:
+            method(*args, **kwargs)
+            return method(*args, **kwargs)
+
+        return twice
+
+
+def test_a_write_sent_again_after_redis_died_counts_one_run_of_the_step(broker: Broker) -> None:
+    retried = Ledger(SentTwice(broker.redis), broker.keys.prefix, "c1")  # type: ignore[arg-type]
+    retried.record(Refund("A103", 100.0, "retry", "run1", "call1", 0.0))
+    ledger = Ledger(broker.redis, broker.keys.prefix, "c1")
+    assert ledger.attempts("call1") == 1 and len(ledger.all()) == 1
+    ledger.record(Refund("A103", 100.0, "retry", "run1", "call1", 1.0))  # the step ran again
+    assert ledger.attempts("call1") == 2 and ledger.attempts("call2") == 0
 
 
 def test_registered_without_its_deps_factory_fails_clearly(broker: Broker) -> None:

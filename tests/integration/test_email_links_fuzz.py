@@ -12,13 +12,13 @@ from __future__ import annotations
 from typing import Any
 from urllib.parse import quote
 
-from broker.channels.email.links import ACTIONS, new_nonce, sign_link
 from fastapi.testclient import TestClient
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from broker.domain.models import NewRequest
 from broker.facade import Broker
+from channels.email.links import ACTIONS, new_nonce, sign_link
 from tests.support.decisions import snapshot
 from tests.support.hostile_json import UNICODE_TEXT, VALUES, dumps
 

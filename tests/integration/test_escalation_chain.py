@@ -16,7 +16,7 @@ from broker.domain.models import Decision, NewRequest, Outcome, Request
 from broker.domain.principals import EVERY_ROLE, Principal, hash_token
 from broker.domain.settings import Settings
 from broker.facade import Broker
-from broker.judge.deciding import Deciding
+from broker.judge import Judge
 from channels.email.links import new_nonce, read_link, sign_link
 from tests.support.decisions import race
 
@@ -128,17 +128,19 @@ def test_the_atomic_step_refuses_a_decision_or_escalation_minted_before_a_move(
     api_broker: Broker,
 ) -> None:
     req = make(api_broker)
-    api_broker.escalate(req.id, "managers", by="alice")
-    api_broker.escalate(req.id, "default", by="root")
+    api_broker.escalate(req.id, "managers", decided_by="alice")
+    api_broker.escalate(req.id, "default", decided_by="root")
     approve = Decision(outcome=Outcome.approved)
     with pytest.raises(Conflict) as exc:
         api_broker.decide(req.id, approve, decided_by="alice", in_queue="default", in_escalation=0)
     assert exc.value.code == "escalated"
     with pytest.raises(Conflict) as exc:  # a stale escalation from the queue it has left
-        api_broker.escalate(req.id, "directors", by="boss", in_queue="managers")
+        api_broker.escalate(req.id, "directors", decided_by="boss", in_queue="managers")
     assert exc.value.code == "escalated"
     with pytest.raises(Conflict) as exc:
-        api_broker.escalate(req.id, "managers", by="alice", in_queue="default", in_escalation=0)
+        api_broker.escalate(
+            req.id, "managers", decided_by="alice", in_queue="default", in_escalation=0
+        )
     assert exc.value.code == "escalated"
     now = api_broker.get_request(req.id)
     assert (now.queue, now.escalations, now.is_pending) == ("default", 2, True)
@@ -151,24 +153,22 @@ def test_the_atomic_step_refuses_a_decision_or_escalation_minted_before_a_move(
 
 def test_the_decision_service_passes_the_count_it_read(api_broker: Broker, cfg: Config) -> None:
     """A decision made on a read from before a move is refused, though the queue matches."""
-    deciding = Deciding(api_broker, cfg)
+    judge = Judge(api_broker, cfg)
     req = make(api_broker)
     stale = api_broker.get_request(req.id)
-    api_broker.escalate(req.id, "managers", by="alice")
-    api_broker.escalate(req.id, "default", by="root")
+    api_broker.escalate(req.id, "managers", decided_by="alice")
+    api_broker.escalate(req.id, "default", decided_by="root")
     with pytest.raises(Conflict) as exc:
-        deciding.decide(
+        judge.decide(
             req.id, Decision(outcome=Outcome.approved), ALICE, via=["inbox"], current=stale
         )
     assert exc.value.code == "escalated"
     assert api_broker.get_request(req.id).is_pending
     with pytest.raises(Forbidden):
-        deciding.decide(
+        judge.decide(
             req.id, Decision(outcome=Outcome.escalated, target="audit"), ALICE, via=["inbox"]
         )
-    moved = deciding.decide(
-        req.id, Decision(outcome=Outcome.escalated, target="audit"), ROOT, via=[]
-    )
+    moved = judge.decide(req.id, Decision(outcome=Outcome.escalated, target="audit"), ROOT, via=[])
     assert moved.request.queue == "audit"
 
 
@@ -176,13 +176,13 @@ def test_the_deadline_is_kept_across_manual_moves(api_broker: Broker) -> None:
     req = make(api_broker)
     first_deadline = req.expires_at
     assert (first_deadline - req.created_at).total_seconds() == pytest.approx(100, abs=0.01)
-    up = api_broker.escalate(req.id, "managers", by="alice")
+    up = api_broker.escalate(req.id, "managers", decided_by="alice")
     managers_deadline = up.expires_at
     arrived = next(h.at for h in up.history if h.event == "escalated")
     assert (managers_deadline - arrived).total_seconds() == pytest.approx(1000, abs=0.01)
-    down = api_broker.escalate(req.id, "default", by="root")
+    down = api_broker.escalate(req.id, "default", decided_by="root")
     assert down.expires_at == first_deadline  # not restarted: from its first arrival there
-    again = api_broker.escalate(req.id, "managers", by="alice")
+    again = api_broker.escalate(req.id, "managers", decided_by="alice")
     assert again.expires_at == managers_deadline
     score = api_broker.redis.zscore(api_broker.keys.expiry, req.id)
     assert score == pytest.approx(managers_deadline.timestamp(), abs=1e-3)
@@ -190,9 +190,9 @@ def test_the_deadline_is_kept_across_manual_moves(api_broker: Broker) -> None:
 
 def test_the_sweeper_keeps_first_deadlines_too(api_broker: Broker) -> None:
     req = make(api_broker)
-    up = api_broker.escalate(req.id, "managers", by="alice")
+    up = api_broker.escalate(req.id, "managers", decided_by="alice")
     managers_deadline = up.expires_at
-    api_broker.escalate(req.id, "default", by="root")
+    api_broker.escalate(req.id, "default", decided_by="root")
     # default's deadline passes: the sweeper moves it on to managers, whose first deadline holds
     due = req.expires_at.timestamp() + 1
     [result] = api_broker.sweep(now=due)
@@ -221,7 +221,7 @@ def test_racing_escalations_from_one_read_move_the_request_once(
         own = Broker(Redis.from_url(redis_url), cfg, prefix="t:")
         person = Principal(f"p{i}", frozenset({"finance"}))
         decision = Decision(outcome=Outcome.escalated, target=("managers", "directors")[i % 2])
-        return Deciding(own, cfg).decide(req.id, decision, person, via=["inbox"], current=seen)
+        return Judge(own, cfg).decide(req.id, decision, person, via=["inbox"], current=seen)
 
     results = race(20, go)
     moved = [r for r in results if not isinstance(r, Exception)]

@@ -10,7 +10,7 @@ from redis import Redis
 from broker.domain.config import parse_config
 from broker.domain.models import NewRequest
 from broker.facade import Broker
-from broker.judge.deciding import Deciding
+from broker.judge import Judge
 from channels.email.deciders import email_decider
 from channels.email.links import read_link
 from tests.support.fakes.harness import running
@@ -105,7 +105,7 @@ def test_queue_roles_hold_for_mailed_links(redis: Redis, smtp: SmtpSink) -> None
 def test_the_mail_rule_is_the_decision_services(redis: Redis, smtp: SmtpSink) -> None:
     """What the notifier mails links to and what a link may then decide never disagree."""
     broker = make_broker(redis, smtp)
-    deciding = Deciding(broker)
+    judge = Judge(broker)
     for roles in ([], ["finance"], ["ops"], ["nobody"]):
         request = broker.create_request(
             NewRequest(tool_name="refund", args={}, allowed_roles=roles)
@@ -114,6 +114,6 @@ def test_the_mail_rule_is_the_decision_services(redis: Redis, smtp: SmtpSink) ->
             mails = mails_by_recipient(broker, smtp, 4)
         for who, mail in mails.items():
             decider = email_decider(broker.config, who)
-            may = deciding.refusal(decider.principal, request, decider.via) is None
+            may = judge.refusal(decider.principal, request, decider.via) is None
             assert bool(tokens_in(mail.part("plain"))) is may, (roles, who)
         smtp.mails.clear()

@@ -15,7 +15,7 @@ from broker.domain.models import Decision, Outcome
 from broker.domain.principals import Principal
 from broker.domain.settings import Settings
 from broker.facade import Broker
-from broker.judge.deciding import Deciding
+from broker.judge import Judge
 from broker.runs.agents import register_agent
 from broker.runs.starting import start_run
 from tests.support.auth import person
@@ -132,11 +132,11 @@ def test_a_request_from_a_real_agent_run_carries_the_tools_schema(bound: Broker)
     assert schema["properties"]["amount"]["type"] == "number"
     assert set(schema["required"]) == {"order_id", "amount", "reason"}
     # ... and is held to it
-    deciding = Deciding(bound)
+    judge = Judge(bound)
     alice = Principal("alice", frozenset({"finance"}))
     bad = Decision(outcome=Outcome.modified, args={**request.args, "amount": "120"})
     with pytest.raises(InvalidInput) as exc:
-        deciding.decide(rid, bad, alice, via=["inbox"])
+        judge.decide(rid, bad, alice, via=["inbox"])
     assert exc.value.code == "invalid_args" and "args.amount" in exc.value.detail
     good = Decision(outcome=Outcome.modified, args={**request.args, "amount": 60.0})
-    assert deciding.decide(rid, good, alice, via=["inbox"]).recorded
+    assert judge.decide(rid, good, alice, via=["inbox"]).recorded

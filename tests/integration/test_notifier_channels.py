@@ -154,7 +154,7 @@ def test_escalation_updates_the_old_message_and_posts_in_the_new_queue(
     with running(broker):
         request = broker.create_request(refund())
         wait_for(lambda: slack.posts_for(request.id))
-        broker.escalate(request.id, reason="over my limit", by="alice")
+        broker.escalate(request.id, reason="over my limit", decided_by="alice")
         wait_for(lambda: len(slack.posts_for(request.id)) == 2)
         wait_for(lambda: settled(broker, "default") and settled(broker, "managers"))
         broker.decide(request.id, Decision(outcome=Outcome.approved), decided_by="bob")
@@ -409,7 +409,7 @@ def test_mail_has_an_escalate_link_where_the_queue_escalates_and_links_name_thei
     with running(broker):
         request = broker.create_request(refund())
         wait_for(lambda: len(smtp.mails) == 1)
-        broker.escalate(request.id, reason="over my limit", by="lead")
+        broker.escalate(request.id, reason="over my limit", decided_by="lead")
         wait_for(lambda: len(smtp.mails) == 2)
         wait_for(lambda: settled(broker, "default") and settled(broker, "managers"))
     first, second = smtp.to("lead@example.com")[0], smtp.to("boss@example.com")[0]

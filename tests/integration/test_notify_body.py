@@ -16,7 +16,6 @@ from broker.domain.events import parse_entry
 from broker.domain.models import Decision, HistoryEntry, NewRequest, Request, utcnow
 from broker.facade import Broker, StoredRequest
 from broker.rules import parse_body
-from broker.store.acknowledging import Acks
 from broker.store.request_hash import parse_request
 from broker.store.request_json import ORDER, request_json, request_values
 from channels.webhook.sender import delivery_body, webhook_body
@@ -102,7 +101,7 @@ def every_shape(broker: Broker) -> list[str]:
     asked = new(kind="question", args={"q": 2})
     broker.decide(asked, Decision(outcome="answered", answer={"a": [1, "x"]}), decided_by=who)
     escalated = new(args={"a": 4})
-    broker.escalate(escalated, "managers", reason=UNICODE, by=who)
+    broker.escalate(escalated, "managers", reason=UNICODE, decided_by=who)
     broker.decide(escalated, Decision(outcome="approved"), decided_by="carol")
     voted = new(args={"a": 5}, queue="pair")
     broker.decide(voted, Decision(outcome="approved"), decided_by=who)
@@ -110,7 +109,7 @@ def every_shape(broker: Broker) -> list[str]:
     broker.decide(twice, Decision(outcome="approved"), decided_by=who)
     broker.decide(twice, Decision(outcome="approved"), decided_by="bob")
     acked = new(args={"a": 7})
-    Acks(broker.store).ack(acked, by="dave", in_queue="default", channel="slack")
+    broker.acks.ack(acked, acked_by="dave", in_queue="default", channel="slack")
     noted = new(args={"a": 8})
     broker.add_history(noted, _note(_stamp(now), "delivered", "webhook:ops", UNICODE))
     broker.add_history(noted, HistoryEntry(at=now, event="delivery_failed", detail="x"))

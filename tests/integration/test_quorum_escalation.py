@@ -32,11 +32,11 @@ def approve(broker: Broker, rid: str, by: str) -> None:
 def test_escalating_by_hand_raises_the_quorum_and_never_lowers_it(broker: Broker) -> None:
     req = broker.create_request(NewRequest(tool_name="wire"))
     assert req.quorum == 1
-    moved = broker.escalate(req.id, "finance", by="root")
+    moved = broker.escalate(req.id, "finance", decided_by="root")
     assert moved.quorum == 2
     approve(broker, req.id, "alice")
     assert broker.get_request(req.id).is_pending  # one vote of two
-    assert broker.escalate(req.id, "easy", by="root").quorum == 2  # not lowered
+    assert broker.escalate(req.id, "easy", decided_by="root").quorum == 2  # not lowered
     approve(broker, req.id, "bob")
     assert broker.get_request(req.id).status.value == "approved"
 

@@ -48,7 +48,7 @@ def test_indexes_follow_create_decide_escalate_and_timeout(broker: Broker) -> No
     assert members(broker, keys.pending_in("default")) == {b.id, c.id}
     assert members(broker, keys.done("approved")) == {a.id}
     assert members(broker, keys.done_in("approved", "default")) == {a.id}
-    broker.escalate(b.id, "managers", by="carol")
+    broker.escalate(b.id, "managers", decided_by="carol")
     assert members(broker, keys.pending_in("default")) == {c.id}
     assert members(broker, keys.pending_in("managers")) == {b.id}
     assert members(broker, keys.in_queue("managers")) == {b.id}

@@ -24,8 +24,7 @@ from broker.domain.principals import Principal, hash_token
 from broker.domain.receipts import CallFacts, ReceiptKeys, ReceiptRefused, Receipts
 from broker.domain.settings import Settings
 from broker.facade import Broker
-from broker.judge.deciding import Deciding
-from broker.judge.rule_decisions import RuleDecisions
+from broker.judge import Judge
 from broker.receipts.signing_key import prepare_receipt_key, private_key_file
 from broker.rules import sync_at_start
 from tests.support.receipts import key_file, receipts_config
@@ -245,9 +244,9 @@ def test_a_remembered_rule_gives_each_sibling_it_decides_its_own_receipt(
     calls = [NewRequest(tool_name="refund", args={"amount": n}) for n in (120, 80)]
     first, sibling = broker.create_round(run_id, 1, calls)
     ann = Principal("ann", frozenset({"finance"}))
-    done = RuleDecisions(Deciding(broker)).decide(
-        first.id, Decision(outcome="approved"), ann, {"tool": "refund", "run_id": run_id},
-        via=("inbox",),
+    done = Judge(broker).decide(
+        first.id, Decision(outcome="approved"), ann, via=("inbox",),
+        remember={"tool": "refund", "run_id": run_id},
     )  # fmt: skip
     assert done.siblings == (sibling.id,)
     receipts = broker.store.receipts

@@ -164,7 +164,7 @@ def test_an_escalation_does_not_end_the_wait(
     req = make(api_broker)
     thread, out = in_thread(lambda: remote.get_request(req.id, wait=30))
     wait_for(lambda: parked(app, api_broker))
-    api_broker.escalate(req.id, "managers", by="alice")
+    api_broker.escalate(req.id, "managers", decided_by="alice")
     time.sleep(0.3)  # not synchronisation: the wait must still be running after an escalation
     assert thread.is_alive() and not out
     approve(api_broker, req.id)  # decided in the queue it moved to

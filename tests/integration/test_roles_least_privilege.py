@@ -9,7 +9,7 @@ from fastapi.testclient import TestClient
 from broker.domain.models import NewRequest
 from broker.domain.principals import Principal
 from broker.facade import Broker
-from broker.judge.deciding import INBOX, Deciding
+from broker.judge import INBOX, Judge
 from broker.runs.starting import start_run
 from tests.support.auth import bearer, person
 
@@ -42,7 +42,7 @@ def test_an_auditor_neither_decides_nor_acks(
     assert acked.status_code == 403, acked.text
     assert api_broker.get_request(req.id).is_pending
     # the mail path asks the same question: an auditor's mail carries no links
-    refusal = Deciding(api_broker).refusal(Principal(who, frozenset(ROLES[who])), req, (INBOX,))
+    refusal = Judge(api_broker).refusal(Principal(who, frozenset(ROLES[who])), req, (INBOX,))
     assert refusal is not None and "auditor" in refusal
     assert (
         client.post(

@@ -19,8 +19,7 @@ from broker.domain.errors import Conflict
 from broker.domain.models import Decision, NewRequest, Outcome, Status
 from broker.domain.principals import Principal
 from broker.facade import Broker
-from broker.judge.deciding import Deciding
-from broker.judge.rule_decisions import RuleDecisions
+from broker.judge import Judge
 from broker.rules import parse_body, sync_at_start
 
 CONFIG = {
@@ -108,8 +107,8 @@ def test_remembering_on_a_run_decides_it_and_its_covered_sibling(client, cfg):
             NewRequest(tool_name="refund", args={"n": 2}),
         ],
     )
-    done = RuleDecisions(Deciding(broker)).decide(
-        first.id, Decision(outcome=Outcome.approved), PAT, 0, via={"inbox"}
+    done = Judge(broker).decide(
+        first.id, Decision(outcome=Outcome.approved), PAT, via={"inbox"}, remember=0
     )
     assert done.request.status is Status.approved
     assert done.rule is not None and done.rule.run_id == run
@@ -125,7 +124,7 @@ def test_remembering_a_request_decided_meanwhile_keeps_no_rule_and_decides_nothi
     broker = broker_on(client, cfg)
     run = broker.create_run("refunds", "go").id
     [req] = broker.create_round(run, 1, [NewRequest(tool_name="refund", args={"n": 1})])
-    service = RuleDecisions(Deciding(broker))
+    judge = Judge(broker)
     rules_before = len(broker.requests.rules.list())
     # decided by someone else after the service read it pending, before its step ran; and,
     # while the losing remember is in flight, a call its rule would cover is created
@@ -143,7 +142,7 @@ def test_remembering_a_request_decided_meanwhile_keeps_no_rule_and_decides_nothi
     scripts.run = racing_run  # type: ignore[method-assign]
     with pytest.raises(Conflict):
         try:
-            service.decide(req.id, Decision(outcome=Outcome.approved), PAT, 0, via={"inbox"})
+            judge.decide(req.id, Decision(outcome=Outcome.approved), PAT, via={"inbox"}, remember=0)
         finally:
             scripts.run = real_run  # type: ignore[method-assign]
     assert len(broker.requests.rules.list()) == rules_before

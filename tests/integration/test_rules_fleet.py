@@ -28,8 +28,7 @@ from broker.domain.models import Decision, NewRequest, Outcome, RunStatus, Statu
 from broker.domain.principals import Principal
 from broker.domain.settings import Settings
 from broker.facade import Broker
-from broker.judge.deciding import Deciding
-from broker.judge.rule_decisions import RuleDecisions
+from broker.judge import Judge
 from broker.redis.embedded import EmbeddedRedis
 from broker.rules import parse_body, sync_at_start
 from broker.runs.starting import run_queue, start_run
@@ -221,8 +220,8 @@ def test_remembering_in_a_round_of_three_resumes_once_and_covers_the_next_round(
 
         def remember() -> None:
             barrier.wait()
-            out["remembered"] = RuleDecisions(Deciding(broker)).decide(
-                a.id, Decision(outcome=Outcome.approved), alice, 0, via=("inbox",)
+            out["remembered"] = Judge(broker).decide(
+                a.id, Decision(outcome=Outcome.approved), alice, via=("inbox",), remember=0
             )
 
         def bob() -> None:

@@ -11,7 +11,7 @@ from fastapi.testclient import TestClient
 
 from broker.domain.models import NewRequest
 from broker.facade import Broker
-from broker.judge.rule_decisions import RuleDecisions
+from broker.judge import Judge
 from tests.support.remember import ALICE, PAT, RAW, round_of
 
 API_CONFIG = {
@@ -56,14 +56,14 @@ def test_an_escalation_meanwhile_stops_the_step(
     client: TestClient, api_broker: Broker, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     _, (a, _) = round_of(api_broker)
-    real = RuleDecisions._covered_siblings
+    real = Judge.covered_siblings
 
-    def away_and_back(self: RuleDecisions, request: Any, rule: Any) -> Any:
-        api_broker.escalate(a.id, "other", by="root")
-        api_broker.escalate(a.id, "default", by="root")
+    def away_and_back(self: Judge, request: Any, rule: Any) -> Any:
+        api_broker.escalate(a.id, "other", decided_by="root")
+        api_broker.escalate(a.id, "default", decided_by="root")
         return real(self, request, rule)
 
-    monkeypatch.setattr(RuleDecisions, "_covered_siblings", away_and_back)
+    monkeypatch.setattr(Judge, "covered_siblings", away_and_back)
     res = remember(client, a.id, ALICE)
     assert res.status_code == 409, res.text
     assert api_broker.get_request(a.id).is_pending

@@ -16,8 +16,7 @@ from broker.domain.errors import Conflict, Forbidden, InvalidInput
 from broker.domain.models import Decision, NewRequest, Outcome, Status
 from broker.domain.principals import Principal
 from broker.facade import Broker
-from broker.judge.deciding import Deciding
-from broker.judge.rule_decisions import RuleDecisions
+from broker.judge import Judge
 from broker.redis.replies import as_str
 from broker.rules import Call, parse_body, sync_at_start
 
@@ -140,9 +139,8 @@ def test_a_round_decided_entirely_by_rules_resumes_at_once(rb: Broker) -> None:
 def decide_remembering(
     broker: Broker, request_id: str, principal: Principal, remember, outcome=Outcome.approved
 ):
-    service = RuleDecisions(Deciding(broker))
-    return service.decide(
-        request_id, Decision(outcome=outcome), principal, remember, via=("inbox",)
+    return Judge(broker).decide(
+        request_id, Decision(outcome=outcome), principal, via=("inbox",), remember=remember
     )
 
 
@@ -290,13 +288,12 @@ def test_remember_refuses_other_outcomes_and_bad_bodies_writing_nothing(rb: Brok
 
 def test_rejecting_remembers_a_deny_whose_reason_the_model_is_told(rb: Broker) -> None:
     run_id, (a, b, _) = three_call_round(rb)
-    service = RuleDecisions(Deciding(rb))
-    done = service.decide(
+    done = Judge(rb).decide(
         a.id,
         Decision(outcome=Outcome.rejected, reason="no refunds in this run"),
         ALICE,
-        0,
         via=("inbox",),
+        remember=0,
     )
     assert done.rule is not None and done.rule.effect == "deny"
     assert done.rule.reason == "no refunds in this run"

@@ -1,5 +1,5 @@
 """Stream ids a client hands back (an audit cursor, an SSE `Last-Event-ID`) are read by one
-parser, `broker.redis.stream_ids`: what Redis would refuse (a part past 2^64-1, the last id of
+parser, `broker.domain.stream_ids`: what Redis would refuse (a part past 2^64-1, the last id of
 all as an exclusive bound, digits of another script, a newline) is a 4xx JSON answer on every
 route, and never reaches Redis to come back as a 500 or a broken stream."""
 
@@ -12,8 +12,8 @@ import pytest
 from fastapi.testclient import TestClient
 
 from broker.domain.models import NewRequest
+from broker.domain.stream_ids import MAX_PART, BadStreamId, parse_stream_id, stream_id
 from broker.facade import Broker
-from broker.redis.stream_ids import MAX_PART, BadStreamId, parse_stream_id, stream_id
 from tests.support.auth import bearer, person
 
 API_CONFIG = {

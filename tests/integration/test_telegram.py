@@ -224,9 +224,9 @@ def test_one_person_votes_once_whatever_the_channel(redis: Redis, telegram: Fake
     card = {"message_id": 1, "chat": {"id": TG_CHAT}}
     with TestClient(create_app(Settings(), config, broker)) as client:
         from broker.domain.principals import Principal
-        from broker.judge.deciding import Deciding
+        from broker.judge import Judge
 
-        Deciding(broker).decide(  # alice by her bearer token first (the inbox)
+        Judge(broker).decide(  # alice by her bearer token first (the inbox)
             rid,
             Decision(outcome=Outcome.approved),
             Principal("alice", frozenset({"finance"})),

@@ -24,3 +24,10 @@ def every_page() -> str:
 def blocks(text: str, language: str) -> list[str]:
     """The fenced code blocks of `language` (the info string as written after the fence)."""
     return re.findall(rf"```{language}\n(.*?)```", text, flags=re.S)
+
+
+def home_page(readme: str) -> str:
+    """docs/index.md as it must be: README.md with links made relative to docs/ (the site's
+    home page), the changelog named rather than linked (it is outside the site)."""
+    text = readme.replace("](docs/", "](")
+    return text.replace("[CHANGELOG.md](CHANGELOG.md)", "`CHANGELOG.md` (in the repository)")

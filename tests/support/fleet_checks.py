@@ -165,6 +165,12 @@ def check(
     """
     found = Findings()
     redis = broker.redis
+    # every run the app started is there: starting one was acknowledged, so Redis must keep it
+    # through its SIGKILL (it fsyncs before it answers)
+    gone = [s.run_id for s in started if not redis.exists(broker.keys.run(s.run_id))]
+    found.bad("runs the app started that Redis no longer has (acknowledged, then lost)", gone)
+    found.counts["runs"] = {"started": len(started)}
+    started = [s for s in started if s.run_id not in gone]
     runs = {s.run_id: broker.get_run(s.run_id) for s in started}
     requests = {r.id: r for r in broker.get_requests(all_request_ids(broker, started))}
     found.requests = requests
@@ -172,7 +178,7 @@ def check(
 
     # every run finished, or failed for a reason on the list, no more often than workers died
     status = Counter(r.status.value for r in runs.values())
-    found.counts["runs"] = {"started": len(started), **status}
+    found.counts["runs"] |= status
     stuck = [r for r in runs.values() if r.status not in FINAL]
     found.bad("runs neither finished nor failed", [_stuck(broker, r) for r in stuck])
     if stuck:

@@ -114,7 +114,6 @@ class Events:
     kills: Counter[str] = field(default_factory=Counter)
     killed_pids: dict[str, set[int]] = field(default_factory=lambda: defaultdict(set))
     self_deaths: list[str] = field(default_factory=list)
-    maintenance_restarts: int = 0
     redis_down_s: float = 0.0
     redis_restarted_at_run: int = 0
     start_errors: list[str] = field(default_factory=list)
@@ -207,14 +206,6 @@ class Fleet:
     def killed_every_role(self) -> bool:
         with self.lock:
             return all(self.events.kills[kind] >= 1 for kind in ROLES)
-
-    def restart_one(self, kind: str) -> None:
-        """A graceful restart of one process of `kind` (RQ runs its registry maintenance at start)."""
-        with self.lock:
-            member = next(m for m in self.members if m.kind == kind)
-            member.stop()
-            member.start()
-            self.events.maintenance_restarts += 1
 
     def run_in_background(self, rng: random.Random, every_s: float) -> None:
         self._supervisor = threading.Thread(target=self.supervise, daemon=True)

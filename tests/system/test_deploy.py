@@ -633,6 +633,51 @@ def test_k8s_pods_run_as_non_root_with_a_read_only_root() -> None:
         assert c["securityContext"]["allowPrivilegeEscalation"] is False
 
 
+def redis_aof_settings() -> dict[str, dict[str, str]]:
+    """`appendonly` and `appendfsync` of every Redis a deploy file starts, by file and name:
+    compose services and Kubernetes containers that run `redis-server --...`, and the
+    `*.conf` entries of ConfigMaps (the cluster nodes read theirs)."""
+    found: dict[str, dict[str, str]] = {}
+    for path in sorted(DEPLOY.rglob("*.yaml")):
+        for doc in yaml.safe_load_all(path.read_text()):
+            if not isinstance(doc, dict):
+                continue
+            commands = {
+                name: service.get("command")
+                for name, service in (doc.get("services") or {}).items()
+            }
+            if doc.get("kind") in ("StatefulSet", "Deployment"):
+                for c in doc["spec"]["template"]["spec"]["containers"]:
+                    commands[doc["metadata"]["name"]] = c.get("args") or c.get("command")
+            for name, command in commands.items():
+                if isinstance(command, list) and "redis-server" in command:
+                    found[f"{path.name}:{name}"] = {
+                        key: command[command.index(f"--{key}") + 1]
+                        for key in ("appendonly", "appendfsync")
+                        if f"--{key}" in command
+                    }
+            if doc.get("kind") == "ConfigMap":
+                for key, text in (doc.get("data") or {}).items():
+                    if key.endswith(".conf"):
+                        lines = dict(ln.split(" ", 1) for ln in text.splitlines() if ln.strip())
+                        found[f"{path.name}:{key}"] = {
+                            k: lines[k] for k in ("appendonly", "appendfsync") if k in lines
+                        }
+    return found
+
+
+def test_every_redis_the_deploy_files_start_fsyncs_each_write_before_answering() -> None:
+    found = redis_aof_settings()
+    # compose: redis; cluster compose: 6 nodes and rq-redis; k8s: the StatefulSet; k8s-cluster:
+    # the nodes' node.conf
+    assert len(found) == 10, sorted(found)
+    assert {
+        where: settings
+        for where, settings in found.items()
+        if settings != {"appendonly": "yes", "appendfsync": "always"}
+    } == {}
+
+
 def test_k8s_redis_keeps_an_append_only_file_on_a_volume() -> None:
     (redis,) = k8s_objects("StatefulSet").values()
     c = container(redis)

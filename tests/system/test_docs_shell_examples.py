@@ -87,10 +87,18 @@ RUN_HERE = {
 }  # fmt: skip
 
 ELSEWHERE = {
-    ("README.md", "APPROVAL_BROKER_CONFIG=approval-broker.toml PYTHONPATH=. uv run approval-broker up"): "tests/system/test_readme_quickstart.py::test_the_fleet_quickstart_runs_as_written",
-    ("docs/index.md", "APPROVAL_BROKER_CONFIG=approval-broker.toml PYTHONPATH=. uv run approval-broker up"): "tests/system/test_readme_quickstart.py::test_the_fleet_quickstart_runs_as_written",
+    ("README.md", "uv init --package myapp && cd myapp"): "tests/system/test_own_project.py::test_readme_quickstart_2_runs_in_a_project_of_ones_own",
+    ("README.md", "APPROVAL_BROKER_CONFIG=approval-broker.toml uv run approval-broker up"): "tests/system/test_own_project.py::test_readme_quickstart_2_runs_in_a_project_of_ones_own",
+    ("README.md", "uv build --wheel --out-dir dist && uv build --wheel --out-dir dist clients/python   # in the clone"): "tests/system/test_own_project.py::test_readme_quickstart_2_runs_in_a_project_of_ones_own",
+    ("docs/index.md", "uv init --package myapp && cd myapp"): "tests/system/test_own_project.py::test_readme_quickstart_2_runs_in_a_project_of_ones_own",
+    ("docs/index.md", "APPROVAL_BROKER_CONFIG=approval-broker.toml uv run approval-broker up"): "tests/system/test_own_project.py::test_readme_quickstart_2_runs_in_a_project_of_ones_own",
+    ("docs/index.md", "uv build --wheel --out-dir dist && uv build --wheel --out-dir dist clients/python   # in the clone"): "tests/system/test_own_project.py::test_readme_quickstart_2_runs_in_a_project_of_ones_own",
     ("README.md", "uv run approval-broker up        # every role on an embedded Redis; inbox at http://127.0.0.1:8000"): "tests/system/test_up.py::test_up_runs_an_approval_and_stops_cleanly",
     ("docs/index.md", "uv run approval-broker up        # every role on an embedded Redis; inbox at http://127.0.0.1:8000"): "tests/system/test_up.py::test_up_runs_an_approval_and_stops_cleanly",
+    ("docs/slack.md", "approval-broker config check approval-broker.toml"): "tests/system/test_channel_setup_pages.py::test_each_setup_pages_config_check_prints_what_the_page_shows",
+    ("docs/teams.md", "approval-broker config check approval-broker.toml"): "tests/system/test_channel_setup_pages.py::test_each_setup_pages_config_check_prints_what_the_page_shows",
+    ("docs/telegram.md", "approval-broker config check approval-broker.toml"): "tests/system/test_channel_setup_pages.py::test_each_setup_pages_config_check_prints_what_the_page_shows",
+    ("docs/discord.md", "approval-broker config check approval-broker.toml"): "tests/system/test_channel_setup_pages.py::test_each_setup_pages_config_check_prints_what_the_page_shows",
 }  # fmt: skip
 
 SKIPPED = {
@@ -102,6 +110,8 @@ SKIPPED = {
     ("docs/mcp.md", "pip install \"approval-broker-client[pydantic-ai] @ file:///path/to/approval-broker/clients/python\""): "installs into the reader's own environment; tests/system/test_client_package.py checks the package",
     ("docs/benchmarks.md", "uv run --group bench python bench/run_all.py   # about 20–25 minutes; --quick for a smoke run"): "minutes of benchmarks on a machine of their own, not a test",
     ("docs/channels.md", "curl -s \"https://api.telegram.org/bot$TELEGRAM_BOT_TOKEN/setWebhook\" \\"): "needs Telegram's servers and a bot token",
+    ("docs/telegram.md", "curl -s \"https://api.telegram.org/bot$TELEGRAM_BOT_TOKEN/setWebhook\" \\"): "needs Telegram's servers and a bot token",
+    ("docs/telegram.md", "curl -s \"https://api.telegram.org/bot$TELEGRAM_BOT_TOKEN/getUpdates\""): "needs Telegram's servers and a bot token",
     ("docs/channels.md", "APPROVAL_BROKER_CONFIG=approval-broker.toml uv run approval-broker up --demo"): "needs Telegram's and Discord's servers to reach the API over HTTPS",
     ("docs/walkthrough.md", "export SLACK_BOT_TOKEN=xoxb-... SLACK_SIGNING_SECRET=..."): "needs Slack's servers and a Slack app (tests/integration/test_walkthrough_slack_config.py: this config's approver decides by a signed click)",
     ("docs/deployment.md", "cp deploy/.env.example deploy/.env     # fill in the admin token and the secrets the config names"): "needs Docker (tests/system/test_deploy.py check the compose files and image)",

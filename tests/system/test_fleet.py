@@ -18,8 +18,12 @@ process, sent again while an API is down.
 Meanwhile a role process is SIGKILLed (with the processes below it, if any) every few seconds and
 restarted, the roles taking turns so that each is killed (only the timing and which process of
 a role are random; `tests/support/fleet_processes.py`), and Redis itself is SIGKILLed once and started
-again on the same port and data directory. A process that dies on its own is restarted too, and
-fails the test.
+again on the same port and data directory (it fsyncs every write before it answers, so every
+run the app started is still there). A process that dies on its own is restarted too, and
+fails the test. The harness heals nothing else: when no run finishes for STALL_S while the
+fleet drains, each open run's cause is named (`tests/support/fleet_stalls.py`: a job a SIGKILLed
+worker took and never started, a retry's back-off, a job abandoned on a killed worker), and a
+run without one fails the test.
 
 At the end (`tests/support/fleet_checks.py`): every run finished, or failed for a reason on a short list
 (a worker killed mid-step), no more runs failed than workers were SIGKILLed; every request has
@@ -88,6 +92,7 @@ from tests.support.fleet_checks import (
     judge,
 )
 from tests.support.fleet_processes import ROLES, Events, Fleet
+from tests.support.fleet_stalls import Stalls
 from tests.support.fleet_telegram_checks import check_telegram, shows_outcome
 from tests.support.waiting import wait_for
 
@@ -99,7 +104,8 @@ QUEUE_TIMEOUT_S = 4
 PREFIX = "fleet:"
 SECRET = "whsec_" + base64.b64encode(b"fleet-test-secret-0123456789abcd").decode()
 DRAIN_BUDGET_S = 360.0  # a loaded machine (other test runs) needed more than 240 s once
-STALL_RESTART_S = 20.0
+STALL_S = 20.0
+"""No run finished for this long in the drain: each open run's cause is named (`Stalls`)."""
 ABANDONED_AFTER_S = 10
 """A SIGKILLed worker's runs are retried this long after its last heartbeat (plus at most half
 of it until a live worker's recovery pass), not the default 30 s: the drain is shorter."""
@@ -130,6 +136,10 @@ class Tracker:
         with self.lock:
             self.open.add(run_id)
 
+    def snapshot(self) -> set[str]:
+        with self.lock:
+            return set(self.open)
+
     def poll(self) -> int:
         """How many are still open (as last seen, if Redis does not answer right now)."""
         try:
@@ -146,10 +156,10 @@ class Tracker:
             pipe = self.broker.redis.pipeline(transaction=False)
             for rid in ids:
                 pipe.hget(self.broker.keys.run(rid), "status")
-            done = {
+            done = {  # final, or gone (lost by Redis: `check` reports it)
                 rid
                 for rid, status in zip(ids, pipe.execute(), strict=True)
-                if status is not None and RunStatus(status.decode()) in FINAL
+                if status is None or RunStatus(status.decode()) in FINAL
             }
             if done:
                 with self.lock:
@@ -223,8 +233,12 @@ def wait_until(predicate: Callable[[], bool], timeout: float, what: str) -> None
 
 @pytest.fixture
 def fleet_redis(tmp_path: Path) -> Iterator[EmbeddedRedis]:
-    """The fleet's own Redis (AOF on), which the test restarts."""
+    """The fleet's own Redis (AOF on, fsynced before each answer: the default), which the test
+    SIGKILLs and restarts."""
     server = EmbeddedRedis(tmp_path / "redis").start()
+    client = Redis.from_url(server.url)
+    assert client.config_get("appendfsync") == {"appendfsync": "always"}
+    client.close()
     yield server
     server.close()
 
@@ -328,6 +342,7 @@ telegram_user_id = {TG_USER_ID}
     logs.mkdir()
     fleet = Fleet(env, logs, api_ports)
     tracker = Tracker(broker)
+    stalls = Stalls()
     started: list[Started] = []
     gate, gate_lock, halt = threading.Event(), threading.Lock(), threading.Event()
     gate.set()
@@ -363,14 +378,15 @@ telegram_user_id = {TG_USER_ID}
 
         # drain: a live worker's recovery pass (every ABANDONED_AFTER_S / 2) retries the jobs
         # a killed worker was running once their heartbeat ran out, and the ones it had taken
-        # but not started (RQ's intermediate queue) a minute after a pass first saw them; a
-        # graceful worker restart when progress stalls anyway is the last resort.
+        # but not started (RQ's intermediate queue) a minute after a pass first saw them. The
+        # harness heals nothing: when no run finishes for STALL_S, each open run's cause is
+        # named (tests/support/fleet_stalls.py), and one without a cause fails the test.
         deadline = time.monotonic() + DRAIN_BUDGET_S
         while tracker.poll():
             if time.monotonic() > deadline:
                 break
-            if time.monotonic() - tracker.last_change > STALL_RESTART_S:
-                fleet.restart_one("worker")
+            if time.monotonic() - tracker.last_change > STALL_S:
+                stalls.note(broker, tracker.snapshot(), fleet.events.killed_pids["worker"])
                 tracker.last_change = time.monotonic()
             time.sleep(0.5)
         times["all runs final"] = time.monotonic() - t0
@@ -419,9 +435,11 @@ telegram_user_id = {TG_USER_ID}
         "Redis restart": f"SIGKILLed at run {events.redis_restarted_at_run}, "
         f"back after {events.redis_down_s:.2f} s",
         "died on their own (each one fails the test)": len(events.self_deaths),
-        "graceful worker restarts in the drain": events.maintenance_restarts,
+        f"drain stalls (no run finished for {STALL_S:.0f} s)": stalls.count,
+        "open runs in those stalls, by cause": dict(stalls.causes),
         "app start_run errors": len(events.start_errors),
     }
+    found.bad("open runs in a drain stall without a named cause (a liveness bug)", stalls.unnamed)
     found.counts["seconds"] = {k: round(v, 1) for k, v in times.items()}
     found.counts["cpu seconds (processes alive at the end)"] = cpu
     report = "fleet test counts\n" + json.dumps(found.counts, indent=2)

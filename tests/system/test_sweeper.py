@@ -175,7 +175,7 @@ def test_sweeper_keeps_going_after_redis_errors(
 ) -> None:
     broker = chain_broker
     request = broker.create_request(NewRequest(tool_name="t"))  # due in 0.3 s
-    real_sweep = broker.sweep_batch
+    real_sweep = broker.sweeping.sweep_batch
     outage = {"left": 2}
 
     def flaky_sweep(**kwargs: Any) -> SweepBatch:
@@ -184,7 +184,7 @@ def test_sweeper_keeps_going_after_redis_errors(
             raise RedisConnectionError("Redis is loading the dataset in memory")
         return real_sweep(**kwargs)
 
-    monkeypatch.setattr(broker, "sweep_batch", flaky_sweep)
+    monkeypatch.setattr(broker.sweeping, "sweep_batch", flaky_sweep)
     stop = threading.Event()
     sweeper = threading.Thread(
         target=sweep_forever,

@@ -1,8 +1,8 @@
 """No `async def` in the API calls the sync broker, the sync Redis client or a sync HTTP client.
 
 Read with `ast`: inside every `async def` of `api/`, a call that is not awaited must not reach
-the broker (`state.broker...`, `state.decide`, `state.deciding...`), the sync Redis client
-(`....redis.<command>` outside `state.async_redis()`), `httpx`'s sync functions, or one of our
+the broker (`state.broker...`, the judge's sync face `state.judge...`), the sync Redis client
+(`....redis.<command>` outside `state.reads()`, the core's asyncio reads), `httpx`'s sync functions, or one of our
 own sync functions in `api/` that reach any of these (found by following their bodies). Such
 work goes through `run_in_threadpool(...)` (the callable is passed, not called) or an async
 client. A Redis that stalls then holds a worker thread for its socket timeout, never the loop.
@@ -21,11 +21,13 @@ IN_MEMORY = (
     "state.config",
     "state.settings",
     "state.metrics",
-    "state.async_redis",
+    "state.reads",
     "state.broker.keys",
+    "state.broker.partitions",
+    "state.broker.async_reads",
     "state.broker.config",
 )
-"""Parts of the app state that are memory only (or the async client itself)."""
+"""Parts of the app state that are memory only (or the async reads, and what makes them)."""
 CLIENT_SET_UP = ("get_default_node", "get_nodes", "get_connection_kwargs")
 """Calls on a Redis client that read its own settings, never Redis."""
 SYNC_HTTP = (
@@ -42,7 +44,7 @@ def direct(callee: str) -> str | None:
     """Why calling `callee` blocks (None: it doesn't, as far as its name tells)."""
     if callee.startswith(IN_MEMORY) or callee.endswith(CLIENT_SET_UP):
         return None
-    if callee.startswith(("state.broker", "state.decide", "state.deciding")):
+    if callee.startswith(("state.broker", "state.judge")):
         return "the sync broker"
     if ".redis." in f".{callee}" and not callee.startswith(("self.redis.", "redis.")):
         return "the sync Redis client"  # (self.redis, redis: the API's async clients)

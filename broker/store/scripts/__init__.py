@@ -130,6 +130,27 @@ class Scripts:
             return reply
         return [as_str(x) if isinstance(x, bytes) else x for x in reply]
 
+    @property
+    def runs_async(self) -> bool:
+        """Can `arun` run these scripts: a single Redis called by SHA (a cluster's steps wait
+        for a replica, a test double keeps redis-py's `Script`s: both only sync)."""
+        return self._fallback is None
+
+    async def arun(self, name: str, keys: ScriptKeys, client: Any, **args: Any) -> list[Any]:
+        """`run` on `client`, a redis.asyncio client on the same single Redis: the same call,
+        awaited. A script cache without it (a restarted Redis) gets it loaded, then the call
+        again (nothing ran)."""
+        argv = [keys.args(**args)]
+        sha = self._shas[name]
+        try:
+            reply = await client.evalsha(sha, len(keys.keys), *keys.keys, *argv)
+        except NoScriptError:
+            await client.script_load(self._sources[name])
+            reply = await client.evalsha(sha, len(keys.keys), *keys.keys, *argv)
+        if not isinstance(reply, list):
+            return reply  # type: ignore[no-any-return]
+        return [as_str(x) if isinstance(x, bytes) else x for x in reply]
+
     def _replicate(self, key: str) -> None:
         """Wait for one replica of `key`'s master. None in time is logged, not raised: the step
         has happened, and refusing it now would only make its caller retry a done step. A master

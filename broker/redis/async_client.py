@@ -1,6 +1,6 @@
-"""An asyncio client on the broker's Redis, for the API's blocking stream reads (SSE, long-polls).
+"""An asyncio client on the broker's Redis, for blocking stream reads (SSE, long-polls).
 
-A redis.asyncio client is bound to the event loop it first ran on, so the API builds its own
+A redis.asyncio client is bound to the event loop it first ran on, so a process builds its own
 from the broker's sync client (or from APPROVAL_BROKER_REDIS_URL): a single-node client on a
 single Redis, a cluster client when the broker's client is a `RedisCluster`. Either has the
 impatient client's connect and socket timeouts (`broker.redis.connection`): a stalled Redis costs a
@@ -11,12 +11,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from redis import Redis
 from redis import asyncio as aredis
 from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
 from redis.cluster import RedisCluster
 
-from broker.domain.settings import Settings
-from broker.facade import Broker
 from broker.redis.connection import async_options, connect_async
 
 AsyncRedis = aredis.Redis | AsyncRedisCluster
@@ -27,15 +26,16 @@ CLUSTER_CONNECTIONS = 1000
 stream as many while it reads the partitions that rang (the default, 100, is soon reached)."""
 
 
-def async_client(settings: Settings, broker: Broker) -> AsyncRedis:
-    """A new asyncio client on the Redis (or Redis Cluster) the broker's keys are on."""
-    if isinstance(broker.redis, RedisCluster):
-        if settings.redis_url:
+def async_client(url: str | None, sync: Redis | RedisCluster) -> AsyncRedis:
+    """A new asyncio client on the Redis (or Redis Cluster) `sync` talks to: by `url` when one
+    is given, else with `sync`'s own connection settings."""
+    if isinstance(sync, RedisCluster):
+        if url:
             return AsyncRedisCluster.from_url(
-                settings.redis_url, max_connections=CLUSTER_CONNECTIONS, **_cluster_timeouts()
+                url, max_connections=CLUSTER_CONNECTIONS, **_cluster_timeouts()
             )
-        node = broker.redis.get_default_node() or broker.redis.get_nodes()[0]
-        given: dict[str, Any] = broker.redis.nodes_manager.connection_kwargs
+        node = sync.get_default_node() or sync.get_nodes()[0]
+        given: dict[str, Any] = sync.nodes_manager.connection_kwargs
         picked = {k: given[k] for k in _CLUSTER_KWARGS if given.get(k) is not None}
         return AsyncRedisCluster(
             host=node.host,
@@ -44,9 +44,9 @@ def async_client(settings: Settings, broker: Broker) -> AsyncRedis:
             **picked,
             **_cluster_timeouts(),
         )
-    if settings.redis_url:
-        return connect_async(settings.redis_url)
-    kwargs: dict[str, Any] = broker.redis.connection_pool.connection_kwargs
+    if url:
+        return connect_async(url)
+    kwargs: dict[str, Any] = sync.connection_pool.connection_kwargs
     return connect_async(**{k: kwargs[k] for k in _KWARGS if kwargs.get(k) is not None})
 
 
