@@ -45,15 +45,21 @@ from broker.redis.connection import connect
 from broker.store import streams
 from broker.store.acknowledging import Acks
 from broker.store.async_reads import AsyncReads, Batch
+from broker.store.connection import Connection
 from broker.store.dead_letters import DeadLetters
 from broker.store.decide_step import Once, Step
 from broker.store.decisions import Decisions
 from broker.store.deliveries import DeliveryState, PostState
+from broker.store.delivery_commits import CommitBatch, DeliveryCommits
+from broker.store.dropped_entries import DroppedEntries
 from broker.store.fleet import Fleet
 from broker.store.handles import Store
 from broker.store.idempotency import IdempotencyKeys
 from broker.store.keys import Keys
+from broker.store.notifier_claims import NotifierClaims
+from broker.store.notifier_reads import GroupMissing, NotifierReads
 from broker.store.once import OnceMarkers
+from broker.store.parked import ParkedDeliveries
 from broker.store.reason_prompts import ReasonPrompts
 from broker.store.remembering import Remembering
 from broker.store.request_hash import default_prompt
@@ -62,6 +68,7 @@ from broker.store.rule_store import RuleExists, RuleStore
 from broker.store.rule_sync import sync_at_start
 from broker.store.run_state import RunStore
 from broker.store.scripts import Scripts
+from broker.store.stored_requests import StoredRequest, StoredRequests
 from broker.store.sweeping import Sweeping, SweepResult
 
 __all__ = [
@@ -69,11 +76,14 @@ __all__ = [
     "AsyncReads",
     "Batch",
     "Broker",
+    "CommitBatch",
     "DeliveryState",
+    "GroupMissing",
     "Once",
     "PostState",
     "RuleExists",
     "RuleStore",
+    "StoredRequest",
     "SweepResult",
     "default_prompt",
     "new_id",
@@ -112,6 +122,14 @@ class Broker:
         self.reason_prompts = ReasonPrompts(self.store)
         self.idempotency = IdempotencyKeys(self.store)
         self.fleet = Fleet(self.store)
+        # the notifiers' state (notifiers/ reaches Redis only through these; see each module)
+        self.notifier_reads = NotifierReads(self.store)  # streams, group set-up, XREADGROUP
+        self.notifier_claims = NotifierClaims(self.store)  # XAUTOCLAIM, pending, heartbeat XCLAIM
+        self.stored_requests = StoredRequests(self.store, self.requests)  # what events point at
+        self.parked = ParkedDeliveries(self.store)  # deliveries handed on (ZSET + hash)
+        self.commits = DeliveryCommits(self.store, self.requests, self.parked)  # committer batch
+        self.dropped = DroppedEntries(self.store)  # entries given up: counted and acknowledged
+        self.connection = Connection(self.store)  # closed by a long-running role that stops
 
     @classmethod
     def from_settings(

@@ -1,8 +1,9 @@
 """Writes what deliveries did back to Redis in batches: done markers, history, counters, acks.
 
 One thread owns every in-flight entry's bookkeeping, so "all channels done, acknowledge" is
-decided in one place. A batch goes out as one pipeline; an entry is acknowledged only after each of its
-channels is done, dead-lettered or durably parked, and never before its done markers.
+decided in one place. A batch goes out in one round trip (`broker.commits`: one Lua step on a
+single Redis, else one pipeline); an entry is acknowledged only after each of its channels is
+done, dead-lettered or durably parked, and never before its done markers.
 
 A batch is repeated only when the connection failed (Redis down: nothing can be acked anyway).
 A command Redis refuses is logged and dropped, not repeated: repeating the whole batch would
@@ -19,24 +20,18 @@ import logging
 import queue
 import threading
 import time
-from collections import Counter, defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 
 import orjson
-from redis import Redis
-from redis.commands.core import Script
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from broker.domain.models import utcnow
-from broker.facade import Broker
-from broker.store.keys import NOTIFIER_GROUP
-from broker.store.scripts import chain_source
+from broker.facade import Broker, CommitBatch
 from notifiers.parking import ParkedStore
 from notifiers.results import DeliveryResult, ResultKind
-from notifiers.scripts import source
 from notifiers.tasks import InflightEntry
 
 log = logging.getLogger("notifiers")
@@ -51,15 +46,12 @@ SETTLED = (ResultKind.delivered, ResultKind.nothing, ResultKind.dead)
 
 
 @dataclass
-class Plan:
-    """The Redis writes of one batch, computed once so a failed write can be repeated as is."""
+class Plan(CommitBatch):
+    """One batch's Redis writes (`CommitBatch`: done markers, notes, counters, settled parked
+    deliveries, acks), computed once so a failed write can be repeated as is, and the entries
+    it acknowledges."""
 
-    done: list[tuple[str, str]] = field(default_factory=list)  # (request id, field)
-    notes: list[tuple[str, str]] = field(default_factory=list)  # (request id, entry JSON)
-    stats: Counter[str] = field(default_factory=Counter)
-    acks: dict[str, list[str]] = field(default_factory=lambda: defaultdict(list))
     acked: list[InflightEntry] = field(default_factory=list)
-    unpark: list[tuple[str, str]] = field(default_factory=list)  # (channel, parked task id)
 
 
 class Committer:
@@ -70,14 +62,10 @@ class Committer:
         store: ParkedStore,
         on_fatal: Callable[[str], None],
     ) -> None:
-        self.broker = broker
+        self.commits = broker.commits
         self.on_acked = on_acked
-        self.store = store
+        self.store = store  # whose records a batch settles (`Plan.unpark`, in the batch's trip)
         self.on_fatal = on_fatal
-        single = isinstance(broker.redis, Redis) and broker.keys.partitions <= 1
-        self._step = (
-            broker.redis.register_script(chain_source() + source("commit")) if single else None
-        )
         self._queue: queue.SimpleQueue[DeliveryResult] = queue.SimpleQueue()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="notify-commit", daemon=True)
@@ -167,65 +155,22 @@ class Committer:
         return plan
 
     def write(self, plan: Plan) -> None:
-        if self._step is not None and not plan.unpark:
-            self._write_step(plan, self._step)
-        else:
-            self._write_pipeline(plan)
-
-    def _write_step(self, plan: Plan, step: Script) -> None:
-        """The batch as one step (notifiers/scripts/commit.lua): one command, not about four per
-        delivery; the same writes in the same order as `_write_pipeline`."""
-        keys = self.broker.keys
-        names = [keys.delivery(rid) for rid, _ in plan.done]
-        names += [keys.request(rid) for rid, _ in plan.notes]
-        args: list[str | int] = [NOTIFIER_GROUP, len(plan.done), len(plan.notes)]
-        args += [len(plan.stats), len(plan.acks)]
-        args += [done_field for _, done_field in plan.done]
-        args += [entry for _, entry in plan.notes]
-        if plan.stats:
-            names.append(keys.stats)
-            for name, count in plan.stats.items():
-                args += [name, count]
-        for stream, ids in plan.acks.items():
-            names.append(stream)
-            args.append(len(ids))
-            args += ids
-        if len(names) == 0:
+        """The batch in one round trip; a write Redis refuses is logged, dropped, not repeated."""
+        refused = self.commits.write(plan)
+        if refused is None:
             return
-        if keys.audit_keep_s and plan.notes:  # each delivery note also goes to the audit trail
-            names += [keys.audit, keys.audit_head]
-            args += [keys.audit_keep_s, *(rid for rid, _ in plan.notes)]
-        refused, first = step(keys=names, args=args)
-        if int(refused):
+        if refused.of is None:
             log.error(
                 "Redis refused %d delivery bookkeeping writes (dropped, not repeated): %s",
-                int(refused),
-                first.decode() if isinstance(first, bytes) else first,
+                refused.count,
+                refused.first,
             )
-
-    def _write_pipeline(self, plan: Plan) -> None:
-        keys = self.broker.keys
-        pipe = self.broker.redis.pipeline(transaction=False)
-        for request_id, done_field in plan.done:
-            pipe.hset(keys.delivery(request_id), done_field, "1")
-        for request_id, entry in plan.notes:
-            self.broker.requests.add_delivery_note(request_id, entry, pipe=pipe)
-        for name, count in plan.stats.items():
-            pipe.hincrby(keys.stats, name, count)
-        for channel, task_id in plan.unpark:
-            self.store.remove(channel, task_id, pipe)
-        for stream, ids in plan.acks.items():
-            pipe.xack(stream, NOTIFIER_GROUP, *ids)
-        if not len(pipe):
-            return
-        results = pipe.execute(raise_on_error=False)
-        refused = [r for r in results if isinstance(r, Exception)]
-        if refused:
+        else:
             log.error(
                 "Redis refused %d of %d delivery bookkeeping writes (dropped, not repeated): %s",
-                len(refused),
-                len(results),
-                refused[0],
+                refused.count,
+                refused.of,
+                refused.first,
             )
 
 

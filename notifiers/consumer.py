@@ -21,7 +21,6 @@ import time
 from collections.abc import Callable
 
 from broker.facade import Broker
-from broker.store.keys import NOTIFIER_GROUP
 from channels.sender import Sender
 from notifiers.commit import Committer
 from notifiers.dead_letters import DeadLetters
@@ -64,7 +63,7 @@ class Notifier:
         self._stopping = threading.Event()
         self._threads: list[threading.Thread] = []
         opts = self.options
-        streams = {k.stream(q): q for k in broker.keys.parts() for q in broker.config.queues}
+        streams = broker.notifier_reads.streams(broker.config.queues)
         self.inflight = Inflight(opts.max_inflight)
         self.store = ParkedStore(broker, lease_s=opts.claim_idle_s)
         self.dead_letters = DeadLetters(broker, self.name)
@@ -139,5 +138,4 @@ class Notifier:
         self.inflight.wake()
 
     def ensure_groups(self) -> None:
-        for stream in self.router.streams:
-            self.broker.ensure_group(stream, NOTIFIER_GROUP)
+        self.broker.notifier_reads.ensure_groups(self.router.streams)

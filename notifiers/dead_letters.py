@@ -1,8 +1,8 @@
 """What a notifier cannot deliver goes to the dead-letter stream, with its error.
 
 Every way of giving up is here, so each leaves the same trail: the letter (with the fields a
-redrive needs), the `failed:entry` counter for entries, and the acknowledgement that takes an
-unusable entry out of the group.
+redrive needs), then, for entries, the `failed:entry` counter and the acknowledgement that takes
+an unusable entry out of the group (`broker.dropped`).
 """
 
 from __future__ import annotations
@@ -11,7 +11,6 @@ import logging
 
 from broker.domain.events import Event
 from broker.facade import Broker
-from broker.store.keys import NOTIFIER_GROUP
 from notifiers.tasks import Task
 
 log = logging.getLogger("notifiers")
@@ -32,10 +31,7 @@ class DeadLetters:
         self.broker.dead_letter(
             "notifier", error, stream=stream, entry=entry, extra={"consumer": self.consumer}
         )
-        pipe = self.broker.redis.pipeline(transaction=False)
-        pipe.hincrby(self.broker.keys.stats, "failed:entry", 1)
-        pipe.xack(stream, NOTIFIER_GROUP, entry_id)
-        pipe.execute()
+        self.broker.dropped.drop(stream, [entry_id])
 
     def trimmed(self, stream: str, ids: list[str], *, ack: bool) -> None:
         """Entries gone from the stream before any notifier delivered them: nothing is left to
@@ -47,11 +43,7 @@ class DeadLetters:
                 f"{TRIMMED}: entry {entry_id} of {stream} was gone when it was reclaimed",
                 extra={"consumer": self.consumer, "entry_id": entry_id, "from_stream": stream},
             )
-        pipe = self.broker.redis.pipeline(transaction=False)
-        pipe.hincrby(self.broker.keys.stats, "failed:entry", len(ids))
-        if ack:
-            pipe.xack(stream, NOTIFIER_GROUP, *ids)
-        pipe.execute()
+        self.broker.dropped.drop(stream, ids, ack=ack)
 
     def task(self, task: Task, error: str) -> None:
         """One channel's delivery that failed for good (the dispatcher calls this)."""

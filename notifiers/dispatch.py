@@ -22,6 +22,7 @@ import threading
 import time
 from collections import Counter, defaultdict
 from collections.abc import Callable
+from dataclasses import replace
 
 from redis.exceptions import RedisError
 
@@ -196,6 +197,7 @@ class Dispatcher:
             self.submit(task, delay)
             return
         record = Parked.of(task.event, task.channel, task.attempts, task.defers)
+        record = replace(record, id=parked)  # the id it is stored under, whoever made it
         try:
             self.store.reschedule(record, time.time() + delay)
         except RedisError:  # its lease lapses and someone takes it again, one try short

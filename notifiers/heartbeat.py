@@ -1,8 +1,9 @@
 """The heartbeat thread: proof of life for what this notifier holds.
 
-Our in-flight entries are re-claimed (XCLAIM, idle reset) so no other notifier takes them from
-a live us, and the leases of parked deliveries we work on are pushed ahead. A notifier that
-dies stops beating, and both are taken over once `claim_idle_s` passes.
+Our in-flight entries are re-claimed (`broker.notifier_claims.keep`: XCLAIM, idle reset) so no
+other notifier takes them from a live us, and the leases of parked deliveries we work on are
+pushed ahead. A notifier that dies stops beating, and both are taken over once `claim_idle_s`
+passes.
 """
 
 from __future__ import annotations
@@ -14,14 +15,11 @@ from collections import defaultdict
 from redis.exceptions import RedisError
 
 from broker.facade import Broker
-from broker.store.keys import NOTIFIER_GROUP
 from notifiers.dispatch import Dispatcher
 from notifiers.inflight import Inflight
 from notifiers.parking import ParkedStore
 
 log = logging.getLogger("notifiers")
-
-CHUNK = 500  # entry ids per XCLAIM
 
 
 class Heartbeat:
@@ -34,7 +32,7 @@ class Heartbeat:
         dispatcher: Dispatcher,
         store: ParkedStore,
     ) -> None:
-        self.redis = broker.redis
+        self.claims = broker.notifier_claims
         self.consumer = consumer
         self.every = max(0.05, claim_idle_s / 3)
         self.inflight = inflight
@@ -56,9 +54,7 @@ class Heartbeat:
         for stream, entry_id in self.inflight.keys():
             by_stream[stream].append(entry_id)
         for stream, ids in by_stream.items():
-            for i in range(0, len(ids), CHUNK):
-                chunk = ids[i : i + CHUNK]
-                self.redis.xclaim(stream, NOTIFIER_GROUP, self.consumer, 0, chunk, justid=True)
+            self.claims.keep(stream, self.consumer, ids)
 
     def renew_leases(self) -> None:
         held = self.dispatcher.held()

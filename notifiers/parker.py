@@ -15,13 +15,13 @@ from collections.abc import Callable
 from redis.exceptions import RedisError
 
 from broker.domain.events import Event, MalformedEntry
+from broker.facade import StoredRequest
 from channels.sender import Sender
 from notifiers.dead_letters import DeadLetters
 from notifiers.dispatch import Dispatcher
 from notifiers.inflight import Inflight
 from notifiers.parking import Parked, ParkedStore
 from notifiers.results import DeliveryResult, ResultKind
-from notifiers.stored import StoredRequest
 from notifiers.tasks import InflightEntry, Task
 
 log = logging.getLogger("notifiers")

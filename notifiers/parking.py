@@ -2,11 +2,12 @@
 
 A slow or failing channel (Slack hung, an endpoint backing off) would otherwise keep its entries
 in flight until every channel had them, and once `max_inflight` filled, the healthy channels
-would wait too. A parked delivery lives in Redis per channel: a ZSET of task ids scored by when
-one may next take it, and a hash of what to deliver (the event and the attempts so far).
+would wait too. A parked delivery lives in Redis per channel (`broker.parked`, the store's): a
+schedule of task ids by when one may next take it, and the record of what to deliver (`Parked`:
+the event and the attempts so far, as JSON this module writes and reads).
 
-Any notifier takes due ones (`take`, one Lua step) under a lease: the score moves to the lease's
-end, and the taker's heartbeat keeps pushing it (`renew`). A notifier killed mid-delivery stops
+Any notifier takes due ones (`take`, one step) under a lease that lasts `lease_s`, and the
+taker's heartbeat keeps pushing it (`renew`). A notifier killed mid-delivery stops
 renewing, so the lease lapses and another takes the task over: at least once, as for entries.
 A retry puts the task back with its new attempt count and due time (`reschedule`); delivery or
 the dead letter after the last try removes it (the committer, in its batch).
@@ -20,12 +21,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from redis.client import Pipeline
-
 from broker.domain.events import Event, MalformedEntry, parse_entry
 from broker.facade import Broker
-from broker.redis.replies import as_str
-from notifiers.scripts import source
 
 
 @dataclass(frozen=True)
@@ -90,71 +87,48 @@ class Parked:
 
 
 def task_id(event: Event) -> str:
-    """Stable per event and queue, so parking the same delivery twice keeps one record."""
-    return f"{event.event_id}:{event.queue}"
+    """Stable per event and queue, so parking the same delivery twice keeps one record; the
+    request's id makes it unique across a cluster's partitions, whose streams of one queue may
+    hand out the same entry id (a record parked before it was in the id keeps its own id)."""
+    return f"{event.request_id}:{event.event_id}:{event.queue}"
 
 
 class ParkedStore:
+    """Parked deliveries as `Parked` records, leased for `lease_s` (the Redis side is
+    `broker.parked`)."""
+
     def __init__(self, broker: Broker, lease_s: float) -> None:
-        self.redis = broker.redis
-        self.keys = broker.keys
+        self.parked = broker.parked
         self.lease_s = lease_s
-        self._take = broker.redis.register_script(source("take_parked"))
 
     def park(self, items: Iterable[tuple[Parked, float]]) -> None:
-        """Store deliveries with when each may next be taken, all or none (MULTI)."""
-        pipe = self.redis.pipeline(transaction=True)
-        for parked, due in items:
-            pipe.hset(self.keys.parked_tasks(parked.channel), parked.id, parked.dump())
-            pipe.zadd(self.keys.parked(parked.channel), {parked.id: due})
-        if len(pipe):
-            pipe.execute()
+        """Store deliveries with when each may next be taken, all or none."""
+        self.parked.park((p.channel, p.id, p.dump(), due) for p, due in items)
 
     def take(self, channel: str, count: int, now: float | None = None) -> list[tuple[str, str]]:
         """Up to `count` due deliveries as (id, raw record), leased to the caller."""
         now = time.time() if now is None else now
-        flat = self._take(
-            keys=[self.keys.parked(channel), self.keys.parked_tasks(channel)],
-            args=[f"{now:.6f}", f"{now + self.lease_s:.6f}", count],
-        )
-        return [(as_str(flat[i]), as_str(flat[i + 1])) for i in range(0, len(flat), 2)]
+        return self.parked.take(channel, count, now, now + self.lease_s)
 
     def renew(self, held: dict[str, list[str]]) -> None:
         """Push the leases of deliveries we work on ahead; finished ones are not brought back."""
-        until = time.time() + self.lease_s
-        pipe = self.redis.pipeline(transaction=False)
-        for channel, ids in held.items():
-            if ids:
-                pipe.zadd(self.keys.parked(channel), dict.fromkeys(ids, until), xx=True)
-        if len(pipe):
-            pipe.execute()
+        self.parked.renew(held, time.time() + self.lease_s)
 
     def reschedule(self, parked: Parked, due: float) -> None:
         """Give a delivery back until `due`, with its new counts."""
-        pipe = self.redis.pipeline(transaction=True)
-        pipe.hset(self.keys.parked_tasks(parked.channel), parked.id, parked.dump())
-        pipe.zadd(self.keys.parked(parked.channel), {parked.id: due}, xx=True)
-        pipe.execute()
+        self.parked.reschedule(parked.channel, parked.id, parked.dump(), due)
 
     def settle(self, due: list[tuple[Parked, float]], finished: list[Parked]) -> None:
         """After parking: give released deliveries back for `due` (with their counts as they
-        are now), and forget those that finished while they were being parked (one MULTI)."""
-        pipe = self.redis.pipeline(transaction=True)
-        for parked, when in due:
-            pipe.hset(self.keys.parked_tasks(parked.channel), parked.id, parked.dump())
-            pipe.zadd(self.keys.parked(parked.channel), {parked.id: when}, xx=True)
-        for parked in finished:
-            self.remove(parked.channel, parked.id, pipe)
-        if len(pipe):
-            pipe.execute()
+        are now), and forget those that finished while they were being parked (all at once)."""
+        self.parked.settle(
+            [(p.channel, p.id, p.dump(), when) for p, when in due],
+            [(p.channel, p.id) for p in finished],
+        )
 
-    def remove(self, channel: str, task: str, pipe: Pipeline | None = None) -> None:
-        """Forget a delivery that is done or dead-lettered (into `pipe` when given)."""
-        target: Any = pipe if pipe is not None else self.redis.pipeline(transaction=True)
-        target.zrem(self.keys.parked(channel), task)
-        target.hdel(self.keys.parked_tasks(channel), task)
-        if pipe is None:
-            target.execute()
+    def remove(self, channel: str, task: str) -> None:
+        """Forget a delivery that is done or dead-lettered."""
+        self.parked.remove(channel, task)
 
     def count(self, channel: str) -> int:
-        return int(self.redis.zcard(self.keys.parked(channel)))
+        return self.parked.count(channel)

@@ -1,5 +1,5 @@
 """The reading thread: new entries of every handler queue's stream through the `notifiers`
-group (XREADGROUP), a sweep for abandoned ones now and then, and parking while full.
+group (`broker.notifier_reads`), a sweep for abandoned ones now and then, and parking while full.
 
 It never stops on an error: Redis trouble is waited out with back-off, a deleted group is
 made again, and a bug leaves what was read pending in the group, to be reclaimed later.
@@ -12,12 +12,9 @@ import threading
 import time
 from collections.abc import Callable
 
-from redis.crc import key_slot
 from redis.exceptions import RedisError, ResponseError
 
-from broker.facade import Broker
-from broker.redis.replies import as_str as text
-from broker.store.keys import NOTIFIER_GROUP
+from broker.facade import Broker, GroupMissing
 from notifiers.inflight import Inflight
 from notifiers.options import NotifierOptions
 from notifiers.parker import Parker
@@ -41,7 +38,6 @@ class StreamReader:
         parker: Parker,
         ensure_groups: Callable[[], None],
     ) -> None:
-        self.redis = broker.redis
         self.consumer = consumer
         self.options = options
         self.inflight = inflight
@@ -49,7 +45,7 @@ class StreamReader:
         self.reclaimer = reclaimer
         self.parker = parker
         self.ensure_groups = ensure_groups
-        self._by_slot: list[dict[str, str]] | None = None
+        self.feed = broker.notifier_reads.feed(router.streams)
         self._idle = threading.Event()  # never set: a pause between polls of a cluster
 
     def loop(self, stopping: threading.Event) -> None:
@@ -65,11 +61,10 @@ class StreamReader:
                     self.parker.park_old()
                 backoff = 0.1
                 continue
-            except ResponseError as exc:
-                if "NOGROUP" in str(exc):  # the stream or group was deleted under us
-                    self._make_groups()
-                else:
-                    log.exception("notifier %s: Redis refused a command", self.consumer)
+            except GroupMissing:  # the stream or group was deleted under us
+                self._make_groups()
+            except ResponseError:
+                log.exception("notifier %s: Redis refused a command", self.consumer)
             except RedisError:
                 log.warning(
                     "notifier %s: Redis unavailable; retrying", self.consumer, exc_info=True
@@ -84,30 +79,15 @@ class StreamReader:
         room = self.inflight.room()
         if room <= 0:
             return False
-        slots = self._slots()
         count = min(self.options.batch, room)
-        if len(slots) == 1:  # one Redis (or one partition): one blocking read of every stream
-            got = self.redis.xreadgroup(
-                NOTIFIER_GROUP, self.consumer, slots[0], count=count, block=self.options.block_ms
-            )
-        else:  # a cluster: one read per partition (a read spans one slot), none blocking
-            got = []
-            for streams in slots:
-                got += self.redis.xreadgroup(NOTIFIER_GROUP, self.consumer, streams, count=count)
-            if not got:
-                self._idle.wait(min(self.options.block_ms or 0, POLL_MS) / 1000)
-        for stream, entries in got or []:
-            self.router.handle(text(stream), entries, claimed=False)
+        # one Redis (or one partition): one blocking read of every stream; a cluster: one read
+        # per partition (a read spans one slot), none blocking, so the pause between polls is ours
+        got = self.feed.read(self.consumer, count, self.options.block_ms)
+        if not got and not self.feed.blocks:
+            self._idle.wait(min(self.options.block_ms or 0, POLL_MS) / 1000)
+        for stream, entries in got:
+            self.router.handle(stream, entries, claimed=False)
         return True
-
-    def _slots(self) -> list[dict[str, str]]:
-        """The streams grouped by hash slot (partition), each as XREADGROUP's `{stream: ">"}`."""
-        if self._by_slot is None:
-            groups: dict[int, dict[str, str]] = {}
-            for stream in self.router.streams:
-                groups.setdefault(key_slot(stream.encode()), {})[stream] = ">"
-            self._by_slot = list(groups.values())
-        return self._by_slot
 
     def _make_groups(self) -> None:
         try:

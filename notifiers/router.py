@@ -9,9 +9,6 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from redis import Redis
-from redis.exceptions import RedisError
-
 from broker.domain.events import (
     ACKED,
     NO_CHANNEL,
@@ -21,8 +18,7 @@ from broker.domain.events import (
     MalformedEntry,
     parse_entry,
 )
-from broker.facade import Broker
-from broker.redis.replies import as_str, as_str_dict
+from broker.facade import Broker, StoredRequest
 from channels import plugin
 from channels.copies import copy_holders, keeps_copies
 from channels.sender import Sender
@@ -30,10 +26,9 @@ from notifiers.dead_letters import DeadLetters
 from notifiers.dispatch import Dispatcher
 from notifiers.inflight import Inflight
 from notifiers.results import DeliveryResult, ResultKind
-from notifiers.stored import StoredRequest
 from notifiers.tasks import InflightEntry, Task
 
-RawEntry = tuple[Any, Any]
+Entry = tuple[str, dict[str, str]]  # (entry id, fields), as the store's reads decode them
 ROUTES_KEPT = 1024
 
 
@@ -55,15 +50,13 @@ class Router:
         self.dispatcher = dispatcher
         self.report = report
         self.dead_letters = dead_letters
-        self._plain = isinstance(broker.redis, Redis)  # one Redis: stored fields, no models
         self._routes: dict[tuple[Any, ...], tuple[str, ...]] = {}
 
-    def handle(self, stream: str, entries: list[RawEntry], *, claimed: bool) -> None:
-        """Turn raw entries into in-flight entries and hand their tasks to the dispatcher."""
+    def handle(self, stream: str, entries: list[Entry], *, claimed: bool) -> None:
+        """Turn stream entries into in-flight entries and hand their tasks to the dispatcher."""
         queue = self.streams[stream]
         events: list[Event] = []
-        for eid, raw in entries:
-            entry_id, fields = as_str(eid), as_str_dict(raw)
+        for entry_id, fields in entries:
             try:
                 events.append(parse_entry(stream, queue, entry_id, fields))
             except MalformedEntry as exc:
@@ -138,51 +131,13 @@ class Router:
         return out
 
     def fetch(self, ids: set[str]) -> tuple[dict[str, StoredRequest], dict[str, str]]:
-        """The requests the events point at; a request that won't load is reported, not raised."""
-        try:
-            if self._plain:
-                return self._fetch_stored(ids), {}
-            return {r.id: StoredRequest.of(r) for r in self.broker.get_requests(ids)}, {}
-        except RedisError:
-            raise
-        except Exception:  # one bad request: load them one by one to find it
-            found: dict[str, StoredRequest] = {}
-            problems: dict[str, str] = {}
-            for rid in ids:
-                try:
-                    found[rid] = StoredRequest.of(self.broker.get_request(rid))
-                except RedisError:
-                    raise
-                except Exception as exc:
-                    problems[rid] = f"{type(exc).__name__}: {str(exc)[:300]}"
-            return found, problems
-
-    def close(self) -> None:
-        """Nothing of its own to release (the broker's client is shared)."""
-
-    def _fetch_stored(self, ids: set[str]) -> dict[str, StoredRequest]:
-        """`broker.get_requests` as one pipeline of HGETALLs, without a `Request` model unless
-        the hash is an unusual one (notifiers.stored). Reads only: the client's retry policy
-        may send it again."""
-        key = self.broker.keys.request
-        pipe = self.broker.redis.pipeline(transaction=False)
-        for rid in ids:
-            pipe.hgetall(key(rid))
-        found: dict[str, StoredRequest] = {}
-        for reply in pipe.execute():
-            if reply:
-                request = StoredRequest.load(as_str_dict(reply))
-                found[request.id] = request
-        return found
+        """The requests the events point at; a request that won't load is reported, not raised
+        (`broker.stored_requests`)."""
+        return self.broker.stored_requests.fetch(ids)
 
     def done_fields(self, request_ids: set[str]) -> dict[str, set[str]]:
         """The done markers of each request: which (event, channel) pairs already went out."""
-        if not request_ids:
-            return {}
-        order = list(request_ids)
-        pipe = self.broker.redis.pipeline(transaction=False)
-        for rid in order:
-            pipe.hkeys(self.broker.keys.delivery(rid))
-        return {
-            rid: {as_str(k) for k in keys} for rid, keys in zip(order, pipe.execute(), strict=True)
-        }
+        return self.broker.deliveries.done_fields(request_ids)
+
+    def close(self) -> None:
+        """Nothing of its own to release (the broker's client is shared)."""

@@ -82,7 +82,7 @@ def run_notifier(settings: Settings, config: Config) -> None:
     options = NotifierOptions()
     assert settings.redis_url, "the CLI fills in redis_url"
     broker = Broker.from_settings(settings, config, patient=True)
-    broker.redis.ping()
+    broker.fleet.ping()
     notifier = start_notifier(broker, options)
     gc.freeze()  # what start-up made lives for ever: full collections need not scan it again
     gc.set_threshold(GC_YOUNG, 10, 10)
@@ -101,7 +101,7 @@ def run_notifier(settings: Settings, config: Config) -> None:
     finally:
         typer.echo(f"notifier {notifier.name} stopping")
         notifier.stop()
-        broker.redis.close()
+        broker.connection.close()
     if notifier.failed.is_set():
         typer.echo(f"notifier {notifier.name} failed: {notifier.error}", err=True)
         raise typer.Exit(1)

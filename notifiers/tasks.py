@@ -15,7 +15,7 @@ from typing import Any, TypeVar
 
 from broker.domain.events import Event
 from broker.domain.models import Request
-from notifiers.stored import StoredRequest
+from broker.facade import StoredRequest
 
 T = TypeVar("T")
 
@@ -25,7 +25,7 @@ class InflightEntry:
 
     Only the committer thread changes `remaining` and `acked`. `tasks` is fixed once the entry
     is routed, so other threads may look at it (to park the slow ones). `stored` is the request
-    as the router loaded it (notifiers.stored); `request` its model, made on first use.
+    as the router loaded it (`broker.store.stored_requests`); `request` its model, made on first use.
     """
 
     __slots__ = (

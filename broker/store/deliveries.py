@@ -65,6 +65,19 @@ class DeliveryState:
     def is_done(self, request_id: str, field: str) -> bool:
         return bool(self.redis.hexists(self.keys.delivery(request_id), field))
 
+    def done_fields(self, request_ids: set[str]) -> dict[str, set[str]]:
+        """Each request's delivery fields (its done markers among them: which (event, channel)
+        pairs already went out), in one pipeline; none asked, no round trip."""
+        if not request_ids:
+            return {}
+        order = list(request_ids)
+        pipe = self.redis.pipeline(transaction=False)
+        for rid in order:
+            pipe.hkeys(self.keys.delivery(rid))
+        return {
+            rid: {as_str(k) for k in keys} for rid, keys in zip(order, pipe.execute(), strict=True)
+        }
+
     # ---- posted messages (Slack) -------------------------------------------------------
 
     def post_state(self, request_id: str, field: str) -> PostState:

@@ -8,7 +8,7 @@ emulator). The SDK is asyncio; a delivery runs in the notifier's own threads, so
 on a short-lived event loop of its own there (`asyncio.run`), never on anyone else's loop.
 
 The posted card is remembered in Redis (conversation, activity id) the way Slack's messages
-are (`broker.store.deliveries`), posting is claimed first so two notifiers never both post,
+are (`broker.deliveries`), posting is claimed first so two notifiers never both post,
 and a redelivered event updates the card. The Connector API has no look-up of an earlier post
 by its content, so a post whose answer was lost (a timeout after sending, a 5xx) is posted
 again on the next try: a duplicate card is possible then, and logged.

@@ -8,8 +8,8 @@ with Retry-After pauses the whole endpoint for that long (capped), as Slack's 42
 
 Requests go out with httpx (channels.webhook.http): one overall deadline per delivery (the
 endpoint's `timeout_s`), a bounded answer, no redirects followed, proxies from the environment.
-The body is built from the stored request without a `Request` model (notifiers.stored,
-broker.store.request_json).
+The body is built from the stored request without a `Request` model (the router's
+`StoredRequest`, from the core's request store).
 """
 
 from __future__ import annotations

@@ -30,7 +30,7 @@ def committed(broker: Broker) -> Iterator[tuple[Broker, Committer, list[str]]]:
         ParkedStore(broker, lease_s=30),
         fatal.append,
     )
-    assert committer._step is not None  # a single Redis: the one-step path
+    assert broker.commits.one_step  # a single Redis: the one-step path
     yield broker, committer, acked
     committer.close()
     assert fatal == []

@@ -1,4 +1,4 @@
-"""The webhook body built from the stored hash (broker.store.request_json, notifiers.stored) is byte
+"""The webhook body built from the stored hash (broker.store.request_json, stored_requests) is byte
 for byte `Request.model_dump_json()` of the request `parse_request` reads, for every shape the
 broker writes; a hash outside those shapes takes the pydantic way, so a malformed one still
 raises as before and an odd but valid one gives the same bytes."""
@@ -15,12 +15,11 @@ from broker.domain.config import parse_config
 from broker.domain.events import parse_entry
 from broker.domain.models import Decision, HistoryEntry, NewRequest, Request, utcnow
 from broker.domain.rules.models import parse_body
-from broker.facade import Broker
+from broker.facade import Broker, StoredRequest
 from broker.store.request_hash import parse_request
 from broker.store.request_json import ORDER, request_json, request_values
 from channels.webhook.sender import delivery_body, webhook_body
 from notifiers.commit import _note, _stamp
-from notifiers.stored import StoredRequest
 from notifiers.tasks import InflightEntry, Task
 from tests.support.fakes.harness import SECRET
 

@@ -45,12 +45,11 @@ def test_history_notes_are_pydantics_text_at_whole_seconds_too() -> None:
 
 def test_routes_worked_out_once_per_kind_of_event_are_the_routes(redis: Redis) -> None:
     from broker.domain.config import parse_config
-    from broker.facade import Broker
+    from broker.facade import Broker, StoredRequest
     from channels.inbox.sender import InboxSender
     from channels.retry import RetryPolicy
     from channels.sender import Sender
     from notifiers.router import Router
-    from notifiers.stored import StoredRequest
 
     class Stub(Sender):
         def __init__(self, name: str, kind: str, wanted: tuple[str, ...] | None = None) -> None:

@@ -12,6 +12,10 @@ queued in a pipeline is sent as is: redis-py's own `Script` objects would send `
 before every pipeline, one round trip more on the hot path. Clients without a plain connection
 pool (Redis Cluster, test doubles) keep redis-py's `Script` objects. A cluster pipeline refuses
 EVALSHA, so a call given one runs at once on the cluster (routed by its keys, all of one slot).
+
+Two steps take their arguments flat (`Scripts.run_flat`), not as one JSON object: the notifier's
+batch steps (`commit.lua`, the committer's batch; `take_parked.lua`), whose long lists would
+cost a JSON round on each side of every batch. They are loaded and called like the others.
 """
 
 from __future__ import annotations
@@ -38,7 +42,14 @@ from broker.store.script_keys import ScriptKeys
 
 NAMES = (
     "create", "decide", "escalate", "due", "sweep", "note", "ack", "remember", "receipt", "audit",
+    "commit", "take_parked",
 )  # fmt: skip
+FLAT: dict[str, tuple[str, ...]] = {
+    "commit": ("chain.lua", "commit.lua"),  # appends audit entries: the chain, without lib.lua
+    "take_parked": ("take_parked.lua",),
+}
+"""The steps that take flat KEYS and ARGV (`Scripts.run_flat`), with the files each is made of;
+every other step is `chain.lua`, `lib.lua` (which decodes the one JSON argument) and its own."""
 REPLICATED = ("create", "decide", "escalate", "sweep", "remember", "receipt")
 """On a cluster these steps wait for a replica (WAIT) before returning: a decision, a new round
 and the outbox entry of a resume must survive a failover (`broker.redis.cluster.wait_for_replicas`)."""
@@ -48,14 +59,8 @@ log = logging.getLogger("broker.store.scripts")
 @cache
 def source(name: str) -> str:
     here = files(__package__)
-    parts = ("chain.lua", "lib.lua", f"{name}.lua")  # the audit chain first
+    parts = FLAT.get(name) or ("chain.lua", "lib.lua", f"{name}.lua")  # the audit chain first
     return "\n".join((here / part).read_text() for part in parts)
-
-
-def chain_source() -> str:
-    """The audit chain's Lua (`chain.lua`: `chain_append(stream, head, keep, now, values)` and
-    `iso(t)`), for a step of another package that appends entries (the notifier's committer)."""
-    return (files(__package__) / "chain.lua").read_text() + "\n"
 
 
 @cache
@@ -110,6 +115,21 @@ class Scripts:
             return reply
         return [as_str(x) if isinstance(x, bytes) else x for x in reply]
 
+    def run_flat(
+        self, name: str, keys: Sequence[str], argv: Sequence[str | int], client: Any = None
+    ) -> Any:
+        """Run one of the `FLAT` steps with `keys` as KEYS and `argv` as ARGV, as they are; a
+        list reply as text. A pipeline as `client` queues it, as in `run`."""
+        if isinstance(client, ClusterPipeline):
+            client = None
+        if self._fallback is not None:
+            reply = self._fallback[name](keys=keys, args=argv, client=client)
+        else:
+            reply = self._call(name, list(keys), list(argv), client)
+        if not isinstance(reply, list):
+            return reply
+        return [as_str(x) if isinstance(x, bytes) else x for x in reply]
+
     @property
     def runs_async(self) -> bool:
         """Can `arun` run these scripts: a single Redis called by SHA (a cluster's steps wait
@@ -139,7 +159,7 @@ class Scripts:
         if acked < 1:
             log.warning("no replica acknowledged a write beside %s in time", key)
 
-    def _call(self, name: str, keys: list[str], argv: list[str], client: Any) -> Any:
+    def _call(self, name: str, keys: list[str], argv: list[Any], client: Any) -> Any:
         if not self._loaded:
             if self._loader is not None and self._loader.loaded:
                 self._loaded = True  # another Broker on this client loaded them

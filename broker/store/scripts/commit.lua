@@ -7,9 +7,10 @@
 -- KEYS: D delivery hashes, N request hashes, the stats hash (when C > 0), S streams.
 -- ARGV after the counts: D done fields, N history entries (JSON), C (name, by) pairs, then per
 -- stream its number of ids and the ids.
--- Then, with the audit trail on (broker/scripts/chain.lua is prepended): ARGV the chain's
--- `keep` seconds and the N notes' request ids; KEYS the chain's stream and head, last. Each
--- `delivered` / `delivery_failed` note appends an audit entry of that event (actor: the channel).
+-- Then, with the audit trail on (chain.lua comes first: `FLAT` in broker/store/scripts): ARGV
+-- the chain's `keep` seconds and the N notes' request ids; KEYS the chain's stream and head,
+-- last. Each `delivered` / `delivery_failed` note appends an audit entry of that event (actor:
+-- the channel). Run by `broker.store.delivery_commits`.
 -- Replies {refused, first refusal's message}.
 local group = ARGV[1]
 local nd, nn, nc, ns = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])

@@ -1,0 +1,80 @@
+"""A notifier's batch of entries costs a fixed number of Redis round trips, however many entries
+it holds: one read, one load of their requests, and one bookkeeping step per committer batch
+(`broker.notifier_reads`, `broker.stored_requests`, `broker.commits`)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from redis import Redis
+
+from broker.domain.config import parse_config
+from broker.domain.models import NewRequest
+from broker.facade import Broker
+from channels.retry import RetryPolicy
+from channels.sender import Delivery, Sender
+from notifiers.consumer import Notifier
+from tests.support.counted_redis import redis_server  # noqa: F401 - counts need a Redis of their own
+from tests.support.fakes.harness import SECRET, options
+from tests.support.waiting import wait_for
+
+N = 200
+
+
+class Delivered(Sender):
+    """A channel every delivery reaches at once (its note goes to the request's history)."""
+
+    kind = "webhook"
+
+    def __init__(self) -> None:
+        super().__init__("webhook:a", policy=RetryPolicy(1, 1.0, 1.0), concurrency=4)
+
+    def deliver(self, delivery: Delivery) -> str | None:
+        return "ok"
+
+
+def round_trips(redis: Redis) -> int:
+    """Every client's round trips so far, as Redis counts them (one read per command sent alone
+    or per pipeline; a large pipeline may take a few)."""
+    return int(redis.info("stats")["total_reads_processed"])
+
+
+def calls(redis: Redis, command: str) -> int:
+    stats: dict[str, Any] = redis.info("commandstats")
+    return int(stats.get(f"cmdstat_{command}", {}).get("calls", 0))
+
+
+def test_a_batch_of_entries_costs_a_fixed_number_of_round_trips(redis_url: str) -> None:
+    redis = Redis.from_url(redis_url)
+    config = parse_config(
+        {
+            "queues": {"default": {"channels": ["webhook:a"]}},
+            "webhooks": {"a": {"url": "http://127.0.0.1:9/h", "secret": SECRET}},
+        }
+    )
+    broker = Broker(redis, config, prefix="rt:")
+    notifier = Notifier(broker, {"webhook:a": Delivered()}, options(batch=N), name="n1")
+    try:  # driven by hand (no threads of its own but the pools and the committer)
+        notifier.ensure_groups()
+        broker.create_requests([NewRequest(tool_name="refund", args={"i": -1})])
+        assert notifier.reader.read_once()  # scripts loaded, connections made
+        wait_for(lambda: len(notifier.inflight) == 0)
+        broker.create_requests([NewRequest(tool_name="refund", args={"i": i}) for i in range(N)])
+        steps = calls(redis, "evalsha")
+        before = round_trips(redis)
+        assert notifier.reader.read_once()
+        wait_for(lambda: len(notifier.inflight) == 0)  # every entry delivered and acknowledged
+        trips = round_trips(redis) - before - 1  # the INFO above is one
+        steps = calls(redis, "evalsha") - steps
+    finally:
+        notifier.stop()
+    assert calls(redis, "xreadgroup") == 2 and 1 <= steps <= 10  # one step per committer batch
+    # the read, the requests' load and the committer's steps, each one round trip (Redis counts
+    # a large pipeline or step, ~40 KB here, as a few socket reads, more on a busy machine); an
+    # entry's own round trip (a request read alone, a marker or an ack sent alone) would make it
+    # hundreds
+    assert trips <= 6 + 6 * steps, (trips, steps)  # counted 6 to 8 for one step
+    pending = redis.xpending(broker.keys.stream("default"), "notifiers")["pending"]
+    assert pending == 0
+    delivered = redis.hget(broker.keys.stats, "delivered:webhook")
+    assert delivered is not None and int(delivered) == N + 1
