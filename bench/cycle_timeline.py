@@ -25,7 +25,8 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
-from bench_agents import IDLE_S, BrokerSide, Up, throughput
+from bench_agents import throughput
+from broker_side import IDLE_S, BrokerSide, Up
 
 STOP = "cycle-timeline-stop"
 

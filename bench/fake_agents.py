@@ -20,7 +20,12 @@ from redis import Redis
 
 from broker.runs.agents import DepsContext
 
-SLOW_S = float(os.environ.get("BENCH_MODEL_SLEEP_S", "1.0"))
+
+def slow_s() -> float:
+    """The slow model's sleep per call: read at each call, so that a bench that sets
+    BENCH_MODEL_SLEEP_S after importing this module (bench_agents' `--slow-s`) is obeyed."""
+    return float(os.environ.get("BENCH_MODEL_SLEEP_S", "1.0"))
+
 
 CONFIG = """
 [queues.default]
@@ -58,12 +63,12 @@ def _answer(messages: list[ModelMessage]) -> ModelResponse:
     return ModelResponse(parts=[TextPart("refunded")])
 
 
-async def _fast(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+async def answer_now(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
     return _answer(messages)
 
 
-async def _slow(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
-    await asyncio.sleep(SLOW_S)
+async def answer_slowly(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+    await asyncio.sleep(slow_s())
     return _answer(messages)
 
 
@@ -83,5 +88,5 @@ def _agent(model: FunctionModel) -> Agent[Counter, str | DeferredToolRequests]:
     return agent
 
 
-fast = _agent(FunctionModel(_fast))
-slow = _agent(FunctionModel(_slow))
+fast = _agent(FunctionModel(answer_now))
+slow = _agent(FunctionModel(answer_slowly))
