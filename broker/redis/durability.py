@@ -57,11 +57,23 @@ class Durability:
         return f"{aof}, appendfsync {fsync}"
 
 
+def asks_config(redis: Redis) -> bool:
+    """Whether `CONFIG GET` may be asked: only as the `default` user. An ACL user of its own
+    (docs/security.md's `approval-broker` user) is never given CONFIG, an admin command, and a
+    refused one would show in Redis's ACL LOG as if the broker probed for secrets."""
+    try:
+        kwargs = redis.get_connection_kwargs()  # type: ignore[union-attr]
+    except AttributeError:  # a cluster client: no single connection's settings
+        return False
+    return kwargs.get("username") in (None, "", "default")
+
+
 def read_durability(redis: Redis) -> Durability:
     """The AOF state (`INFO persistence`) and `appendfsync` (`CONFIG GET`) of a running Redis.
 
-    A Redis that refuses either answer (an ACL without `+config|get`, a managed service that
-    renames CONFIG) leaves that part None; nothing here raises on a refusal.
+    `appendfsync` is asked only as the `default` user (`asks_config`). A Redis that refuses
+    either answer (a managed service that renames CONFIG) leaves that part None; nothing here
+    raises on a refusal.
     """
     aof: bool | None
     try:
@@ -71,6 +83,8 @@ def read_durability(redis: Redis) -> Durability:
         return Durability(None, None)
     except RedisError:
         aof = None
+    if not asks_config(redis):
+        return Durability(aof, None)
     try:
         found = redis.config_get("appendfsync")
         value = found.get("appendfsync") if isinstance(found, dict) else None
