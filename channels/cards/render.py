@@ -1,5 +1,5 @@
 """A request as a chat card (text and buttons), for the channels without Block Kit: Telegram and
-Discord turn the same `Card` into their own markup (notifiers/telegram.py, notifiers/discord.py).
+Discord turn the same `Card` into their own markup (channels/telegram/sender.py, channels/discord/sender.py).
 
 Pure functions of the request and config, so every notifier renders a request the same way and
 an update rewrites the whole card. Requester text (prompt, tool name, arguments, reasons,

@@ -2,7 +2,7 @@
 
 Approve, escalate and answer (a typed answer or an option button) decide inline (one Lua call:
 Slack wants an answer within 3 seconds); Reject, "Answer…" and "Always…" open a modal, whose
-submission `api/slack_modals.py` handles; "I'm on it" acks. A click decides only when it comes
+submission `channels/slack/modals.py` handles; "I'm on it" acks. A click decides only when it comes
 from a Slack channel of the queue the request waits in now.
 """
 
@@ -71,7 +71,7 @@ def handle_block_actions(
             return ack(host, slack, action.value, decider, channel_id)
         if action.action_id == ids.REJECT:
             return start_reject(host, slack, payload, action.value, decider, channel_id)
-        if action.action_id == always.ALWAYS:  # the modal of rules (api/slack_always.py)
+        if action.action_id == always.ALWAYS:  # the modal of rules (channels/slack/always.py)
             return start_always(host, slack, payload, action.value, decider, channel_id)
         if action.action_id == ANSWER_FORM:
             return start_answer(host, slack, payload, action.value, decider, channel_id)

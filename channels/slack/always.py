@@ -1,7 +1,7 @@
 """Slack's "Always…": the click opens the modal of suggested rules, its submission decides and
 keeps the rule (through the judge, `broker.judge`, with the same who-may-decide checks).
 
-`api/slack_actions.py` and `api/slack_modals.py` route here; this module holds no Slack
+`channels/slack/actions.py` and `channels/slack/modals.py` route here; this module holds no Slack
 protocol of its own.
 """
 

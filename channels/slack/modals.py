@@ -1,5 +1,5 @@
 """Slack view submissions: the reject-reason modal, the answer form of a structured question
-(`channels.slack.question_modal`) and, routed on, the "Always…" modal (`api/slack_always.py`).
+(`channels.slack.question_modal`) and, routed on, the "Always…" modal (`channels/slack/always.py`).
 
 A refusal keeps the modal open with the error beside its input (`response_action: "errors"`);
 a decision closes it (`"clear"`). Each submission spends the signature with its decision.

@@ -1,10 +1,10 @@
 """Slack interactivity (`POST /v1/slack/interactions`): the route, which verifies, parses and
 hands the interaction to the module of its kind.
 
-The modules, one job each: `api/slack_signature.py` (the v0 signature and its replay marker),
-`api/slack_payloads.py` (the payload shapes), `api/slack_actions.py` (button clicks),
-`api/slack_modals.py` (the reject-reason modal and the answer form), `api/slack_always.py`
-(the "Always…" modal of rules) and `api/slack_replies.py` (what goes back to Slack).
+The modules, one job each: `channels/slack/signature.py` (the v0 signature and its replay marker),
+`channels/slack/payloads.py` (the payload shapes), `channels/slack/actions.py` (button clicks),
+`channels/slack/modals.py` (the reject-reason modal and the answer form), `channels/slack/always.py`
+(the "Always…" modal of rules) and `channels/slack/replies.py` (what goes back to Slack).
 
 A signature is accepted once (an exact replay is refused): a click's signature is spent in the
 same atomic step as the decision it carries, so a click whose decision failed (Redis gone for a

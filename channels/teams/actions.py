@@ -7,7 +7,7 @@ in now), the creator rule and the quorum per person (a Teams user mapped to alic
 every channel). The click's activity id is its one-time marker, spent with the decision: a
 replayed invoke records nothing. Whatever happens, the clicker gets a card back: to one who may
 decide the request, the request as it stands, with a line saying why a click was refused; to
-anyone else, a card with that line alone (`api.refusals`), nothing of the request. It never
+anyone else, a card with that line alone (`channels.refusals`), nothing of the request. It never
 speaks to Teams itself.
 """
 

@@ -1,9 +1,9 @@
 """The Microsoft 365 Agents SDK's pieces of the Teams bot: its JWT validator checks the Bot
 Framework token, its FastAPI `CloudAdapter` turns the request into a turn, and its
 `AgentApplication` routes `adaptiveCard/action` invokes (`Action.Execute`) to
-`api/teams_actions.py`, whose answer becomes the invoke response's card.
+`channels/teams/actions.py`, whose answer becomes the invoke response's card.
 
-Imported by `api/teams.py` on the first activity only: the SDK takes seconds to import, which
+Imported by `channels/teams/routes.py` on the first activity only: the SDK takes seconds to import, which
 an API without `[teams]` never pays. Without `[teams] app_id` the SDK runs in its anonymous
 mode (no token needed inbound, none sent outbound), which the config allows only with
 `allow_anonymous = true`: a local emulator or tests.

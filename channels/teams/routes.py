@@ -1,8 +1,8 @@
 """Microsoft Teams activities (`POST /v1/teams/messages`): the route.
 
 The bot itself (the Microsoft 365 Agents SDK's token check, adapter and application) is
-`api/teams_bot.py`, imported on the first activity; clicks are decided in
-`api/teams_actions.py` through the one decision service and answered with the card refreshed
+`channels/teams/bot.py`, imported on the first activity; clicks are decided in
+`channels/teams/actions.py` through the one decision service and answered with the card refreshed
 to the outcome (the `Action.Execute` invoke response); updating the card for everyone else is
 the notifier's job (it sees the event). Errors of our own (no or a bad token, a body that is
 no activity) answer 4xx with `{"error", "detail"}`; nothing a Teams client sends makes a 500.
