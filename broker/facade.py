@@ -150,7 +150,7 @@ class Broker:
         if clustered(settings, config):  # the broker's keys on the cluster, RQ on its own Redis
             rq = rq_connection(None, settings.rq_redis_url, cluster=True, patient=patient)
             client = connect_cluster(settings.redis_url, patient=patient)
-            broker = cls(client, config, prefix=settings.key_prefix)  # type: ignore[arg-type]
+            broker = cls(client, config, prefix=settings.key_prefix)  # type: ignore[arg-type]  # a RedisCluster serves every command the store sends a Redis
             broker.store.rq = rq
             return broker
         return cls(connect(settings.redis_url, patient=patient), config, prefix=settings.key_prefix)

@@ -79,8 +79,8 @@ class Request(wire.Request):
 
     # The nested models are the server's (no unknown field kept); the fields are the client's.
     decision: Decision | None = None
-    history: list[HistoryEntry] = Field(default_factory=list)
-    approvals: list[Vote] = Field(default_factory=list)
+    history: list[HistoryEntry] = Field(default_factory=list)  # type: ignore[assignment]  # the server's HistoryEntry, a subclass of the client's: a list is invariant to mypy
+    approvals: list[Vote] = Field(default_factory=list)  # type: ignore[assignment]  # likewise the server's Vote
 
     @field_validator("approvals", mode="before")
     @classmethod
