@@ -71,7 +71,7 @@ class Vote(wire.Vote):
 
 
 class Request(wire.Request):
-    """A durable request for a person's decision on one tool call (contract: docs/architecture.md)."""
+    """A durable request for a person's decision on one tool call (contract: docs/internals.md)."""
 
     # Read from its Redis hash as well as from JSON: the hash keeps the votes as JSON text,
     # `acked_until` as epoch seconds and an unset person as an empty string.
