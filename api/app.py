@@ -1,4 +1,4 @@
-"""The FastAPI app: HTTP API v1 (docs/architecture.md), one router per module.
+"""The FastAPI app: HTTP API v1 (docs/internals.md), one router per module.
 
 `create_app` is what the server, the tests and `up` call. The API's own routers are listed in
 ROUTERS; each configured channel kind mounts its inbound routes from its plugin. The OpenAPI document is corrected and /docs

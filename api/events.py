@@ -202,11 +202,11 @@ async def event_stream(
                         )
                     except NotFound:
                         continue
-                    request = await _as_seen_by(state, principal, request, fields["type"])
-                    if request is None:
+                    seen = await _as_seen_by(state, principal, request, fields["type"])
+                    if seen is None:
                         continue
                     yield ServerSentEvent(
-                        event=fields["type"], data=request.public(), id=reader.event_id()
+                        event=fields["type"], data=seen.public(), id=reader.event_id()
                     )
                     last_sent = time.monotonic()
             if time.monotonic() - last_sent >= settings.heartbeat_s:

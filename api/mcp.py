@@ -156,5 +156,5 @@ def install_mcp(app: FastAPI) -> McpEndpoint:
 
     After `app.state.events` is set: the endpoint's stream cap is the event streams'."""
     endpoint = McpEndpoint(StreamSlots(app.state.events.max_streams_per_principal))
-    app.add_route(PATH, endpoint, methods=["GET", "POST", "DELETE"], include_in_schema=False)
+    app.add_route(PATH, endpoint, methods=["GET", "POST", "DELETE"], include_in_schema=False)  # type: ignore[arg-type]  # an ASGI app: Route serves one as is; the hint names handlers only
     return endpoint

@@ -120,7 +120,7 @@ def install_openapi(app: FastAPI) -> None:
             app.openapi_schema = document_errors(generated)
         return app.openapi_schema
 
-    app.openapi = openapi  # type: ignore[method-assign]
+    app.openapi = openapi  # type: ignore[method-assign]  # FastAPI's documented way to extend the schema
     static = files("swagger_ui") / "static"
     app.mount(DOCS_ASSETS, StaticFiles(directory=str(static)), name="docs-assets")
 

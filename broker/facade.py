@@ -6,7 +6,7 @@ on it"), `sweeping` (expiry), `run_store` (run records and message checkpoints),
 (dead letters), `deliveries` (posted copies), `once` (one-time markers), `reason_prompts`,
 `idempotency` (Idempotency-Key claims), `fleet` (health and figures), `audit` (the trail's
 chains) and `async_reads()` (the API's asyncio reads). Its methods are the ones users call
-(docs/testing.md, the public API in docs/architecture.md) and a few the core's runs use.
+(docs/testing.md, the public API in docs/internals.md) and a few the core's runs use.
 Nothing outside `broker/` imports `broker.store` or `broker.redis` or spells a Redis key (an
 import-linter contract): what a role needs is a service here, or a type re-exported here (`Once`,
 `UNAVAILABLE`, `RuleStore`...). Every state change is one Lua step (see `broker/store/scripts/`),
@@ -150,7 +150,7 @@ class Broker:
         if clustered(settings, config):  # the broker's keys on the cluster, RQ on its own Redis
             rq = rq_connection(None, settings.rq_redis_url, cluster=True, patient=patient)
             client = connect_cluster(settings.redis_url, patient=patient)
-            broker = cls(client, config, prefix=settings.key_prefix)  # type: ignore[arg-type]
+            broker = cls(client, config, prefix=settings.key_prefix)  # type: ignore[arg-type]  # a RedisCluster serves every command the store sends a Redis
             broker.store.rq = rq
             return broker
         return cls(connect(settings.redis_url, patient=patient), config, prefix=settings.key_prefix)

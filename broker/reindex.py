@@ -16,7 +16,7 @@ from functools import cached_property
 from redis.commands.core import Script
 
 from broker.facade import Broker
-from broker.redis.replies import as_str
+from broker.redis.replies import as_members, as_str
 from broker.store.keys import Keys
 from broker.store.scripts import source
 
@@ -38,7 +38,7 @@ class Reindex:
     def _partition(self, part: Keys) -> int:
         total, start = 0, 0
         while True:
-            got = self.broker.redis.zrange(part.requests, start, start + BATCH - 1)
+            got = as_members(self.broker.redis.zrange(part.requests, start, start + BATCH - 1))
             if not got:
                 return total
             total += self._batch(part, [as_str(i) for i in got])

@@ -52,8 +52,8 @@ class SyncWorker:
         done = 0
         while done < max_jobs:
             self.resumer.run_once()
-            raw = self.broker.redis.lpop(self.queue.key)
-            if raw is None:
+            raw = self.broker.redis.lpop(self.queue.key)  # one job id (bytes), or None
+            if not isinstance(raw, bytes):
                 return done
             job_id = raw.decode()
             job = Job.fetch(job_id, connection=self.broker.redis, serializer=JSONSerializer)

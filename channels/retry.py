@@ -56,7 +56,7 @@ class RetryPolicy:
         "Equal jitter": half the exponential step is fixed, half random, so retries from many
         notifiers spread out yet still back off. A server's Retry-After is a floor.
         """
-        step = min(self.cap_s, self.base_s * 2 ** (attempt - 1))
+        step = min(self.cap_s, self.base_s * 2.0 ** (attempt - 1))
         wait = step / 2 + rand() * step / 2
         if retry_after is not None:
             wait = max(wait, cap_retry_after(retry_after))

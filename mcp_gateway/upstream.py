@@ -102,7 +102,8 @@ class Upstream:
         async with self._lock:
             if self._session is None:
                 assert self._tasks is not None, "Upstream.start() was not called"
-                ready, failed = anyio.Event(), []
+                ready = anyio.Event()
+                failed: list[BaseException] = []
                 self._tasks.start_soon(self._hold, ready, failed)
                 await ready.wait()
                 if self._session is None:

@@ -30,6 +30,7 @@ import os
 import threading
 import time
 import uuid
+from typing import Any
 
 from redis import Redis
 from redis.exceptions import LockError, RedisError
@@ -69,8 +70,8 @@ class SlotWorker(SimpleWorker):
     death_penalty_class = TimerDeathPenalty
     heartbeat_ttl_s: int = HEARTBEAT_TTL_S
 
-    def __init__(self, *args: object, **kwargs: object) -> None:
-        super().__init__(*args, **kwargs)  # type: ignore[arg-type]
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
         self.running: Job | None = None
 
     def get_heartbeat_ttl(self, job: Job) -> int:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import copy
 import json
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -105,7 +106,7 @@ def _field_kind(where: str, prop: Any) -> FieldKind:
         _check_enum(f"{where}.items", items["enum"], items.get("type"))
         return "multi_enum"
     if kind in SCALARS:
-        return kind  # type: ignore[return-value]
+        return kind
     if kind is None:
         raise _fail(where, "needs a 'type' (string, number, integer, boolean, array) or 'enum'")
     raise _fail(where, f"unsupported type {kind!r} (supported: {', '.join(SCALARS)}, enum, array)")
@@ -222,8 +223,9 @@ def validate(schema: dict[str, Any], answer: Any) -> tuple[dict[str, Any], dict[
     lines = []
     for error in errors:
         names = [str(error.path[0])] if error.path else [""]
-        if error.validator == "required" and not error.path:
-            names = [str(r) for r in error.validator_value if r not in filled] or [""]
+        required = error.validator_value  # the keyword's value: `required`'s is a list of names
+        if error.validator == "required" and not error.path and isinstance(required, Iterable):
+            names = [str(r) for r in required if r not in filled] or [""]
         for name in names:
             problems.setdefault(
                 name, "required" if error.validator == "required" else error.message

@@ -266,7 +266,7 @@ def parse_config(raw: dict[str, Any], source: str = "config") -> Config:
     sections = _channel_sections(raw, source)
     if "approvers" in raw:
         raw["approvers"] = _resolve_secrets(raw["approvers"], "approvers")
-    keys = {channel_kinds.kind(k).section_key for k in sections}  # type: ignore[union-attr]
+    keys = {kind.section_key for k in sections if (kind := channel_kinds.kind(k)) is not None}
     core = {k: v for k, v in raw.items() if k not in keys and k != SECTIONS_FIELD}
     try:
         config = Config.model_validate({**core, SECTIONS_FIELD: sections})

@@ -71,7 +71,7 @@ class Vote(wire.Vote):
 
 
 class Request(wire.Request):
-    """A durable request for a person's decision on one tool call (contract: docs/architecture.md)."""
+    """A durable request for a person's decision on one tool call (contract: docs/internals.md)."""
 
     # Read from its Redis hash as well as from JSON: the hash keeps the votes as JSON text,
     # `acked_until` as epoch seconds and an unset person as an empty string.
@@ -79,8 +79,8 @@ class Request(wire.Request):
 
     # The nested models are the server's (no unknown field kept); the fields are the client's.
     decision: Decision | None = None
-    history: list[HistoryEntry] = Field(default_factory=list)
-    approvals: list[Vote] = Field(default_factory=list)
+    history: list[HistoryEntry] = Field(default_factory=list)  # type: ignore[assignment]  # the server's HistoryEntry, a subclass of the client's: a list is invariant to mypy
+    approvals: list[Vote] = Field(default_factory=list)  # type: ignore[assignment]  # likewise the server's Vote
 
     @field_validator("approvals", mode="before")
     @classmethod

@@ -27,7 +27,7 @@ from approval_broker_client.receipts import REFUSED_TEXT as REFUSED_TEXT
 from approval_broker_client.receipts import ReceiptRefused as ReceiptRefused
 from joserfc import jws, jwt
 from joserfc.errors import JoseError
-from joserfc.jwk import KeySet, OKPKey
+from joserfc.jwk import Key, KeySet, OKPKey
 
 from broker.domain.args_hash import args_hash
 from broker.domain.errors import ConfigError
@@ -96,7 +96,7 @@ class ReceiptKeys:
         (keys rotated out, kept until the receipts they signed have expired)."""
         signing = _read_key(key_file, "receipts.key_file")
         kid = kid_of(signing)
-        public = [OKPKey.import_key({**signing.as_dict(private=False), "kid": kid})]
+        public: list[Key] = [OKPKey.import_key({**signing.as_dict(private=False), "kid": kid})]
         for i, path in enumerate(previous):
             old = _read_key(path, f"receipts.previous_key_files[{i}]")
             public.append(OKPKey.import_key({**old.as_dict(private=False), "kid": kid_of(old)}))

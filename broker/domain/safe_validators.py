@@ -150,7 +150,8 @@ def _safe(base: type[Validator]) -> type[Validator]:
         additionalProperties=_metered(_additional_properties),
         uniqueItems=_metered(_unique_items),
     )
-    return extend(base, validators=keywords)
+    safe: type[Validator] = extend(base, validators=keywords)
+    return safe
 
 
 @contextmanager
@@ -165,7 +166,9 @@ def metered(budget: int, deadline_s: float) -> Iterator[None]:
         _meter.left = None
 
 
-_SAFE = {base: _safe(base) for base in {Draft202012Validator, Draft7Validator}}
+_SAFE: dict[type[Validator], type[Validator]] = {
+    base: _safe(base) for base in {Draft202012Validator, Draft7Validator}
+}
 
 
 def validator_class(schema: Mapping[str, Any]) -> type[Validator]:

@@ -128,7 +128,15 @@ less the ones that name other documents or depend on evaluation order (`$id`, `$
 `$dynamicRef`, `$dynamicAnchor`, `$vocabulary`, `unevaluatedProperties`, `unevaluatedItems`),
 plus pydantic's `discriminator` annotation."""
 
-_ONE = ("not", "if", "then", "else", "additionalProperties", "propertyNames", "contains")
+_ONE: tuple[str, ...] = (
+    "not",
+    "if",
+    "then",
+    "else",
+    "additionalProperties",
+    "propertyNames",
+    "contains",
+)
 _ONE += ("additionalItems",)
 _MANY = ("allOf", "anyOf", "oneOf", "prefixItems")
 _NAMED = ("properties", "patternProperties", "$defs", "definitions", "dependentSchemas")
@@ -229,7 +237,7 @@ def check_shape(schema: Any, where: str, code: str) -> list[tuple[str, str, Any]
         raise fail(f"{where}.$schema", "only JSON Schema 2020-12 or draft 7")
     found = list(_walk(schema, where, fail))
     try:
-        validator_class(schema).check_schema(schema, format_checker=_NO_FORMATS)
+        validator_class(schema).check_schema(schema, format_checker=_NO_FORMATS)  # type: ignore[call-arg]  # jsonschema 4 takes it; types-jsonschema's Validator omits it
     except SchemaError as exc:
         path = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in exc.absolute_path)
         raise fail(f"{where}{path}", f"not a valid JSON Schema: {exc.message}") from None

@@ -1,4 +1,4 @@
-"""The APPROVAL_BROKER_* environment (contract: docs/architecture.md): where Redis is, which
+"""The APPROVAL_BROKER_* environment (contract: docs/internals.md): where Redis is, which
 config file, the admin token, where the API listens.
 
 Apart from the TOML config (`broker.domain.config`): the environment says where a process runs,
@@ -23,7 +23,7 @@ can lose the last 1-2 s of acknowledged writes). `broker.redis.durability` says 
 
 
 class Settings(BaseSettings):
-    """The APPROVAL_BROKER_* environment (contract: docs/architecture.md)."""
+    """The APPROVAL_BROKER_* environment (contract: docs/internals.md)."""
 
     model_config = SettingsConfigDict(env_prefix="APPROVAL_BROKER_", extra="ignore")
 

@@ -221,7 +221,7 @@ def marker_key(key: str) -> str:
 
 
 def wait_for_replicas(
-    client: RedisCluster,
+    client: Redis | RedisCluster,
     key: str,
     numreplicas: int = 1,
     timeout_ms: int = WAIT_TIMEOUT_MS,
@@ -237,8 +237,12 @@ def wait_for_replicas(
     `strict` raises NotReplicated when fewer than asked did. A transient error is retried on
     the same master (the marker is idempotent). If the key's master changed in between (a
     failover), the write may have died with the old master, and a WAIT on the new one would
-    vouch for it all the same: FailedOver is raised instead, strict or not.
+    vouch for it all the same: FailedOver is raised instead, strict or not. `client` is typed
+    as the store's (a `Redis`, or a `RedisCluster` on a cluster); only a cluster client has
+    replicas to wait for.
     """
+    if not isinstance(client, RedisCluster):
+        raise TypeError(f"waiting for replicas needs a cluster client, not {type(client).__name__}")
     marker = marker_key(key)
     backoff = ExponentialBackoff(cap=1.0, base=0.05)
     first: str | None = None

@@ -15,7 +15,7 @@ import os
 import warnings
 import weakref
 from collections.abc import Callable, Coroutine
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 import anyio.to_thread
 
@@ -62,8 +62,11 @@ def event_loop() -> asyncio.AbstractEventLoop:
     return loop
 
 
-CoroutineRunner = Callable[[Coroutine[Any, Any, Any]], Any]
-"""Runs an agent's coroutine to its end from a job's thread and returns its result (or raises)."""
+class CoroutineRunner(Protocol):
+    """Runs an agent's coroutine to its end from a job's thread and returns its result (or raises)."""
+
+    def __call__(self, coro: Coroutine[Any, Any, _T], /) -> _T: ...
+
 
 _coroutine_runner: CoroutineRunner | None = None
 
@@ -81,7 +84,7 @@ def run_coroutines_with(runner: CoroutineRunner | None) -> None:
 
 def run_sync(coro: Coroutine[Any, Any, _T]) -> _T:
     if _coroutine_runner is not None:
-        return _coroutine_runner(coro)  # type: ignore[no-any-return]
+        return _coroutine_runner(coro)
     return event_loop().run_until_complete(coro)
 
 

@@ -22,7 +22,10 @@ from __future__ import annotations
 
 import time
 
+from redis.typing import KeyT, StreamIdT
+
 from broker.facade import Broker
+from broker.redis.replies import as_str, as_streams
 
 LIVE = "live"
 RESUMER = "resumer"
@@ -61,7 +64,7 @@ def owned_round(fields: dict[str, str], round_no: int) -> int:
 
 def claimed_by(broker: Broker, run_id: str, round_no: int) -> str | None:
     owner = broker.redis.hget(broker.keys.run(run_id), claim_field(round_no))
-    return owner.decode() if owner is not None else None
+    return as_str(owner)
 
 
 def wait_round(broker: Broker, run_id: str, round_no: int, timeout_s: float) -> bool:
@@ -77,7 +80,9 @@ def wait_round(broker: Broker, run_id: str, round_no: int, timeout_s: float) -> 
         pipe.xrevrange(stream, count=1)
     pipe.lrange(broker.keys.run_round(run_id, round_no), 0, -1)
     _, *newest, ids = pipe.execute()
-    positions = {s: rows[0][0] if rows else b"0-0" for s, rows in zip(streams, newest, strict=True)}
+    positions: dict[KeyT, StreamIdT] = {
+        s: rows[0][0] if rows else b"0-0" for s, rows in zip(streams, newest, strict=True)
+    }
     mine = set(ids)
     pending = broker.keys.run_pending(run_id)
     deadline = time.monotonic() + timeout_s
@@ -90,8 +95,9 @@ def wait_round(broker: Broker, run_id: str, round_no: int, timeout_s: float) -> 
             return False
         block_ms = max(1, int(min(left, BLOCK_S) * 1000))
         check = False
-        for stream, entries in broker.redis.xread(positions, count=500, block=block_ms) or []:  # type: ignore[arg-type]
-            positions[stream.decode()] = entries[-1][0]
+        got = as_streams(broker.redis.xread(positions, count=500, block=block_ms))
+        for name, entries in got:
+            positions[name.decode()] = entries[-1][0]
             check = check or any(f.get(b"request_id") in mine for _, f in entries)
 
 

@@ -38,7 +38,7 @@ from redis.exceptions import ResponseError
 from rq import Queue
 
 from broker.facade import Broker
-from broker.redis.replies import as_str, as_str_dict
+from broker.redis.replies import as_pending, as_str, as_str_dict, as_streams
 from broker.runs.resume_step import ClaimStep, Handled, Round, resume_batch
 from broker.runs.starting import run_queue
 from broker.store import streams
@@ -118,12 +118,14 @@ class Resumer:
                 )  # fmt: skip
                 entries = list(claimed[1])  # Redis 6.2 returns 2 items, 7.x returns 3
                 self._next_claim = time.monotonic() + min(self.min_idle_ms / 2000, 5.0)
-            got = redis.xreadgroup(
-                RESUMER_GROUP,
-                self.consumer,
-                {self.stream: ">"},
-                count=self.count,
-                block=None if entries else self._block_ms(),
+            got = as_streams(
+                redis.xreadgroup(
+                    RESUMER_GROUP,
+                    self.consumer,
+                    {self.stream: ">"},
+                    count=self.count,
+                    block=None if entries else self._block_ms(),
+                )
             )
         except ResponseError as exc:
             if "NOGROUP" in str(exc):
@@ -165,13 +167,15 @@ class Resumer:
         would be claimed (and take a slot of the batch) for ever; XPENDING still knows the id.
         """
         redis = self.broker.redis
-        rows = redis.xpending_range(
-            self.stream,
-            RESUMER_GROUP,
-            min="-",
-            max="+",
-            count=self.count,
-            consumername=self.consumer,
+        rows = as_pending(
+            redis.xpending_range(
+                self.stream,
+                RESUMER_GROUP,
+                min="-",
+                max="+",
+                count=self.count,
+                consumername=self.consumer,
+            )
         )
         for row in rows:
             eid = row["message_id"]

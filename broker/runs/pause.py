@@ -72,4 +72,5 @@ class Pause:
 
 
 def json_messages(messages: list[ModelMessage]) -> list[Any]:
-    return json.loads(ModelMessagesTypeAdapter.dump_json(messages))
+    loaded: list[Any] = json.loads(ModelMessagesTypeAdapter.dump_json(messages))
+    return loaded

@@ -26,7 +26,7 @@ from broker.domain.errors import InvalidInput, NotFound
 from broker.domain.models import Run, RunStatus
 from broker.facade import Broker
 from broker.redis.cluster import wait_for_replicas
-from broker.redis.replies import as_str
+from broker.redis.replies import as_fields, as_str
 from broker.runs.agent_jobs import RESUME_JOB, RUN_JOB, mark_failed, resume_agent, run_agent
 from broker.tracing import spans as traced
 
@@ -109,13 +109,13 @@ def start_run(
     run_id = fields["id"]
     options = _job_options(run_job_id(run_id), traced.job_meta(run_id, 0))
     if broker.store.clustered:  # two Redis: the run first (and replicated), then its job
-        broker.redis.hset(broker.keys.run(run_id), mapping=fields)
-        wait_for_replicas(broker.redis, broker.keys.run(run_id), strict=False)  # type: ignore[arg-type]
+        broker.redis.hset(broker.keys.run(run_id), mapping=as_fields(fields))
+        wait_for_replicas(broker.redis, broker.keys.run(run_id), strict=False)
         run_queue(broker).enqueue(run_agent, run_id, **options)
         return broker.get_run(run_id)
     with broker.redis.pipeline() as pipe:
         run_queue(broker).enqueue(run_agent, run_id, pipeline=pipe, **options)
-        pipe.hset(broker.keys.run(run_id), mapping=fields)
+        pipe.hset(broker.keys.run(run_id), mapping=as_fields(fields))
         pipe.execute()
     return broker.get_run(run_id)
 

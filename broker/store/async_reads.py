@@ -14,15 +14,14 @@ first runs on, so make one per loop. Reads only.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any
 
 from broker.domain.models import Run
 from broker.redis.async_client import AsyncRedis, socket_timeout
-from broker.redis.replies import as_str_dict
+from broker.redis.replies import Entry, as_positions, as_str_dict, as_streams
 from broker.store.keys import Keys
 from broker.store.run_state import queue_run_read, run_from
 
-Entries = list[tuple[bytes, dict[bytes, bytes]]]
+Entries = list[Entry]
 """One stream's entries as Redis sends them: (id, fields), both as bytes."""
 Batch = list[tuple[str, Entries]]
 """What an XREAD gave: each stream's name and its entries."""
@@ -71,7 +70,7 @@ class AsyncReads:
     async def read(self, cursor: dict[str, str], count: int, block_ms: int | None = None) -> Batch:
         """XREAD from each stream's position in `cursor` (on a cluster: streams of one slot),
         at most `count` entries each, blocking up to `block_ms` when given and nothing is there."""
-        got: Any = await self.client.xread(cursor, count=count, block=block_ms)  # type: ignore[arg-type]
+        got = as_streams(await self.client.xread(as_positions(cursor), count=count, block=block_ms))
         return [(raw.decode(), entries) for raw, entries in got or []]
 
     async def run(self, run_id: str) -> tuple[Run, str | None]:

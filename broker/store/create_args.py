@@ -49,7 +49,8 @@ class Prepared:
     @property
     def call(self) -> Call:
         if self._call is None:
-            new, run_id, agent, queue_roles = self._made  # type: ignore[misc]
+            assert self._made is not None, "a call is made for an approval only"
+            new, run_id, agent, queue_roles = self._made
             self._call = Call(
                 tool_name=new.tool_name,
                 args=new.args,

@@ -194,8 +194,9 @@ class Creating:
             if id(p) not in seen_shadow:
                 shadow = self.rules.shadow_match(p.call, quorum=p.quorum, version=version)
                 seen_shadow[id(p)] = shadow[1] if shadow is not None else None
-            if seen_shadow[id(p)] is not None:
-                shadows[rid] = seen_shadow[id(p)]  # type: ignore[assignment]
+            shadow_rule = seen_shadow[id(p)]
+            if shadow_rule is not None:
+                shadows[rid] = shadow_rule
         return out
 
     def _receipted(
@@ -269,7 +270,7 @@ class Creating:
             values["version"] = version.decode() if version else ""
         reply = self.store.scripts.run(
             "create",
-            Prebuilt(script_keys, orjson.dumps(values).decode()),  # type: ignore[arg-type]
+            Prebuilt(script_keys, orjson.dumps(values).decode()),
             extra_argv=argv,
         )
         return reply, variant_of

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from broker.domain.errors import InvalidInput, NotFound
 from broker.domain.models import utcnow
-from broker.redis.replies import as_str, as_str_dict
+from broker.redis.replies import as_fields, as_str, as_str_dict
 from broker.store.handles import Store
 
 
@@ -40,7 +40,10 @@ class DeadLetters:
         for k, v in (entry or {}).items():
             fields[f"f.{k}"] = v
         letter = self.store.redis.xadd(
-            self.store.keys.dead_letters, fields, maxlen=self.store.maxlen, approximate=True
+            self.store.keys.dead_letters,
+            as_fields(fields),
+            maxlen=self.store.maxlen,
+            approximate=True,
         )
         return as_str(letter)
 
@@ -58,7 +61,7 @@ class DeadLetters:
             )
         original = {k.removeprefix("f."): v for k, v in fields.items() if k.startswith("f.")}
         pipe = self.store.redis.pipeline()
-        pipe.xadd(stream, original)  # type: ignore[arg-type]
+        pipe.xadd(stream, as_fields(original))
         pipe.xdel(key, entry_id)
         pipe.execute()
         return True
@@ -66,4 +69,4 @@ class DeadLetters:
     def dead_letters(self, count: int = 100) -> list[tuple[str, dict[str, str]]]:
         """The oldest `count` letters, as (id, fields)."""
         rows = self.store.redis.xrange(self.store.keys.dead_letters, count=count)
-        return [(as_str(eid), as_str_dict(f)) for eid, f in rows]
+        return [(as_str(eid), as_str_dict(f)) for eid, f in rows or [] if eid is not None]

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 from redis import Redis
 
+from broker.redis.replies import as_str
 from broker.store.handles import Store
 
 
@@ -41,7 +42,7 @@ class Claim:
         raw = self.redis.get(self.key)
         if raw is None:
             return None
-        body_hash, _, made = raw.decode().partition("|")
+        body_hash, _, made = as_str(raw).partition("|")
         return body_hash, made
 
 

@@ -57,7 +57,7 @@ class Keys(Partitioned, StepKeys):
         """ZSET: request ids scored by their last change (creation or outcome), for listings."""
         return f"{self.base()}requests"
 
-    # ---- listing indexes (kept by the Lua steps; see docs/architecture.md "Listing") ------
+    # ---- listing indexes (kept by the Lua steps; see docs/internals.md "Redis keys") -------
 
     def pending_in(self, queue: str) -> str:
         """ZSET: ids of the requests pending in one queue, scored by when they expire."""

@@ -152,7 +152,7 @@ class Listing:
         self, index: str, rev: bool, after: tuple[str, str] | None, n: int
     ) -> list[tuple[str, str]]:
         keys = self.store.keys.page_keys(index)
-        args = {"limit": n, "rev": rev}
+        args: dict[str, object] = {"limit": n, "rev": rev}
         if after:
             args.update(s=after[0], i=after[1])
         flat = self._page_script(keys=keys.keys, args=[keys.args(**args)])
@@ -194,4 +194,5 @@ class Listing:
             if len(entries) < batch:
                 return Page(out, None)
             if len(out) == limit or scanned >= max_scan:
+                assert after is not None  # a whole batch was read: `after` is its last entry
                 return Page(out, encode_cursor(tag, *after))

@@ -13,7 +13,7 @@ from __future__ import annotations
 import copy
 import hashlib
 import json
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable
 from datetime import datetime
 from typing import Any
 
@@ -23,7 +23,7 @@ from pydantic_core import to_json
 from broker.domain.args_hash import canonical_json
 from broker.domain.models import HistoryEntry, NewRequest, Request, Status, from_timestamp
 from broker.domain.rules.matching import suggested_rules as suggest
-from broker.redis.replies import as_str_dict, json_loads
+from broker.redis.replies import Fields, as_str_dict, json_loads
 from broker.tracing import telemetry as tracing
 
 JSON_FIELDS = (
@@ -285,7 +285,7 @@ _PLAIN_JSON = {"args": dict, "metadata": dict, "args_schema": dict, "suggested_r
 top level has the right type: kept out of the model's validation, which would walk them."""
 
 
-def parse_request(raw: Mapping[bytes, bytes] | Mapping[str, str]) -> Request:
+def parse_request(raw: Fields) -> Request:
     """A request from its hash (HGETALL, or the field list a Lua step replies with). A malformed
     one raises (ValueError, or KeyError for a missing time), as validation would."""
     f: dict[str, Any] = as_str_dict(raw)
@@ -346,7 +346,7 @@ def _json(value: Any) -> str:
 
 def _loads(text: str | bytes) -> Any:
     """A fresh copy of stored JSON (`broker.redis.replies.json_loads`: exact for integers past 64 bits)."""
-    return json_loads(text if type(text) is str else text.decode())
+    return json_loads(text if isinstance(text, str) else text.decode())
 
 
 _SCALARS = frozenset({str, int, float, bool, type(None)})

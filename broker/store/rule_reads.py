@@ -9,6 +9,8 @@ writes and the matching on top; this module never writes a rule nor decides a re
 
 from __future__ import annotations
 
+import builtins
+import enum
 import threading
 import time
 from collections.abc import Callable, Iterable
@@ -22,10 +24,20 @@ from broker.domain.config import Config
 from broker.domain.errors import NotFound
 from broker.domain.rules.matching import Call
 from broker.domain.rules.models import Rule, is_glob
+from broker.redis.replies import as_bytes, as_members
 from broker.store.keys import Keys
 from broker.store.rule_records import RuleKeys, from_fields
 
-UNREAD = object()  # the rules' version was not read by the caller
+
+class Unread(enum.Enum):
+    """The type of UNREAD, a version the caller did not read (so `is UNREAD` narrows)."""
+
+    UNREAD = enum.auto()
+
+
+UNREAD = Unread.UNREAD  # the rules' version was not read by the caller
+Version = bytes | None
+"""The rules' version as read (GET `rules:version`); None before the first rule."""
 
 
 @dataclass
@@ -61,7 +73,7 @@ class _Bucket:
 
 @dataclass
 class _Cache:
-    version: bytes | None
+    version: Version | Unread
     tools: dict[str, _Bucket] = field(default_factory=dict)
     globs: _Bucket | None = None
     globs_for: dict[str, _Bucket] = field(default_factory=dict)  # tool name -> globs covering it
@@ -85,7 +97,7 @@ class RuleReads:
         self.agent_keys = Keys(prefix)
         self.clock = clock
         self._lock = threading.Lock()
-        self._cache = _Cache(UNREAD)  # type: ignore[arg-type]
+        self._cache = _Cache(UNREAD)
 
     def now(self) -> datetime:
         return datetime.fromtimestamp(self.clock(), UTC)
@@ -120,7 +132,7 @@ class RuleReads:
         found: list[Rule] = []
         start, page = 0, 500
         while len(found) < limit:
-            ids = self.redis.zrevrange(self.keys.listing, start, start + page - 1)
+            ids = as_members(self.redis.zrevrange(self.keys.listing, start, start + page - 1))
             if not ids:
                 break
             start += page
@@ -138,19 +150,19 @@ class RuleReads:
 
     # --- the rules that may cover a tool ----------------------------------------------
 
-    def read_version(self) -> bytes | None:
+    def read_version(self) -> Version:
         """The rules' version now (one GET)."""
-        return self.redis.get(self.keys.version)
+        return as_bytes(self.redis.get(self.keys.version))
 
-    def known_version(self) -> bytes | None:
+    def known_version(self) -> Version:
         """The version of the cached rule set, read only if none is cached yet: for a step
         that checks it itself (create.lua), so the rules cost no round trip while unchanged."""
         version = self._cache.version
         if version is UNREAD:
             return self.read_version()
-        return version  # type: ignore[return-value]
+        return version
 
-    def _fresh(self, version: bytes | None | object = UNREAD) -> _Cache:
+    def _fresh(self, version: Version | Unread = UNREAD) -> _Cache:
         """The parsed rules of the current version; a new, empty cache if any rule changed.
 
         One GET when nothing changed (none when the caller read `version` already, in a pipeline
@@ -158,7 +170,7 @@ class RuleReads:
         than its version; a load finishing late fills a cache already dropped.
         """
         if version is UNREAD:
-            version = self.redis.get(self.keys.version)
+            version = self.read_version()
         with self._lock:
             if self._cache.version != version:
                 self._cache = _Cache(version)
@@ -174,7 +186,7 @@ class RuleReads:
         return _Bucket.of(r for r in rules if r.is_active(now))
 
     def _buckets(
-        self, tool_name: str, version: bytes | None | object = UNREAD
+        self, tool_name: str, version: Version | Unread = UNREAD
     ) -> tuple[_Bucket, _Bucket]:
         """This tool's rules and the glob rules that cover its name, both bucketed by scope."""
         cache = self._fresh(version)
@@ -189,13 +201,13 @@ class RuleReads:
             globs = cache.globs_for[tool_name] = _Bucket.of(covering)
         return bucket, globs
 
-    def may_cover(self, tool_name: str, version: bytes | None | object = UNREAD) -> bool:
+    def may_cover(self, tool_name: str, version: Version | Unread = UNREAD) -> bool:
         """Whether any rule of `version` may cover a call of this tool: False means `match`
         finds nothing for it, so a bulk create need not build the call (same buckets)."""
         bucket, globs = self._buckets(tool_name, version)
         return bool(bucket.every or globs.every)
 
-    def candidates(self, tool_name: str) -> list[Rule]:
+    def candidates(self, tool_name: str) -> builtins.list[Rule]:  # `list` is a method here
         """Every unrevoked, unexpired rule that may cover a call of this tool."""
         bucket, globs = self._buckets(tool_name)
         return bucket.every + globs.every

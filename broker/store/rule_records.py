@@ -12,6 +12,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from broker.domain.rules.models import Rule
+from broker.redis.replies import Fields, as_str
 from broker.store.keys import RuleKeys
 
 __all__ = ["RuleKeys", "epoch", "from_fields", "new_rule_id", "to_fields"]
@@ -46,10 +47,10 @@ def to_fields(rule: Rule) -> dict[str, str]:
     return out
 
 
-def from_fields(raw: dict[bytes, bytes]) -> Rule:
+def from_fields(raw: Fields) -> Rule:
     data: dict[str, Any] = {}
     for key, value in raw.items():
-        name, text = key.decode(), value.decode()
+        name, text = as_str(key), as_str(value)
         if name in _JSON:
             data[name] = json.loads(text)
         elif name in _TIMES:

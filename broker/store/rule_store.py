@@ -17,7 +17,7 @@ from broker.audit.trail import append_entry
 from broker.domain.errors import InvalidInput
 from broker.domain.rules.matching import Call, evaluate, in_queue
 from broker.domain.rules.models import CONFIG_CREATOR, Effect, Rule, RuleBody
-from broker.store.rule_reads import UNREAD, RuleReads
+from broker.store.rule_reads import UNREAD, RuleReads, Unread, Version
 from broker.store.rule_records import epoch, from_fields, new_rule_id, to_fields
 
 
@@ -135,11 +135,12 @@ class RuleStore(RuleReads):
     def mark_revoked(self, rule: Rule, pipe: Any | None = None, by: str | None = None) -> Rule:
         if rule.revoked_at is not None:
             return rule
-        revoked = rule.model_copy(update={"revoked_at": self.now()})
+        revoked_at = self.now()
+        revoked = rule.model_copy(update={"revoked_at": revoked_at})
         own = pipe is None
         pipe = pipe if pipe is not None else self.redis.pipeline(transaction=True)
         # HSETNX: of two revokes racing, the first time stands.
-        pipe.hsetnx(self.keys.rule(rule.id), "revoked_at", epoch(revoked.revoked_at))  # type: ignore[arg-type]
+        pipe.hsetnx(self.keys.rule(rule.id), "revoked_at", epoch(revoked_at))
         pipe.srem(self.keys.index(rule.tool), rule.id)
         pipe.incr(self.keys.version)
         self.audit(pipe, "rule_revoked", rule, by)
@@ -216,7 +217,7 @@ class RuleStore(RuleReads):
         *,
         exclude: Collection[str] = (),
         quorum: int = 1,
-        version: bytes | None | object = UNREAD,
+        version: Version | Unread = UNREAD,
     ) -> tuple[Effect, Rule] | None:
         """The rule that decides this call (deny beats allow), or None: a person is asked.
 
@@ -241,7 +242,7 @@ class RuleStore(RuleReads):
         now: datetime | None = None,
         *,
         quorum: int = 1,
-        version: bytes | None | object = UNREAD,
+        version: Version | Unread = UNREAD,
     ) -> tuple[Effect, Rule] | None:
         """The shadow rule that would decide this call were it enforced (deny beats allow, as
         for `match`), or None. It decides nothing: the caller records it (`shadow_rule`)."""

@@ -11,6 +11,7 @@ from typing import Any
 from broker.domain.errors import ConfigError
 from broker.domain.rules.config_rules import parse_config_rules
 from broker.domain.rules.models import CONFIG_CREATOR, Rule, RuleBody
+from broker.redis.replies import as_str
 from broker.store.rule_records import epoch, to_fields
 from broker.store.rule_store import RuleStore
 
@@ -23,7 +24,7 @@ def sync_config_rules(store: RuleStore, rules: list[Rule]) -> bool:
     """
     keys = store.keys
     wanted = {r.id: r for r in rules}
-    known = {x.decode() for x in store.redis.smembers(keys.from_config)}
+    known = {as_str(x) for x in store.redis.smembers(keys.from_config)}
     existing = {r.id: r for r in store.get_many(sorted(set(wanted) | known))}
     for rule_id in wanted:
         if rule_id in existing and rule_id not in known:

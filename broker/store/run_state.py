@@ -14,7 +14,7 @@ from typing import Any
 from broker.domain.errors import NotFound
 from broker.domain.ids import new_id
 from broker.domain.models import Run, RunStatus, from_timestamp
-from broker.redis.replies import as_str, as_str_dict
+from broker.redis.replies import as_bytes, as_fields, as_str, as_str_dict
 from broker.store.handles import Store
 from broker.store.keys import Keys
 
@@ -65,7 +65,7 @@ class RunStore:
     ) -> Run:
         """Store a new `queued` run (without enqueueing it: see `broker.runs.starting.start_run`)."""
         fields = self.new_run_fields(agent, prompt, run_id=run_id, extra=extra)
-        self.store.redis.hset(self.store.keys.run(fields["id"]), mapping=fields)
+        self.store.redis.hset(self.store.keys.run(fields["id"]), mapping=as_fields(fields))
         return self.get_run(fields["id"])
 
     def new_run_fields(
@@ -123,10 +123,12 @@ class RunStore:
         A run that ends (finished or failed) is kept `retention_s`, like a decided request;
         `rounds` (its current round, when the caller knows it) saves reading it for that.
         """
-        mapping = {k: (v.value if isinstance(v, RunStatus) else v) for k, v in fields.items()}
+        mapping: dict[str, str] = {
+            k: (v.value if isinstance(v, RunStatus) else v) for k, v in fields.items()
+        }
         mapping["updated_at"] = f"{time.time():.6f}"
         pipe = self.store.redis.pipeline()
-        pipe.hset(self.store.keys.run(run_id), mapping=mapping)
+        pipe.hset(self.store.keys.run(run_id), mapping=as_fields(mapping))
         if mapping.get("status") in ENDED:
             self.expire_run(pipe, run_id, rounds)
         self.announce(pipe, run_id, mapping.get("status"))
@@ -159,4 +161,4 @@ class RunStore:
         self.store.redis.set(self.store.keys.run_messages(run_id), messages_json)
 
     def load_messages(self, run_id: str) -> bytes | None:
-        return self.store.redis.get(self.store.keys.run_messages(run_id))
+        return as_bytes(self.store.redis.get(self.store.keys.run_messages(run_id)))

@@ -70,6 +70,19 @@ class ScriptKeys:
         )
 
 
+class RuleNames(Protocol):
+    """The policy rules' names a builder lists, as `broker.store.keys.RuleKeys` gives them."""
+
+    def rule(self, rule_id: str) -> str: ...
+    def index(self, tool: str) -> str: ...
+    @property
+    def listing(self) -> str: ...
+    @property
+    def version(self) -> str: ...
+    @property
+    def hits(self) -> str: ...
+
+
 class KeyNames(Protocol):
     """The names a builder lists, as `broker.store.keys.Keys` gives them.
 
@@ -77,10 +90,12 @@ class KeyNames(Protocol):
     would make the two modules import each other. This lists what the builders read, nothing more.
     """
 
-    at: int
-    partitions: int
-    audit_keep_s: int
-
+    @property
+    def at(self) -> int: ...
+    @property
+    def partitions(self) -> int: ...
+    @property
+    def audit_keep_s(self) -> int: ...
     @property
     def audit(self) -> str: ...
     @property
@@ -94,7 +109,7 @@ class KeyNames(Protocol):
     @property
     def resumes(self) -> str: ...
     @property
-    def rules(self) -> Any: ...
+    def rules(self) -> RuleNames: ...
     def part(self, partition: int) -> Self: ...
     def of_request(self, request_id: str) -> Self: ...
     def partition_of_request(self, request_id: str) -> int: ...
@@ -122,7 +137,7 @@ class StepKeys:
     """The KEYS of each Lua step, built from the names of the `Keys` this is part of."""
 
     def remember_keys(
-        self,
+        self: KeyNames,
         request_id: str,
         run_id: str | None,
         queues: Iterable[str],

@@ -17,6 +17,8 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
+from redis.cluster import RedisCluster
+
 from broker.domain.ids import run_of_request
 from broker.store.handles import Store
 from broker.store.keys import Keys
@@ -128,6 +130,9 @@ class Sweeping:
 
 def _clock(store: Store) -> tuple[int, int]:
     """Redis's clock on a cluster: the TIME of the node holding the first partition."""
-    node = store.redis.get_node_from_key(store.keys.part(0).expiry)  # type: ignore[attr-defined]
+    cluster = store.redis
+    if not isinstance(cluster, RedisCluster):
+        raise TypeError(f"a cluster's clock needs a cluster client, not {type(cluster).__name__}")
+    node = cluster.get_node_from_key(store.keys.part(0).expiry)
     seconds, micros = node.redis_connection.time()
     return int(seconds), int(micros)

@@ -40,6 +40,7 @@ def option_answer(request: Request, index: int) -> Any:
         return None
     if isinstance(request.metadata.get("options"), list):
         return opts[index]
-    [question] = questions_of(request.metadata) or [None]
-    assert question is not None
+    questions = questions_of(request.metadata)
+    assert questions is not None
+    [question] = questions
     return {"answers": [{"question": question.question, "selected": [opts[index]], "other": None}]}

@@ -18,7 +18,9 @@ from channels.answer_forms import field_input, other_input, question_input
 Submitted = Mapping[str, list[str]]
 
 
-def _question(i: int, q: Question, submitted: Submitted | None, errors: dict[str, str]) -> dict:
+def _question(
+    i: int, q: Question, submitted: Submitted | None, errors: dict[str, str]
+) -> dict[str, Any]:
     name, other = question_input(i), other_input(i)
     picked = set(submitted.get(name, [])) if submitted is not None else set()
     return {
@@ -50,7 +52,9 @@ def _text(value: Any) -> str:
     return str(value)
 
 
-def _field(field: FormField, prop: dict, submitted: Submitted | None, errors: dict) -> dict:
+def _field(
+    field: FormField, prop: dict[str, Any], submitted: Submitted | None, errors: dict[str, str]
+) -> dict[str, Any]:
     name = field_input(field.name)
     if submitted is not None:
         given = [v for v in submitted.get(name, []) if v != ""]

@@ -133,7 +133,7 @@ def sign_link(
 def read_link(broker: Broker, token: str, max_age_s: float) -> LinkClaims:
     """Check signature, age and that the link is unused; change nothing."""
     try:
-        data = _serializer(broker).loads(token, max_age=max_age_s)
+        data = _serializer(broker).loads(token, max_age=max_age_s)  # type: ignore[arg-type]  # itsdangerous compares the age with it: a float works, its hint says int
     except SignatureExpired:
         raise LinkError("this link has expired", code="link_expired") from None
     except BadSignature:

@@ -57,7 +57,7 @@ _LINK_PAGES = {
     "link_used": (410, "This link was already used"),
     "link_invalid": (403, "This link is not valid"),
 }
-_HTML = {"content": {"text/html": {}}}
+_HTML: dict[str, Any] = {"content": {"text/html": {}}}
 _TITLES = {"stale_args": "The request changed", "no_target": "Nowhere to escalate to"}
 
 
@@ -204,6 +204,7 @@ def _confirm(
         fields, exc = refused
         submitted = {name: [str(v) for v in fields.getlist(name)] for name in fields}
         errors, problem = error_inputs(exc, item.metadata), exc.detail
+    options = item.metadata.get("options")
     context = {
         "item": item,
         "action": claims.action,
@@ -211,9 +212,7 @@ def _confirm(
         "recipient": claims.recipient,
         "target": host.config.escalation_target(item.queue),
         "args_json": json.dumps(item.args, indent=2, ensure_ascii=False),
-        "options": [str(o) for o in item.metadata.get("options") or []]
-        if isinstance(item.metadata.get("options"), list)
-        else [],
+        "options": [str(o) for o in options] if isinstance(options, list) else [],
         "form": answer_form(item.metadata, submitted, errors),
         "problem": problem,
     }

@@ -197,8 +197,11 @@ def answer_modal(request: Request) -> dict[str, Any]:
             blocks += _question_blocks(i, q)
     else:
         schema = request.metadata["answer_schema"]
-        if isinstance(schema.get("description"), str) and schema["description"]:
-            text = _clip(_escape(schema["description"]), MAX_SECTION)
+        if not isinstance(schema, dict):  # checked at create: a stored answer_schema is an object
+            raise TypeError(f"{request.id}: metadata.answer_schema is not an object")
+        description = schema.get("description")
+        if isinstance(description, str) and description:
+            text = _clip(_escape(description), MAX_SECTION)
             blocks.append({"type": "section", "text": {"type": "mrkdwn", "text": text}})
         blocks += _field_blocks(schema)
     return {

@@ -26,7 +26,7 @@ from channels.slack.config import SlackConfig
 
 log = logging.getLogger("approval_broker.api")
 
-SLACK_API_TIMEOUT_S = 2.0  # views.open must land within the trigger_id's 3 seconds
+SLACK_API_TIMEOUT_S = 2  # views.open must land within the trigger_id's 3 seconds
 RESPONSE_URL_TIMEOUT_S = 5.0
 
 

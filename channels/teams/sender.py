@@ -24,7 +24,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import TypeVar
 
@@ -169,7 +169,7 @@ class TeamsCalls:
 
 def classify(exc: aiohttp.ClientResponseError) -> Retry | GiveUp:
     """A Connector error answer as the notifier's retry decision."""
-    headers = exc.headers or {}
+    headers: Mapping[str, str] = exc.headers or {}
     retry_after = parse_retry_after(headers.get("Retry-After"))
     if exc.status == 429 or (exc.status == 503 and retry_after is not None):
         wait = cap_retry_after(retry_after if retry_after is not None else 1.0)

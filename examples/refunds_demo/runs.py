@@ -7,6 +7,8 @@ agent itself.
 
 from __future__ import annotations
 
+from typing import Any
+
 from broker.domain.errors import NotFound
 from broker.domain.rules.models import parse_body
 from broker.facade import Broker, RuleExists
@@ -36,7 +38,7 @@ def start_demo_runs(broker: Broker) -> list[str]:
 
 
 # A policy rule decides this run's refund: no person is asked (README, "Policy rules").
-RULE_DEMO = {
+RULE_DEMO: dict[str, Any] = {
     "id": "demo-routine-refunds",
     "effect": "allow",
     "tool": "issue_refund",

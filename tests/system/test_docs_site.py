@@ -9,6 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from tests.support.docs_examples import home_page
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -36,22 +38,49 @@ def test_no_page_names_an_issue_or_a_time_of_day() -> None:
     assert found == []
 
 
-def test_the_docs_site_builds_strictly(tmp_path: Path) -> None:
-    """`mkdocs build --strict`: a broken link or anchor, or a page missing from the nav, fails;
-    so do table rows the site renders as text."""
+@pytest.fixture(scope="module")
+def built(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> tuple[subprocess.CompletedProcess[str], Path]:
+    """`mkdocs build --strict` once for the module: its run and the site it made."""
+    site = tmp_path_factory.mktemp("docs") / "site"
     done = subprocess.run(
-        [sys.executable, "-m", "mkdocs", "build", "--strict", "-q", "-d", str(tmp_path / "site")],
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "-q", "-d", str(site)],
         cwd=ROOT,
         capture_output=True,
         text=True,
         timeout=120,
         env={**os.environ, "NO_MKDOCS_2_WARNING": "1"},
     )
+    return done, site
+
+
+def test_the_docs_site_builds_strictly(
+    built: tuple[subprocess.CompletedProcess[str], Path],
+) -> None:
+    """`mkdocs build --strict`: a broken link or anchor, or a page missing from the nav, fails;
+    so do table rows the site renders as text."""
+    done, site = built
     assert done.returncode == 0, done.stderr[-3000:]
-    assert (tmp_path / "site" / "index.html").exists()
+    assert (site / "index.html").exists()
     cut = [  # a blank line inside a table: its rows render as a paragraph, which strict allows
-        f"{page.relative_to(tmp_path)}: {m.group(0)[:80]}"
-        for page in (tmp_path / "site").rglob("index.html")
+        f"{page.relative_to(site.parent)}: {m.group(0)[:80]}"
+        for page in site.rglob("index.html")
         for m in re.finditer(r"<p>\s*\|[^<]*", page.read_text())
     ]
     assert cut == [], "table rows the site shows as text"
+
+
+def test_the_site_shows_the_module_map_made_from_the_code(
+    built: tuple[subprocess.CompletedProcess[str], Path],
+) -> None:
+    """docs/modules.md holds only a marker; the built page has the map in its place: a table
+    per package, a module's row saying what its docstring says (tools/module_map.py)."""
+    done, site = built
+    assert done.returncode == 0, done.stderr[-3000:]
+    page = (site / "modules" / "index.html").read_text()
+    assert "module map -->" not in page
+    for folder in ("approval_broker/", "channels/slack/", "broker/store/scripts/"):
+        assert f"<code>{folder}</code>" in page
+    facade = re.search(r"<td><code>facade\.py</code></td>\s*<td>(.*?)</td>", page)
+    assert facade is not None and facade.group(1).startswith("The core's face:")

@@ -27,7 +27,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 from functools import cache
 from importlib.resources import files
-from typing import Any
+from typing import Any, Protocol
 
 from redis import Redis
 from redis.client import Pipeline
@@ -39,6 +39,16 @@ from broker.redis.cluster import wait_for_replicas
 from broker.redis.replies import as_str
 from broker.store.keys import Keys
 from broker.store.script_keys import ScriptKeys
+
+
+class StepArgs(Protocol):
+    """What a step is run with: its KEYS and its one JSON argument (`ScriptKeys`, or the
+    create step's `Prebuilt`)."""
+
+    keys: list[str]
+
+    def args(self, **values: Any) -> str: ...
+
 
 NAMES = (
     "create", "decide", "escalate", "due", "sweep", "note", "ack", "remember", "receipt", "audit",
@@ -91,7 +101,7 @@ class Scripts:
     def run(
         self,
         name: str,
-        keys: ScriptKeys,
+        keys: StepArgs,
         client: Any = None,
         extra_argv: Sequence[str] = (),
         **args: Any,
@@ -148,14 +158,14 @@ class Scripts:
             await client.script_load(self._sources[name])
             reply = await client.evalsha(sha, len(keys.keys), *keys.keys, *argv)
         if not isinstance(reply, list):
-            return reply  # type: ignore[no-any-return]
+            return reply
         return [as_str(x) if isinstance(x, bytes) else x for x in reply]
 
     def _replicate(self, key: str) -> None:
         """Wait for one replica of `key`'s master. None in time is logged, not raised: the step
         has happened, and refusing it now would only make its caller retry a done step. A master
         that failed over meanwhile raises `FailedOver` (503): the write may be gone."""
-        acked = wait_for_replicas(self._redis, key, strict=False)  # type: ignore[arg-type]
+        acked = wait_for_replicas(self._redis, key, strict=False)
         if acked < 1:
             log.warning("no replica acknowledged a write beside %s in time", key)
 

@@ -147,7 +147,7 @@ class Request(BaseModel):
             return {k: v for k, v in value.items() if k != "approvals_by_args"}
         return value
 
-    @computed_field  # type: ignore[prop-decorator]
+    @computed_field  # type: ignore[prop-decorator]  # pydantic's documented form over a property
     @property
     def approvals_by_args(self) -> dict[str, int]:
         """How many approvals each set of args has (by `args_hash`): they don't add up."""

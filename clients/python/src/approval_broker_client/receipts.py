@@ -14,11 +14,11 @@ import hashlib
 import json
 import time
 import warnings
-from typing import Any
+from typing import Any, cast
 
 from joserfc import jwt
 from joserfc.errors import JoseError, SecurityWarning
-from joserfc.jwk import KeySet
+from joserfc.jwk import KeySet, KeySetSerialization
 
 # EdDSA is the broker's receipt alg (the contract); see the broker's docs/receipts.md.
 warnings.filterwarnings("ignore", message="EdDSA is deprecated", category=SecurityWarning)
@@ -57,7 +57,8 @@ def verify_receipt(
     if not token:
         raise ReceiptRefused("missing", "the decision carries no receipt")
     try:
-        claims = dict(jwt.decode(token, KeySet.import_key_set(jwks), algorithms=["EdDSA"]).claims)
+        keys = KeySet.import_key_set(cast(KeySetSerialization, jwks))  # joserfc checks its shape
+        claims = dict(jwt.decode(token, keys, algorithms=["EdDSA"]).claims)
     except JoseError as exc:
         raise ReceiptRefused("bad_signature", exc.error) from None
     except (ValueError, TypeError) as exc:
