@@ -62,7 +62,7 @@ def asks_config(redis: Redis) -> bool:
     (docs/security.md's `approval-broker` user) is never given CONFIG, an admin command, and a
     refused one would show in Redis's ACL LOG as if the broker probed for secrets."""
     try:
-        kwargs = redis.get_connection_kwargs()  # type: ignore[union-attr]
+        kwargs = redis.get_connection_kwargs()
     except AttributeError:  # a cluster client: no single connection's settings
         return False
     return kwargs.get("username") in (None, "", "default")
