@@ -162,6 +162,16 @@ def client(api_broker: Broker, cfg: Config, api_settings: Settings) -> Iterator[
         yield c
 
 
+def level_of(path: Path, items: list[pytest.Item]) -> str:
+    """A module's level: `system` (processes, browsers, clusters), `unit` (no Redis, no server)
+    or `integration`. By its folder (tests/system, tests/unit), or, for a module that lives with
+    its channel (tests/channels/<kind>/), by its mark (`pytestmark = pytest.mark.system`)."""
+    for level in ("system", "unit"):
+        if path.parent.name == level or any(i.get_closest_marker(level) for i in items):
+            return level
+    return "integration"
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Order the run for pytest-xdist's workers (one module per unit of work, taken in order).
 
@@ -175,8 +185,9 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         modules.setdefault(item.path, []).append(item)
     fleets = [m for m, its in modules.items() if any(i.get_closest_marker("fleet") for i in its)]
     first = sorted(fleets, key=lambda m: m.name != "test_fleet.py")[:1]  # the longest of them
-    system = [m for m in modules if m.parent.name == "system" and m not in first]
-    unit = [m for m in modules if m.parent.name == "unit"]
+    levels = {m: level_of(m, its) for m, its in modules.items()}
+    system = [m for m in modules if levels[m] == "system" and m not in first]
+    unit = [m for m in modules if levels[m] == "unit"]
     rest = [m for m in modules if m not in first and m not in system and m not in unit]
     spread: list[Path] = []
     step = max(1, len(rest) // max(1, len(system)))
