@@ -17,7 +17,14 @@ from nacl.signing import SigningKey
 
 from channels.cards import button_tokens as ids
 from tests.support.channel_kit import ALICE, BOB, FORGED, STALE, STRANGER, ChannelKit, Reply, World
-from tests.support.chat_setup import ALICE_DC, BOB_DC, DC_CHANNEL, EVE_DC, discord_section
+from tests.support.chat_setup import (
+    ALICE_DC,
+    BOB_DC,
+    DC_CHANNEL,
+    DC_OTHER_CHANNEL,
+    EVE_DC,
+    discord_section,
+)
 from tests.support.fakes.discord import FakeDiscord
 
 USERS = {ALICE: ALICE_DC, BOB: BOB_DC, STRANGER: EVE_DC}
@@ -27,7 +34,7 @@ DEFERRED_UPDATE = 6
 
 class Kit(ChannelKit):
     kind = "discord"
-    channels = ("discord:ops",)
+    channels = ("discord:ops", "discord:money")
     keeps_copies = True
 
     def __init__(self) -> None:
@@ -42,13 +49,13 @@ class Kit(ChannelKit):
             self.fake.stop()
 
     def sections(self) -> dict[str, Any]:
-        return {"discord": discord_section(self.fake)}
+        return {"discord": discord_section(self.fake, ops=DC_CHANNEL, money=DC_OTHER_CHANNEL)}
 
     def identity(self, person: str) -> dict[str, Any]:
         return {"discord_user_id": USERS[person]}
 
     def places(self) -> list[str]:
-        return [DC_CHANNEL]
+        return [DC_CHANNEL, DC_OTHER_CHANNEL]
 
     def posts(self, request_id: str) -> list[str]:
         escaped = request_id.replace("_", "\\_")  # Discord markdown, as the card writes it
@@ -59,7 +66,7 @@ class Kit(ChannelKit):
         return [card["content"] for card in self.fake.cards_for(request_id)]
 
     def reply(self, world: World, request_id: str, person: str, how: str) -> Reply:
-        [card] = self.fake.cards_for(request_id)
+        [card] = [c for c in self.fake.cards_for(request_id) if c["channel_id"] == DC_CHANNEL]
         payload = self.fake.click(card, USERS[person], ids.token(ids.APPROVE, request_id))
         sign: dict[str, Any] = {}
         if how == FORGED:

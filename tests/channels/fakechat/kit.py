@@ -18,17 +18,17 @@ from channels.cards import button_tokens as ids
 from tests.support.channel_kit import ALICE, BOB, FORGED, STALE, STRANGER, ChannelKit, Reply, World
 from tests.support.fakechat.service import FakeChatService, new_secret
 
-ROOM = "room-1"
+ROOM, OTHER = "room-1", "room-2"
 USERS = {ALICE: "fc-alice", BOB: "fc-bob", STRANGER: "fc-mallory"}
 
 
 class Kit(ChannelKit):
     kind = "fakechat"
-    channels = ("fakechat:ops",)
+    channels = ("fakechat:ops", "fakechat:money")
     keeps_copies = True
 
     def __init__(self) -> None:
-        self.service = FakeChatService(rooms=(ROOM,))
+        self.service = FakeChatService(rooms=(ROOM, OTHER))
 
     @contextmanager
     def running(self) -> Iterator[None]:
@@ -44,7 +44,7 @@ class Kit(ChannelKit):
                 "api_url": self.service.url,
                 "bot_token": self.service.token,
                 "signing_secret": self.service.secret,
-                "rooms": {"ops": {"room": ROOM}},
+                "rooms": {"ops": {"room": ROOM}, "money": {"room": OTHER}},
             }
         }
 
@@ -52,7 +52,7 @@ class Kit(ChannelKit):
         return {"fakechat_user_id": USERS[person]}
 
     def places(self) -> list[str]:
-        return [ROOM]
+        return [ROOM, OTHER]
 
     def posts(self, request_id: str) -> list[str]:
         return [call.room for call in self.service.posted(request_id)]
@@ -61,7 +61,7 @@ class Kit(ChannelKit):
         return [message["text"] for message in self.service.messages_for(request_id)]
 
     def reply(self, world: World, request_id: str, person: str, how: str) -> Reply:
-        [message] = self.service.messages_for(request_id)
+        [message] = [m for m in self.service.messages_for(request_id) if m["room"] == ROOM]
         approve = ids.token(ids.APPROVE, request_id)
         body, headers = self.service.press(
             message,

@@ -21,12 +21,13 @@ from tests.support.notifier_setup import slack_section
 from tests.support.slack_api import SIGNING_SECRET, click, signed
 
 USERS = {ALICE: "U_ALICE", BOB: "U_BOB", STRANGER: "U_STRANGER"}
-CHANNEL = "C1"  # slack_section's id of `slack:approvals`
+CHANNEL = "C1"  # slack_section's ids of `slack:approvals` and `slack:money`
+OTHER = "C2"
 
 
 class Kit(ChannelKit):
     kind = "slack"
-    channels = ("slack:approvals",)
+    channels = ("slack:approvals", "slack:money")
     keeps_copies = True
 
     def __init__(self) -> None:
@@ -41,13 +42,16 @@ class Kit(ChannelKit):
             self.fake.stop()
 
     def sections(self) -> dict[str, Any]:
-        return {"slack": slack_section(self.fake, signing_secret=SIGNING_SECRET)}
+        section = slack_section(
+            self.fake, signing_secret=SIGNING_SECRET, channels=("approvals", "money")
+        )
+        return {"slack": section}
 
     def identity(self, person: str) -> dict[str, Any]:
         return {"slack_user_id": USERS[person]}
 
     def places(self) -> list[str]:
-        return [CHANNEL]
+        return [CHANNEL, OTHER]
 
     def posts(self, request_id: str) -> list[str]:
         return [str(post["channel"]) for post in self.fake.posts_for(request_id)]

@@ -27,6 +27,7 @@ from tests.support.teams_setup import BOB as BOB_AAD
 
 USERS = {ALICE: ALICE_AAD, BOB: BOB_AAD, STRANGER: MALLORY}
 CARD = "application/vnd.microsoft.card.adaptive"
+OTHER = "19:treasury-room@thread.tacv2"
 NOT_BOT_FRAMEWORKS = rsa.generate_private_key(public_exponent=65537, key_size=2048)
 FORGED_TOKEN = jwt.encode(
     {"aud": APP_ID, "iss": "https://api.botframework.com", "exp": 4_000_000_000},
@@ -38,11 +39,11 @@ FORGED_TOKEN = jwt.encode(
 
 class Kit(ChannelKit):
     kind = "teams"
-    channels = ("teams:approvals",)
+    channels = ("teams:approvals", "teams:money")
     keeps_copies = True
 
     def __init__(self) -> None:
-        self.connector = FakeConnector((CONVERSATION,))
+        self.connector = FakeConnector((CONVERSATION, OTHER))
 
     @contextmanager
     def running(self) -> Iterator[None]:
@@ -53,18 +54,18 @@ class Kit(ChannelKit):
             self.connector.stop()
 
     def sections(self) -> dict[str, Any]:
-        channel = {
-            "service_url": self.connector.url,
-            "conversation_id": CONVERSATION,
-            "tenant_id": TENANT,
-        }
-        return {"teams": {"allow_anonymous": True, "channels": {"approvals": channel}}}
+        def channel(conversation: str) -> dict[str, str]:
+            url = self.connector.url
+            return {"service_url": url, "conversation_id": conversation, "tenant_id": TENANT}
+
+        channels = {"approvals": channel(CONVERSATION), "money": channel(OTHER)}
+        return {"teams": {"allow_anonymous": True, "channels": channels}}
 
     def identity(self, person: str) -> dict[str, Any]:
         return {"teams_user_id": USERS[person]}
 
     def places(self) -> list[str]:
-        return [CONVERSATION]
+        return [CONVERSATION, OTHER]
 
     def posts(self, request_id: str) -> list[str]:
         with self.connector.lock:

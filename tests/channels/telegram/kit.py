@@ -25,7 +25,15 @@ from tests.support.channel_kit import (
     Reply,
     World,
 )
-from tests.support.chat_setup import ALICE_TG, BOB_TG, EVE_TG, TG_CHAT, TG_SECRET, telegram_section
+from tests.support.chat_setup import (
+    ALICE_TG,
+    BOB_TG,
+    EVE_TG,
+    TG_CHAT,
+    TG_OTHER_CHAT,
+    TG_SECRET,
+    telegram_section,
+)
 from tests.support.fakes.telegram import FakeTelegram, dumps
 
 USERS = {ALICE: ALICE_TG, BOB: BOB_TG, STRANGER: EVE_TG}
@@ -33,7 +41,7 @@ USERS = {ALICE: ALICE_TG, BOB: BOB_TG, STRANGER: EVE_TG}
 
 class Kit(ChannelKit):
     kind = "telegram"
-    channels = ("telegram:ops",)
+    channels = ("telegram:ops", "telegram:money")
     keeps_copies = True
 
     def __init__(self) -> None:
@@ -48,13 +56,13 @@ class Kit(ChannelKit):
             self.fake.stop()
 
     def sections(self) -> dict[str, Any]:
-        return {"telegram": telegram_section(self.fake)}
+        return {"telegram": telegram_section(self.fake, ops=TG_CHAT, money=TG_OTHER_CHAT)}
 
     def identity(self, person: str) -> dict[str, Any]:
         return {"telegram_user_id": USERS[person]}
 
     def places(self) -> list[str]:
-        return [str(TG_CHAT)]
+        return [str(TG_CHAT), str(TG_OTHER_CHAT)]
 
     def posts(self, request_id: str) -> list[str]:
         sent = self.fake.calls_to("sendMessage", ok_only=True)
@@ -64,8 +72,8 @@ class Kit(ChannelKit):
         return [card["text"] for card in self.fake.cards_for(request_id)]
 
     def update(self, request_id: str, person: str) -> dict[str, Any]:
-        """The update for `person` pressing Approve under the request's card."""
-        [card] = self.fake.cards_for(request_id)
+        """The update for `person` pressing Approve under the request's card in `ops`."""
+        [card] = [c for c in self.fake.cards_for(request_id) if c["chat"]["id"] == TG_CHAT]
         return self.fake.click(card, USERS[person], ids.token(ids.APPROVE, request_id))
 
     def reply(self, world: World, request_id: str, person: str, how: str) -> Reply:
