@@ -31,6 +31,7 @@ from tests.support.backends import (  # noqa: F401 - fixtures the modules on bot
 )
 from tests.support.ci_skips import pytest_runtest_makereport  # noqa: F401 - in CI a skip fails
 from tests.support.cluster_harness import cluster_client, redis_cluster  # noqa: F401 - fixtures
+from tests.support.collection_order import level_of
 from tests.support.jobs import jobs_bound_to
 from tests.support.notifier_setup import fake_receiver, fake_slack, fake_smtp  # noqa: F401 - the fakes
 
@@ -160,16 +161,6 @@ def client(api_broker: Broker, cfg: Config, api_settings: Settings) -> Iterator[
 
     with TestClient(create_app(api_settings, cfg, api_broker)) as c:
         yield c
-
-
-def level_of(path: Path, items: list[pytest.Item]) -> str:
-    """A module's level: `system` (processes, browsers, clusters), `unit` (no Redis, no server)
-    or `integration`. By its folder (tests/system, tests/unit), or, for a module that lives with
-    its channel (tests/channels/<kind>/), by its mark (`pytestmark = pytest.mark.system`)."""
-    for level in ("system", "unit"):
-        if path.parent.name == level or any(i.get_closest_marker(level) for i in items):
-            return level
-    return "integration"
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
