@@ -31,6 +31,7 @@ from tests.support.backends import (  # noqa: F401 - fixtures the modules on bot
 )
 from tests.support.ci_skips import pytest_runtest_makereport  # noqa: F401 - in CI a skip fails
 from tests.support.cluster_harness import cluster_client, redis_cluster  # noqa: F401 - fixtures
+from tests.support.collection_order import level_of
 from tests.support.jobs import jobs_bound_to
 from tests.support.notifier_setup import fake_receiver, fake_slack, fake_smtp  # noqa: F401 - the fakes
 
@@ -175,8 +176,9 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         modules.setdefault(item.path, []).append(item)
     fleets = [m for m, its in modules.items() if any(i.get_closest_marker("fleet") for i in its)]
     first = sorted(fleets, key=lambda m: m.name != "test_fleet.py")[:1]  # the longest of them
-    system = [m for m in modules if m.parent.name == "system" and m not in first]
-    unit = [m for m in modules if m.parent.name == "unit"]
+    levels = {m: level_of(m, its) for m, its in modules.items()}
+    system = [m for m in modules if levels[m] == "system" and m not in first]
+    unit = [m for m in modules if levels[m] == "unit"]
     rest = [m for m in modules if m not in first and m not in system and m not in unit]
     spread: list[Path] = []
     step = max(1, len(rest) // max(1, len(system)))

@@ -137,3 +137,8 @@ def pending(broker: Broker, queue: str = "default") -> int:
         int(broker.redis.xpending(stream, NOTIFIER_GROUP)["pending"])
         for stream, _ in _streams(broker, queue)
     )
+
+
+def quiet(broker: Broker) -> bool:
+    """Every queue's stream that has entries was read and acknowledged (nothing in flight)."""
+    return all(settled(broker, q) for q in broker.config.queues if _streams(broker, q))

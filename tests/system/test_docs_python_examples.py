@@ -73,12 +73,18 @@ ELSEWHERE = {
     ("docs/index.md", "from pydantic_ai import Agent, DeferredToolRequests"): "tests/system/test_own_project.py::test_readme_quickstart_2_runs_in_a_project_of_ones_own",
     ("docs/remote-agents.md", "import os"): "tests/integration/test_remote_readme.py::test_the_remote_agent_example_runs_as_shown",
     ("docs/testing.md", "from broker.testing import InMemoryBroker"): "tests/unit/test_readme.py::test_the_broker_testing_example_runs_as_shown",
+    ("docs/adding-a-channel.md", "class FakeChatPlugin(ChannelPlugin):"): "tests/channels/test_adding_a_channel_page.py::test_each_python_block_on_the_page_is_the_worked_examples_code_as_written",
+    ("docs/adding-a-channel.md", "class FakeChatConfig(ChannelSection):"): "tests/channels/test_adding_a_channel_page.py::test_each_python_block_on_the_page_is_the_worked_examples_code_as_written",
+    ("docs/adding-a-channel.md", "def post(self, request: Request) -> PostState:"): "tests/channels/test_adding_a_channel_page.py::test_each_python_block_on_the_page_is_the_worked_examples_code_as_written",
+    ("docs/adding-a-channel.md", '@router.post("/events", response_model=None)'): "tests/channels/test_adding_a_channel_page.py::test_each_python_block_on_the_page_is_the_worked_examples_code_as_written",
+    ("docs/adding-a-channel.md", '@pytest.fixture(scope="module", autouse=True)'): "tests/channels/test_adding_a_channel_page.py::test_each_python_block_on_the_page_is_the_worked_examples_code_as_written",
+    ("docs/adding-a-channel.md", "def reply(self, world: World, request_id: str, person: str, how: str) -> Reply:"): "tests/channels/test_adding_a_channel_page.py::test_each_python_block_on_the_page_is_the_worked_examples_code_as_written",
 }  # fmt: skip
 """docs/index.md is README.md with its links made relative to docs/ (test_docs_site.py)."""
 
 SKIPPED = {
     ("docs/fleet.md", "from broker.runs.agents import register_agent"): "needs the reader's `myapp.agents` and an agent worker running it (tests/system/test_workers_fleet.py runs agents registered by path on a fleet)",
-    ("docs/internals.md", "class CopyUpdater(Protocol):"): "the outline of a protocol for channel authors (its real one is `notifiers.copies.CopyUpdater`), not a program",
+    ("docs/internals.md", "class CopyUpdater(Protocol):"): "the outline of a protocol for channel authors (its real one is `channels.copies.CopyUpdater`), not a program",
 }  # fmt: skip
 
 

@@ -103,6 +103,7 @@ ELSEWHERE = {
 
 SKIPPED = {
     ("docs/contributing.md", "uv run pytest tests/unit                         # one level"): "runs parts of the test suite: this run is the whole of it",
+    ("docs/adding-a-channel.md", "uv run pytest tests/channels/test_contract.py -k fakechat -n 0"): "runs parts of the test suite: this run is the whole of it",
     ("README.md", "uv sync                                # the broker and its command, approval-broker"): "installs the project: this test run stands on it",
     ("docs/index.md", "uv sync                                # the broker and its command, approval-broker"): "installs the project: this test run stands on it",
     ("README.md", "pip install \"approval-broker-client[pydantic-ai] @ file:///path/to/approval-broker/clients/python\""): "installs into the reader's own environment; tests/system/test_client_package.py checks the package",
@@ -113,7 +114,7 @@ SKIPPED = {
     ("docs/telegram.md", "curl -s \"https://api.telegram.org/bot$TELEGRAM_BOT_TOKEN/setWebhook\" \\"): "needs Telegram's servers and a bot token",
     ("docs/telegram.md", "curl -s \"https://api.telegram.org/bot$TELEGRAM_BOT_TOKEN/getUpdates\""): "needs Telegram's servers and a bot token",
     ("docs/channels.md", "APPROVAL_BROKER_CONFIG=approval-broker.toml uv run approval-broker up --demo"): "needs Telegram's and Discord's servers to reach the API over HTTPS",
-    ("docs/walkthrough.md", "export SLACK_BOT_TOKEN=xoxb-... SLACK_SIGNING_SECRET=..."): "needs Slack's servers and a Slack app (tests/integration/test_walkthrough_slack_config.py: this config's approver decides by a signed click)",
+    ("docs/walkthrough.md", "export SLACK_BOT_TOKEN=xoxb-... SLACK_SIGNING_SECRET=..."): "needs Slack's servers and a Slack app (tests/channels/slack/test_walkthrough_slack_config.py: this config's approver decides by a signed click)",
     ("docs/deployment.md", "cp deploy/.env.example deploy/.env     # fill in the admin token and the secrets the config names"): "needs Docker (tests/system/test_deploy.py check the compose files and image)",
     ("docs/tracing.md", "export OTEL_EXPORTER_OTLP_ENDPOINT=http://otel-collector:4318   # OTLP over HTTP (protobuf)"): "needs an OTLP collector at otel-collector (tests/system/test_tracing_fleet.py runs the fleet against a local one)",
     ("docs/workers.md", "approval-broker worker --concurrency 100          # or [workers] concurrency = 100"): "runs until stopped; tests/system/test_workers_fleet.py starts workers with --concurrency",

@@ -8,10 +8,13 @@ from __future__ import annotations
 from pathlib import Path
 
 import httpx
+import pytest
 
 from tests.support.browser import demo_pending, signed_in  # noqa: F401
 from tests.support.up import ADMIN, stop_up
 from tests.support.waiting import wait_for
+
+pytestmark = pytest.mark.system  # processes and browsers: tests/conftest.py spreads these
 
 
 def test_inbox_decides_both_demo_requests_live(chromium: str, demo, tmp_path: Path):

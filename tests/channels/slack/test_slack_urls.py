@@ -6,6 +6,8 @@ import pytest
 
 from channels.slack.response_urls import response_url_allowed
 
+pytestmark = pytest.mark.unit  # no Redis, no server: tests/conftest.py runs these last
+
 SLACK_API = "https://slack.com/api/"
 FAKE_API = "http://127.0.0.1:5123/api"
 

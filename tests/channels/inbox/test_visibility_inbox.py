@@ -17,6 +17,8 @@ from broker.facade import Broker
 from tests.support.auth import person
 from tests.support.browser import CHROMIUM_ARGS  # noqa: F401
 
+pytestmark = pytest.mark.system  # processes and browsers: tests/conftest.py spreads these
+
 ADMIN = "tok-admin-0123456789abcdefghij"
 
 

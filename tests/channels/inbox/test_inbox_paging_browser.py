@@ -19,6 +19,8 @@ from broker.domain.settings import Settings
 from broker.facade import Broker
 from tests.support.browser import signed_in  # noqa: F401
 
+pytestmark = pytest.mark.system  # processes and browsers: tests/conftest.py spreads these
+
 ADMIN = "tok-admin-0123456789abcdefghij"
 
 

@@ -6,6 +6,8 @@ import pytest
 
 from channels.webhook.http import check_url
 
+pytestmark = pytest.mark.unit  # no Redis, no server: tests/conftest.py runs these last
+
 
 @pytest.mark.parametrize(
     ("url", "host", "port"),

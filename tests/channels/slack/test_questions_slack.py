@@ -20,6 +20,8 @@ from channels.slack.question_modal import (
     errors_for,
 )
 
+pytestmark = pytest.mark.unit  # no Redis, no server: tests/conftest.py runs these last
+
 NOW = datetime(2030, 1, 1, tzinfo=UTC)
 CONFIG = parse_config(
     {

@@ -10,6 +10,8 @@ from starlette.datastructures import FormData
 from broker.domain.questions import InvalidAnswer, validate_answer
 from channels.answer_forms import answer_from_form, error_inputs
 
+pytestmark = pytest.mark.unit  # no Redis, no server: tests/conftest.py runs these last
+
 QUESTIONS = {
     "questions": [
         {

@@ -236,7 +236,7 @@ def test_an_acknowledged_entry_is_freed_without_the_cyclic_gc() -> None:
 def test_the_e2e_backlog_stays_out_of_the_notifiers_sight_until_the_rewind(
     redis: Redis, broker: Broker, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[2] / "bench"))
+    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[3] / "bench"))
     from bench_e2e import make_backlog
 
     make_backlog(broker, 3)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 from redis import Redis
 
 from api.app import create_app
@@ -11,6 +12,8 @@ from broker.domain.models import Decision, NewRequest
 from broker.domain.settings import Settings
 from broker.facade import Broker
 from tests.support.browser import CHROMIUM_ARGS  # noqa: F401
+
+pytestmark = pytest.mark.system  # processes and browsers: tests/conftest.py spreads these
 
 ADMIN = "admin-token-for-the-quorum-inbox-test"
 

@@ -13,6 +13,8 @@ from broker.domain.errors import ConfigError
 from channels.discord.config import discord_section
 from channels.telegram.config import telegram_section
 
+pytestmark = pytest.mark.unit  # no Redis, no server: tests/conftest.py runs these last
+
 TELEGRAM = {"bot_token": "1:x", "webhook_secret": "s" * 16, "chats": {"ops": {"chat_id": -100}}}
 DISCORD = {
     "application_id": "1",

@@ -165,7 +165,7 @@ def test_someone_who_is_no_approver_is_refused_on_the_card(
     answer = click(client, invoke(request.id, "approve", user=MALLORY))
 
     assert "is not an approver here" in card_text(answer["value"])
-    # the refusal alone: nothing of the request (tests/integration/test_chat_refusals.py)
+    # the refusal alone: nothing of the request (tests/channels/test_chat_refusals.py)
     assert "actions" not in answer["value"]
     assert "refund" not in json.dumps(answer)
     assert broker.get_request(request.id).is_pending
@@ -447,7 +447,7 @@ def test_update_teams_copy_edits_a_posted_card_to_the_outcome(
 
 
 def test_the_teams_app_manifest_names_one_bot_and_the_api_host() -> None:
-    root = Path(__file__).resolve().parents[2] / "deploy" / "teams"
+    root = Path(__file__).resolve().parents[3] / "deploy" / "teams"
     manifest = json.loads((root / "manifest.json").read_text())
     assert manifest["manifestVersion"] == "1.17"
     [bot] = manifest["bots"]

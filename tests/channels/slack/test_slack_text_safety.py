@@ -24,6 +24,8 @@ from channels.slack.blocks import render
 from channels.slack.question_modal import answer_modal
 from channels.slack.replies import notice
 
+pytestmark = pytest.mark.unit  # no Redis, no server: tests/conftest.py runs these last
+
 NOW = datetime(2025, 1, 2, 3, 4, 5, tzinfo=UTC)
 TRICKS = "\u202egnp.exe\u202c\u2066x\u2069\u200e\u200f\u061c\x00\x07\x1b[31m\x85\x9b"
 CONFIG = parse_config(

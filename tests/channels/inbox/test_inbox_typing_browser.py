@@ -12,9 +12,12 @@ from __future__ import annotations
 from typing import Any
 
 import httpx
+import pytest
 
 from tests.support.browser import demo_pending, signed_in
 from tests.support.up import ADMIN, stop_up
+
+pytestmark = pytest.mark.system  # processes and browsers: tests/conftest.py spreads these
 
 
 def test_a_reason_being_typed_keeps_the_focus_and_every_key_while_events_refresh_the_list(

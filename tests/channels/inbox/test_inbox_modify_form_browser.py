@@ -7,9 +7,12 @@ import json
 from pathlib import Path
 
 import httpx
+import pytest
 
 from tests.support.browser import CHROMIUM_ARGS, demo_pending  # noqa: F401
 from tests.support.up import ADMIN, stop_up
+
+pytestmark = pytest.mark.system  # processes and browsers: tests/conftest.py spreads these
 
 
 def test_the_modify_form_shows_the_schema_and_checks_args_before_sending(

@@ -7,10 +7,13 @@ from __future__ import annotations
 from pathlib import Path
 
 import httpx
+import pytest
 
 from tests.support.browser import CHROMIUM_ARGS, demo_pending  # noqa: F401
 from tests.support.up import ADMIN, stop_up
 from tests.support.waiting import wait_for
+
+pytestmark = pytest.mark.system  # processes and browsers: tests/conftest.py spreads these
 
 
 def test_inbox_offers_approve_always_and_keeps_the_rule(chromium: str, demo, tmp_path: Path):  # noqa: F811

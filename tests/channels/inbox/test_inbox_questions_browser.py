@@ -13,10 +13,13 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 
 from tests.support.browser import demo_pending, signed_in
 from tests.support.up import ADMIN, stop_up
 from tests.support.waiting import wait_for
+
+pytestmark = pytest.mark.system  # processes and browsers: tests/conftest.py spreads these
 
 QUESTIONS = [
     {
