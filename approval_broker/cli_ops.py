@@ -19,8 +19,10 @@ import typer
 from rq import Worker
 
 from approval_broker.cli_common import DataDir, clear_errors, connect, fail
+from approval_broker.start_checks import start_problems
 from broker.domain.config import Config, load_config
 from broker.domain.errors import ConfigError
+from broker.domain.printable import printable
 from broker.domain.rules.config_rules import parse_config_rules
 from broker.domain.settings import RedisFsync, Settings
 from broker.facade import Broker
@@ -45,13 +47,19 @@ def config_check(
     """Load a config as every role does at start and print what it defines.
 
     Exits 0 with a summary of the queues (channels, timeout, escalation), agents, approvers and
-    rules; exits 1 with the one-line error `up` would give.
+    rules; exits 1 with the one-line error `up` would give (a line each when the config parses
+    but the machine lacks what it needs: a channel's extra, an agent that doesn't import).
     """
     path = file if file is not None else Settings().config
     try:
         config = load_config(path)
     except ConfigError as exc:
         fail(str(exc))
+    problems = start_problems(config)
+    if problems:
+        for problem in problems[:-1]:
+            typer.echo(f"error: {printable(problem)}", err=True)
+        fail(problems[-1])
     typer.echo(f"config {path or '(none: the defaults)'}: ok")
     for line in summary(config):
         typer.echo(line)

@@ -22,8 +22,9 @@ from dataclasses import dataclass, field
 import typer
 
 from approval_broker.exit_with_up import WATCH_ENV
+from approval_broker.start_checks import start_problems
 from broker.domain.config import Config
-from broker.domain.errors import BrokerError
+from broker.domain.errors import BrokerError, ConfigError
 from broker.domain.principals import new_token
 from broker.domain.rules.config_rules import parse_config_rules
 from broker.domain.settings import Settings
@@ -252,6 +253,11 @@ def run_up(
     check_port_free(settings.host, settings.port)
     if fresh and settings.redis_url:
         raise BrokerError(FRESH_NEEDS_EMBEDDED)
+    problems = start_problems(config)  # what `config check` says: refused before anything starts
+    if problems:
+        for problem in problems[:-1]:
+            typer.echo(f"error: {problem}", err=True)
+        raise ConfigError(problems[-1])
     embedded: EmbeddedRedis | None = None
     children: list[Child] = []
     stop = threading.Event()

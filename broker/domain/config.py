@@ -16,6 +16,7 @@ from typing import Any
 
 from pydantic import (
     Field,
+    PrivateAttr,
     SerializationInfo,
     SerializerFunctionWrapHandler,
     SkipValidation,
@@ -78,6 +79,13 @@ class Config(Section):
         exclude=True,
         description="each configured channel kind's section, parsed by its own model (by kind)",
     )
+
+    _source: str = PrivateAttr(default="config")
+
+    @property
+    def source(self) -> str:
+        """Where the config came from, as every message about it starts: `config PATH`."""
+        return self._source
 
     @model_validator(mode="after")
     def _check_references(self) -> Config:
@@ -278,6 +286,7 @@ def parse_config(raw: dict[str, Any], source: str = "config") -> Config:
     from broker.domain.rules.config_rules import parse_config_rules
 
     parse_config_rules(config.rules, config, source)
+    config._source = source
     return config
 
 
