@@ -257,3 +257,24 @@ def test_one_ctrl_c_stops_every_role_together_and_finishes_the_run_in_flight(
         assert fleet.records() == []  # taken back on the clean exit
     finally:
         fleet.kill()
+
+
+def test_up_refuses_at_start_what_config_check_finds(tmp_path: Path) -> None:
+    """An agent that doesn't import is an error at `up`'s start, before any Redis or role."""
+    config = tmp_path / "approval-broker.toml"
+    config.write_text('[agents.refunds]\npath = "no_such_package.agents:agent"\n')
+    env = clean_env(tmp_path / "state") | {
+        "APPROVAL_BROKER_ADMIN_TOKEN": ADMIN,
+        "APPROVAL_BROKER_CONFIG": str(config),
+    }
+    done = subprocess.run(
+        [sys.executable, "-m", "approval_broker", "up", "--port", str(free_port()),
+         "--data-dir", str(tmp_path / "data")],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert done.stderr == (
+        f"error: config {config}: agents.refunds.path: cannot import no_such_package.agents"
+        " (ModuleNotFoundError: No module named 'no_such_package')\n"
+    )
+    assert not (tmp_path / "data" / "redis").exists()
