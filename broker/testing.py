@@ -42,17 +42,16 @@ TESTING_EXTRA = ("fakeredis", "lupa")
 
 
 def _testing_extra_missing() -> str | None:
-    for module in TESTING_EXTRA:
-        if find_spec(module) is None:
-            return (
-                "broker.testing needs the testing extra, which is not installed"
-                f" (no module {module}): uv add 'approval-broker[testing]'"
-            )
-    return None
+    """The first module of the testing extra that is not installed, else None."""
+    return next((module for module in TESTING_EXTRA if find_spec(module) is None), None)
 
 
 if (_missing := _testing_extra_missing()) is not None:
-    raise ModuleNotFoundError(_missing, name="fakeredis")
+    raise ModuleNotFoundError(
+        "broker.testing needs the testing extra, which is not installed"
+        f" (no module {_missing}): uv add 'approval-broker[testing]'",
+        name=_missing,
+    )
 
 import fakeredis  # noqa: E402  (after the check: its absence is the one-line error above)
 
