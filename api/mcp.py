@@ -16,6 +16,7 @@ import json
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from importlib.metadata import version
 from typing import Any
 
 from fastapi import FastAPI
@@ -64,7 +65,7 @@ def _error_body(exc: Exception) -> dict[str, Any]:
 
 def build_server() -> Server[Any, Any]:
     """The MCP server: the tools of `api.mcp_tools`, each call on the caller's HTTP request."""
-    server: Server[Any, Any] = Server("approval-broker")
+    server: Server[Any, Any] = Server("approval-broker", version=version("approval-broker"))
 
     @server.list_tools()
     async def list_tools() -> list[types.Tool]:

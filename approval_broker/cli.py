@@ -17,6 +17,7 @@ import typer
 
 from approval_broker import cli_dead_letters, cli_mcp, cli_ops, cli_requests, cli_roles
 from approval_broker.cli_audit import audit_app
+from approval_broker.cli_channels import channels_app
 from approval_broker.cli_rules import rules_app
 from approval_broker.cli_tokens import token_app
 from approval_broker.exit_with_up import watch_for_up_exit
@@ -30,6 +31,7 @@ app = typer.Typer(
 app.add_typer(token_app, name="token")
 app.add_typer(rules_app, name="rules")
 app.add_typer(audit_app, name="audit")
+app.add_typer(channels_app, name="channels")
 app.add_typer(cli_ops.config_app, name="config")
 app.add_typer(cli_ops.runs_app, name="runs")
 app.add_typer(cli_ops.webhook_app, name="webhook")

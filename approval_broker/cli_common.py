@@ -7,6 +7,7 @@ non-zero exit, never a traceback; commands never catch more than this module nam
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -16,6 +17,7 @@ import typer
 from pydantic import ValidationError
 from redis.exceptions import RedisError
 
+from approval_broker.running import RunningBroker, running
 from broker.domain.config import Config, load_config
 from broker.domain.errors import BrokerError, Conflict
 from broker.domain.printable import printable
@@ -74,13 +76,53 @@ def load_settings(data_dir: Path | None = None) -> tuple[Settings, Config]:
     raise AssertionError("unreachable")
 
 
+NOTHING_RUNS = (
+    "no broker is running for this user: start `approval-broker up`, or pass --data-dir DIR"
+    " (the one `up` was given), or set APPROVAL_BROKER_REDIS_URL"
+)
+
+
 def connect(data_dir: Path | None = None) -> Broker:
-    """A broker on APPROVAL_BROKER_REDIS_URL, else on the embedded Redis that `up` is running."""
-    settings, config = load_settings(data_dir)
+    """A broker to talk to: the one `--data-dir` or the APPROVAL_BROKER_* environment names,
+    else the one `up` runs for this user (`approval_broker.running`), else the embedded Redis
+    of the default data dir; one line saying what to pass when there is none."""
     with clear_errors():
+        settings = Settings()
+    told = data_dir is not None or settings.redis_url or settings.data_dir
+    if data_dir is not None:
+        settings.data_dir = data_dir
+    if not told:
+        found = running_broker()
+        if found is not None:
+            settings.redis_url = found.redis_url
+            settings.data_dir = Path(found.data_dir) if found.data_dir else None
+            if "APPROVAL_BROKER_KEY_PREFIX" not in os.environ:
+                settings.key_prefix = found.key_prefix
+            if settings.config is None and found.config:
+                settings.config = Path(found.config)
+    with clear_errors():
+        config = load_config(settings.config)
         broker = joined(settings, config)
     if broker is None:
-        fail("no Redis: set APPROVAL_BROKER_REDIS_URL, or start `approval-broker up` first")
+        if told and settings.data_dir is not None:
+            fail(
+                f"no broker is running with data dir {settings.data_dir}: start"
+                f" `approval-broker up --data-dir {settings.data_dir}`, or set"
+                " APPROVAL_BROKER_REDIS_URL"
+            )
+        fail(NOTHING_RUNS)
     with clear_errors():
         broker.fleet.ping()
     return broker
+
+
+def running_broker() -> RunningBroker | None:
+    """The one broker `up` runs for this user, None when none does; refused in one line when
+    several do (which one is for the user to say)."""
+    found = running()
+    if len(found) > 1:
+        fail(
+            "several brokers are running for this user; say which: "
+            + " or ".join(entry.how_to_reach() for entry in found)
+        )
+    return found[0] if found else None

@@ -19,8 +19,10 @@ import typer
 from rq import Worker
 
 from approval_broker.cli_common import DataDir, clear_errors, connect, fail
+from approval_broker.start_checks import start_problems
 from broker.domain.config import Config, load_config
 from broker.domain.errors import ConfigError
+from broker.domain.printable import printable
 from broker.domain.rules.config_rules import parse_config_rules
 from broker.domain.settings import RedisFsync, Settings
 from broker.facade import Broker
@@ -45,13 +47,19 @@ def config_check(
     """Load a config as every role does at start and print what it defines.
 
     Exits 0 with a summary of the queues (channels, timeout, escalation), agents, approvers and
-    rules; exits 1 with the one-line error `up` would give.
+    rules; exits 1 with the one-line error `up` would give (a line each when the config parses
+    but the machine lacks what it needs: a channel's extra, an agent that doesn't import).
     """
     path = file if file is not None else Settings().config
     try:
         config = load_config(path)
     except ConfigError as exc:
         fail(str(exc))
+    problems = start_problems(config)
+    if problems:
+        for problem in problems[:-1]:
+            typer.echo(f"error: {printable(problem)}", err=True)
+        fail(problems[-1])
     typer.echo(f"config {path or '(none: the defaults)'}: ok")
     for line in summary(config):
         typer.echo(line)
@@ -102,9 +110,13 @@ def webhook_secret() -> None:
 
 def status(
     as_json: Annotated[bool, typer.Option("--json", help="One JSON object.")] = False,
+    verbose: Annotated[
+        bool, typer.Option("--verbose", "-v", help="Also one line per worker slot.")
+    ] = False,
     data_dir: DataDir = None,
 ) -> None:
-    """The fleet at a glance: Redis, queue depths, dead letters, notifiers and agent workers."""
+    """The fleet at a glance: Redis, queue depths, dead letters, notifiers and agent workers
+    (summed up: processes, slots, busy; `--verbose` lists every slot)."""
     broker = connect(data_dir)
     with clear_errors():
         report = fleet_status(broker, chosen_fsync(Settings(), broker.config))
@@ -131,10 +143,31 @@ def status(
         )
     if not report["notifiers"]:
         typer.echo("notifiers: none has read yet")
-    for worker in report["workers"]:
-        typer.echo(f"worker {worker['name']}: {worker['state']}")
     if not report["workers"]:
         typer.echo("agent workers: none alive")
+        return
+    summed = report["worker_summary"]
+    typer.echo(
+        f"workers: {plural(summed['processes'], 'process', 'processes')},"
+        f" {plural(summed['slots'], 'slot')}, {summed['busy']} busy"
+    )
+    if verbose:
+        for worker in report["workers"]:
+            typer.echo(f"worker {worker['name']}: {worker['state']}")
+
+
+def plural(n: int, one: str, many: str | None = None) -> str:
+    return f"{n} {one if n == 1 else many or one + 's'}"
+
+
+def worker_summary(workers: list[dict[str, Any]]) -> dict[str, int]:
+    """RQ's workers summed up: an `approval-broker worker` process registers one RQ worker per
+    slot (`workers.slots`), all with its host and pid, so processes are distinct (host, pid)."""
+    return {
+        "processes": len({(w["hostname"], w["pid"]) for w in workers}),
+        "slots": len(workers),
+        "busy": sum(1 for w in workers if w["state"] == "busy"),
+    }
 
 
 def fleet_status(broker: Broker, chosen: RedisFsync = DEFAULT_FSYNC) -> dict[str, Any]:
@@ -142,14 +175,15 @@ def fleet_status(broker: Broker, chosen: RedisFsync = DEFAULT_FSYNC) -> dict[str
     single Redis says of its AOF (None on a cluster), with a warning when it keeps less than
     `chosen`."""
     names = sorted(broker.config.queues)
-    return {
+    report = {
         "redis": broker.fleet.server(chosen),
         "queues": broker.requests.pending_counts(names),
         "runs_queued": run_queue(broker).count,
         "dead_letters": broker.fleet.dead_letter_count(),
         "notifiers": broker.fleet.notifier_consumers(names),
-        "workers": [
-            {"name": w.name, "state": str(w.get_state())}
-            for w in Worker.all(connection=broker.rq_connection)
-        ],
     }
+    workers = [
+        {"name": w.name, "state": str(w.get_state()), "hostname": w.hostname, "pid": w.pid}
+        for w in Worker.all(connection=broker.rq_connection)
+    ]
+    return {**report, "workers": workers, "worker_summary": worker_summary(workers)}

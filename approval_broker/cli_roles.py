@@ -28,6 +28,7 @@ from broker.launcher import (
 )
 from broker.receipts.signing_key import prepare_receipt_key
 from broker.tracing import telemetry as tracing
+from channels import check_installed
 from channels import prepare as prepare_channels
 
 
@@ -127,7 +128,9 @@ def api(
     from api.server import serve
 
     with clear_errors():
-        check_admin_token(load_settings(data_dir)[0])
+        settings, config = load_settings(data_dir)
+        check_admin_token(settings)
+        check_installed(config)  # before a Redis is started or joined
     with role(data_dir, port, name="api") as (settings, config):
         if host:
             settings.host = host
@@ -165,6 +168,8 @@ def notifier(data_dir: DataDir = None) -> None:
     """Deliver requests and outcomes to the channels of each handler queue."""
     from notifiers.runner import run_notifier
 
+    with clear_errors():
+        check_installed(load_settings(data_dir)[1])  # before a Redis is started or joined
     with role(data_dir, name="notifier") as (settings, config):
         prepare_channels(settings, config)
         run_notifier(settings, config)

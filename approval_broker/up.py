@@ -18,12 +18,15 @@ import sys
 import threading
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import typer
 
+from approval_broker import running
 from approval_broker.exit_with_up import WATCH_ENV
+from approval_broker.start_checks import start_problems
 from broker.domain.config import Config
-from broker.domain.errors import BrokerError
+from broker.domain.errors import BrokerError, ConfigError
 from broker.domain.principals import new_token
 from broker.domain.rules.config_rules import parse_config_rules
 from broker.domain.settings import Settings
@@ -49,6 +52,9 @@ FRESH_NEEDS_EMBEDDED = (
     "--fresh empties the embedded Redis that `up` runs; with APPROVAL_BROKER_REDIS_URL set the "
     "Redis is not up's to empty (unset it, or pass another --data-dir)"
 )
+
+STOP_S = 10.0
+"""How long the roles get to finish what is in flight after Ctrl-C or SIGTERM, together."""
 
 API_START_S = 120.0
 """How long `up` waits for the API to answer before it says so: a busy laptop (or CI box) may
@@ -98,16 +104,42 @@ class Child:
         )
         self.started_at = time.monotonic()
 
-    def stop(self, timeout: float = 10.0) -> None:
-        if self.process is None or self.process.poll() is not None:
-            return
-        _signal_group(self.process.pid, signal.SIGTERM)
+    def terminate(self) -> None:
+        """Ask the role to stop (SIGTERM to its group): it finishes what is in flight."""
+        if self.process is not None and self.process.poll() is None:
+            _signal_group(self.process.pid, signal.SIGTERM)
+
+    def finish(self, deadline: float) -> bool:
+        """Wait until `deadline` (monotonic) for the role to exit, then kill what is left of its
+        group; False if the role itself had to be killed."""
+        if self.process is None:
+            return True
+        stopped = True
         try:
-            self.process.wait(timeout)
+            self.process.wait(max(0.0, deadline - time.monotonic()))
         except subprocess.TimeoutExpired:
+            stopped = False
             _signal_group(self.process.pid, signal.SIGKILL)
             self.process.wait()
         _signal_group(self.process.pid, signal.SIGKILL)  # anything its forks left behind
+        return stopped
+
+    def stop(self, timeout: float = STOP_S) -> None:
+        self.terminate()
+        self.finish(time.monotonic() + timeout)
+
+
+def stop_all(children: list[Child], timeout: float = STOP_S) -> list[str]:
+    """Stop every role at once (each finishes its work in flight, in parallel with the others)
+    within one `timeout`; the names of the roles that had to be killed.
+
+    One after the other, a fleet's stops added up: the agent workers wait up to a slot's idle
+    poll (2 s) each, so Ctrl-C took 6-8 s with two workers; together it takes the slowest one.
+    """
+    for child in children:
+        child.terminate()
+    deadline = time.monotonic() + timeout
+    return [child.name for child in children if not child.finish(deadline)]
 
 
 def _signal_group(pid: int, sig: signal.Signals) -> None:
@@ -252,8 +284,14 @@ def run_up(
     check_port_free(settings.host, settings.port)
     if fresh and settings.redis_url:
         raise BrokerError(FRESH_NEEDS_EMBEDDED)
+    problems = start_problems(config)  # what `config check` says: refused before anything starts
+    if problems:
+        for problem in problems[:-1]:
+            typer.echo(f"error: {problem}", err=True)
+        raise ConfigError(problems[-1])
     embedded: EmbeddedRedis | None = None
     children: list[Child] = []
+    recorded: Path | None = None
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())
@@ -351,6 +389,16 @@ def run_up(
             demo_runs = start_demo_runs(broker)
             ruled_run = start_rule_demo_run(broker)
             asked_run = start_question_demo_run(broker)
+        recorded = running.record(
+            running.RunningBroker(
+                pid=os.getpid(),
+                redis_url=settings.redis_url,
+                api_url=url,
+                data_dir=str(embedded.data_dir.parent.resolve()) if embedded else None,
+                config=str(settings.config.resolve()) if settings.config else None,
+                key_prefix=settings.key_prefix,
+            )
+        )  # commands in another shell now find this broker without flags
         tcp_url = embedded.url if embedded and embedded.unix_url else None
         typer.echo(
             banner(
@@ -376,9 +424,11 @@ def run_up(
                     time.sleep(min(5.0, 0.5 * child.restarts))
                     child.start()
     finally:
+        if recorded is not None:
+            running.remove(recorded)
         typer.echo("[up] stopping ...")
-        for child in children:
-            child.stop()
+        for name in stop_all(children):
+            typer.echo(f"[up] {name} did not stop within {STOP_S:g} s: killed", err=True)
         if embedded:
             embedded.close()
         typer.echo("[up] stopped")

@@ -20,9 +20,9 @@ nothing from `workers` is imported, and fakeredis is used here only.
 from __future__ import annotations
 
 import time
+from importlib.util import find_spec
 from typing import Any
 
-import fakeredis
 from rq.job import Job, JobStatus
 from rq.serializers import JSONSerializer
 
@@ -36,6 +36,24 @@ from broker.runs.outbox import Resumer
 from broker.runs.starting import RESUME_JOB, RUN_JOB, run_queue, start_run
 
 __all__ = ["InMemoryBroker", "SyncWorker"]
+
+TESTING_EXTRA = ("fakeredis", "lupa")
+"""What `approval-broker[testing]` brings: fakeredis, and lupa for its Lua (the broker's steps)."""
+
+
+def _testing_extra_missing() -> str | None:
+    """The first module of the testing extra that is not installed, else None."""
+    return next((module for module in TESTING_EXTRA if find_spec(module) is None), None)
+
+
+if (_missing := _testing_extra_missing()) is not None:
+    raise ModuleNotFoundError(
+        "broker.testing needs the testing extra, which is not installed"
+        f" (no module {_missing}): uv add 'approval-broker[testing]'",
+        name=_missing,
+    )
+
+import fakeredis  # noqa: E402  (after the check: its absence is the one-line error above)
 
 
 class SyncWorker:

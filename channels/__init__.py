@@ -13,6 +13,7 @@ from typing import cast
 
 from broker.domain import channel_kinds
 from broker.domain.config import Config
+from broker.domain.errors import ConfigError
 from broker.domain.settings import Settings
 from channels.plugin import ChannelPlugin
 
@@ -35,7 +36,31 @@ def configured(config: Config) -> list[ChannelPlugin]:
     return [p for p in plugins() if p.always_on or config.section(p.kind) is not None]
 
 
+def missing_extra(config: Config) -> str | None:
+    """Why a configured kind can't run here: its extra is not installed (one line naming the
+    file and the extra), or None. `config check`, `up`, the API and the notifier all ask."""
+    for found in configured(config):
+        module = found.missing_dependency()
+        if module is not None:
+            extra = found.extra or found.kind
+            return (
+                f"{config.source}: [{found.section_key or found.kind}] is configured but the"
+                f" {found.title} extra is not installed (no module {module}):"
+                f" uv add 'approval-broker[{extra}]'"
+            )
+    return None
+
+
+def check_installed(config: Config) -> None:
+    """ConfigError when a configured kind's extra is missing (`missing_extra`)."""
+    problem = missing_extra(config)
+    if problem is not None:
+        raise ConfigError(problem)
+
+
 def prepare(settings: Settings, config: Config) -> None:
-    """Before a role starts: each configured kind makes what it needs (`ChannelPlugin.prepare`)."""
+    """Before a role starts: every configured kind is installed (its extra), then each makes
+    what it needs (`ChannelPlugin.prepare`)."""
+    check_installed(config)
     for found in configured(config):
         found.prepare(settings, config)

@@ -37,6 +37,7 @@ class ChannelPlugin:
     approver_field_type: ClassVar[type] = str
     person_facing: ClassVar[bool] = True
     extra: ClassVar[str | None] = None
+    """The package extra that brings its dependencies (`teams`: `approval-broker[teams]`)."""
     extra_modules: ClassVar[tuple[str, ...]] = ()
     """Modules the kind's extra brings; one missing means the extra is not installed."""
     route_prefix: ClassVar[str | None] = None
@@ -57,6 +58,11 @@ class ChannelPlugin:
         """What only the kind's senders need of the config, checked before a notifier
         connects anywhere: raise ConfigError naming the key."""
         return None
+
+    @property
+    def title(self) -> str:
+        """The kind's name as a person writes it (`Teams`), for messages."""
+        return self.kind.capitalize()
 
     def missing_dependency(self) -> str | None:
         for module in self.extra_modules:

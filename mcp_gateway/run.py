@@ -36,7 +36,7 @@ def broker_client(name: str, config: Config, settings: Settings) -> AsyncRemoteB
     if gateway is None:
         known = ", ".join(sorted(config.mcp_gateways)) or "none"
         raise ConfigError(f"no [mcp_gateways.{name}] in the config (defined: {known})")
-    token = resolve_secret(gateway.token, f"mcp_gateways.{name}.token")
+    token = resolve_secret(gateway.token, f"mcp_gateways.{name}.token", config.source)
     if not token:
         raise ConfigError(f"mcp_gateways.{name}.token: a token with the role 'requester' is needed")
     url = gateway.broker_url or f"http://{settings.host}:{settings.port}"

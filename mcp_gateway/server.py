@@ -10,6 +10,7 @@ call only: the gateway keeps serving.
 from __future__ import annotations
 
 import logging
+from importlib.metadata import version
 from typing import Any
 
 import httpx
@@ -67,7 +68,9 @@ class Gateway:
             return tool_error(f"the call can't be asked about: {exc}")
 
     def server(self) -> Server[Any, Any]:
-        server: Server[Any, Any] = Server(f"approval-gateway-{self.name}")
+        server: Server[Any, Any] = Server(
+            f"approval-gateway-{self.name}", version=version("approval-broker")
+        )
 
         @server.list_tools()
         async def list_tools() -> list[types.Tool]:

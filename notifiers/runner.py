@@ -12,10 +12,9 @@ from types import FrameType
 import typer
 
 from broker.domain.config import Config
-from broker.domain.errors import ConfigError
 from broker.domain.settings import Settings
 from broker.facade import Broker
-from channels import plugin
+from channels import check_installed, plugin
 from channels.sender import Sender
 from notifiers.consumer import Notifier, default_name
 from notifiers.host import NotifierHost
@@ -38,15 +37,9 @@ def used_channels(config: Config) -> list[str]:
 def check_config(config: Config) -> None:
     """Each channel kind in use: its dependencies installed (its extra), and what only its
     senders read of the config (`ChannelPlugin.check`), before the notifier connects anywhere."""
+    check_installed(config)
     for kind in sorted({name.partition(":")[0] for name in used_channels(config)}):
-        found = plugin(kind)
-        missing = found.missing_dependency()
-        if missing is not None:
-            raise ConfigError(
-                f"{kind} is configured but the {found.extra or kind} extra is not installed"
-                f" (no module {missing!r}): uv add 'approval-broker[{found.extra or kind}]'"
-            )
-        found.check(config)
+        plugin(kind).check(config)
 
 
 def build_channels(

@@ -47,6 +47,16 @@ def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedR
 
 
 @pytest.fixture(scope="session", autouse=True)
+def own_state_dir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """The `up`s this session starts record themselves here (XDG_STATE_HOME), not in the
+    user's state dir: a command of one test never finds a broker another test runs."""
+    with pytest.MonkeyPatch.context() as patch:
+        here = tmp_path_factory.mktemp("state")
+        patch.setenv("XDG_STATE_HOME", str(here))
+        yield here
+
+
+@pytest.fixture(scope="session", autouse=True)
 def link_secret() -> Iterator[str]:
     """Email links are signed with a secret from the environment, as a fleet's are (not Redis)."""
     with pytest.MonkeyPatch.context() as patch:

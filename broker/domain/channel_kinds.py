@@ -45,6 +45,13 @@ class ChannelSection(BaseModel):
         """The section from its TOML table (a section kept as a bare table overrides this)."""
         return cls.model_validate(value)
 
+    @classmethod
+    def toml_shape(cls) -> Any:
+        """The type the TOML table is validated as (`from_toml`): the model, or what a
+        section kept as a bare table validates (`dict[str, Endpoint]`). Errors are read
+        against it (`broker.domain.config_errors`)."""
+        return cls
+
     def to_toml(self, *, by_alias: bool | None = None, mode: str = "python") -> Any:
         """The section as its TOML table (`Config.model_dump` writes it under its key)."""
         return self.model_dump(by_alias=bool(by_alias), mode=mode)

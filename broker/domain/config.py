@@ -16,6 +16,7 @@ from typing import Any
 
 from pydantic import (
     Field,
+    PrivateAttr,
     SerializationInfo,
     SerializerFunctionWrapHandler,
     SkipValidation,
@@ -26,6 +27,7 @@ from pydantic import (
 
 from broker.domain import channel_kinds
 from broker.domain.channel_kinds import ChannelSection
+from broker.domain.config_errors import did_you_mean, error_line, not_defined
 from broker.domain.config_sections import (
     DEFAULT_ACK_TIMEOUT_S,
     DEFAULT_QUEUE,
@@ -44,17 +46,23 @@ from broker.domain.errors import ConfigError
 from broker.domain.persons import normal_name
 
 SECTIONS_FIELD = "channel_sections"
+SPECIAL_ROLES = ("admin", "auditor", "policy", "requester", "*")
+"""Roles the broker itself gives a meaning (`broker.domain.principals`, rules' `policy`)."""
+ROLE_TYPO = 0.8
+"""How alike an unused role must be to a used one to be refused as its typo (difflib ratio:
+`requestor`/`requester` 0.89; `ops1`/`ops2` 0.75 are two roles)."""
 CALLBACK_KIND = "webhook"
 """A request's `callback` names an endpoint of this kind (contract: POST /v1/requests)."""
 
 
-def resolve_secret(value: str | None, key: str) -> str | None:
-    """Turn `env:NAME` into the value of that environment variable; refuse a missing one."""
+def resolve_secret(value: str | None, key: str, source: str = "config") -> str | None:
+    """Turn `env:NAME` into the value of that environment variable; refuse a missing one,
+    naming the file (`source`) and the key."""
     if value is None or not value.startswith("env:"):
         return value
     name = value[4:]
     if name not in os.environ:
-        raise ConfigError(f"config: {key} names environment variable {name}, which is not set")
+        raise ConfigError(f"{source}: {key} names environment variable {name}, which is not set")
     return os.environ[name]
 
 
@@ -79,6 +87,13 @@ class Config(Section):
         description="each configured channel kind's section, parsed by its own model (by kind)",
     )
 
+    _source: str = PrivateAttr(default="config")
+
+    @property
+    def source(self) -> str:
+        """Where the config came from, as every message about it starts: `config PATH`."""
+        return self._source
+
     @model_validator(mode="after")
     def _check_references(self) -> Config:
         self.queues.setdefault(DEFAULT_QUEUE, QueueConfig())
@@ -89,16 +104,19 @@ class Config(Section):
                     raise ValueError(f"queues.{name}.channels[{i}]: {problem}")
             if queue.escalate_to is not None and queue.escalate_to not in self.queues:
                 raise ValueError(
-                    f"queues.{name}.escalate_to: queue {queue.escalate_to!r} is not defined"
+                    f"queues.{name}.escalate_to: "
+                    + not_defined("queue", queue.escalate_to, sorted(self.queues))
                 )
         known = self.known_roles()
         for name, queue in self.queues.items():
             for i, role in enumerate(queue.roles):
                 if role not in known:
+                    guess = did_you_mean(role, known)
                     raise ValueError(
                         f"queues.{name}.roles[{i}]: role {role!r} is held by no approver or"
-                        " webhook endpoint"
+                        " webhook endpoint" + (f" (did you mean {guess!r}?)" if guess else "")
                     )
+        self._check_held_roles()
         for name in self.queues:
             seen = [name]
             nxt = self.queues[name].escalate_to
@@ -113,13 +131,40 @@ class Config(Section):
             for key, queue_name in [("queue", agent.queue), *agent.tool_queues.items()]:
                 if queue_name not in self.queues:
                     where = "queue" if key == "queue" else f"tool_queues.{key}"
-                    raise ValueError(f"agents.{name}.{where}: queue {queue_name!r} is not defined")
+                    raise ValueError(
+                        f"agents.{name}.{where}: "
+                        + not_defined("queue", queue_name, sorted(self.queues))
+                    )
         for name, gateway in self.mcp_gateways.items():
             if gateway.queue not in self.queues:
                 raise ValueError(
-                    f"mcp_gateways.{name}.queue: queue {gateway.queue!r} is not defined"
+                    f"mcp_gateways.{name}.queue: "
+                    + not_defined("queue", gateway.queue, sorted(self.queues))
                 )
         return self
+
+    def _check_held_roles(self) -> None:
+        """A role an approver or endpoint holds that nothing uses and that is one letter or two
+        from a role that is used (`requestor` for `requester`) is a typo that would quietly
+        deny: refused, naming the likely one. A role no queue uses but unlike any is fine: a
+        tool's `allowed_roles` may name it."""
+        used = {*SPECIAL_ROLES, *(role for q in self.queues.values() for role in q.roles)}
+        held = [
+            (f"approvers.{name}.roles", approver.roles) for name, approver in self.approvers.items()
+        ]
+        for section in self.channel_sections.values():
+            held += [
+                (f"{section.table}.{name}.roles", section.roles_of(name))
+                for name in section.channel_names()
+            ]
+        for where, roles in held:
+            for i, role in enumerate(roles):
+                guess = None if role in used else did_you_mean(role, used, cutoff=ROLE_TYPO)
+                if guess is not None:
+                    raise ValueError(
+                        f"{where}[{i}]: role {role!r} is used by no queue, rule or channel"
+                        f" (did you mean {guess!r}?)"
+                    )
 
     def _check_one_person_per_identity(self) -> None:
         """Two approvers never share a name (after normalisation), nor a value of one approver
@@ -226,22 +271,24 @@ class Config(Section):
         return q.ack_timeout_s if q else DEFAULT_ACK_TIMEOUT_S
 
 
-def _resolve_secrets(node: Any, path: str) -> Any:
+def _resolve_secrets(node: Any, path: str, source: str) -> Any:
     """`node` with every `env:NAME` string replaced by that variable's value."""
     if isinstance(node, dict):
-        return {k: _resolve_secrets(v, f"{path}.{k}" if path else k) for k, v in node.items()}
+        return {
+            k: _resolve_secrets(v, f"{path}.{k}" if path else k, source) for k, v in node.items()
+        }
     if isinstance(node, list):
-        return [_resolve_secrets(v, f"{path}[{i}]") for i, v in enumerate(node)]
+        return [_resolve_secrets(v, f"{path}[{i}]", source) for i, v in enumerate(node)]
     if isinstance(node, str):
-        return resolve_secret(node, path)
+        return resolve_secret(node, path, source)
     return node
 
 
-def _format_validation_error(exc: ValidationError, source: str, prefix: str = "") -> str:
-    first = exc.errors()[0]
-    where = ".".join([*([prefix] if prefix else []), *(str(p) for p in first["loc"])])
-    msg = first["msg"].removeprefix("Value error, ")
-    return f"{source}: {where + ': ' if where else ''}{msg}"
+def top_keys() -> list[str]:
+    """The keys a config file may have at its top: the core's sections and each kind's."""
+    core = [k for k in Config.model_fields if k != SECTIONS_FIELD]
+    kinds = [channel_kinds.kind(name) for name in channel_kinds.names()]
+    return core + [k.section_key for k in kinds if k is not None and k.section_key]
 
 
 def _channel_sections(raw: dict[str, Any], source: str) -> dict[str, ChannelSection]:
@@ -253,11 +300,13 @@ def _channel_sections(raw: dict[str, Any], source: str) -> dict[str, ChannelSect
         kind = channel_kinds.by_section_key(key)
         if kind is None or kind.section is None:
             continue  # left for the core model, which names the unknown key
-        raw[key] = _resolve_secrets(raw[key], key)
+        raw[key] = _resolve_secrets(raw[key], key, source)
         try:
             sections[kind.kind] = kind.section.from_toml(raw[key])
         except ValidationError as exc:
-            raise ConfigError(_format_validation_error(exc, source, key)) from None
+            raise ConfigError(
+                f"{source}: {error_line(exc, kind.section.toml_shape(), key)}"
+            ) from None
     return sections
 
 
@@ -265,19 +314,20 @@ def parse_config(raw: dict[str, Any], source: str = "config") -> Config:
     """Check a config given as the TOML file's tables (secrets are resolved in `raw`)."""
     sections = _channel_sections(raw, source)
     if "approvers" in raw:
-        raw["approvers"] = _resolve_secrets(raw["approvers"], "approvers")
+        raw["approvers"] = _resolve_secrets(raw["approvers"], "approvers", source)
     keys = {kind.section_key for k in sections if (kind := channel_kinds.kind(k)) is not None}
     core = {k: v for k, v in raw.items() if k not in keys and k != SECTIONS_FIELD}
     try:
         config = Config.model_validate({**core, SECTIONS_FIELD: sections})
     except ValidationError as exc:
-        raise ConfigError(_format_validation_error(exc, source)) from None
+        raise ConfigError(f"{source}: {error_line(exc, Config, top_keys=top_keys())}") from None
     # [[rules]] are checked here so a bad one stops every role at start, naming the key. The
     # check needs no config module; its package's other modules (the rule store) do, hence the
     # import at call time.
     from broker.domain.rules.config_rules import parse_config_rules
 
     parse_config_rules(config.rules, config, source)
+    config._source = source
     return config
 
 

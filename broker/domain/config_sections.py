@@ -19,6 +19,7 @@ from pydantic import (
 )
 
 from broker.domain import channel_kinds
+from broker.domain.config_errors import unknown_name
 from broker.domain.settings import RedisFsync
 
 DEFAULT_QUEUE = "default"
@@ -73,8 +74,9 @@ class ApproverConfig(Section):
         for key, value in list((self.model_extra or {}).items()):
             owner = fields.get(key)
             if owner is None:
-                known = ", ".join(["token_sha256", "roles", *sorted(fields)])
-                raise ValueError(f"unknown key {key!r} (an approver has: {known})")
+                raise ValueError(
+                    unknown_name("key", key, ["token_sha256", "roles", *sorted(fields)])
+                )
             if value is None:
                 continue
             try:

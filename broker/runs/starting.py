@@ -86,6 +86,11 @@ def known_agents(broker: Broker) -> set[str]:
     return set(broker.config.agents) | registered
 
 
+def unknown_agent(name: str, known: set[str]) -> str:
+    """`no agent named 'x' is registered (known: a, b)`: what to start instead."""
+    return f"no agent named {name!r} is registered (known: {', '.join(sorted(known)) or 'none'})"
+
+
 def start_run(
     broker: Broker, agent: str, prompt: str, *, deps: Any = None, started_by: str | None = None
 ) -> Run:
@@ -95,8 +100,9 @@ def start_run(
     `started_by` (the API caller who started it) is kept: each request of the run records it,
     and the starter never counts as an approver of them.
     """
-    if agent not in known_agents(broker):
-        raise NotFound(f"no agent named {agent!r} is registered", code="unknown_agent")
+    known = known_agents(broker)
+    if agent not in known:
+        raise NotFound(unknown_agent(agent, known), code="unknown_agent")
     if not isinstance(prompt, str):
         raise InvalidInput("prompt must be a string")
     try:

@@ -1,7 +1,7 @@
 """Discord interactions (`POST /v1/discord/interactions`, the application's Interactions
 Endpoint URL): the route, which verifies, parses and answers within Discord's 3 seconds.
 
-- Verified with Ed25519 (PyNaCl): `X-Signature-Ed25519` over `X-Signature-Timestamp` + the raw
+- Verified with Ed25519 (`cryptography`, which the receipts already need: no extra): `X-Signature-Ed25519` over `X-Signature-Timestamp` + the raw
   body, with `[discord] public_key`; a timestamp more than 5 minutes off is refused as stale.
   Anything else is 401 and nothing is read.
 - PING (type 1) is answered with PONG (type 1).
@@ -20,10 +20,10 @@ import time
 from typing import Any
 
 from approval_broker_client.models import ErrorBody
+from cryptography.exceptions import InvalidSignature
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
-from nacl.exceptions import BadSignatureError
-from nacl.signing import VerifyKey
 from starlette.concurrency import run_in_threadpool
 
 from broker.domain import bounded_json
@@ -61,10 +61,10 @@ def verify(
     if not TIMESTAMP.fullmatch(timestamp) or not SIGNATURE.fullmatch(signature):
         raise Refused(401, "bad_signature", "the Discord signature headers are malformed")
     try:
-        VerifyKey(bytes.fromhex(discord.public_key)).verify(
-            timestamp.encode() + body, bytes.fromhex(signature)
+        Ed25519PublicKey.from_public_bytes(bytes.fromhex(discord.public_key)).verify(
+            bytes.fromhex(signature), timestamp.encode() + body
         )
-    except (ValueError, BadSignatureError):
+    except (ValueError, InvalidSignature):
         raise Refused(401, "bad_signature", "the Discord signature is wrong") from None
     if abs(int(time.time()) - int(timestamp)) > MAX_SKEW_S:
         raise Refused(401, "stale", "the Discord signature timestamp is too old or in the future")

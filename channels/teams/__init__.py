@@ -26,7 +26,7 @@ class TeamsPlugin(ChannelPlugin):
     approver_field = "teams_user_id"
     route_prefix = "/v1/teams"
     extra = "teams"
-    extra_modules = ("microsoft_agents",)
+    extra_modules = ("microsoft_agents", "aiohttp")
 
     def routes(self) -> APIRouter:
         from channels.teams.routes import router

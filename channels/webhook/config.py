@@ -95,6 +95,10 @@ class WebhooksSection(ChannelSection):
     def from_toml(cls, value: Any) -> WebhooksSection:
         return cls(endpoints=_ENDPOINTS.validate_python(value))
 
+    @classmethod
+    def toml_shape(cls) -> Any:
+        return dict[str, WebhookConfig]
+
     def to_toml(self, *, by_alias: bool | None = None, mode: str = "python") -> Any:
         return {
             name: endpoint.model_dump(by_alias=bool(by_alias), mode=mode)

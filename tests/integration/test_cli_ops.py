@@ -119,3 +119,35 @@ def test_runs_show_prints_the_run_and_refuses_an_unknown_id(env: str, broker: Br
     assert shown["id"] == run_.id and shown["agent"] == "refunds" and shown["status"] == "queued"
     missing = run("runs", "show", "run_nope")
     assert missing.exit_code == 1 and missing.output.startswith("error: ")
+
+
+def test_status_sums_the_worker_slots_up_and_verbose_lists_them(env: str, broker: Broker) -> None:
+    """One worker process registers one RQ worker per slot: `status` says 1 process, 3 slots,
+    1 busy (one slot running a job), not a line per slot; `--verbose` adds those lines."""
+    from rq.worker import WorkerStatus
+
+    from workers.slots import Slots
+
+    slots = Slots("agent-runs", broker.rq_connection, concurrency=3)
+    for worker in slots.workers:
+        worker.register_birth()
+        worker.set_state(WorkerStatus.IDLE)  # as a slot's loop does before it waits for work
+    slots.workers[0].set_state(WorkerStatus.BUSY)
+    try:
+        out = run("status")
+        assert out.exit_code == 0, out.output
+        assert "workers: 1 process, 3 slots, 1 busy" in out.stdout.splitlines()
+        assert not [ln for ln in out.stdout.splitlines() if ln.startswith("worker ")]
+        verbose = run("status", "--verbose").stdout.splitlines()
+        listed = sorted(ln for ln in verbose if ln.startswith("worker "))
+        assert listed == sorted(
+            [f"worker {w.name}: idle" for w in slots.workers[1:]]
+            + [f"worker {slots.workers[0].name}: busy"]
+        )
+        assert json.loads(run("status", "--json").stdout)["worker_summary"] == {
+            "processes": 1,
+            "slots": 3,
+            "busy": 1,
+        }
+    finally:
+        slots.close()

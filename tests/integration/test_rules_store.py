@@ -212,7 +212,7 @@ def test_config_rules_are_checked_naming_the_key(cfg: Config) -> None:
         ({"id": "small"}, "rules[1].id: 'small' is used by an earlier rule"),
         ({"run_id": "run_1"}, "rules[1].run_id: a config rule can't name a run"),
         ({"tool": ""}, "rules[1].tool:"),
-        ({"when": "always"}, "rules[1].when: unknown field"),
+        ({"when": "always"}, "rules[1].when: unknown key"),
         ({"args": {"n": {"gt": "x"}}}, "rules[1].args.n.gt: must be a number"),
     ]
     for extra, message in cases:

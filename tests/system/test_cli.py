@@ -99,7 +99,9 @@ def test_broken_config_is_one_line(redis_url, tmp_config, monkeypatch):
     )
     out = run("pending")
     assert out.exit_code == 1
-    assert out.stderr.strip().endswith("queues.default.escalate_to: queue 'x' is not defined")
+    assert out.stderr.strip().endswith(
+        "queues.default.escalate_to: queue 'x' is not defined (known: default)"
+    )
 
 
 def test_unreachable_redis_is_one_line(monkeypatch):

@@ -99,6 +99,10 @@ ELSEWHERE = {
     ("docs/teams.md", "approval-broker config check approval-broker.toml"): "tests/system/test_channel_setup_pages.py::test_each_setup_pages_config_check_prints_what_the_page_shows",
     ("docs/telegram.md", "approval-broker config check approval-broker.toml"): "tests/system/test_channel_setup_pages.py::test_each_setup_pages_config_check_prints_what_the_page_shows",
     ("docs/discord.md", "approval-broker config check approval-broker.toml"): "tests/system/test_channel_setup_pages.py::test_each_setup_pages_config_check_prints_what_the_page_shows",
+    ("docs/slack.md", "approval-broker channels test slack:approvals"): "tests/system/test_channel_setup_pages.py::test_each_setup_pages_channels_test_prints_what_the_page_shows",
+    ("docs/teams.md", "approval-broker channels test teams:approvals"): "tests/system/test_channel_setup_pages.py::test_each_setup_pages_channels_test_prints_what_the_page_shows",
+    ("docs/telegram.md", "approval-broker channels test telegram:ops"): "tests/system/test_channel_setup_pages.py::test_each_setup_pages_channels_test_prints_what_the_page_shows",
+    ("docs/discord.md", "approval-broker channels test discord:ops"): "tests/system/test_channel_setup_pages.py::test_each_setup_pages_channels_test_prints_what_the_page_shows",
 }  # fmt: skip
 
 SKIPPED = {

@@ -52,7 +52,7 @@ def test_the_gateways_token_is_not_read_by_the_brokers_other_roles() -> None:
     [
         ("nope", "", "error: no [mcp_gateways.nope] in the config (defined: none)"),
         ("files", '[mcp_gateways.files]\nupstream = ["x"]\ntoken = "env:SURELY_UNSET_GW"\n',
-         "error: config: mcp_gateways.files.token names environment variable SURELY_UNSET_GW,"
+         "error: config {config}: mcp_gateways.files.token names environment variable SURELY_UNSET_GW,"
          " which is not set"),
         ("files", '[mcp_gateways.files]\nupstream = ["x"]\n',
          "error: mcp_gateways.files.token: a token with the role 'requester' is needed"),
@@ -70,4 +70,4 @@ def test_the_command_refuses_a_bad_gateway_in_one_line(
         env=env, capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL,
     )  # fmt: skip
     assert done.returncode != 0
-    assert done.stderr.strip() == line
+    assert done.stderr.strip() == line.format(config=config)  # the file named

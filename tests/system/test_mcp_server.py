@@ -6,10 +6,13 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Iterator
+from importlib.metadata import version
 from typing import Any
 
 import httpx
 import pytest
+from mcp import ClientSession, types
+from mcp.client.streamable_http import streamable_http_client
 
 from tests.support.live_up import ADMIN, AGENT, APPROVER, LiveUp, start_live_up
 from tests.support.mcp_client import body, mcp_session
@@ -41,6 +44,18 @@ def decide_when_asked(up: LiveUp, tool_name: str, decision: dict[str, Any]) -> d
         got = admin.post(f"/v1/requests/{request['id']}/decision", json=decision)
     assert got.status_code == 200, got.text
     return got.json()
+
+
+def test_the_server_reports_the_brokers_version_not_the_sdks(up: LiveUp) -> None:
+    async def main() -> types.Implementation:
+        headers = {"Authorization": f"Bearer {AGENT}"}
+        async with httpx.AsyncClient(headers=headers, timeout=30) as http:
+            async with streamable_http_client(f"{up.url}/mcp", http_client=http) as (r, w, _):
+                async with ClientSession(r, w) as session:
+                    return (await session.initialize()).serverInfo
+
+    info = asyncio.run(main())
+    assert (info.name, info.version) == ("approval-broker", version("approval-broker"))
 
 
 def test_tools_are_listed(up: LiveUp) -> None:

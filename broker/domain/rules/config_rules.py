@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Protocol
 
+from broker.domain.config_errors import keys_of, not_defined, unknown_key
 from broker.domain.errors import ConfigError, InvalidInput
 from broker.domain.rules.models import CONFIG_CREATOR, Rule, RuleBody, parse_body
 
@@ -34,6 +35,13 @@ def parse_config_rules(raw: Any, config: QueuesAndAgents, source: str = "config"
     seen: set[str] = set()
     for i, entry in enumerate(raw):
         where = f"rules[{i}]"
+        unknown = (
+            [k for k in entry if k not in keys_of(RuleBody)] if isinstance(entry, dict) else []
+        )
+        if unknown:
+            raise ConfigError(
+                f"{source}: {where}.{unknown[0]}: {unknown_key(unknown[0], keys_of(RuleBody))}"
+            )
         try:
             body = parse_body(entry, where)
         except InvalidInput as exc:
@@ -62,7 +70,7 @@ def _problem(body: RuleBody, config: QueuesAndAgents, seen: set[str]) -> str | N
     if body.run_id is not None:
         return "run_id: a config rule can't name a run (runs come and go)"
     if body.queue is not None and body.queue not in config.queues:
-        return f"queue: queue {body.queue!r} is not defined"
+        return f"queue: {not_defined('queue', body.queue, sorted(config.queues))}"
     if body.agent is not None and body.agent not in config.agents:
-        return f"agent: agent {body.agent!r} is not defined under [agents.{body.agent}]"
+        return f"agent: {not_defined('agent', body.agent, sorted(config.agents))}"
     return None
