@@ -10,7 +10,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from approval_broker.up import MAX_DEFAULT_WORKERS, banner, default_workers, roles
+from approval_broker.up import banner
+from approval_broker.up_roles import MAX_DEFAULT_WORKERS, default_workers, roles
 from broker.domain.settings import Settings
 from tests.support.proc import alive, descendants
 from tests.support.up import ADMIN, healthy, start_up, stop_up, up_command  # noqa: F401
