@@ -13,6 +13,7 @@ from typing import Any, Protocol
 
 from broker.domain.errors import ConfigError, InvalidInput
 from broker.domain.rules.models import CONFIG_CREATOR, Rule, RuleBody, parse_body
+from broker.domain.rules.routing import route_problem
 
 
 class QueuesAndAgents(Protocol):
@@ -65,4 +66,4 @@ def _problem(body: RuleBody, config: QueuesAndAgents, seen: set[str]) -> str | N
         return f"queue: queue {body.queue!r} is not defined"
     if body.agent is not None and body.agent not in config.agents:
         return f"agent: agent {body.agent!r} is not defined under [agents.{body.agent}]"
-    return None
+    return route_problem(body, config.queues)

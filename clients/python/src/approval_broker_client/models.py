@@ -90,6 +90,11 @@ class HistoryEntry(BaseModel):
     channel: str | None = None
     detail: str | None = None
     rule: str | None = None
+    route: dict[str, JsonValue] | None = Field(
+        default=None,
+        description="`routed_by_rule`: what the route set (queue, quorum, timeout_s,"
+        " on_timeout, risk)",
+    )
 
 
 class Vote(BaseModel):
@@ -138,6 +143,9 @@ class Request(BaseModel):
     created_by: str | None = None
     acked_by: str | None = None
     acked_until: datetime | None = None
+    risk: str | None = Field(
+        default=None, description="the risk label a routing rule gave it (null when none)"
+    )
 
     @model_validator(mode="before")
     @classmethod
