@@ -35,7 +35,9 @@ class Insights:
         seconds, micros = self.store.redis.time()
         return datetime.fromtimestamp(int(seconds) + int(micros) / 1e6, UTC)
 
-    def counters(self, since: datetime, until: datetime) -> tuple[list[tuple[Counter, int]], datetime, datetime]:
+    def counters(
+        self, since: datetime, until: datetime
+    ) -> tuple[list[tuple[Counter, int]], datetime, datetime]:
         """The counters of the whole hours from `since` (down to the hour) to `until` (up to
         the hour), and those hours' bounds: what the figures really cover."""
         first, last = hours_of(since, until)

@@ -67,8 +67,13 @@ def seed(broker: Broker) -> dict[str, Request]:
     rules.create(parse_body({"id": "auto", "effect": "allow", "tool": "ping"}), created_by="pat")
     rules.create(
         parse_body(
-            {"id": "big", "effect": "route", "tool": "pay", "args": {"amount": {"gt": 500}},
-             "route": {"queue": "money", "quorum": 2, "risk": "high"}}
+            {
+                "id": "big",
+                "effect": "route",
+                "tool": "pay",
+                "args": {"amount": {"gt": 500}},
+                "route": {"queue": "money", "quorum": 2, "risk": "high"},
+            }
         ),  # fmt: skip
         created_by="pat",
     )
@@ -89,7 +94,17 @@ def seed(broker: Broker) -> dict[str, Request]:
         "up": NewRequest(tool_name="refund"),
     }.items():
         [made[name]] = broker.create_requests([new])
-    waits = {"a": 3, "b": 4, "c": 20, "d": 50, "e": 100, "m1": 700, "m2": 1000, "r1": 200, "r2": 400}
+    waits = {
+        "a": 3,
+        "b": 4,
+        "c": 20,
+        "d": 50,
+        "e": 100,
+        "m1": 700,
+        "m2": 1000,
+        "r1": 200,
+        "r2": 400,
+    }
     for name, seconds in waits.items():
         waited(broker, made[name], seconds)
     for name in ("a", "b", "c", "d", "e", "m1", "m2"):
@@ -103,7 +118,9 @@ def seed(broker: Broker) -> dict[str, Request]:
     return made
 
 
-def test_counts_and_percentiles_of_a_seeded_history_are_exact(broker: Broker, api: TestClient) -> None:
+def test_counts_and_percentiles_of_a_seeded_history_are_exact(
+    broker: Broker, api: TestClient
+) -> None:
     made = seed(broker)
     assert broker.get_request(made["routed"].id).queue == "money"
     got = api.get("/v1/stats", headers=h("admin"))
