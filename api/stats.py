@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import Annotated
 
+from approval_broker_client.models import Stats
 from fastapi import APIRouter, Query
 from fastapi.responses import JSONResponse
 
@@ -18,7 +19,6 @@ from api.auth import Caller
 from api.schemas import ERRORS
 from api.state import State
 from api.visibility import sees_all, sees_cell
-from approval_broker_client.models import Stats
 from broker.domain.insights import Cell, summarize, window
 
 router = APIRouter(tags=["insights"])
