@@ -5,6 +5,7 @@ and a bad window refused with 422."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -223,3 +224,43 @@ def test_a_bad_window_is_a_422_that_says_why(
 
 def test_stats_need_a_token(api: TestClient) -> None:
     assert api.get("/v1/stats").status_code == 401
+
+
+def test_the_stats_command_prints_the_same_figures(
+    broker: Broker, redis_url: str, tmp_config
+) -> None:
+    from typer.testing import CliRunner
+
+    from approval_broker.cli import app as cli_app
+
+    seed(broker)
+    toml = '[queues.default]\nescalate_to = "money"\n[queues.money]\n'
+    env = {
+        "APPROVAL_BROKER_REDIS_URL": redis_url,
+        "APPROVAL_BROKER_KEY_PREFIX": "t:",
+        "APPROVAL_BROKER_CONFIG": str(tmp_config(toml)),
+    }
+    out = CliRunner().invoke(cli_app, ["stats"], env=env)
+    assert out.exit_code == 0, out.output
+    lines = out.output.splitlines()
+    assert "requests created: 13" in lines
+    assert "  by queue: default 9, money 4" in lines
+    assert "decided by: person 9, rule 1, timeout 1" in lines
+    assert "time to decision: p50 90 s, p90 21.0 min" in lines
+    assert "  default: p50 45 s, p90 6.5 min" in lines
+    assert "escalations: 1" in lines and "rule hits: auto 1, big 1" in lines
+    assert "      2  too much" in lines and "answers per approver: fin 8, ops 1" in lines
+    as_json = CliRunner().invoke(cli_app, ["stats", "--json"], env=env)
+    api_body = (
+        TestClient(create_app(Settings(admin_token=ADMIN), broker.config, broker))
+        .get("/v1/stats", headers=h("admin"))
+        .json()
+    )
+    cli_body = json.loads(as_json.output)
+    assert {k: v for k, v in cli_body.items() if k not in ("since", "until")} == {
+        k: v for k, v in api_body.items() if k not in ("since", "until")
+    }
+    bad = CliRunner().invoke(
+        cli_app, ["stats", "--since", "2026-12-02", "--until", "2026-12-01"], env=env
+    )
+    assert bad.exit_code == 1 and bad.output.strip() == "error: since: must be before until"
