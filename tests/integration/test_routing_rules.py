@@ -275,3 +275,31 @@ def test_a_route_rule_removed_without_a_version_bump_is_refused_by_the_step(
     redis.hset(broker.requests.rules.keys.rule("big"), "revoked_at", "1")
     after = refund(broker, 800)
     assert after.queue == "default" and after.risk is None
+
+
+def test_the_cli_adds_a_route_rule_as_the_docs_show(
+    broker: Broker, redis_url: str, tmp_config: Any
+) -> None:
+    toml = "\n".join(
+        [
+            '[queues.default]\nchannels = ["inbox"]\nescalate_to = "managers"',
+            '[queues.finance]\nchannels = ["inbox"]\nescalate_to = "managers"',
+            '[queues.managers]\nchannels = ["inbox"]',
+        ]
+    )
+    env = {
+        "APPROVAL_BROKER_REDIS_URL": redis_url,
+        "APPROVAL_BROKER_KEY_PREFIX": "t:",
+        "APPROVAL_BROKER_CONFIG": str(tmp_config(toml)),
+    }
+    args = ["rules", "add", "--effect", "route", "--tool", "refund", "--args",
+            '{"amount": {"gt": 500}}', "--route", '{"queue": "finance", "quorum": 2, "risk": "high"}']  # fmt: skip
+    out = CliRunner().invoke(cli_app, args, env=env)
+    assert out.exit_code == 0, out.output
+    assert refund(broker, 700).queue == "finance"
+    listed = CliRunner().invoke(cli_app, ["rules", "list"], env=env)
+    assert "route refund  any scope args=" in listed.output
+    assert "to finance (quorum 2, risk high)" in listed.output
+    bad = CliRunner().invoke(cli_app, [*args[:-1], '{"queue": "nowhere"}'], env=env)
+    assert bad.exit_code == 1
+    assert bad.output.strip() == "error: route.queue: queue 'nowhere' is not defined"

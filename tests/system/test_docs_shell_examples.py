@@ -99,6 +99,8 @@ ELSEWHERE = {
     ("docs/teams.md", "approval-broker config check approval-broker.toml"): "tests/system/test_channel_setup_pages.py::test_each_setup_pages_config_check_prints_what_the_page_shows",
     ("docs/telegram.md", "approval-broker config check approval-broker.toml"): "tests/system/test_channel_setup_pages.py::test_each_setup_pages_config_check_prints_what_the_page_shows",
     ("docs/discord.md", "approval-broker config check approval-broker.toml"): "tests/system/test_channel_setup_pages.py::test_each_setup_pages_config_check_prints_what_the_page_shows",
+    ("docs/insights.md", "approval-broker stats --since 2026-12-01"): "tests/integration/test_stats.py::test_the_stats_command_prints_the_same_figures",
+    ("docs/policy-rules.md", "approval-broker rules add --effect route --tool refund --args '{\"amount\": {\"gt\": 500}}' --route '{\"queue\": \"finance\", \"quorum\": 2, \"risk\": \"high\"}'"): "tests/integration/test_routing_rules.py::test_the_cli_adds_a_route_rule_as_the_docs_show",
 }  # fmt: skip
 
 SKIPPED = {
