@@ -108,7 +108,8 @@ def render_mail(
         "refusal": one_line(refusal) if refusal else None,
     }
     # one line, no controls: no header folding or reversed text from what a requester wrote
-    marked = f"[risk: {clip(context['risk'], 40)}] " if context["risk"] else ""
+    label = risk(request)
+    marked = f"[risk: {clip(label, 40)}] " if label else ""
     subject = (
         f"[{context['title']}] {marked}{clip(one_line(request.prompt or request.tool_name), 120)}"
     )

@@ -48,6 +48,10 @@ def api(broker: Broker) -> Iterator[TestClient]:
         yield client
 
 
+AHEAD = {"until": (datetime.now(UTC) + timedelta(hours=2)).isoformat()}
+"""A window reaching past the sweep the seed simulates (30 s ahead), whatever the hour."""
+
+
 def waited(broker: Broker, request: Request, seconds: float) -> None:
     """Seed: the request was made `seconds` ago (on Redis's clock), so deciding it now records
     that long a wait."""
@@ -124,7 +128,7 @@ def test_counts_and_percentiles_of_a_seeded_history_are_exact(
 ) -> None:
     made = seed(broker)
     assert broker.get_request(made["routed"].id).queue == "money"
-    got = api.get("/v1/stats", headers=h("admin"))
+    got = api.get("/v1/stats", params=AHEAD, headers=h("admin"))
     assert got.status_code == 200, got.text
     body = got.json()
     assert set(body) >= {"since", "until", "requests", "decided_by", "time_to_decision_s",
@@ -164,7 +168,7 @@ def test_each_principal_counts_only_what_it_may_read(
     broker: Broker, api: TestClient, who: str
 ) -> None:
     seed(broker)
-    body = api.get("/v1/stats", headers=h(who)).json()
+    body = api.get("/v1/stats", params=AHEAD, headers=h(who)).json()
     assert body["requests"]["total"] == EXPECTED_TOTALS[who]
     listed = api.get("/v1/requests", params={"limit": 100}, headers=h(who)).json()
     # the same rule as the reads; each event counts where the request was then: `up`, made
@@ -199,7 +203,7 @@ def test_a_window_in_the_past_counts_nothing_and_the_window_is_whole_hours(
     since = datetime.fromisoformat(old["since"])
     assert since.minute == since.second == 0
     week = api.get(
-        "/v1/stats", params={"since": (now - timedelta(days=7)).date().isoformat()},
+        "/v1/stats", params={"since": (now - timedelta(days=7)).date().isoformat(), **AHEAD},
         headers=h("admin"),
     ).json()  # fmt: skip
     assert week["requests"]["total"] == 13  # whole days from the day hashes, today by the hour
@@ -240,7 +244,7 @@ def test_the_stats_command_prints_the_same_figures(
         "APPROVAL_BROKER_KEY_PREFIX": "t:",
         "APPROVAL_BROKER_CONFIG": str(tmp_config(toml)),
     }
-    out = CliRunner().invoke(cli_app, ["stats"], env=env)
+    out = CliRunner().invoke(cli_app, ["stats", "--until", AHEAD["until"]], env=env)
     assert out.exit_code == 0, out.output
     lines = out.output.splitlines()
     assert "requests created: 13" in lines
@@ -250,10 +254,10 @@ def test_the_stats_command_prints_the_same_figures(
     assert "  default: p50 45 s, p90 6.5 min" in lines
     assert "escalations: 1" in lines and "rule hits: auto 1, big 1" in lines
     assert "      2  too much" in lines and "answers per approver: fin 8, ops 1" in lines
-    as_json = CliRunner().invoke(cli_app, ["stats", "--json"], env=env)
+    as_json = CliRunner().invoke(cli_app, ["stats", "--json", "--until", AHEAD["until"]], env=env)
     api_body = (
         TestClient(create_app(Settings(admin_token=ADMIN), broker.config, broker))
-        .get("/v1/stats", headers=h("admin"))
+        .get("/v1/stats", params=AHEAD, headers=h("admin"))
         .json()
     )
     cli_body = json.loads(as_json.output)
