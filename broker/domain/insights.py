@@ -99,7 +99,7 @@ def parse_counter(field: str) -> Counter | None:
     kind = parts[0]
     if kind == "p" and len(parts) >= 2:
         return Counter("p", None, (US.join(parts[1:]),))
-    if len(parts) < 4 or kind not in "nobtrxe" or len(kind) != 1:
+    if len(parts) < 4 or kind not in "notrxe" or len(kind) != 1:
         return None
     try:
         roles = tuple(json.loads(parts[2])) if parts[2] else ()
@@ -178,8 +178,8 @@ def summarize(
                 _add(by["agent"], c.rest[0], n)
         elif c.kind == "o":
             _add(by["outcome"], c.rest[0], n)
-        elif c.kind == "b" and c.rest[0] in decided:
-            decided[c.rest[0]] += n
+            if len(c.rest) > 1 and c.rest[1] in decided:
+                decided[c.rest[1]] += n
         elif c.kind == "t" and (bound := _bound(c.rest[0])) is not None:
             per = histogram.setdefault(queue, {})
             per[bound] = per.get(bound, 0) + n

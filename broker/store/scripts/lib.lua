@@ -124,8 +124,8 @@ end
 -- its hour `HH` and US), so `GET /v1/stats` reads a few hashes whatever the number of requests.
 -- A field is a kind letter and its parts joined by US (\31), the cell first: queue,
 -- allowed_roles as stored ('' for none), creator: what a reader's visibility is judged by
--- (broker/store/insights.py parses them). Kinds: n created (+ agent, tool), o outcome,
--- b decided by person|rule|timeout, t time to a person's decision (+ histogram bound),
+-- (broker/store/insights.py parses them). Kinds: n created (+ agent, tool), o outcome (+ status,
+-- and who: person|rule|timeout), t time to a person's decision (+ histogram bound),
 -- r rule hit (+ rule id), x reject reason, e escalation; p (no cell) answers per person.
 local US = '\31'
 local TTD_BOUNDS = {1, 2, 5, 10, 30, 60, 120, 300, 600, 1800, 3600, 7200, 14400, 28800, 86400,
@@ -197,7 +197,6 @@ end
 -- its outcome, how it was decided, the time a person took (from `created_at`), a reject's
 -- reason, and the person's answer count.
 local function ins_outcome(now, cell, status, by, reason, created_at)
-  rollup(now, 'o' .. US .. cell .. US .. status, 1)
   local how = 'person'
   if status == 'timed_out' then
     how = 'timeout'
@@ -205,7 +204,7 @@ local function ins_outcome(now, cell, status, by, reason, created_at)
     how = 'rule'
     rollup(now, 'r' .. US .. cell .. US .. string.sub(by, 6), 1)
   end
-  rollup(now, 'b' .. US .. cell .. US .. how, 1)
+  rollup(now, 'o' .. US .. cell .. US .. status .. US .. how, 1)
   if how == 'person' then
     if created_at then
       rollup(now, 't' .. US .. cell .. US .. ins_bound(now - tonumber(created_at)), 1)
