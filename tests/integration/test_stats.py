@@ -268,3 +268,27 @@ def test_the_stats_command_prints_the_same_figures(
         cli_app, ["stats", "--since", "2026-12-02", "--until", "2026-12-01"], env=env
     )
     assert bad.exit_code == 1 and bad.output.strip() == "error: since: must be before until"
+
+
+def test_the_client_package_reads_the_stats_as_its_wire_model(broker: Broker) -> None:
+    import asyncio
+
+    from approval_broker_client import AsyncRemoteBroker, InvalidInput, RemoteBroker, Stats
+
+    from api.testing import ServerThread
+
+    seed(broker)
+    app = create_app(Settings(admin_token=ADMIN), broker.config, broker)
+    with ServerThread(app) as server, RemoteBroker(server.url, "tok-svc") as svc:
+        mine = svc.stats(until=AHEAD["until"])
+        assert isinstance(mine, Stats) and mine.requests.total == EXPECTED_TOTALS["svc"]
+        assert mine.by_approver is None and mine.reject_reasons[0].reason == "too much"
+        with pytest.raises(InvalidInput, match="before until"):
+            svc.stats(since="2026-12-02", until="2026-12-01")
+
+        async def every() -> Stats:
+            async with AsyncRemoteBroker(server.url, ADMIN) as admin:
+                return await admin.stats(until=AHEAD["until"])
+
+        admin = asyncio.run(every())
+        assert admin.requests.total == 13 and admin.time_to_decision_s.by_queue["money"].p50 == 1200
