@@ -1,7 +1,7 @@
 """The Insights page in headless Chromium against `up --demo`: its charts are drawn (SVG from the
 vendored chart library, served by the broker itself), the window picker asks `/v1/stats` for
 another window, and a decision made meanwhile shows without a reload (the page follows
-`/v1/events`, as the inbox does)."""
+`/v1/events`, as the inbox does); the inbox, a link away, shows a routed request's risk."""
 
 from __future__ import annotations
 
@@ -61,6 +61,16 @@ def test_insights_draws_charts_picks_a_window_and_updates_live(chromium: str, de
         expect(page.locator("#chart-queues")).to_contain_text("Nothing in this window")
         page.select_option("#window", "168")
         expect(page.locator("#t-total")).to_have_text(total)
+        # a routed request's risk label on its inbox card (same tab: still signed in)
+        rule = {"effect": "route", "tool": "wire", "route": {"risk": "high: wire"}}
+        assert http.post("/v1/rules", json=rule).status_code == 201
+        routed = http.post("/v1/requests", json={"tool_name": "wire", "args": {"amount": 9}})
+        assert routed.status_code == 201 and routed.json()["risk"] == "high: wire"
+        page.click("header a[href='/']")  # ← Inbox
+        card = page.locator(f"article[data-request-id='{routed.json()['id']}']")
+        expect(card.locator(".tag.risk")).to_have_text("risk: high: wire")
+        page.click("#insights-link")
+        expect(page.locator("#t-total")).to_have_text(str(before["requests"]["total"] + 1))
         browser.close()
 
     assert not [u for u in asked if not u.startswith(url)]  # nothing from anywhere else
