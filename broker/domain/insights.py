@@ -32,6 +32,9 @@ HOUR_S = 3600
 DEFAULT_WINDOW = timedelta(hours=24)
 MAX_WINDOW = timedelta(days=366)
 """The longest window: a year (a leap year's 366 days); the rollups are kept 400 days."""
+EARLIEST = datetime(1970, 1, 1, tzinfo=UTC)
+LATEST = datetime(9998, 12, 31, tzinfo=UTC)
+"""Times a window may name: whole hours around them stay representable."""
 TOP_REASONS = 10
 OTHER_REASONS = "(other reasons)"
 BOUNDS: tuple[float, ...] = (
@@ -79,6 +82,9 @@ def window(since: str | None, until: str | None, now: datetime) -> tuple[datetim
     `until`; at most a year (InvalidWindow, a 422, naming the limit)."""
     end = parse_time(until, "until") if until else now
     start = parse_time(since, "since") if since else end - DEFAULT_WINDOW
+    for name, when in (("since", start), ("until", end)):
+        if not EARLIEST <= when <= LATEST:
+            raise InvalidWindow(f"{name}: must be between 1970 and 9998")
     if start >= end:
         raise InvalidWindow("since: must be before until")
     if end - start > MAX_WINDOW:

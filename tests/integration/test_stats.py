@@ -216,6 +216,8 @@ def test_a_window_in_the_past_counts_nothing_and_the_window_is_whole_hours(
         ({"since": "2026-12-02T00:00:00Z", "until": "2026-12-01T00:00:00Z"}, "before until"),
         ({"since": "2025-01-01T00:00:00Z", "until": "2026-12-01T00:00:00Z"}, "at most 366 days"),
         ({"until": "2026-13-01"}, "until: '2026-13-01' is not an ISO 8601 time"),
+        ({"since": "9999-12-30T00:00:00Z", "until": "9999-12-31T23:30:00Z"}, "between 1970 and"),
+        ({"since": "0001-01-01", "until": "0001-01-02"}, "since: must be between 1970 and 9998"),
     ],
 )
 def test_a_bad_window_is_a_422_that_says_why(
