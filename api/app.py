@@ -13,7 +13,7 @@ from contextlib import asynccontextmanager
 
 from fastapi import APIRouter, FastAPI
 
-from api import audit, events, health, metrics, queues, receipts, requests, rules, runs
+from api import audit, events, health, metrics, queues, receipts, requests, rules, runs, stats
 from api.acks import router as acks_router
 from api.errors import install_error_handlers
 from api.events import EventsSettings, StreamSlots
@@ -44,6 +44,7 @@ ROUTERS: tuple[APIRouter, ...] = (
     rules.router,
     receipts.router,
     audit.router,
+    stats.router,
 )
 
 

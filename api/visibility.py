@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable, Collection
 
 from broker.domain.config import Config
+from broker.domain.insights import Cell
 from broker.domain.models import Request
 from broker.domain.principals import EVERY_ROLE, REQUESTER, Principal
 
@@ -35,6 +36,17 @@ def may_see(principal: Principal, request: Request, queue_roles: Collection[str]
     if request.created_by is not None and request.created_by == principal.name:
         return True
     return principal.may_decide(request, queue_roles)
+
+
+def sees_cell(principal: Principal, cell: Cell, config: Config) -> bool:
+    """`may_see` for the requests of one insights cell (`broker.domain.insights`): those of
+    one queue, with the same `allowed_roles`, by the same creator. A principal's stats are
+    exactly those of the requests it may read."""
+    if sees_all(principal):
+        return True
+    if cell.creator is not None and cell.creator == principal.name:
+        return True
+    return principal.may_decide_with(cell.allowed_roles, config.queue_roles(cell.queue))
 
 
 def seer(principal: Principal, config: Config) -> Callable[[Request], bool]:

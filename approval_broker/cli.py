@@ -15,7 +15,7 @@ from typing import Annotated
 
 import typer
 
-from approval_broker import cli_dead_letters, cli_mcp, cli_ops, cli_requests, cli_roles
+from approval_broker import cli_dead_letters, cli_mcp, cli_ops, cli_requests, cli_roles, cli_stats
 from approval_broker.cli_audit import audit_app
 from approval_broker.cli_channels import channels_app
 from approval_broker.cli_rules import rules_app
@@ -65,6 +65,7 @@ for command in (
     cli_requests.pending,
     cli_requests.decide,
     cli_ops.status,
+    cli_stats.stats,
 ):
     app.command()(command)
 app.command("dead-letters")(cli_dead_letters.dead_letters)

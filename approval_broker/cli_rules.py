@@ -15,7 +15,7 @@ import typer
 
 from approval_broker.cli_audit import parse_when
 from approval_broker.cli_common import DataDir, clear_errors, connect, fail, json_arg
-from broker.audit.replay import replay, requests_in
+from broker.audit.replay import replay, requests_in, where
 from broker.domain.config import Config
 from broker.domain.errors import ConfigError
 from broker.domain.rules.config_rules import parse_config_rules
@@ -23,7 +23,8 @@ from broker.domain.rules.models import Rule, parse_body
 from broker.facade import RuleStore
 
 rules_app = typer.Typer(
-    help="Policy rules: always allow or deny matching tool calls.", no_args_is_help=True
+    help="Policy rules: always allow or deny matching tool calls, or route them by risk.",
+    no_args_is_help=True,
 )
 
 
@@ -43,7 +44,12 @@ def _line(rule: Rule) -> str:
     if rule.mode == "shadow":
         state += " (shadow: decides nothing)"
     args = f" args={json.dumps(rule.args, sort_keys=True)}" if rule.args else ""
-    return f"{rule.id}  {rule.effect:<5} {rule.tool}  {scope}{args}  hits={rule.hits}  {state}"
+    route = f" {where(rule)}" if rule.route is not None else ""
+    if rule.priority is not None:
+        route += f" priority={rule.priority}"
+    return (
+        f"{rule.id}  {rule.effect:<5} {rule.tool}  {scope}{args}{route}  hits={rule.hits}  {state}"
+    )
 
 
 @rules_app.command("list")
@@ -69,7 +75,7 @@ def list_rules(
 
 @rules_app.command("add")
 def add_rule(
-    effect: Annotated[str, typer.Option(help="allow or deny.")],
+    effect: Annotated[str, typer.Option(help="allow, deny, or route.")],
     tool: Annotated[str, typer.Option(help="Tool name, or a glob such as 'fs_*'.")],
     agent: Annotated[str | None, typer.Option(help="Only this agent's calls.")] = None,
     run_id: Annotated[str | None, typer.Option(help="Only this run's calls.")] = None,
@@ -87,6 +93,16 @@ def add_rule(
     mode: Annotated[
         str, typer.Option(help="enforce, or shadow: decides nothing, records what it would.")
     ] = "enforce",
+    route: Annotated[
+        str | None,
+        typer.Option(
+            help='For route: what it sets, as JSON, e.g. \'{"queue": "finance", "quorum": 2,'
+            ' "risk": "high"}\' (also timeout_s, on_timeout: reject|escalate).'
+        ),
+    ] = None,
+    priority: Annotated[
+        int | None, typer.Option(help="For route: the highest wins among matching routes.")
+    ] = None,
     data_dir: DataDir = None,
 ) -> None:
     """Add a rule (any scope: the shell is the operator)."""
@@ -97,6 +113,10 @@ def add_rule(
             raw[key] = value
     if args is not None:
         raw["args"] = json_arg(args, "--args")
+    if route is not None:
+        raw["route"] = json_arg(route, "--route")
+    if priority is not None:
+        raw["priority"] = priority
     with clear_errors():
         body = parse_body(raw)
         store = _store(data_dir)
@@ -160,6 +180,8 @@ def replay_rules(
                 "would_decide": report.would_decide, "agreements": report.agreements,
                 "disagreements": [{"request_id": i, "outcome": o, "decided_by": a} for i, o, a in report.disagreements],
                 "undecided": report.undecided, "unknown": report.unknown,
+                **({"route": report.rule.route.public(), "came_from": report.came_from}
+                   if report.rule.route is not None else {}),
             }))  # fmt: skip
             continue
         typer.echo(report.line())

@@ -4,7 +4,8 @@
 (the decide step, sync and async), `remembering` (a decision that keeps a rule), `acks` ("I'm
 on it"), `sweeping` (expiry), `run_store` (run records and message checkpoints), `letters`
 (dead letters), `deliveries` (posted copies), `once` (one-time markers), `reason_prompts`,
-`idempotency` (Idempotency-Key claims), `fleet` (health and figures), `audit` (the trail's
+`idempotency` (Idempotency-Key claims), `fleet` (health and figures), `insights` (the
+rollups behind `/v1/stats`), `audit` (the trail's
 chains) and `async_reads()` (the API's asyncio reads). Its methods are the ones users call
 (docs/testing.md, the public API in docs/internals.md) and a few the core's runs use.
 Nothing outside `broker/` imports `broker.store` or `broker.redis` or spells a Redis key (an
@@ -55,6 +56,7 @@ from broker.store.dropped_entries import DroppedEntries
 from broker.store.fleet import Fleet
 from broker.store.handles import Store
 from broker.store.idempotency import IdempotencyKeys
+from broker.store.insights import Insights
 from broker.store.keys import Keys
 from broker.store.notifier_claims import NotifierClaims
 from broker.store.notifier_reads import GroupMissing, NotifierReads
@@ -122,6 +124,7 @@ class Broker:
         self.reason_prompts = ReasonPrompts(self.store)
         self.idempotency = IdempotencyKeys(self.store)
         self.fleet = Fleet(self.store)
+        self.insights = Insights(self.store)  # the rollups behind GET /v1/stats
         # the notifiers' state (notifiers/ reaches Redis only through these; see each module)
         self.notifier_reads = NotifierReads(self.store)  # streams, group set-up, XREADGROUP
         self.notifier_claims = NotifierClaims(self.store)  # XAUTOCLAIM, pending, heartbeat XCLAIM

@@ -7,6 +7,7 @@ from typing import Any
 
 from broker.domain.config import Config
 from broker.domain.models import Request
+from broker.domain.printable import one_line
 
 TITLES = {"approval": "Approval needed", "question": "Question", "external": "Result needed"}
 
@@ -17,6 +18,14 @@ def title(request: Request) -> str:
 
 def clip(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def risk(request: Request) -> str | None:
+    """The risk label a routing rule gave the request, on one line ("high: refund over 500"),
+    or None: every card shows it, near the top."""
+    if not request.risk:
+        return None
+    return clip(one_line(request.risk), 200)
 
 
 def deciders(

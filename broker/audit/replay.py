@@ -23,7 +23,7 @@ from broker.domain.models import Request
 from broker.domain.rules.matching import Call, in_queue, matches
 from broker.domain.rules.models import Rule
 
-AGREES = {"allow": {"approved"}, "deny": {"rejected"}}
+AGREES = {"allow": {"approved"}, "deny": {"rejected"}, "route": set()}
 """What a rule's effect agrees with: an allow with an approval as asked (not modified args),
 a deny with a rejection."""
 
@@ -50,10 +50,17 @@ class RuleReport:
     disagreements: list[tuple[str, str, str]] = field(default_factory=list)  # id, outcome, actor
     undecided: list[str] = field(default_factory=list)  # pending, or nobody answered in time
     unknown: list[str] = field(default_factory=list)  # args needed but the request is gone
+    came_from: dict[str, int] = field(default_factory=dict)  # a route's: where they waited
 
     def line(self) -> str:
         r = self.rule
         mode = " (shadow)" if r.mode == "shadow" else ""
+        if r.effect == "route" and r.route is not None:
+            waited = ", ".join(f"{q} {n}" for q, n in sorted(self.came_from.items())) or "none"
+            return (
+                f"{r.id}{mode}  route {r.tool}: would route {len(self.would_decide)}"
+                f" {where(r)}; they waited in: {waited}; unknown {len(self.unknown)}"
+            )
         return (
             f"{r.id}{mode}  {r.effect} {r.tool}: would decide {len(self.would_decide)};"
             f" agreements {len(self.agreements)}, disagreements {len(self.disagreements)},"
@@ -113,6 +120,9 @@ def replay(
             if not matches(judged, in_queue(call, config), now):
                 continue
             report.would_decide.append(rid)
+            if rule.effect == "route":  # decides nothing: where it went instead
+                report.came_from[s.queue] = report.came_from.get(s.queue, 0) + 1
+                continue
             if s.outcome in ("", "timed_out"):
                 report.undecided.append(rid)
             elif s.outcome in AGREES[rule.effect]:
@@ -121,6 +131,16 @@ def replay(
                 report.disagreements.append((rid, s.outcome, s.actor))
         reports.append(report)
     return reports
+
+
+def where(rule: Rule) -> str:
+    """Where a route rule sends a request: `to finance (quorum 2, risk high)`."""
+    route = rule.route
+    if route is None:
+        return ""
+    parts = [f"{k.replace('_', ' ')} {v}" for k, v in route.public().items() if k != "queue"]
+    to = f"to {route.queue}" if route.queue else "in the same queue"
+    return f"{to} ({', '.join(parts)})" if parts else to
 
 
 def _tool_covers(rule: Rule, tool: str) -> bool:

@@ -34,10 +34,11 @@ from broker.domain.rule_decided import RuleVerdict, verdict_for
 from broker.domain.rules.models import Rule
 from broker.redis.replies import as_str
 from broker.store.create_args import Prebuilt, Prepared, pack
+from broker.store.create_routing import CreateRouting, RouteVerdict, cell_of
 from broker.store.handles import Store
 from broker.store.request_hash import decided, encode
 from broker.store.rule_store import RuleStore
-from broker.store.script_keys import ScriptKeys, create_batch_keys
+from broker.store.script_keys import ScriptKeys, create_batch_keys, insight_days
 from broker.store.shadow_rules import ShadowRecorder
 from broker.tracing import spans as traced
 
@@ -63,6 +64,7 @@ class Creating:
         self._keys: dict[tuple[Any, ...], ScriptKeys] = {}
         self._copy = True  # copies of a request written by COPY, until Redis refuses it once
         self.shadow = ShadowRecorder(store, rules)
+        self.routing = CreateRouting(store, rules)
 
     def prepare(
         self, run_id: str | None, round_no: int, news: Iterable[NewRequest]
@@ -95,12 +97,22 @@ class Creating:
         version = self.rules.read_version() if self.cluster else self.rules.known_version()
         excluded: set[str] = set()
         shadows: dict[str, Rule] = {}
+        asked_news, asked_preps = news, preps
         for _ in range(_TRIES):
             shadows.clear()
             verdicts = self._receipted(
-                run_id, ids, news, self._verdicts(ids, news, preps, excluded, version, shadows)
+                run_id,
+                ids,
+                asked_news,
+                self._verdicts(ids, asked_news, asked_preps, excluded, version, shadows),
             )
-            result, variant_of = self._run(run_id, round_no, ids, news, preps, verdicts, version)
+            routes = self.routing.routes(
+                run_id, round_no, ids, asked_news, asked_preps, verdicts, excluded, version
+            )
+            news, preps = self.routing.applied(ids, asked_news, asked_preps, routes)
+            result, variant_of = self._run(
+                run_id, round_no, ids, news, preps, verdicts, version, routes
+            )
             if result[0] == "rules_changed":  # matched with an older rule set: match again
                 version = result[1].encode() if result[1] else None
             elif result[0] == "rule_changed":  # revoked or expired meanwhile: without it
@@ -115,10 +127,10 @@ class Creating:
             self._copy = False
         elif result[0] != "ok":
             return str(result[0]), []
-        if verdicts and self.cluster:
-            self.rules.count_hits(v for v in verdicts.values())
+        if (verdicts or routes) and self.cluster:
+            self.rules.count_hits([*verdicts.values(), *routes.values()])
         if shadows:
-            self.shadow.record(shadows)
+            self.shadow.record(shadows, self.routing.describe_shadows(shadows, ids, asked_news))
         created = from_timestamp(float(result[1]))
         decided_at = datetime.fromisoformat(result[2]) if result[2] else None
         expiries = [from_timestamp(float(expires)) for expires in result[3:]]  # per variant
@@ -136,6 +148,8 @@ class Creating:
         if decided_at is not None:  # as the step wrote them: decided, with the rule's entry
             made = [decided(r, verdicts[r.id], decided_at) if r.id in verdicts else r for r in made]
             traced.ruled([r for r in made if r.id in verdicts])  # spans, when tracing is on
+        if routes:  # as the step wrote them: with the route's history entry
+            made = [routes[r.id].noted(r, created) if r.id in routes else r for r in made]
         return "ok", made
 
     def _prepare(
@@ -226,6 +240,7 @@ class Creating:
         preps: list[Prepared],
         verdicts: dict[str, RuleVerdict],
         version: bytes | None,
+        routes: dict[str, RouteVerdict],
     ) -> tuple[list[Any], dict[int, int]]:
         """The step's reply, and the variant (timeout, queue, creator) of each `Prepared`."""
         keys = self.store.keys
@@ -237,16 +252,18 @@ class Creating:
             round_no,
             frozenset(new.queue for _, new in distinct.values()),
             frozenset(new.created_by for _, new in distinct.values() if new.created_by),
-            frozenset(v.rule_id for v in verdicts.values()),
+            frozenset(
+                [*(v.rule_id for v in verdicts.values()), *(r.rule_id for r in routes.values())]
+            ),
         )
         head = keys.request(ids[0])[: -len(ids[0])]  # one partition: one prefix
         script_keys = [*shared.keys, *[head + rid for rid in ids]]
         argv, variants, variant_of = pack(ids, news, preps, distinct)
         rules: dict[str, Any] = {}
         if verdicts:
-            for i, rid in enumerate(ids, start=1):
+            for i, (rid, new, p) in enumerate(zip(ids, news, preps, strict=True), start=1):
                 if rid in verdicts:
-                    rules[str(i)] = verdicts[rid].lua()
+                    rules[str(i)] = {**verdicts[rid].lua(), "cell": cell_of(new, p)}
         values: dict[str, Any] = {
             "maxlen": str(self.store.maxlen),
             "round": str(round_no),
@@ -260,8 +277,16 @@ class Creating:
         }
         if rules:
             values["rules"] = rules
+        if routes:
+            values["routes"] = {
+                str(i): {**routes[rid].lua(), "cell": cell_of(new, p)}
+                for i, (rid, new, p) in enumerate(zip(ids, news, preps, strict=True), start=1)
+                if rid in routes
+            }
+        values["tally"] = self.routing.tally(news, preps, self._agent(run_id))
         if shared.audit_keep:
             values["audit_keep"] = shared.audit_keep
+        values["ins_keep"] = shared.insights_keep
         if self._copy:
             values["copy"] = 1
         if run_id:
@@ -286,7 +311,7 @@ class Creating:
     ) -> ScriptKeys:
         """The step's keys but the request hashes; kept for standalone creates, which ask for
         the same few sets again and again."""
-        cache_key = (partition, queues, creators, rule_ids)
+        cache_key = (partition, queues, creators, rule_ids, insight_days())  # days: rollups
         found = None if run_id else self._keys.get(cache_key)
         if found is None:
             found, _ = create_batch_keys(

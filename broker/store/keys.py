@@ -154,6 +154,16 @@ class Keys(Partitioned, StepKeys):
         """Hash: fleet-wide counters (HINCRBY), e.g. `delivered:slack`, `failed:webhook`."""
         return f"{self.prefix}stats"
 
+    def insights(self, day: int) -> str:
+        """Hash: the insights rollup of one UTC day (days since the epoch), kept by the Lua
+        steps (lib.lua `rollup`): counters by kind and cell (docs/insights.md); expires
+        `INSIGHTS_KEEP_S` after its last write."""
+        return f"{self.base()}ins:{day}"
+
+    def insights_hours(self, day: int) -> str:
+        """Hash: the same counters as `insights(day)`, each field headed by its hour (`HH`)."""
+        return f"{self.base()}ins:{day}:h"
+
     @property
     def agents(self) -> str:
         """Set: names of agents registered at run time through the Python API."""

@@ -36,8 +36,9 @@ JSON_FIELDS = (
     "suggested_rules",
     "args_schema",
 )
-INTERNAL_FIELDS = ("deadlines", "traceparent")  # not part of `Request`: kept by the Lua steps,
-# and the trace the request was made in (`broker.tracing.telemetry`; only while tracing is on)
+INTERNAL_FIELDS = ("deadlines", "traceparent", "on_timeout")  # not part of `Request`: kept by
+# the Lua steps, the trace the request was made in (`broker.tracing.telemetry`; only while
+# tracing is on), and what the sweeper does when a routed request times out (`reject`)
 
 
 _FIELDS = tuple(Request.model_fields)
@@ -153,6 +154,7 @@ class Encoded:
             "created_by": None,
             "acked_by": None,
             "acked_until": None,
+            "risk": v["risk"],
         }
 
 
@@ -162,8 +164,12 @@ def encode(
     round_no: int,
     quorum: int,
     agent: str | None,
+    *,
+    risk: str | None = None,
+    on_timeout: str | None = None,
 ) -> Encoded:
-    """The fields of a new pending request (see the module docstring for those left out).
+    """The fields of a new pending request (see the module docstring for those left out);
+    `risk` and `on_timeout` are what a routing rule set (`broker.domain.rules.routing`).
     An approval's suggested rules come from its args as the caller gave them on a run (and
     are stored); a standalone one's from its args as stored, which is how they are derived
     again when it is read."""
@@ -204,6 +210,10 @@ def encode(
         named["callback"] = new.callback
     if quorum != 1:
         named["quorum"] = str(quorum)
+    if risk is not None:
+        named["risk"] = risk
+    if on_timeout == "reject":  # "escalate" is what the queue does anyway
+        named["on_timeout"] = on_timeout
     if (parent := tracing.traceparent()) is not None:  # its deliveries and decision join it
         named["traceparent"] = parent
     values = {
@@ -216,6 +226,7 @@ def encode(
         "queue": new.queue,
         "callback": new.callback or None,
         "quorum": quorum,
+        "risk": risk,
     }
     return Encoded(named, values, texts, first)
 

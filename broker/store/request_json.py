@@ -38,7 +38,7 @@ _OUTCOMES = frozenset(o.value for o in Outcome)
 _KINDS = frozenset(KINDS)
 _DECISION = tuple(Decision.model_fields)
 _ENTRY = tuple(HistoryEntry.model_fields)
-_ENTRY_TEXT = _ENTRY[2:]  # every field after `at` and `event`: optional text
+_ENTRY_TEXT = tuple(n for n in _ENTRY[2:] if n != "route")  # after `at`, `event`: text
 _VOTE = tuple(Vote.model_fields)
 _LIMITS = {  # Decision's text fields and their max_length (None: no limit)
     "reason": 10_000,
@@ -131,6 +131,7 @@ def _values(f: dict[str, str]) -> Values:
         "created_by": get("created_by") or None,
         "acked_by": get("acked_by") or None,
         "acked_until": _from_timestamp(float(acked_until)) if acked_until else None,
+        "risk": get("risk") or None,
         "approvals_by_args": by_args,
     }
 
@@ -196,6 +197,10 @@ def _entry(raw: Any) -> Values:
     out = {"at": _time(raw.get("at")), "event": raw["event"]}
     for name in _ENTRY_TEXT:
         out[name] = _text(raw.get(name))
+    route = raw.get("route")
+    if route is not None and type(route) is not dict:
+        raise _Unusual
+    out["route"] = route  # in `_ENTRY`'s order: the last field (checked below)
     return out
 
 
@@ -210,4 +215,4 @@ def _vote(raw: Any) -> Values:
 
 
 assert _VOTE == ("by", "at", "args_hash", "channel"), _VOTE  # `_vote` writes these, in order
-assert _ENTRY[:2] == ("at", "event"), _ENTRY
+assert _ENTRY[:2] == ("at", "event") and _ENTRY[-1] == "route", _ENTRY

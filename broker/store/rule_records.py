@@ -17,7 +17,7 @@ from broker.store.keys import RuleKeys
 
 __all__ = ["RuleKeys", "epoch", "from_fields", "new_rule_id", "to_fields"]
 
-_JSON = ("args", "creator_roles")
+_JSON = ("args", "creator_roles", "route")
 _TIMES = ("created_at", "expires_at", "last_hit_at", "revoked_at")
 
 

@@ -16,7 +16,8 @@ from redis.exceptions import WatchError
 from broker.audit.trail import append_entry
 from broker.domain.errors import InvalidInput
 from broker.domain.rules.matching import Call, evaluate, in_queue
-from broker.domain.rules.models import CONFIG_CREATOR, Effect, Rule, RuleBody
+from broker.domain.rules.models import CONFIG_CREATOR, Decides, Effect, Rule, RuleBody
+from broker.domain.rules.routing import choose_route, route_problem
 from broker.store.rule_reads import UNREAD, RuleReads, Unread, Version
 from broker.store.rule_records import epoch, from_fields, new_rule_id, to_fields
 
@@ -41,6 +42,9 @@ class RuleStore(RuleReads):
             raise InvalidInput(
                 f"{at}agent: agent {body.agent!r} is not defined", code="invalid_rule"
             )
+        problem = route_problem(body, self.config.queues)
+        if problem is not None:
+            raise InvalidInput(f"{at}{problem}", code="invalid_rule")
 
     def _agent_known(self, name: str) -> bool:
         return name in self.config.agents or bool(
@@ -218,7 +222,7 @@ class RuleStore(RuleReads):
         exclude: Collection[str] = (),
         quorum: int = 1,
         version: Version | Unread = UNREAD,
-    ) -> tuple[Effect, Rule] | None:
+    ) -> tuple[Decides, Rule] | None:
         """The rule that decides this call (deny beats allow), or None: a person is asked.
 
         `exclude` leaves out rules the create step found changed; a request needing more than
@@ -244,8 +248,9 @@ class RuleStore(RuleReads):
         quorum: int = 1,
         version: Version | Unread = UNREAD,
     ) -> tuple[Effect, Rule] | None:
-        """The shadow rule that would decide this call were it enforced (deny beats allow, as
-        for `match`), or None. It decides nothing: the caller records it (`shadow_rule`)."""
+        """The shadow rule that would decide (deny beats allow, as for `match`) or else route
+        this call were it enforced, or None. It changes nothing: the caller records it
+        (`shadow_rule`)."""
         if call.kind != "approval":
             return None
         call = in_queue(call, self.config)
@@ -253,9 +258,35 @@ class RuleStore(RuleReads):
         found = [
             r
             for r in bucket.relevant(call) + globs.relevant(call)
-            if r.mode == "shadow" and may_bypass(r, quorum)
+            if r.mode == "shadow" and (r.effect == "route" or may_bypass(r, quorum))
         ]
-        return evaluate(found, call, now or self.now())
+        at = now or self.now()
+        decided = evaluate(found, call, at)
+        if decided is not None:
+            return decided
+        route = choose_route(found, call, at)
+        return ("route", route) if route is not None else None
+
+    def route_match(
+        self,
+        call: Call,
+        now: datetime | None = None,
+        *,
+        exclude: Collection[str] = (),
+        version: Version | Unread = UNREAD,
+    ) -> Rule | None:
+        """The enforced route rule for a call no allow or deny decides (`choose_route`: the
+        highest priority, then the most specific), or None: it waits where it was asked."""
+        if call.kind != "approval":
+            return None
+        call = in_queue(call, self.config)
+        bucket, globs = self._buckets(call.tool_name, version)
+        found = [
+            r
+            for r in bucket.relevant(call) + globs.relevant(call)
+            if r.effect == "route" and r.mode == "enforce" and r.id not in exclude
+        ]
+        return choose_route(found, call, now or self.now()) if found else None
 
     def count_shadow(self, matches: Iterable[tuple[str, Effect]]) -> None:
         """Count the requests shadow rules would have decided, `shadow:EFFECT:ID` in the hits
@@ -271,7 +302,7 @@ def may_bypass(rule: Rule, quorum: int) -> bool:
     return quorum <= 1 or (rule.quorum_bypass and rule.creator_roles is None)
 
 
-def active_match(store: RuleStore, call: Call) -> tuple[Effect, Rule] | None:
+def active_match(store: RuleStore, call: Call) -> tuple[Decides, Rule] | None:
     """Match, then re-check and count the chosen rule; re-match if it changed meanwhile."""
     for _ in range(5):
         found = store.match(call)

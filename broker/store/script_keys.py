@@ -9,6 +9,7 @@ step touches one partition (`broker.store.partitions`). This module never invent
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterable
 from typing import Any, Protocol, Self
 
@@ -16,6 +17,21 @@ from broker.domain.models import Status
 
 DONE_STATUSES = tuple(s.value for s in Status if s is not Status.pending)
 """The final statuses, each with its listing indexes (`done`, `done_in`)."""
+
+DAY_S = 86400
+INSIGHTS_KEEP_S = 400 * DAY_S
+"""How long a day's insights rollups are kept after their last write: a year's window, and then some."""
+SKEW_S = 3600
+"""How far Redis's clock may be from the caller's before a step's figures land in the nearest
+day it was given (lib.lua `ins_keys`) rather than its own."""
+
+
+def insight_days(now: float | None = None) -> tuple[int, ...]:
+    """The UTC days (since the epoch) whose rollups a step gets: today by the caller's clock,
+    and the day next to it within `SKEW_S` of midnight (the step counts on Redis's clock)."""
+    at = time.time() if now is None else now
+    days = {int((at - SKEW_S) // DAY_S), int(at // DAY_S), int((at + SKEW_S) // DAY_S)}
+    return tuple(sorted(days))
 
 
 class ScriptKeys:
@@ -34,6 +50,7 @@ class ScriptKeys:
         self.per_request: dict[str, dict[str, int]] = {}
         self._positions: dict[str, int] = {}
         self.audit_keep: int = 0  # seconds the audit chain keeps entries (with role `audit`)
+        self.insights_keep: int = 0  # seconds a day's insights rollups are kept (roles `ins:D`)
 
     def _position(self, key: str) -> int:
         """1-based, as Lua counts; a key named twice is passed once."""
@@ -60,9 +77,20 @@ class ScriptKeys:
         self.audit_keep = keep_s
         return self
 
+    def insights(self, names: KeyNames, days: Iterable[int]) -> ScriptKeys:
+        """The insights rollups a step adds to (roles `ins:DAY` and `insh:DAY`; lib.lua's
+        `rollup` picks the day of Redis's clock among them)."""
+        for day in days:
+            self.name(f"ins:{day}", names.insights(day))
+            self.name(f"insh:{day}", names.insights_hours(day))
+        self.insights_keep = INSIGHTS_KEEP_S
+        return self
+
     def args(self, **values: Any) -> str:
         if self.audit_keep:
             values["audit_keep"] = self.audit_keep
+        if self.insights_keep:
+            values["ins_keep"] = self.insights_keep
         return json.dumps(
             {**values, "k": self.roles, "streams": self.streams, "r": self.per_request},
             ensure_ascii=False,
@@ -126,6 +154,8 @@ class KeyNames(Protocol):
     def stream(self, queue: str) -> str: ...
     def pending_in(self, queue: str) -> str: ...
     def in_queue(self, queue: str) -> str: ...
+    def insights(self, day: int) -> str: ...
+    def insights_hours(self, day: int) -> str: ...
     def decide_keys(
         self, request_id: str, run_id: str | None, queues: Iterable[str], once_key: str | None
     ) -> ScriptKeys: ...
@@ -248,6 +278,7 @@ class StepKeys:
         if self.audit_keep_s:
             keys.audit(self.audit, self.audit_head, self.audit_keep_s)
         keys.name("counts", self.counts).name("resumes", self.resumes)
+        keys.insights(self, insight_days())
         for status in DONE_STATUSES:
             keys.name(f"done:{status}", self.done(status))
         for queue in queues:

@@ -28,10 +28,12 @@ class ShadowRecorder:
         self.store = store
         self.rules = rules
 
-    def record(self, shadows: dict[str, Rule]) -> None:
-        """For each new request id a shadow rule would have decided: a history entry
-        `{"event": "shadow_rule", "rule": ID, "detail": "would allow"}` and an audit entry
-        (event `shadow_rule`, actor `rule:ID`, outcome the effect) in one step, then the count."""
+    def record(self, shadows: dict[str, Rule], details: dict[str, str] | None = None) -> None:
+        """For each new request id a shadow rule would have decided (or routed): a history entry
+        `{"event": "shadow_rule", "rule": ID, "detail": "would allow"}` (a route's detail
+        says where: `details`, e.g. "would route to finance (quorum 2, risk high)") and an
+        audit entry (event `shadow_rule`, actor `rule:ID`, outcome the effect) in one step,
+        then the count."""
         store = self.store
         pipe = store.redis.pipeline(transaction=False)
         for request_id, rule in shadows.items():
@@ -40,7 +42,7 @@ class ShadowRecorder:
                 "event": EVENT,
                 "by": f"rule:{rule.id}",
                 "rule": rule.id,
-                "detail": f"would {rule.effect}",
+                "detail": (details or {}).get(request_id) or f"would {rule.effect}",
             }
             store.scripts.run(
                 "note",

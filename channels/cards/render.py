@@ -19,7 +19,7 @@ from broker.domain.printable import lines, one_line, shown
 from broker.domain.questions import answer_text, is_structured
 from channels.cards import button_tokens as ids
 from channels.cards.answer_options import options_of
-from channels.wording import clip, deciders, title
+from channels.wording import clip, deciders, risk, title
 
 MAX_ARGS = 1500
 _OUTCOME = {
@@ -114,8 +114,10 @@ def render(
 
     `escape` is applied to requester text where the channel reads markup."""
     args = shown(json.dumps(request.args, indent=2, ensure_ascii=False))
+    label = risk(request)
     body = [
         f"{title(request)}: {escape(clip(one_line(request.tool_name), 200))}",
+        f"⚠️ Risk: {escape(label)}" if label else "",
         escape(clip(lines(request.prompt or ""), 1000)),
         f"Arguments:\n{escape(clip(args, MAX_ARGS))}",
         f"Who may decide: {escape(deciders(config, request))}",

@@ -25,7 +25,7 @@ from broker.domain.models import Request
 from broker.domain.printable import BIDI_CONTROLS as BIDI_CONTROLS  # re-exported for tests
 from broker.domain.printable import lines, one_line, shown
 from channels.email.config import email_section
-from channels.wording import clip, deciders, title
+from channels.wording import clip, deciders, risk, title
 
 _env = Environment(
     loader=PackageLoader("channels.email", "templates"),
@@ -104,10 +104,15 @@ def render_mail(
         "expires": request.expires_at.strftime("%Y-%m-%d %H:%M UTC"),
         "links_until": links_until.strftime("%Y-%m-%d %H:%M UTC"),
         "title": title(request),
+        "risk": risk(request),
         "refusal": one_line(refusal) if refusal else None,
     }
     # one line, no controls: no header folding or reversed text from what a requester wrote
-    subject = f"[{context['title']}] {clip(one_line(request.prompt or request.tool_name), 120)}"
+    label = risk(request)
+    marked = f"[risk: {clip(label, 40)}] " if label else ""
+    subject = (
+        f"[{context['title']}] {marked}{clip(one_line(request.prompt or request.tool_name), 120)}"
+    )
     text = _env.get_template("mail.txt").render(context)
     html = _env.get_template("mail.html").render(context)
     return subject, text, html

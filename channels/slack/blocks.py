@@ -25,7 +25,7 @@ from channels import wording
 from channels.slack import action_ids as ids
 from channels.slack import always_modal as always
 from channels.slack.question_modal import ANSWER_FORM
-from channels.wording import clip, title
+from channels.wording import clip, risk, title
 
 Block = dict[str, Any]
 
@@ -113,11 +113,14 @@ def describe(request: Request, config: Config) -> list[Block]:
         f"*Expires*\n{slack_date(request.expires_at)}",
     ]
     args = shown(json.dumps(request.args, indent=2, ensure_ascii=False))
+    label = risk(request)
+    marked = [_section(f":warning: *Risk:* {escape(label)}")] if label else []
     return [
         {
             "type": "header",
             "text": {"type": "plain_text", "text": clip(title(request), 150)},
         },
+        *marked,
         _section(escape(request.prompt or request.tool_name)),
         {"type": "section", "fields": [{"type": "mrkdwn", "text": f} for f in fields]},
         _section(f"*Arguments*\n```{clip(escape(args), MAX_SECTION - 20)}```"),

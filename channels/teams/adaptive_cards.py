@@ -27,6 +27,7 @@ from broker.domain.models import HistoryEntry, Request, Status
 from broker.domain.printable import lines, one_line, shown
 from broker.domain.questions import answer_text, is_structured, questions_of
 from channels.answer_forms import other_input, question_input
+from channels.wording import risk
 
 Element = dict[str, Any]
 
@@ -96,8 +97,11 @@ def describe(request: Request, config: Config) -> list[Element]:
     ]
     body: list[Element] = [
         literal(TITLES.get(request.kind, "Request"), weight="Bolder", size="Medium"),
-        literal(request.prompt or request.tool_name),
     ]
+    label = risk(request)
+    if label:
+        body.append(literal(f"Risk: {label}", weight="Bolder", color="Attention"))
+    body.append(literal(request.prompt or request.tool_name))
     body += [literal(f"{name}: {clip(value, 500)}", isSubtle=True) for name, value in facts]
     body.append(literal(args, fontType="Monospace"))
     return body

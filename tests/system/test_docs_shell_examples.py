@@ -103,6 +103,8 @@ ELSEWHERE = {
     ("docs/teams.md", "approval-broker channels test teams:approvals"): "tests/system/test_channel_setup_pages.py::test_each_setup_pages_channels_test_prints_what_the_page_shows",
     ("docs/telegram.md", "approval-broker channels test telegram:ops"): "tests/system/test_channel_setup_pages.py::test_each_setup_pages_channels_test_prints_what_the_page_shows",
     ("docs/discord.md", "approval-broker channels test discord:ops"): "tests/system/test_channel_setup_pages.py::test_each_setup_pages_channels_test_prints_what_the_page_shows",
+    ("docs/insights.md", "approval-broker stats --since 2026-12-01"): "tests/integration/test_stats.py::test_the_stats_command_prints_the_same_figures",
+    ("docs/policy-rules.md", "approval-broker rules add --effect route --tool refund --args '{\"amount\": {\"gt\": 500}}' --route '{\"queue\": \"finance\", \"quorum\": 2, \"risk\": \"high\"}'"): "tests/integration/test_routing_rules.py::test_the_cli_adds_a_route_rule_as_the_docs_show",
 }  # fmt: skip
 
 SKIPPED = {

@@ -14,6 +14,7 @@ from typing import Any, Protocol
 from broker.domain.config_errors import keys_of, not_defined, unknown_key
 from broker.domain.errors import ConfigError, InvalidInput
 from broker.domain.rules.models import CONFIG_CREATOR, Rule, RuleBody, parse_body
+from broker.domain.rules.routing import route_problem
 
 
 class QueuesAndAgents(Protocol):
@@ -73,4 +74,4 @@ def _problem(body: RuleBody, config: QueuesAndAgents, seen: set[str]) -> str | N
         return f"queue: {not_defined('queue', body.queue, sorted(config.queues))}"
     if body.agent is not None and body.agent not in config.agents:
         return f"agent: {not_defined('agent', body.agent, sorted(config.agents))}"
-    return None
+    return route_problem(body, config.queues)

@@ -16,7 +16,7 @@ from typing import Any
 from broker.domain.config import Config
 from broker.domain.errors import Forbidden
 from broker.domain.principals import Principal
-from broker.domain.rules.models import COMPARISONS, Effect, Rule, RuleBody, is_number
+from broker.domain.rules.models import COMPARISONS, Decides, Rule, RuleBody, is_number
 
 POLICY = "policy"
 AUDITOR = "auditor"
@@ -159,16 +159,21 @@ def matches(rule: Rule, call: Call, now: datetime) -> bool:
     return True
 
 
-def evaluate(rules: Iterable[Rule], call: Call, now: datetime) -> tuple[Effect, Rule] | None:
-    """The deciding rule: any matching deny beats any matching allow; None means ask a person.
+def evaluate(rules: Iterable[Rule], call: Call, now: datetime) -> tuple[Decides, Rule] | None:
+    """The deciding rule: any matching deny beats any matching allow; None means ask a person
+    (a `route` rule decides nothing: `broker.domain.rules.routing` chooses among those).
 
     Among several matches of the same effect the oldest wins, so the answer is deterministic.
     """
     best: Rule | None = None
     for rule in rules:
-        if matches(rule, call, now) and (best is None or _rank(rule) < _rank(best)):
+        if rule.effect == "route" or not matches(rule, call, now):
+            continue
+        if best is None or _rank(rule) < _rank(best):
             best = rule
-    return (best.effect, best) if best is not None else None
+    if best is None:
+        return None
+    return ("deny" if best.effect == "deny" else "allow"), best
 
 
 def _rank(rule: Rule) -> tuple[bool, datetime, str]:
@@ -225,7 +230,8 @@ def may_remember(
 ) -> None:
     """Refuse (Forbidden) a rule that would grant more than its creator could decide.
 
-    Role `policy` (or the admin) may create any rule. Anyone else needs a rule scoped to a
+    Role `policy` (or the admin) may create any rule, and only they a `route` rule (it moves
+    requests between queues and sets their quorum). Anyone else needs a rule scoped to a
     `run_id` or an `agent`, may not set `quorum_bypass`, and must be able to decide `request`
     (when the rule is remembered from one) and, for a rule naming a `queue`, hold one of that
     queue's roles (`queue_roles`); the rule then covers only requests whose `allowed_roles` and
@@ -233,6 +239,8 @@ def may_remember(
     """
     if principal.has_role(POLICY):
         return
+    if body.effect == "route":
+        raise Forbidden("only role 'policy' (or the admin) may create route rules")
     if not can_approve(principal):
         raise Forbidden(f"{principal.name!r} decides nothing, so may not create rules")
     if body.run_id is None and body.agent is None:

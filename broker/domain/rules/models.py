@@ -11,15 +11,28 @@ import re
 from datetime import datetime
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, JsonValue, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    JsonValue,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 from pydantic_core import PydanticCustomError
 
 from broker.domain.errors import InvalidInput
+from broker.domain.models import MAX_QUORUM
 
 CONFIG_CREATOR = "config"
 """`created_by` of a rule the config holds (`[[rules]]`), never a person's name."""
 
-Effect = Literal["allow", "deny"]
+Effect = Literal["allow", "deny", "route"]
+"""`allow` and `deny` decide a request at create; `route` decides nothing: it sets where and how
+the request waits (`RouteSpec`, `broker.domain.rules.routing`)."""
+Decides = Literal["allow", "deny"]
+OnTimeout = Literal["reject", "escalate"]
 Mode = Literal["enforce", "shadow"]
 """`shadow`: the rule decides nothing; each request it would have decided records that instead
 (`shadow_rule` in the history and the audit trail, a metric): a rule tried before trusted."""
@@ -67,6 +80,23 @@ def check_matcher(path: str, matcher: Any) -> None:
         raise _field_error(f"{path}.{op}", "an empty glob matches nothing; give a pattern")
 
 
+class RouteSpec(BaseModel):
+    """What a `route` rule sets for the requests it matches (each part optional): the queue
+    they wait in, the approvals they need (at least; a queue or request asking more keeps
+    more), how long they wait, what silence does then, and a risk label every card shows."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    queue: str | None = Field(default=None, min_length=1, max_length=200)
+    quorum: int | None = Field(default=None, ge=1, le=MAX_QUORUM)
+    timeout_s: float | None = Field(default=None, gt=0, le=365 * 86400)
+    on_timeout: OnTimeout | None = None
+    risk: str | None = Field(default=None, min_length=1, max_length=200)
+
+    def public(self) -> dict[str, Any]:
+        return self.model_dump(exclude_none=True)
+
+
 def _check_arg_path(path: str) -> None:
     if not path or not all(_SEGMENT.match(part) for part in path.split(".")):
         raise _field_error(path, "an arg path is dotted names, as in 'customer.id'")
@@ -90,6 +120,15 @@ class RuleBody(BaseModel):
     expires_at: datetime | None = None
     quorum_bypass: bool = False
     mode: Mode = "enforce"
+    route: RouteSpec | None = Field(
+        default=None, description="effect `route` only: where and how a matched request waits"
+    )
+    priority: int | None = Field(
+        default=None,
+        ge=-1_000_000,
+        le=1_000_000,
+        description="effect `route` only: the highest wins among matching routes (default 0)",
+    )
 
     @field_validator("tool")
     @classmethod
@@ -112,6 +151,22 @@ class RuleBody(BaseModel):
         if value is not None and value.tzinfo is None:
             raise ValueError("must carry a time zone, as in 2026-12-31T00:00:00Z")
         return value
+
+    @model_validator(mode="after")
+    def _route_goes_with_its_effect(self) -> RuleBody:
+        if self.effect == "route":
+            if self.route is None or not self.route.public():
+                raise _field_error(
+                    "route",
+                    "a route rule sets at least one of queue, quorum, timeout_s, on_timeout, risk",
+                )
+        elif self.route is not None:
+            raise _field_error("route", "only a rule with effect 'route' has a route")
+        elif self.priority is not None:
+            raise _field_error("priority", "only a rule with effect 'route' has a priority")
+        if self.effect == "route" and self.quorum_bypass:
+            raise _field_error("quorum_bypass", "a route decides nothing, so bypasses no quorum")
+        return self
 
     @property
     def scope(self) -> dict[str, str]:

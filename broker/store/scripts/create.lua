@@ -7,7 +7,10 @@
 --   the requests, from KEYS[A.req_at].
 -- A (ARGV[1]): maxlen, round, run_id, retention, audit_keep (absent: no audit entries); version: the rules' version the caller matched
 --   with ('' for none; absent: not checked here, as on a cluster); rules = {[position] = {id,
---   effect, status, decision (JSON text), entry (JSON text)}} for requests a rule decides;
+--   effect, status, decision (JSON text), entry (JSON text), cell}} for requests a rule decides;
+--   routes = {[position] = {id, entry (JSON text), cell}} for requests a routing rule placed
+--   (their queue, quorum and timeout are already in their fields and variant); tally = the
+--   created counts for the insights rollups (lib.lua's rollup); ins_keep;
 --   v = the batch's variants, a list of {timeout_s, queue, creator ('' for none)}; copy = 1:
 --   a request of a shape already written is made by COPY (below).
 -- The hash fields are sent column-wise (`broker.store.request_hash.encode` made them, never decoded
@@ -54,13 +57,23 @@ if version_key and A.version then
 end
 local now = clock()
 local rules = A.rules or {}
+local routes = A.routes or {}
 if version_key then
-  for _, rule in pairs(rules) do
-    local f = redis.call('HMGET', key('rule:' .. rule.id), 'id', 'revoked_at', 'expires_at')
-    if (not f[1]) or f[2] or (f[3] and tonumber(f[3]) <= now) then
-      return {'rule_changed', rule.id}
+  for _, chosen in ipairs({rules, routes}) do
+    for _, rule in pairs(chosen) do
+      local f = redis.call('HMGET', key('rule:' .. rule.id), 'id', 'revoked_at', 'expires_at')
+      if (not f[1]) or f[2] or (f[3] and tonumber(f[3]) <= now) then
+        return {'rule_changed', rule.id}
+      end
     end
   end
+end
+local function rule_hit(rule_id, effect, created)
+  if not version_key then return end  -- on a cluster the caller counts it in the rules' slot
+  local rule_key = key('rule:' .. rule_id)
+  redis.call('HINCRBY', rule_key, 'hits', 1)
+  redis.call('HSET', rule_key, 'last_hit_at', created)
+  redis.call('HINCRBY', key('rule_hits'), effect .. ':' .. rule_id, 1)
 end
 
 -- Index entries are gathered and written with one ZADD per index, old entries forgotten once.
@@ -78,6 +91,7 @@ end
 
 local created = stamp(now)
 local any_rule = next(rules) ~= nil
+local any_route = next(routes) ~= nil
 local out = {'ok', created, any_rule and iso(now) or ''}
 local run_requests = key('run_requests')
 local of_run = run_requests and entries(run_requests)
@@ -134,6 +148,7 @@ for r = req_at, #KEYS do
   local id = string.sub(rkey, cut + 1)
   local q = s.q
   local rule = any_rule and rules[tostring(i)]
+  local route = any_route and routes[tostring(i)]
   local copied = false
   if copying and s.src then
     local done = redis.pcall('COPY', s.src, rkey)
@@ -159,7 +174,7 @@ for r = req_at, #KEYS do
       pos = pos + 1
     end
     redis.call(unpack(cmd))
-    if not rule then s.src = rkey end  -- a pristine hash of this shape: the next ones copy it
+    if not (rule or route) then s.src = rkey end  -- a pristine hash: the next ones copy it
   end
   local queue, expires = q.queue, q.expires
   listed[ni + 1] = created; listed[ni + 2] = id; ni = ni + 2
@@ -189,17 +204,20 @@ for r = req_at, #KEYS do
       audit(now, id, 'decided', 'rule:' .. rule.id, 'rule', rule.status, g[1] or '', '')
     end
   end
+  if route then  -- where a routing rule placed it: recorded, and the rule's hit counted
+    append_history(rkey, with_fields(route.entry, {{'at', iso(now)}}))
+    rule_hit(route.id, 'route', created)
+    rollup(now, 'r' .. US .. ins_cell(route.cell[1], route.cell[2], route.cell[3]) .. US
+      .. route.id, 1)
+  end
   if rule then
     local at = {{'decided_at', iso(now)}}
     redis.call('HSET', rkey, 'status', rule.status, 'decision', with_fields(rule.decision, at))
     append_history(rkey, with_fields(rule.entry, {{'at', iso(now)}}))
     redis.call('EXPIRE', rkey, A.retention)
-    if version_key then
-      local rule_key = key('rule:' .. rule.id)
-      redis.call('HINCRBY', rule_key, 'hits', 1)
-      redis.call('HSET', rule_key, 'last_hit_at', created)
-      redis.call('HINCRBY', key('rule_hits'), rule.effect .. ':' .. rule.id, 1)
-    end
+    rule_hit(rule.id, rule.effect, created)
+    ins_outcome(now, ins_cell(rule.cell[1], rule.cell[2], rule.cell[3]), rule.status,
+      'rule:' .. rule.id, ins_text(cjson.decode(rule.decision).reason), nil)
     for _, role in ipairs({'done:' .. rule.status, 'done:' .. rule.status .. ':' .. queue}) do
       t = entries(key(role), true)
       k = #t
@@ -230,6 +248,10 @@ for zkey, t in pairs(adds) do
   if aged[zkey] then forget_old(zkey, now) end
 end
 for field, n in pairs(counted) do count(field, n) end
+for _, row in ipairs(A.tally or {}) do  -- created: queue, roles, creator, agent, tool, n
+  rollup(now, 'n' .. US .. ins_cell(row[1], row[2], row[3]) .. US .. row[4] .. US .. row[5],
+    row[6])
+end
 if round_key then
   redis.call('PERSIST', run_requests)
   if redis.call('SCARD', key('pending')) == 0 then

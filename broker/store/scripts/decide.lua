@@ -48,6 +48,7 @@ if A.voter and (outcome == 'approved' or outcome == 'modified') then
     if counted == 'repeat' then return reply(rkey, 'repeat') end
     if n < quorum then
       emit(f[4], 'type', 'approval.voted', 'request_id', A.id, 'queue', f[4])
+      rollup(now, 'p' .. US .. A.voter, 1)
       audit(now, A.id, 'voted', A.actor, A.actor_kind, outcome, A.vote_hash or f[3], '')
       spend()
       return reply(rkey, 'voted', tostring(n))

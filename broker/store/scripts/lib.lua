@@ -119,11 +119,107 @@ local function index_moved(id, from, to, expires_at)
   redis.call('ZADD', key('queue:' .. to), redis.call('ZSCORE', key('requests'), id) or expires_at, id)
 end
 
+-- Insights (docs/insights.md): the steps keep rollups of what happens, per UTC day (role
+-- `ins:DAY`, DAY = days since the epoch) and per hour of it (`insh:DAY`, each field headed by
+-- its hour `HH` and US), so `GET /v1/stats` reads a few hashes whatever the number of requests.
+-- A field is a kind letter and its parts joined by US (\31), the cell first: queue,
+-- allowed_roles as stored ('' for none), creator: what a reader's visibility is judged by
+-- (broker/store/insights.py parses them). Kinds: n created (+ agent, tool), o outcome (+ status,
+-- and who: person|rule|timeout), t time to a person's decision (+ histogram bound),
+-- r rule hit (+ rule id), x reject reason, e escalation; p (no cell) answers per person.
+local US = '\31'
+local TTD_BOUNDS = {1, 2, 5, 10, 30, 60, 120, 300, 600, 1800, 3600, 7200, 14400, 28800, 86400,
+  604800}
+local REASONS_PER_DAY = 500  -- distinct reject reasons kept per day; the rest count as ''
+local ins_at = nil
+
+-- The day's two rollup hashes for Redis's clock `now`: its own day when the caller gave it,
+-- else the nearest it gave (a caller clock more than an hour off; the hour is clamped).
+local function ins_keys(now)
+  if ins_at ~= nil then return ins_at end
+  ins_at = false
+  if not A.ins_keep then return false end
+  local day = math.floor(now / 86400)
+  local hour = math.floor((now % 86400) / 3600)
+  if not key('ins:' .. day) then
+    if key('ins:' .. (day - 1)) then day = day - 1; hour = 23
+    elseif key('ins:' .. (day + 1)) then day = day + 1; hour = 0
+    else return false end
+  end
+  ins_at = {day = key('ins:' .. day), hours = key('insh:' .. day),
+    hour = string.format('%02d', hour)}
+  return ins_at
+end
+
+local function rollup(now, field, n)
+  local k = ins_keys(now)
+  if not k then return end
+  redis.call('HINCRBY', k.day, field, n)
+  redis.call('HINCRBY', k.hours, k.hour .. US .. field, n)
+  if not k.kept then
+    k.kept = true
+    redis.call('EXPIRE', k.day, A.ins_keep)
+    redis.call('EXPIRE', k.hours, A.ins_keep)
+  end
+end
+
+local function ins_cell(queue, roles, creator)
+  return (queue or 'default') .. US .. (roles or '') .. US .. (creator or '')
+end
+
+local function ins_text(value)  -- a JSON string field, or nil (absent, null, another type)
+  if type(value) == 'string' and value ~= '' then return value end
+  return nil
+end
+
+local function ins_bound(waited)
+  for _, b in ipairs(TTD_BOUNDS) do
+    if waited <= b then return tostring(b) end
+  end
+  return 'inf'
+end
+
+local function ins_reason(now, cell, reason)
+  local k = ins_keys(now)
+  if not k then return end
+  local field = 'x' .. US .. cell .. US .. string.sub(reason, 1, 200)
+  if redis.call('HEXISTS', k.day, field) == 0 then
+    if tonumber(redis.call('HGET', k.day, '#x') or '0') >= REASONS_PER_DAY then
+      field = 'x' .. US .. cell .. US
+    else
+      redis.call('HINCRBY', k.day, '#x', 1)
+    end
+  end
+  rollup(now, field, 1)
+end
+
+-- A request reached its outcome `status` (decided by `by`: a person, `rule:ID`, the sweeper):
+-- its outcome, how it was decided, the time a person took (from `created_at`), a reject's
+-- reason, and the person's answer count.
+local function ins_outcome(now, cell, status, by, reason, created_at)
+  local how = 'person'
+  if status == 'timed_out' then
+    how = 'timeout'
+  elseif by and string.sub(by, 1, 5) == 'rule:' then
+    how = 'rule'
+    rollup(now, 'r' .. US .. cell .. US .. string.sub(by, 6), 1)
+  end
+  rollup(now, 'o' .. US .. cell .. US .. status .. US .. how, 1)
+  if how == 'person' then
+    if created_at then
+      rollup(now, 't' .. US .. cell .. US .. ins_bound(now - tonumber(created_at)), 1)
+    end
+    if by then rollup(now, 'p' .. US .. by, 1) end
+  end
+  if status == 'rejected' and reason then ins_reason(now, cell, reason) end
+end
+
 -- Give a pending request its final status, tell its queue, and when it was the last pending
 -- call of its run's round, write the resume to the outbox in this same step. `run` holds the
 -- run's hash and pending set. A decided request is kept `retention` seconds, then Redis forgets it.
 local function finish(rkey, id, status, decision_json, event_type, now, run)
-  local f = redis.call('HMGET', rkey, 'queue', 'run_id', 'round', 'traceparent')
+  local f = redis.call('HMGET', rkey, 'queue', 'run_id', 'round', 'traceparent',
+    'allowed_roles', 'created_by', 'created_at')
   redis.call('HSET', rkey, 'status', status, 'decision', decision_json)
   redis.call('EXPIRE', rkey, A.retention)
   redis.call('ZREM', key('expiry'), id)
@@ -142,6 +238,9 @@ local function finish(rkey, id, status, decision_json, event_type, now, run)
     end
   end
   index_finished(id, f[1], status, now, f[2] and f[2] ~= '' and run or nil)
+  local d = cjson.decode(decision_json)
+  ins_outcome(now, ins_cell(f[1], f[5], f[6]), status, ins_text(d.decided_by),
+    ins_text(d.reason), f[7])
 end
 
 -- Move a pending request to another handler queue: still pending, history entry, one more
@@ -152,7 +251,9 @@ end
 -- there; a queue it reaches for the first time gives `timeout_s` from `now`. The quorum is
 -- raised to `quorum` (the target queue's) when that is more: never lowered. Returns expires_at.
 local function move(rkey, id, from, to, now, timeout_s, entry_json, quorum)
-  local f = redis.call('HMGET', rkey, 'deadlines', 'expires_at', 'quorum')
+  local f = redis.call('HMGET', rkey, 'deadlines', 'expires_at', 'quorum', 'allowed_roles',
+    'created_by')
+  rollup(now, 'e' .. US .. ins_cell(from, f[4], f[5]), 1)
   if quorum and tonumber(quorum) > tonumber(f[3] or 1) then
     redis.call('HSET', rkey, 'quorum', tostring(tonumber(quorum)))
   end

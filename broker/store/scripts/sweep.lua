@@ -1,7 +1,8 @@
 -- The second step of a sweep: escalate each request due.lua listed to its queue's escalate_to
 -- (still pending) or time it out. Each is checked again here, since another sweeper or a
 -- decision may have got there between the two steps: only one still pending and still due
--- (on this step's clock) is touched.
+-- (on this step's clock) is touched. A request a routing rule gave `on_timeout = reject` is timed
+-- out even where its queue would escalate it.
 -- KEYS by role: expiry, requests, counts, resumes; streams; per item key_of(id, ...) `req`, and
 --   `run` and `pending` of the run the caller takes it to belong to.
 -- A: items = [{id, run (optional)}], routes = {queue = {to = name|false, timeout = s}},
@@ -22,7 +23,8 @@ for _, item in ipairs(A.items) do
   local rkey = key_of(id, 'req')
   local score = redis.call('ZSCORE', key('expiry'), id)
   if score and tonumber(score) <= now then
-    local f = redis.call('HMGET', rkey, 'status', 'queue', 'created_at', 'run_id', 'args_hash')
+    local f = redis.call('HMGET', rkey, 'status', 'queue', 'created_at', 'run_id', 'args_hash',
+      'on_timeout')
     local held = f[1] == 'pending' and held_until(rkey, f[2]) or 0
     if f[1] ~= 'pending' then
       redis.call('ZREM', key('expiry'), id)
@@ -33,6 +35,7 @@ for _, item in ipairs(A.items) do
       local route = routes[queue]
       local to = route and route['to']
       if not (to and to ~= cjson.null and routes[to]) then to = nil end
+      if f[6] == 'reject' then to = nil end  -- a routing rule said: time out, never escalate
       local lack = lacking(queue, to, f[4], item.run)
       if lack then
         add(id, lack[1], lack[2], '')

@@ -29,6 +29,7 @@ from approval_broker_client.models import (
     Request,
     Run,
     RunStatus,
+    Stats,
     Status,
     Vote,
 )
@@ -74,6 +75,7 @@ __all__ = [
     "RoundNotReady",
     "Run",
     "RunStatus",
+    "Stats",
     "Status",
     "Unauthorized",
     "Vote",

@@ -14,7 +14,7 @@ import httpx
 from pydantic import BaseModel
 
 from approval_broker_client.errors import error_for
-from approval_broker_client.models import Decision, NewRequest, Outcome, Request, Run
+from approval_broker_client.models import Decision, NewRequest, Outcome, Request, Run, Stats
 
 MAX_WAIT_S = 60.0
 """The longest single long-poll the API accepts; longer waits are several in a row."""
@@ -154,6 +154,10 @@ class Calls:
 
     def send_prompt(self, run_id: str, prompt: str) -> Call[Run]:
         return Call("POST", f"/v1/runs/{run_id}/messages", _run, {"prompt": prompt})
+
+    def stats(self, since: str | None, until: str | None) -> Call[Stats]:
+        params = {k: v for k, v in (("since", since), ("until", until)) if v is not None}
+        return Call("GET", "/v1/stats", lambda r: Stats.model_validate(r.json()), params=params)
 
 
 def all_done(requests: Sequence[Request]) -> bool:

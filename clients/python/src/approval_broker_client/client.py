@@ -17,7 +17,7 @@ import httpx
 from pydantic import BaseModel
 
 from approval_broker_client.calls import Call, Calls, all_done, all_pending, outcome
-from approval_broker_client.models import Outcome, Request, Run
+from approval_broker_client.models import Outcome, Request, Run, Stats
 
 if TYPE_CHECKING:
     from pydantic_ai import DeferredToolRequests, DeferredToolResults
@@ -158,6 +158,11 @@ class RemoteBroker(_Base):
     def get_run(self, run_id: str) -> Run:
         return self._send(self._calls.get_run(run_id))
 
+    def stats(self, *, since: str | None = None, until: str | None = None) -> Stats:
+        """`GET /v1/stats`: how approvals went over a window (ISO 8601; default the last 24 h),
+        of the requests this token may see."""
+        return self._send(self._calls.stats(since, until))
+
     def jwks(self) -> dict[str, Any]:
         """The public keys approval receipts are signed with (no token needed)."""
         return self._send(self._calls.jwks())
@@ -264,6 +269,9 @@ class AsyncRemoteBroker(_Base):
 
     async def get_run(self, run_id: str) -> Run:
         return await self._send(self._calls.get_run(run_id))
+
+    async def stats(self, *, since: str | None = None, until: str | None = None) -> Stats:
+        return await self._send(self._calls.stats(since, until))
 
     async def jwks(self) -> dict[str, Any]:
         """The public keys approval receipts are signed with (no token needed)."""

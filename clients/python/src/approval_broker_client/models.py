@@ -90,6 +90,11 @@ class HistoryEntry(BaseModel):
     channel: str | None = None
     detail: str | None = None
     rule: str | None = None
+    route: dict[str, JsonValue] | None = Field(
+        default=None,
+        description="`routed_by_rule`: what the route set (queue, quorum, timeout_s,"
+        " on_timeout, risk)",
+    )
 
 
 class Vote(BaseModel):
@@ -138,6 +143,9 @@ class Request(BaseModel):
     created_by: str | None = None
     acked_by: str | None = None
     acked_until: datetime | None = None
+    risk: str | None = Field(
+        default=None, description="the risk label a routing rule gave it (null when none)"
+    )
 
     @model_validator(mode="before")
     @classmethod
@@ -219,3 +227,53 @@ class ConflictBody(ErrorBody):
     """A 409's body: the request as it stands, decided or timed out."""
 
     request: Request = Field(description="the request as it stands: decided or timed out")
+
+
+class Percentiles(BaseModel):
+    """Time to a person's decision, in seconds, estimated from a fixed histogram (null: none)."""
+
+    model_config = ConfigDict(extra="allow")
+
+    p50: float | None = None
+    p90: float | None = None
+
+
+class TimeToDecision(Percentiles):
+    by_queue: dict[str, Percentiles] = Field(default_factory=dict)
+
+
+class RequestCounts(BaseModel):
+    """Requests created in the window (`total`, by queue, tool, agent) and outcomes reached."""
+
+    model_config = ConfigDict(extra="allow")
+
+    total: int = 0
+    by_outcome: dict[str, int] = Field(default_factory=dict)
+    by_queue: dict[str, int] = Field(default_factory=dict)
+    by_tool: dict[str, int] = Field(default_factory=dict)
+    by_agent: dict[str, int] = Field(default_factory=dict)
+
+
+class RejectReason(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    reason: str
+    count: int
+
+
+class Stats(BaseModel):
+    """`GET /v1/stats`: how approvals went over a window, of the requests the caller may see."""
+
+    model_config = ConfigDict(extra="allow")
+
+    since: datetime
+    until: datetime
+    requests: RequestCounts
+    decided_by: dict[str, int] = Field(description="outcomes by person, rule and timeout")
+    time_to_decision_s: TimeToDecision
+    escalations: int = 0
+    rule_hits: dict[str, int] = Field(default_factory=dict)
+    reject_reasons: list[RejectReason] = Field(default_factory=list)
+    by_approver: dict[str, int] | None = Field(
+        default=None, description="answers and votes per person: admin and auditor only"
+    )
