@@ -108,6 +108,7 @@ ELSEWHERE = {
 }  # fmt: skip
 
 SKIPPED = {
+    ("docs/contributing.md", "uv run ruff check .            # lint"): "the checks .ci/run runs before the tests: this CI run is them",
     ("docs/contributing.md", "uv run pytest tests/unit                         # one level"): "runs parts of the test suite: this run is the whole of it",
     ("docs/adding-a-channel.md", "uv run pytest tests/channels/test_contract.py -k fakechat -n 0"): "runs parts of the test suite: this run is the whole of it",
     ("README.md", "uv sync                                # the broker and its command, approval-broker"): "installs the project: this test run stands on it",

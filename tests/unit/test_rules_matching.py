@@ -229,7 +229,7 @@ def test_may_remember_needs_policy_for_unscoped_rules_and_the_roles_to_decide() 
         ({"args": {"a..b": 1}}, "args.a..b: an arg path is dotted names"),
         ({"tool": ""}, "tool: String should have at least 1 character"),
         ({"tool": "  "}, "tool: an empty glob"),
-        ({"effect": "maybe"}, "effect: Input should be 'allow' or 'deny'"),
+        ({"effect": "maybe"}, "effect: Input should be 'allow', 'deny' or 'route'"),
         ({"colour": "red"}, "colour: unknown field"),
         ({"hits": 5}, "hits: unknown field"),
         ({"expires_at": "2026-12-31T00:00:00"}, "expires_at: must carry a time zone"),
