@@ -122,6 +122,7 @@ end
 -- Give a pending request its final status, tell its queue, and when it was the last pending
 -- call of its run's round, write the resume to the outbox in this same step. `run` holds the
 -- run's hash and pending set. A decided request is kept `retention` seconds, then Redis forgets it.
+-- Returns the outbox entry's id and the round when it wrote one (else nothing).
 local function finish(rkey, id, status, decision_json, event_type, now, run)
   local f = redis.call('HMGET', rkey, 'queue', 'run_id', 'round', 'traceparent')
   redis.call('HSET', rkey, 'status', status, 'decision', decision_json)
@@ -131,17 +132,19 @@ local function finish(rkey, id, status, decision_json, event_type, now, run)
   count('pending:' .. f[1], -1)
   count(status .. ':' .. f[1], 1)
   emit(f[1], 'type', event_type, 'request_id', id, 'queue', f[1])
+  local resumed
   if f[2] and f[2] ~= '' then
     if redis.call('SREM', run.pending, id) == 1 and redis.call('SCARD', run.pending) == 0 then
       if f[4] then  -- the trace the request was made in goes on to its run's resume job
-        redis.call('XADD', key('resumes'), '*', 'run_id', f[2], 'round', f[3], 'traceparent', f[4])
+        resumed = redis.call('XADD', key('resumes'), '*', 'run_id', f[2], 'round', f[3], 'traceparent', f[4])
       else
-        redis.call('XADD', key('resumes'), '*', 'run_id', f[2], 'round', f[3])
+        resumed = redis.call('XADD', key('resumes'), '*', 'run_id', f[2], 'round', f[3])
       end
       redis.call('HSET', run.hash, 'status', 'queued', 'updated_at', stamp(now))
     end
   end
   index_finished(id, f[1], status, now, f[2] and f[2] ~= '' and run or nil)
+  return resumed, f[3]
 end
 
 -- Move a pending request to another handler queue: still pending, history entry, one more
