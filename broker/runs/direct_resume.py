@@ -11,9 +11,9 @@ push) and deletes the entry.
 The outbox stays the recovery path: an API that dies between its step and its enqueue leaves
 the entry, and the resumers read `resumes_direct` too, taking an entry only once it is older
 than a grace (`broker.runs.outbox.DIRECT_GRACE_S`), so they never race a live API for it. Either
-way the round is enqueued exactly once: the claim is the resumer's (`resumer`), RQ's unique
-enqueue refuses a second job, and the resumer's batch WATCHes the job's key (a job the API made
-meanwhile makes its entry a duplicate). A round a live job still waits for is not claimed in the
+way the round is enqueued exactly once: the claim is the resumer's (`resumer`) and both run
+the same batch step, which WATCHes the job's key (a job the other made meanwhile makes the
+entry a duplicate). A round a live job still waits for is not claimed in the
 step and not handed here: the resumers deal with it as before.
 
 The jobs go out from a thread (RQ's client is synchronous), a batch per hop: the decisions that
@@ -29,15 +29,12 @@ import logging
 
 import anyio.to_thread
 from rq import Queue
-from rq.exceptions import DuplicateJobError
 
 from broker.facade import Broker
-from broker.runs.agent_jobs import resume_agent
 from broker.runs.live_wait import RESUMER
-from broker.runs.starting import _job_options, resume_job_id, run_queue
+from broker.runs.resume_step import ClaimStep, resume_batch
+from broker.runs.starting import run_queue
 from broker.store.decide_step import Resume
-from broker.store.keys import RESUMER_GROUP
-from broker.tracing import spans as traced
 
 log = logging.getLogger("broker.runs.direct_resume")
 
@@ -51,6 +48,7 @@ class DirectResumes:
     def __init__(self, broker: Broker) -> None:
         self.broker = broker
         self._queue: Queue | None = None
+        self._step: ClaimStep | None = None
         self._waiting: list[tuple[Resume, asyncio.Future[None]]] = []
         self._sending: asyncio.Task[None] | None = None
 
@@ -70,40 +68,40 @@ class DirectResumes:
                 await anyio.to_thread.run_sync(self.enqueue, [r for r, _ in batch])
             except Exception:  # noqa: BLE001 - the entries stay: the resumers take them
                 log.warning(
-                    "could not enqueue %d resume job(s); the resumer will", len(batch), exc_info=True
+                    "could not enqueue %d resume job(s); the resumer will",
+                    len(batch),
+                    exc_info=True,
                 )
             for _, done in batch:
                 if not done.done():
                     done.set_result(None)
 
     def enqueue(self, batch: list[Resume]) -> list[bool]:
-        """Enqueue each round's resume job unless it exists, then delete the entries (sync).
+        """Enqueue each round's resume job unless it exists, and delete the entries (sync).
 
-        Returns, per round, whether this call made its job. The entries go only after every job
-        is in: one left by a failure here is the resumers' (a duplicate to them if its job got
-        in)."""
-        made = [self._enqueue_one(resume) for resume in batch]
-        pipe = self.broker.redis.pipeline(transaction=False)
+        The resumer's own batch step (`broker.runs.resume_step.resume_batch`: the job keys
+        WATCHed, the claim step, which finds the rounds claimed already and reads which jobs
+        exist, then RQ's `enqueue_many` and the entries' deletion in one MULTI/EXEC): one write
+        for the batch. Returns, per round, whether this call made its job.
+        """
+        made: dict[str, bool] = {}
+        by_stream: dict[str, list[Resume]] = {}
         for resume in batch:
-            pipe.xack(resume.stream, RESUMER_GROUP, resume.entry_id)
-            pipe.xdel(resume.stream, resume.entry_id)
-        pipe.execute()
-        return made
+            by_stream.setdefault(resume.stream, []).append(resume)
+        for stream, resumes in by_stream.items():
+            entries = [(r.entry_id, _fields(r)) for r in resumes]
+            rounds = [(r.run_id, r.round) for r in resumes]
+            for handled in resume_batch(
+                self.broker, self.queue, self.step, stream, entries, rounds
+            ):
+                made[handled.entry_id] = handled.action == "enqueued"
+        return [made.get(r.entry_id, False) for r in batch]
 
-    def _enqueue_one(self, resume: Resume) -> bool:
-        run_id, round_no = resume.run_id, resume.round
-        meta = traced.job_meta(run_id, round_no, resume.traceparent)
-        try:
-            self.queue.enqueue(
-                resume_agent,
-                run_id,
-                round_no,
-                unique=True,
-                **_job_options(resume_job_id(run_id, round_no), meta),
-            )
-        except DuplicateJobError:  # a resumer took the entry first: its job is the one
-            return False
-        return True
+    @property
+    def step(self) -> ClaimStep:
+        if self._step is None:
+            self._step = ClaimStep(self.broker.redis)
+        return self._step
 
     @property
     def queue(self) -> Queue:
@@ -116,3 +114,11 @@ class DirectResumes:
         """Wait for the batch on its way (what is left is the resumers' anyway)."""
         if self._sending is not None and not self._sending.done():
             await asyncio.wait([self._sending], timeout=5)
+
+
+def _fields(resume: Resume) -> dict[str, str]:
+    """The round's outbox entry, as the resumer would read it."""
+    fields = {"run_id": resume.run_id, "round": str(resume.round)}
+    if resume.traceparent:
+        fields["traceparent"] = resume.traceparent
+    return fields
