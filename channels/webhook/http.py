@@ -5,8 +5,9 @@ httpx's timeouts are per phase (each read may wait its full `read` timeout), so 
 that drips a header byte every few seconds, sends `100 Continue` lines for ever or streams an
 endless body would hold a sync client far past any timeout. Inside an `asyncio.timeout` scope
 the whole exchange (connect, send, the answer's head and body) is cancelled at the deadline,
-whatever phase it is in. Each endpoint has one loop thread and one client; its delivery threads
-hand their requests to it and wait at most the deadline for the answer.
+whatever phase it is in. Each endpoint has one loop thread and one client; the notifier runs
+the endpoint's attempts on that loop (`apost`, see notifiers.on_loop), and a caller on another
+thread hands its request over and waits at most the deadline for the answer (`post`).
 
 What this module must never do: follow a redirect (a 3xx is the endpoint's answer, a failed
 delivery), read more than `MAX_BODY` bytes of an answer, outlive the deadline, or ignore the
@@ -106,6 +107,14 @@ class Poster:
         except concurrent.futures.TimeoutError:  # the loop itself is stuck: don't wait on it
             future.cancel()
             raise TimeoutError from None
+
+    def loop(self) -> asyncio.AbstractEventLoop:
+        """The client's event loop (started on first use), where `apost` runs."""
+        return self._started()
+
+    async def apost(self, body: bytes, headers: dict[str, str]) -> Answer:
+        """`post` for a caller on this poster's own loop (`loop()`): no thread in between."""
+        return await self._post(body, headers, time.monotonic() + self.deadline_s)
 
     def _started(self) -> asyncio.AbstractEventLoop:
         with self._lock:
