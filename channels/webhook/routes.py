@@ -30,7 +30,7 @@ from broker.domain.principals import Principal
 from broker.facade import Once
 from broker.judge.deciding import REPLAY_TTL_S
 from channels.errors import Refused
-from channels.inbound import Host, InboundHost
+from channels.inbound import InboundHost, host_of
 from channels.webhook.config import WebhookConfig, webhook_endpoints
 
 log = logging.getLogger("approval_broker.api")
@@ -167,7 +167,6 @@ def prepare(host: InboundHost, name: str, body: bytes, headers: Iterable[tuple[s
 async def webhook_reply(
     name: Annotated[str, Path(min_length=1, max_length=200)],
     request: Request,
-    host: Host,
 ) -> Response:
     """A decision signed (Standard Webhooks) with endpoint `name`'s secret.
 
@@ -176,6 +175,7 @@ async def webhook_reply(
     the parse of a body of up to `INLINE_BODY` bytes (an HMAC per secret in force: microseconds
     at that size). A larger body (up to the API's 1 MiB) is verified and parsed in a thread.
     """
+    host = host_of(request)
     body = await request.body()
     headers = request.headers.items()
     if len(body) <= INLINE_BODY:
@@ -192,4 +192,4 @@ async def webhook_reply(
         once=given.once,
         remember=reply.remember,
     )
-    return Response(done.request.model_dump_json(exclude_none=True), media_type=JSON)
+    return Response(done.request.model_dump_json(), media_type=JSON)

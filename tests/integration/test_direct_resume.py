@@ -92,7 +92,9 @@ def test_a_webhook_reply_that_completes_a_round_has_its_resume_enqueued_before_t
     client: TestClient, api_broker: Broker
 ) -> None:
     run_id, request_id = waiting_run(api_broker, "run_direct")
-    assert reply(client, request_id, "msg_direct")["status"] == "approved"
+    answer = reply(client, request_id, "msg_direct")
+    assert answer["status"] == "approved"
+    assert answer == api_broker.get_request(request_id).public()  # the request, as GET has it
     # no resumer ran: the API enqueued the job itself, claimed as the resumer's, entry gone
     assert resume_job(api_broker, run_id)
     assert run_queue(api_broker).job_ids == [resume_job_id(run_id, 1)]
