@@ -299,7 +299,6 @@ class StepCall:
             )
         return recorded
 
-
     def _direct_outbox(self, partition: int) -> str:
         return self.store.keys.part(partition).resumes_direct
 
