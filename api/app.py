@@ -113,10 +113,12 @@ def create_app(
     app.state.events = events_settings or EventsSettings.from_env()
     app.state.event_slots = StreamSlots(app.state.events.max_streams_per_principal)
     install_error_handlers(app)
+    app.add_middleware(BodyLimit)
+    # the channels' routes first: routes are matched in order, and a channel's replies (a
+    # webhook's signed decisions) are the busiest; after BodyLimit: a kind's middleware wraps it
+    install_channels(app, config)
     for router in ROUTERS:
         app.include_router(router)
-    app.add_middleware(BodyLimit)
-    install_channels(app, config)  # after BodyLimit: a kind's middleware wraps it
     app.state.mcp = install_mcp(app)
     install_openapi(app)
     return app

@@ -18,6 +18,7 @@ from broker.domain.config import Config
 from broker.domain.settings import Settings
 from broker.facade import AsyncReads, Broker
 from broker.judge import INBOX, Decided, Judge
+from broker.runs.direct_resume import DirectResumes
 
 
 @dataclass
@@ -28,10 +29,18 @@ class ApiState:
     metrics: ApiMetrics
     _reads: AsyncReads | None = field(default=None, repr=False)
     judge: Judge = field(init=False, repr=False)
+    resumes: DirectResumes = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
+        # a round a decision on the event loop completes is resumed from here at once; the
+        # resumers take it only if this process dies first (broker.runs.direct_resume)
+        self.resumes = DirectResumes(self.broker)
         self.judge = Judge(
-            self.broker, self.config, observe=self.count_decision, async_redis=self.async_client
+            self.broker,
+            self.config,
+            observe=self.count_decision,
+            async_redis=self.async_client,
+            resumes=self.resumes,
         )
 
     def count_decision(self, done: Decided) -> None:
@@ -55,6 +64,7 @@ class ApiState:
         return self.reads().client
 
     async def aclose(self) -> None:
+        await self.resumes.aclose()
         if self._reads is not None:
             await self._reads.aclose()
             self._reads = None

@@ -1,17 +1,25 @@
 """Requests per second delivered to a local webhook receiver by 1 and by 3 notifier processes.
 
     uv run python bench/bench_notify.py [--requests 10000] [--procs 1,3]
+    uv run python bench/bench_notify.py --transports [--posts 5000] [--in-flight 16]
 
 Everything runs on this machine: an embedded Redis, a receiver that verifies every Standard
 Webhooks signature (tests/support/fakes/webhook_receiver.py, its own process), and `approval-broker
 notifier` processes. The backlog of requests is created first, with the notifiers' group
 pointed past it; once every notifier is up, the group is rewound and the clock starts, so
 start-up time is not counted. The clock stops when the receiver has accepted every request.
+
+`--transports`: the outbound HTTP client alone, the three ways side by side in one run, rounds
+alternated: `--posts` signed webhook POSTs, `--in-flight` at once from one event loop in this
+process, to the same receiver, with httpx's own async pool (`httpx.AsyncClient`), with httpx's
+API on aiohttp's connections (`httpx_aiohttp.HttpxAiohttpClient`, what the notifier uses) and
+with aiohttp alone; this process's CPU per POST, the least of `--rounds` rounds.
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import os
 import signal
@@ -21,7 +29,11 @@ import tempfile
 import time
 import urllib.request
 from pathlib import Path
+from typing import Any
 
+import aiohttp
+import httpx
+from httpx_aiohttp import HttpxAiohttpClient
 from redis import Redis
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -32,6 +44,7 @@ from broker.domain.models import NewRequest  # noqa: E402
 from broker.facade import Broker  # noqa: E402
 from broker.redis.embedded import EmbeddedRedis  # noqa: E402
 from broker.store.keys import NOTIFIER_GROUP  # noqa: E402
+from channels.webhook.sender import Signer, signature_headers  # noqa: E402
 from tests.support.fakes.harness import SECRET  # noqa: E402
 
 CLI = str(Path(sys.executable).parent / "approval-broker")
@@ -191,6 +204,87 @@ def run_once(
     }
 
 
+async def _posts(post: Any, url: str, n: int, in_flight: int) -> None:
+    """`n` signed POSTs to `url`, `in_flight` at a time, each answer read whole."""
+    signer = Signer(SECRET)
+    left = iter(range(n))
+
+    async def lane() -> None:
+        for i in left:
+            body = json.dumps({"type": "approval.requested", "data": {"id": f"t{i}"}}).encode()
+            headers = {"content-type": "application/json"}
+            headers |= signature_headers(f"msg_t{i}_{time.monotonic_ns()}", body, [signer])
+            await post(url, body, headers)
+
+    await asyncio.gather(*(lane() for _ in range(in_flight)))
+
+
+async def _one_round(kind: str, url: str, n: int, in_flight: int) -> float:
+    """CPU µs per POST of this process for `n` POSTs with client `kind`."""
+    limits = httpx.Limits(max_connections=in_flight, max_keepalive_connections=in_flight)
+    if kind == "aiohttp alone":
+        connector = aiohttp.TCPConnector(limit=in_flight)
+        async with aiohttp.ClientSession(connector=connector) as session:
+
+            async def post(u: str, body: bytes, headers: dict[str, str]) -> None:
+                async with session.post(u, data=body, headers=headers) as response:
+                    await response.read()
+                    response.raise_for_status()
+
+            await _posts(post, url, 50, in_flight)  # connect and warm up
+            began = time.process_time()
+            await _posts(post, url, n, in_flight)
+            return (time.process_time() - began) / n * 1e6
+    client_class = HttpxAiohttpClient if kind == "httpx on aiohttp" else httpx.AsyncClient
+    async with client_class(limits=limits, timeout=10) as client:
+
+        async def post(u: str, body: bytes, headers: dict[str, str]) -> None:
+            async with client.stream("POST", u, content=body, headers=headers) as response:
+                async for _ in response.aiter_raw():
+                    pass
+                response.raise_for_status()
+
+        await _posts(post, url, 50, in_flight)
+        began = time.process_time()
+        await _posts(post, url, n, in_flight)
+        return (time.process_time() - began) / n * 1e6
+
+
+def compare_transports(args: argparse.Namespace) -> None:
+    """`--transports`: the three clients, rounds alternated, against one receiver (the e2e
+    bench's: Starlette on uvicorn, verifying each signature, answering 204, deciding nothing)."""
+    receiver = subprocess.Popen(
+        [sys.executable, str(ROOT / "bench" / "webhook_receiver.py"), "--secret", SECRET,
+         "--api", "http://127.0.0.1:9", "--mix", "ignore=1"],
+        cwd=ROOT, stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    assert receiver.stdout is not None
+    line = receiver.stdout.readline().strip()
+    if not line.startswith("listening on "):
+        raise SystemExit(f"receiver did not start: {line!r}")
+    receiver_url = line.removeprefix("listening on ")
+    kinds = ["httpx's own pool", "httpx on aiohttp", "aiohttp alone"]
+    seen: dict[str, list[float]] = {k: [] for k in kinds}
+    try:
+        for _ in range(args.rounds):
+            for kind in kinds:
+                seen[kind].append(
+                    asyncio.run(
+                        _one_round(kind, f"{receiver_url}/hook", args.posts, args.in_flight)
+                    )
+                )
+    finally:
+        receiver.send_signal(signal.SIGTERM)
+        receiver.wait(10)
+    print(
+        f"{os.cpu_count()} CPUs; {args.posts} signed POSTs per round, {args.in_flight} in flight, "
+        f"{args.rounds} rounds alternated; the client's CPU per POST (least, and all rounds)"
+    )
+    for kind in kinds:
+        runs = ", ".join(f"{v:.0f}" for v in seen[kind])
+        print(f"  {kind}: {min(seen[kind]):.0f} µs ({runs})", flush=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--requests", type=int, default=10_000)
@@ -199,7 +293,14 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=200)
     parser.add_argument("--timeout", type=float, default=300)
     parser.add_argument("--profile", help="py-spy --gil raw profile of the first notifier here")
+    parser.add_argument("--transports", action="store_true", help="compare the HTTP clients")
+    parser.add_argument("--posts", type=int, default=5000, help="POSTs per round (--transports)")
+    parser.add_argument("--in-flight", type=int, default=16, help="POSTs at once (--transports)")
+    parser.add_argument("--rounds", type=int, default=3, help="rounds of each (--transports)")
     args = parser.parse_args()
+    if args.transports:
+        compare_transports(args)
+        return
 
     with tempfile.TemporaryDirectory(prefix="bench-notify-") as tmp:
         redis = EmbeddedRedis(Path(tmp) / "redis").start()

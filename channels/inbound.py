@@ -33,10 +33,16 @@ class InboundHost(Protocol):
     def judge(self) -> Judge: ...
 
 
-async def get_host(request: Request) -> InboundHost:
-    """FastAPI dependency: the mounting app's host (async: no thread hop for a lookup)."""
+def host_of(request: Request) -> InboundHost:
+    """The mounting app's host, for a hot route that takes the request anyway (one dependency
+    fewer to solve per call)."""
     host: InboundHost = getattr(request.app.state, HOST_ATTR)
     return host
+
+
+async def get_host(request: Request) -> InboundHost:
+    """FastAPI dependency: the mounting app's host (async: no thread hop for a lookup)."""
+    return host_of(request)
 
 
 Host = Annotated[InboundHost, Depends(get_host)]

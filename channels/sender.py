@@ -1,12 +1,14 @@
 """What a channel's sender is, and what it is handed: one delivery of one event.
 
 The notifier (`notifiers/`) reads the streams, routes each event to the channels that want it
-and calls each channel's `Sender.deliver` in that channel's own threads; a sender says how to
+and calls each channel's `Sender.deliver` in that channel's own threads (or `Sender.adeliver` on
+the sender's own event loop, when it has one); a sender says how to
 put the event in front of people (post, mail, POST) and nothing about streams or retries' timing.
 """
 
 from __future__ import annotations
 
+import asyncio
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from typing import Any, Protocol, TypeVar
@@ -62,6 +64,16 @@ class Sender(ABC):
 
     @abstractmethod
     def deliver(self, delivery: Delivery) -> str | None: ...
+
+    def event_loop(self) -> asyncio.AbstractEventLoop | None:
+        """The event loop this sender delivers on, if it has one: the notifier then runs each
+        attempt there as `adeliver` (no thread per attempt); None: `deliver` in the channel's
+        threads."""
+        return None
+
+    async def adeliver(self, delivery: Delivery) -> str | None:
+        """`deliver` on `event_loop()` (same answers, same exceptions)."""
+        raise NotImplementedError(f"{type(self).__name__} has no event loop to deliver on")
 
     def close(self) -> None:
         """Release connections; called once when the notifier stops."""

@@ -1,6 +1,8 @@
 """Runs deliveries on per-channel thread pools, and brings failed ones back after their back-off.
 
-Each channel has its own pool, so a slow or failing Slack never takes threads from webhooks.
+Each channel has its own pool, so a slow or failing Slack never takes threads from webhooks;
+a channel whose sender delivers on an event loop of its own (webhooks) has its attempts run
+there instead (notifiers.on_loop), under the same states and limits.
 Waiting for a retry holds no thread: the task sits in a timer heap until it is due.
 
 Tasks can be parked (see notifiers.parking) at any point of their life. The lock below makes
@@ -28,6 +30,7 @@ from redis.exceptions import RedisError
 
 from channels.retry import Defer, GiveUp, Retry, pause_delay
 from channels.sender import Sender
+from notifiers.on_loop import LoopDeliveries
 from notifiers.parking import Parked, ParkedStore
 from notifiers.pool import DeliveryPool
 from notifiers.results import DeliveryResult, ResultKind
@@ -59,6 +62,7 @@ class Dispatcher:
             name: DeliveryPool(channel.concurrency, f"notify-{name}")
             for name, channel in channels.items()
         }
+        self.on_loop = LoopDeliveries(self)  # the channels whose sender has an event loop
         self._lock = threading.Lock()  # task states, `_load`, `_held`
         self._load: Counter[str] = Counter()  # tasks handed to a pool and not through it yet
         self._held: dict[tuple[str, str], Task] = {}  # parked deliveries we work on
@@ -81,8 +85,13 @@ class Dispatcher:
                 task.state = TaskState.queued
                 self._load[task.channel] += 1
         if delay <= 0:
+            channel = self.channels[task.channel]
+            loop = channel.event_loop()
             try:
-                self.pools[task.channel].submit(self._run, task)
+                if loop is not None:  # a sender that delivers on its event loop: no thread
+                    self.on_loop.submit(task, channel, loop)
+                else:
+                    self.pools[task.channel].submit(self._run, task)
             except RuntimeError:  # shutting down: the entry stays pending and is reclaimed
                 with self._lock:
                     self._load[task.channel] -= 1
@@ -186,7 +195,7 @@ class Dispatcher:
                 due.append((Parked.of(t.event, t.channel, t.attempts, t.defers), when))
         return parked, due, finished
 
-    def _later(self, task: Task, delay: float) -> None:
+    def later(self, task: Task, delay: float) -> None:
         """Try again in `delay` seconds: here, or (a parked task) by whoever takes it when due."""
         with self._lock:
             parked = task.parked
@@ -207,44 +216,66 @@ class Dispatcher:
 
     def _run(self, task: Task) -> None:
         try:
-            with self._lock:
-                if task.released:
-                    return
-                task.state = TaskState.running
-            self._attempt(task)
+            if self.start(task):
+                self._attempt(task)
         finally:
-            with self._lock:
-                self._load[task.channel] -= 1
+            self.ran(task)
+
+    def start(self, task: Task) -> bool:
+        """Mark `task` running as its attempt begins; False when it was released (parked)."""
+        with self._lock:
+            if task.released:
+                return False
+            task.state = TaskState.running
+            return True
+
+    def ran(self, task: Task) -> None:
+        """`task` is through its channel's pool (or loop) again."""
+        with self._lock:
+            self._load[task.channel] -= 1
 
     def _attempt(self, task: Task) -> None:
         channel = self.channels[task.channel]
         wait = channel.not_before - time.monotonic()
         if wait > 0:  # the far end asked for a pause: not an attempt
-            self._later(task, pause_delay(wait))
+            self.later(task, pause_delay(wait))
             return
         try:
             with delivery_span(task, channel.kind):
                 note = channel.deliver(task)
-        except Defer as exc:
+        except Exception as exc:  # noqa: BLE001 - every failure is settled below
+            self.settle(task, channel, exc)
+        else:
+            self.finish(task, channel, note)
+
+    def finish(self, task: Task, channel: Sender, note: str | None) -> None:
+        """An attempt that succeeded: `note` for the history (None: nothing needed doing)."""
+        self._finish(
+            task, channel, ResultKind.nothing if note is None else ResultKind.delivered, note
+        )
+
+    def settle(self, task: Task, channel: Sender, exc: Exception) -> None:
+        """An attempt that raised `exc`: deferred, retried later, or given up (may call Redis:
+        off an event loop)."""
+        if isinstance(exc, Defer):
             task.defers += 1
             if task.defers <= MAX_DEFERS:
-                self._later(task, exc.delay)
+                self.later(task, exc.delay)
                 return
             self._failed(task, channel, f"still waiting after {MAX_DEFERS} tries: {exc}", None)
-        except GiveUp as exc:
+        elif isinstance(exc, GiveUp):
             task.attempts += 1
             self._give_up(task, channel, str(exc))
-        except Retry as exc:
+        elif isinstance(exc, Retry):
             self._failed(task, channel, str(exc), exc.retry_after)
-        except Exception as exc:  # a bug or Redis trouble: retried like any failure
+        else:  # a bug or Redis trouble: retried like any failure
             log.warning(
-                "%s: %s failed unexpectedly", task.channel, task.event.request_id, exc_info=True
+                "%s: %s failed unexpectedly",
+                task.channel,
+                task.event.request_id,
+                exc_info=(type(exc), exc, exc.__traceback__),
             )
             self._failed(task, channel, f"{type(exc).__name__}: {exc}", None)
-        else:
-            self._finish(
-                task, channel, ResultKind.nothing if note is None else ResultKind.delivered, note
-            )
 
     def _finish(self, task: Task, channel: Sender, kind: ResultKind, note: str | None) -> None:
         with self._lock:
@@ -280,14 +311,14 @@ class Dispatcher:
             error,
             delay,
         )
-        self._later(task, delay)
+        self.later(task, delay)
 
     def _give_up(self, task: Task, channel: Sender, error: str) -> None:
         try:
             self.dead_letter(task, error)
         except RedisError:
             log.warning("%s: cannot write dead letter yet; retrying", task.channel, exc_info=True)
-            self._later(task, channel.policy.delay(max(task.attempts, 1)))
+            self.later(task, channel.policy.delay(max(task.attempts, 1)))
             return
         log.warning("%s: %s dead-lettered: %s", task.channel, task.event.request_id, error)
         self._finish(task, channel, ResultKind.dead, error)
@@ -298,6 +329,7 @@ class Dispatcher:
             self._closed = True
             self._heap.clear()
             self._cv.notify_all()
+        self.on_loop.close()
         for pool in self.pools.values():
             pool.shutdown()
         self._timer.join(timeout=5)

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Collection
 from functools import partial
-from typing import Any
+from typing import Any, Protocol
 
 import anyio.to_thread
 
@@ -49,10 +49,21 @@ from broker.judge.rule_decisions import (
     new_rule,
     rule_to_keep,
 )
-from broker.store.decide_step import Step
+from broker.store.decide_step import Resume, Step
 
 Observer = Callable[[Decided], None]
 """Told of each recorded decision (not of a repeat), after its step."""
+
+
+class ResumeSink(Protocol):
+    """Where the async face hands a round its step completed, for its resume job to be
+    enqueued at once (`broker.runs.direct_resume.DirectResumes`, the API's): the step claims
+    the round as `claimant` and leaves its outbox entry where the resumers look only later.
+    `resume` returns once the job is enqueued (or was left to the resumers); it never raises."""
+
+    claimant: str
+
+    async def resume(self, resume: Resume) -> None: ...
 
 
 class Judge:
@@ -65,13 +76,17 @@ class Judge:
         *,
         observe: Observer | None = None,
         async_redis: Callable[[], Any] | None = None,
+        resumes: ResumeSink | None = None,
     ) -> None:
         """`async_redis` gives the host's redis.asyncio client on the broker's Redis (made on
-        first use, on the host's loop): without it `adecide` runs the sync face in a thread."""
+        first use, on the host's loop): without it `adecide` runs the sync face in a thread.
+        `resumes` (with `async_redis`): a round an async decision completes goes there, for
+        its resume job to be enqueued without waiting for a resumer."""
         self.broker = broker
         self.config = config or broker.config
         self.observe = observe
         self.async_redis = async_redis
+        self.resumes = resumes
 
     # ---- the checks a channel asks before it shows a form ------------------------------------
 
@@ -174,8 +189,11 @@ class Judge:
             step = planning(decided_by=decided_by, once=once)
         if isinstance(step, Decided):
             return step
+        sink = self.resumes
         try:
-            request = await self.broker.decisions.adecide(step, client)
+            request, resume = await self.broker.decisions.adecide_resuming(
+                step, client, sink.claimant if sink is not None else None
+            )
         except Conflict as exc:
             if repeat_of(exc, step):
                 return Decided(exc.request, recorded=False)
@@ -184,6 +202,8 @@ class Judge:
             if exc.code != "same_queue":
                 raise
             raise _moved(await self.broker.decisions.aread(client, current.id)) from None
+        if resume is not None and sink is not None:
+            await sink.resume(resume)
         return self._recorded(Decided(request, recorded=True, channel=step.channel or ""))
 
     def _recorded(self, done: Decided) -> Decided:

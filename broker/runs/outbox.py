@@ -21,6 +21,12 @@ EXEC). A round is never enqueued twice, and an entry is acknowledged only with o
 job. An entry the batch can't take (reclaimed, malformed, its run gone)
 or a batch that fails is handled entry by entry.
 
+A second outbox, `resumes_direct`, holds the rounds whose deciding API process enqueues the
+resume itself (`broker.runs.direct_resume`) and then deletes the entry. The resumers read it
+too, without blocking, every `DIRECT_POLL_S`, and take an entry only once it is
+`DIRECT_GRACE_S` old: what is still there then is a round whose API died between its step and
+its enqueue (the same claim, WATCH and unique job id make it exactly once).
+
 The `approval-broker resumer` role (workers/resumer.py) runs this in a loop; `broker.testing`
 runs it in-process.
 """
@@ -50,6 +56,13 @@ DEFER_S = 0.2
 """How often a round left to a live job still waiting is looked at again (it is claimed by
 then, or its wait ended and the resumer takes it)."""
 POLL_S = 0.05  # on a cluster, the pause after a round of outbox reads that found nothing
+DIRECT_GRACE_S = 1.0
+"""How old an entry of `resumes_direct` must be before a resumer takes it: the API that wrote
+it enqueues its job and deletes it within milliseconds, so what is older was left by an API
+that died (or is stuck). A younger one read meanwhile is looked at again when it is that old."""
+DIRECT_POLL_S = 0.5
+"""How often the resumers read `resumes_direct` (without blocking: nothing there is due at once;
+while `resumes` is quiet, its blocking read may make it up to `block_ms` later)."""
 
 
 def default_consumer() -> str:
@@ -69,8 +82,11 @@ class Resumer:
         count: int = 100,
         max_deliveries: int = 5,
         partition: int = 0,
+        direct: bool = False,
+        grace_s: float = DIRECT_GRACE_S,
     ) -> None:
-        """Reads one partition's outbox (`broker.store.keys`); `run_forever` reads every one."""
+        """Reads one partition's outbox (`broker.store.keys`); `run_forever` reads every one.
+        `direct`: its `resumes_direct` instead, taking entries once `grace_s` old."""
         self.broker = broker
         self.partition = partition
         self.consumer = consumer or default_consumer()
@@ -78,7 +94,10 @@ class Resumer:
         self.block_ms = block_ms
         self.count = count
         self.max_deliveries = max_deliveries
-        self.stream = broker.keys.part(partition).resumes
+        self.direct = direct
+        self.grace_s = grace_s
+        keys = broker.keys.part(partition)
+        self.stream = keys.resumes_direct if direct else keys.resumes
         self._group_ready = False
         self._claimed: set[str] = set()
         self._queue: Queue | None = None
@@ -134,7 +153,7 @@ class Resumer:
         self._claimed = {as_str(eid) for eid, _ in entries if eid is not None}
         if any(eid is None for eid, _ in entries):
             self._drop_deleted()
-        entries += list(got[0][1]) if got else []
+        entries += self._old_enough(list(got[0][1]) if got else [])
         out: list[tuple[str, dict[str, str]]] = []
         for eid, f in entries:
             if eid is None:
@@ -144,6 +163,22 @@ class Resumer:
             else:
                 out.append((as_str(eid), as_str_dict(f)))
         return out + self._due_deferred({eid for eid, _ in out})
+
+    def _old_enough(self, fresh: list[Any]) -> list[Any]:
+        """New entries to handle now: all of them, except on `resumes_direct`, where one not
+        yet `grace_s` old is its API's to finish: it is looked at again once it is (by then it
+        is gone, or its API died)."""
+        if not self.direct:
+            return fresh
+        now_wall, now = time.time(), time.monotonic()
+        out = []
+        for eid, f in fresh:
+            left = int(as_str(eid).partition("-")[0]) / 1000 + self.grace_s - now_wall
+            if left > 0 and f is not None:
+                self._deferred[as_str(eid)] = (as_str_dict(f), now + left)
+            else:
+                out.append((eid, f))
+        return out
 
     def _block_ms(self) -> int | None:
         """How long the read may block: `block_ms`, but no later than a deferred entry is due."""
@@ -244,18 +279,24 @@ class Resumer:
         """This resumer, or on a cluster one per partition, none blocking in its read."""
         if self.broker.keys.partitions <= 1:
             return [self]
-        return [
-            Resumer(
-                self.broker,
-                consumer=self.consumer,
-                min_idle_ms=self.min_idle_ms,
-                block_ms=None,
-                count=self.count,
-                max_deliveries=self.max_deliveries,
-                partition=p,
-            )
-            for p in range(self.broker.keys.partitions)
-        ]
+        return [self._sibling(p, direct=False) for p in range(self.broker.keys.partitions)]
+
+    def direct_readers(self) -> list[Resumer]:
+        """A reader of each partition's `resumes_direct` (never blocking), for `run_forever`."""
+        return [self._sibling(p, direct=True) for p in range(self.broker.keys.partitions)]
+
+    def _sibling(self, partition: int, *, direct: bool) -> Resumer:
+        return Resumer(
+            self.broker,
+            consumer=self.consumer,
+            min_idle_ms=self.min_idle_ms,
+            block_ms=None,
+            count=self.count,
+            max_deliveries=self.max_deliveries,
+            partition=partition,
+            direct=direct,
+            grace_s=self.grace_s,
+        )
 
     def run_once(self) -> list[Handled]:
         """Read one batch; handle its new entries together, the rest each on its own."""
@@ -304,11 +345,17 @@ class Resumer:
         return Handled(entry_id, fields.get("run_id"), None, "dead-lettered")
 
     def run_forever(self, stop: threading.Event) -> None:
-        """Read every partition's outbox until `stop`; on a cluster, pause when all are empty."""
+        """Read every partition's outbox until `stop`, and its `resumes_direct` every
+        `DIRECT_POLL_S`; on a cluster, pause when all are empty."""
         each = self.per_partition()
+        direct = self.direct_readers()
+        next_direct = 0.0
         while not stop.is_set():
             try:
                 busy = [bool(r.run_once()) for r in each]
+                if time.monotonic() >= next_direct:
+                    next_direct = time.monotonic() + DIRECT_POLL_S
+                    busy += [bool(r.run_once()) for r in direct]
                 if len(each) > 1 and not any(busy):
                     stop.wait(POLL_S)
             except Exception:  # noqa: BLE001 - a Redis hiccup must not end the loop

@@ -50,6 +50,19 @@ new set of voters (see `StepCall.answer`)."""
 
 
 @dataclass(frozen=True)
+class Resume:
+    """A round the step completed and claimed for its resume job, for a caller that enqueues
+    that job itself (`StepCall(claimant=...)`): the run, the round, the outbox entry the step
+    wrote (in `stream`) and the trace the resume goes on in."""
+
+    run_id: str
+    round: int
+    entry_id: str
+    stream: str
+    traceparent: str | None = None
+
+
+@dataclass(frozen=True)
 class Step:
     """One decision to record, as settled before the step: by whom, and on what conditions.
 
@@ -122,11 +135,18 @@ class StepCall:
 
     `script()` is the call to make (name, keys, argument values); `answer(reply)` is the
     request as recorded, raises the error the reply means, or is None: call `script()` again.
+
+    With a `claimant`, the caller enqueues the resume job of the round this step completes
+    itself: the step writes the round's outbox entry to `resumes_direct` (the resumers take it
+    from there only after a grace) and claims the round for `claimant`; `resume` is then that
+    round (None when the step completed no round, or a live job waits for it).
     """
 
-    def __init__(self, store: Store, step: Step) -> None:
+    def __init__(self, store: Store, step: Step, claimant: str | None = None) -> None:
         self.store = store
         self.step = step
+        self.claimant = None if step.escalating else claimant
+        self.resume: Resume | None = None
         self.decision = step.decision.model_copy(update={"receipt": None})  # only the broker's
         self.run_id: str | None = None
         self.extra: list[str] = []
@@ -227,6 +247,9 @@ class StepCall:
         )
         values = {k: v for k, v in self.values.items() if v is not None}  # JSON null is truthy
         args: dict[str, Any] = {"id": step.request_id, "maxlen": store.maxlen, **values}
+        if self.claimant:
+            keys.name("resumes", self._direct_outbox(keys.partition))
+            args["claimant"] = self.claimant
         if self.run_id:
             args["run_id"] = self.run_id
         if once_key:
@@ -251,6 +274,16 @@ class StepCall:
             return None
         step = self.step
         recorded = outcome_of(reply, step.request_id, None if step.escalating else self.decision)
+        if code == "ok" and self.claimant and self.run_id and reply[1]:
+            entry_id, round_no = str(reply[1]).split(" ")
+            fields = dict(zip(reply[2::2], reply[3::2], strict=False))
+            self.resume = Resume(
+                self.run_id,
+                int(round_no),
+                entry_id,
+                self._direct_outbox(self.store.keys.partition_of_request(step.request_id)),
+                fields.get("traceparent") or None,
+            )
         if self.started and step.escalating and code == "ok":  # spans in the request's trace
             traced.escalation(
                 reply[2:],
@@ -265,6 +298,9 @@ class StepCall:
                 reply[2:], recorded, outcome, step.decided_by, step.channel, self.started
             )
         return recorded
+
+    def _direct_outbox(self, partition: int) -> str:
+        return self.store.keys.part(partition).resumes_direct
 
 
 def stale_args(request_id: str) -> InvalidInput:

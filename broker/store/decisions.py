@@ -17,7 +17,7 @@ from typing import Any
 
 from broker.domain.errors import NotFound
 from broker.domain.models import Request
-from broker.store.decide_step import Step, StepCall
+from broker.store.decide_step import Resume, Step, StepCall
 from broker.store.handles import Store
 from broker.store.request_hash import parse_request
 from broker.store.requests import Requests
@@ -59,14 +59,21 @@ class Decisions:
 
     async def adecide(self, step: Step, client: Any) -> Request:
         """`decide` on `client`, a redis.asyncio client on the same Redis (`runs_async`)."""
+        return (await self.adecide_resuming(step, client))[0]
+
+    async def adecide_resuming(
+        self, step: Step, client: Any, claimant: str | None = None
+    ) -> tuple[Request, Resume | None]:
+        """`adecide`; with a `claimant` (a caller that enqueues the resume job itself), also
+        the round the step completed and claimed for it (`StepCall`), if any."""
         if step.needs_read(self.store):
             step = step.with_read(self.store, await self.aread(client, step.request_id))
-        call = StepCall(self.store, step)
+        call = StepCall(self.store, step, claimant)
         while True:
             name, keys, args = call.script()
             recorded = call.answer(await self.store.scripts.arun(name, keys, client, **args))
             if recorded is not None:
-                return recorded
+                return recorded, call.resume
 
     async def aread(self, client: Any, request_id: str) -> Request:
         """The request, read on `client` (`Requests.get_request`'s async twin: one HGETALL)."""

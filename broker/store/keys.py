@@ -93,6 +93,13 @@ class Keys(Partitioned, StepKeys):
         return f"{self.base()}resumes"
 
     @property
+    def resumes_direct(self) -> str:
+        """Stream: the outbox of rounds whose deciding API process enqueues the resume itself
+        right after its step (`broker.runs.direct_resume`) and then deletes the entry; the
+        resumers take what is left there after a grace (`broker.runs.outbox`)."""
+        return f"{self.base()}resumes:direct"
+
+    @property
     def dead_letters(self) -> str:
         """Stream: deliveries or entries that could not be handled, with their error."""
         return f"{self.prefix}dead-letters"

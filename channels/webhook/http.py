@@ -5,13 +5,18 @@ httpx's timeouts are per phase (each read may wait its full `read` timeout), so 
 that drips a header byte every few seconds, sends `100 Continue` lines for ever or streams an
 endless body would hold a sync client far past any timeout. Inside an `asyncio.timeout` scope
 the whole exchange (connect, send, the answer's head and body) is cancelled at the deadline,
-whatever phase it is in. Each endpoint has one loop thread and one client; its delivery threads
-hand their requests to it and wait at most the deadline for the answer.
+whatever phase it is in. Each endpoint has one loop thread and one client; the notifier runs
+the endpoint's attempts on that loop (`apost`, see notifiers.on_loop), and a caller on another
+thread hands its request over and waits at most the deadline for the answer (`post`).
 
 What this module must never do: follow a redirect (a 3xx is the endpoint's answer, a failed
 delivery), read more than `MAX_BODY` bytes of an answer, outlive the deadline, or ignore the
 proxy environment (`HTTP_PROXY`, `HTTPS_PROXY`, `ALL_PROXY`, `NO_PROXY`: httpx's `trust_env`).
-A `user:pass@` in the URL is sent as basic auth (httpx does that from the URL).
+A `user:pass@` in the URL is sent as basic auth (httpx's `BasicAuth`; the URL goes out without
+it, as httpx's own transport sends it). aiohttp's errors that `httpx_aiohttp` leaves as they
+are (an answer aiohttp refuses to parse: too many or too long headers) are httpx's
+`RemoteProtocolError` here, and a refused connection (which it calls a `ConnectTimeout`) a
+`ConnectError`, so the sender sees httpx's errors, named as httpx names them.
 """
 
 from __future__ import annotations
@@ -24,7 +29,9 @@ import threading
 import time
 from dataclasses import dataclass
 
+import aiohttp
 import httpx
+from httpx_aiohttp import HttpxAiohttpClient
 
 MAX_BODY = 64 * 1024
 """Bytes of an answer's body read at most; a longer answer is a failed delivery."""
@@ -75,7 +82,9 @@ class Poster:
     network I/O of all deliveries runs on one thread (few hand-offs of the GIL per delivery)."""
 
     def __init__(self, url: str, deadline_s: float, connections: int = 1) -> None:
-        self.url = check_url(url)
+        parsed = check_url(url)
+        self.auth = httpx.BasicAuth(parsed.username, parsed.password) if parsed.userinfo else None
+        self.url = parsed.copy_with(userinfo=b"") if parsed.userinfo else parsed
         self.deadline_s = deadline_s
         self.connections = connections
         self._lock = threading.Lock()
@@ -99,6 +108,14 @@ class Poster:
             future.cancel()
             raise TimeoutError from None
 
+    def loop(self) -> asyncio.AbstractEventLoop:
+        """The client's event loop (started on first use), where `apost` runs."""
+        return self._started()
+
+    async def apost(self, body: bytes, headers: dict[str, str]) -> Answer:
+        """`post` for a caller on this poster's own loop (`loop()`): no thread in between."""
+        return await self._post(body, headers, time.monotonic() + self.deadline_s)
+
     def _started(self) -> asyncio.AbstractEventLoop:
         with self._lock:
             if self._closed:
@@ -116,16 +133,23 @@ class Poster:
     async def _post(self, body: bytes, headers: dict[str, str], deadline: float) -> Answer:
         assert self._client is not None
         loop = asyncio.get_running_loop()
-        async with asyncio.timeout_at(loop.time() + deadline - time.monotonic()):
-            async with self._client.stream(
-                "POST", self.url, content=body, headers=headers
-            ) as response:
-                read = 0
-                async for chunk in response.aiter_raw():
-                    read += len(chunk)
-                    if read > MAX_BODY:
-                        raise AnswerTooLarge(f"the answer's body passed {MAX_BODY} bytes")
-                return Answer(response.status_code, response.headers.get("retry-after"))
+        try:
+            async with asyncio.timeout_at(loop.time() + deadline - time.monotonic()):
+                async with self._client.stream(
+                    "POST", self.url, content=body, headers=headers, auth=self.auth
+                ) as response:
+                    read = 0
+                    async for chunk in response.aiter_raw():
+                        read += len(chunk)
+                        if read > MAX_BODY:
+                            raise AnswerTooLarge(f"the answer's body passed {MAX_BODY} bytes")
+                    return Answer(response.status_code, response.headers.get("retry-after"))
+        except httpx.ConnectTimeout as exc:
+            if isinstance(exc.__cause__, aiohttp.ClientConnectorError):  # refused, no such host
+                raise httpx.ConnectError(str(exc)) from exc.__cause__
+            raise
+        except aiohttp.ClientError as exc:  # what httpx_aiohttp does not map to httpx's errors
+            raise httpx.RemoteProtocolError(f"{type(exc).__name__}: {exc}") from exc
 
     def close(self) -> None:
         """Close the client's connections, stop the loop and its thread."""
@@ -149,8 +173,13 @@ class Poster:
 
 def _client(deadline_s: float, connections: int) -> httpx.AsyncClient:
     """No redirects followed, proxies from the environment, every phase within the deadline
-    (the `asyncio.timeout` around the exchange is what bounds it as a whole)."""
-    return httpx.AsyncClient(
+    (the `asyncio.timeout` around the exchange is what bounds it as a whole).
+
+    httpx's API on aiohttp's connections (`httpx_aiohttp.HttpxAiohttpClient`, an
+    `httpx.AsyncClient` whose transports, proxied ones too, are `AiohttpTransport`s): httpx's
+    own async pool cost 1.8-2.2 ms of CPU per POST at 16 in flight, this 0.3 ms
+    (`bench/bench_notify.py --transports`, docs/benchmarks.md)."""
+    return HttpxAiohttpClient(
         timeout=httpx.Timeout(deadline_s),
         follow_redirects=False,
         trust_env=True,

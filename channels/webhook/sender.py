@@ -14,6 +14,7 @@ The body is built from the stored request without a `Request` model (the router'
 
 from __future__ import annotations
 
+import asyncio
 import json
 import threading
 import time
@@ -36,7 +37,7 @@ from channels.retry import (
 )
 from channels.sender import Delivery, Sender
 from channels.webhook.config import WebhookConfig
-from channels.webhook.http import AnswerTooLarge, Poster, UnusableURL, tls_context
+from channels.webhook.http import Answer, AnswerTooLarge, Poster, UnusableURL, tls_context
 
 USER_AGENT = "approval-broker-webhooks/1"
 DISABLED_CACHE_S = 1.0
@@ -140,8 +141,44 @@ class WebhookSender(Sender):
         disabled = self.disabled_reason()
         if disabled:
             raise GiveUp(f"{self.name} is disabled: {disabled}")
+        raw, msg_id, headers = self._request(delivery)
+        try:
+            answer = self.poster.post(raw, headers)
+        except Exception as exc:  # noqa: BLE001 - `_failure` names what each one means
+            raise self._failure(exc) from None
+        if answer.status == 410:
+            self._gone()
+        return self._answered(delivery, answer, msg_id)
+
+    def event_loop(self) -> asyncio.AbstractEventLoop | None:
+        """The endpoint's client's loop (its attempts run there); None for a URL no try could
+        reach or a closed sender (`deliver` says why)."""
+        try:
+            return self.poster.loop()
+        except (UnusableURL, httpx.TransportError):
+            return None
+
+    async def adeliver(self, delivery: Delivery) -> str | None:
+        """`deliver` on the endpoint's loop; its rare Redis calls (whether the endpoint was
+        switched off, once a second at most; switching it off) in a thread."""
+        looked_at, disabled = self._disabled
+        if time.monotonic() - looked_at >= DISABLED_CACHE_S:
+            disabled = await asyncio.to_thread(self.disabled_reason)
+        if disabled:
+            raise GiveUp(f"{self.name} is disabled: {disabled}")
+        raw, msg_id, headers = self._request(delivery)
+        try:
+            answer = await self.poster.apost(raw, headers)
+        except Exception as exc:  # noqa: BLE001 - `_failure` names what each one means
+            raise self._failure(exc) from None
+        if answer.status == 410:
+            await asyncio.to_thread(self._gone)
+        return self._answered(delivery, answer, msg_id)
+
+    def _request(self, delivery: Delivery) -> tuple[bytes, str, dict[str, str]]:
+        """The body (the same bytes on every try), its `webhook-id` and the signed headers."""
         raw = delivery.scratch.get("raw")
-        if raw is None:  # the same bytes on every try
+        if raw is None:
             body = delivery.scratch.get("body")
             raw = body.encode() if body is not None else delivery_body(delivery)
             delivery.scratch["raw"] = raw
@@ -153,20 +190,29 @@ class WebhookSender(Sender):
             **signature_headers(msg_id, raw, self.signers),
             **tracing.headers(),  # the delivery's span: the receiver's trace goes on from it
         }
-        try:
-            answer = self.poster.post(raw, headers)
-        except UnusableURL as exc:
-            raise GiveUp(f"{self.name} has an unusable URL: {exc}") from None
-        except TimeoutError:
-            raise Retry(f"no whole answer within {self.config.timeout_s:g}s") from None
-        except (httpx.HTTPError, AnswerTooLarge, OSError) as exc:
-            raise Retry(f"{type(exc).__name__}: {exc or 'no detail'}") from None
+        return raw, msg_id, headers
+
+    def _failure(self, exc: Exception) -> Exception:
+        """What a POST that raised `exc` means: give up (the URL can never work) or retry."""
+        if isinstance(exc, UnusableURL):
+            return GiveUp(f"{self.name} has an unusable URL: {exc}")
+        if isinstance(exc, TimeoutError):
+            return Retry(f"no whole answer within {self.config.timeout_s:g}s")
+        if isinstance(exc, httpx.HTTPError | AnswerTooLarge | OSError):
+            return Retry(f"{type(exc).__name__}: {exc or 'no detail'}")
+        return exc
+
+    def _gone(self) -> None:
+        """410 Gone: the endpoint is switched off for every notifier (a Redis write)."""
+        self.state.disable(self.name, "the endpoint answered 410 Gone")
+        self._disabled = (time.monotonic(), "the endpoint answered 410 Gone")
+
+    def _answered(self, delivery: Delivery, answer: Answer, msg_id: str) -> str:
+        """The history note of a 2xx; else the GiveUp or Retry the status means."""
         status = answer.status
         if 200 <= status < 300:
             return f"{delivery.event.type} -> HTTP {status} ({msg_id})"
         if status == 410:
-            self.state.disable(self.name, "the endpoint answered 410 Gone")
-            self._disabled = (time.monotonic(), "the endpoint answered 410 Gone")
             raise GiveUp(f"{self.name} answered 410 Gone; the endpoint is now disabled")
         retry_after = parse_retry_after(answer.retry_after)
         if retry_after is not None and status in (429, 503):

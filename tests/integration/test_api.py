@@ -31,6 +31,7 @@ from broker.facade import Broker
 from broker.runs.starting import RUN_QUEUE
 from tests.support.auth import bearer, person
 from tests.support.backends import on_backend, on_backend_api_broker, on_backend_broker, single_only  # noqa: F401 - redis, broker, api_broker on both backends
+from tests.support.resumes import resumes_of
 
 ADMIN = "tok-admin-of-the-api-tests-0123"
 
@@ -474,7 +475,7 @@ def test_fifty_concurrent_http_decisions_one_wins(redis: Redis) -> None:
             assert body["request"]["decision"] == winning
     stored = broker.get_request(req.id)
     assert stored.decision is not None and stored.decision.decided_by == winning["decided_by"]
-    assert broker.redis.xlen(broker.keys.of_run(run.id).resumes) == 1
+    assert resumes_of(broker, run.id) == 1
 
 
 # ---- server-sent events ----------------------------------------------------------------------

@@ -31,6 +31,7 @@ from broker.facade import Broker
 from tests.support.auth import bearer_by_name
 from tests.support.backends import on_backend, on_backend_api_broker, on_backend_broker, single_only  # noqa: F401 - redis, broker, api_broker on both backends
 from tests.support.decisions import snapshot
+from tests.support.resumes import resumes_of
 from tests.support.slack_forms import SIGNING, _ids, slack_click  # noqa: F401
 
 WEBHOOK_SECRET = "whsec_" + base64.b64encode(b"quorum-secret-for-ops-endpoint!!").decode()
@@ -90,14 +91,6 @@ def events_of(broker: Broker, request_id: str, queue: str = "default") -> list[s
         for e in broker.redis.xrange(broker.keys.of_request(request_id).stream(queue))
         if e[1][b"request_id"].decode() == request_id
     ]
-
-
-def resumes_of(broker: Broker, run_id: str) -> int:
-    return sum(
-        1
-        for _, f in broker.redis.xrange(broker.keys.of_run(run_id).resumes)
-        if f[b"run_id"] == run_id.encode()
-    )
 
 
 def new(broker: Broker, **kw: Any) -> Request:

@@ -74,11 +74,14 @@ def outcome_events(broker: Broker, queue: str = "default") -> Counter[str]:
 
 
 def outbox_left(broker: Broker) -> tuple[int, int]:
-    """(entries, entries handed out and not acknowledged) over every partition's outbox."""
+    """(entries, entries handed out and not acknowledged) over every partition's outboxes
+    (`resumes`, and `resumes_direct`, where an API killed between a step and its enqueue
+    leaves the entry for the resumer)."""
     entries = pending = 0
     for part in broker.keys.parts():
-        entries += int(broker.redis.xlen(part.resumes))
-        pending += group_pending(broker.redis, part.resumes, RESUMER_GROUP)
+        for stream in (part.resumes, part.resumes_direct):
+            entries += int(broker.redis.xlen(stream))
+            pending += group_pending(broker.redis, stream, RESUMER_GROUP)
     return entries, pending
 
 

@@ -7,7 +7,8 @@
 --   (the person approving), vote_hash (the args approved, default the request's), channel,
 --   creator_may_vote (the admin and the shell), bypass_quorum (a policy rule allowed to);
 --   receipt_votes (optional: the voters the decision's receipt names, for a quorum).
---   actor, actor_kind (who, for the audit entry: `voted` or `decided`).
+--   actor, actor_kind (who, for the audit entry: `voted` or `decided`); claimant (optional:
+--   a caller that enqueues the round's resume job itself, right after this step: see below).
 -- Returns reply(): {'ok'} | {'replayed'} | {'conflict'} | {'stale_args'} | {'wrong_kind', kind}
 --   | {'moved', queue} | {'creator'} | {'repeat'} | {'voted', count}, each followed by the
 --   request's fields; or {'not_found'}, or {'need_stream', queue} / {'need_run', run_id} (call
@@ -56,8 +57,20 @@ if A.voter and (outcome == 'approved' or outcome == 'modified') then
   end
 end
 local decision = with_fields(A.decision, {{'decided_at', iso(now)}})
-finish(rkey, A.id, A.status, decision, 'approval.decided', now,
+local resumed, round = finish(rkey, A.id, A.status, decision, 'approval.decided', now,
   {hash = key('run'), pending = key('pending')})
 audit(now, A.id, 'decided', A.actor, A.actor_kind, A.status, A.vote_hash or f[3], '')
 spend()
-return reply(rkey, 'ok')
+-- The round's last outcome, for a caller that enqueues the resume itself (`claimant`): the
+-- round is claimed for the resume job here, as the resumer's claim step would (resume.lua),
+-- unless a live job still waits for it or someone owns it; then the reply's detail is
+-- 'ENTRY_ID ROUND' (the outbox entry stays for the resumer should the caller die first).
+local detail = ''
+if resumed and A.claimant then
+  local live_until = redis.call('HGET', key('run'), 'live_until:' .. round)
+  if not (live_until and tonumber(live_until) > now)
+      and redis.call('HSETNX', key('run'), 'claimed:' .. round, A.claimant) == 1 then
+    detail = resumed .. ' ' .. round
+  end
+end
+return reply(rkey, 'ok', detail)

@@ -217,6 +217,7 @@ end
 -- Give a pending request its final status, tell its queue, and when it was the last pending
 -- call of its run's round, write the resume to the outbox in this same step. `run` holds the
 -- run's hash and pending set. A decided request is kept `retention` seconds, then Redis forgets it.
+-- Returns the outbox entry's id and the round when it wrote one (else nothing).
 local function finish(rkey, id, status, decision_json, event_type, now, run)
   local f = redis.call('HMGET', rkey, 'queue', 'run_id', 'round', 'traceparent',
     'allowed_roles', 'created_by', 'created_at')
@@ -227,12 +228,13 @@ local function finish(rkey, id, status, decision_json, event_type, now, run)
   count('pending:' .. f[1], -1)
   count(status .. ':' .. f[1], 1)
   emit(f[1], 'type', event_type, 'request_id', id, 'queue', f[1])
+  local resumed
   if f[2] and f[2] ~= '' then
     if redis.call('SREM', run.pending, id) == 1 and redis.call('SCARD', run.pending) == 0 then
       if f[4] then  -- the trace the request was made in goes on to its run's resume job
-        redis.call('XADD', key('resumes'), '*', 'run_id', f[2], 'round', f[3], 'traceparent', f[4])
+        resumed = redis.call('XADD', key('resumes'), '*', 'run_id', f[2], 'round', f[3], 'traceparent', f[4])
       else
-        redis.call('XADD', key('resumes'), '*', 'run_id', f[2], 'round', f[3])
+        resumed = redis.call('XADD', key('resumes'), '*', 'run_id', f[2], 'round', f[3])
       end
       redis.call('HSET', run.hash, 'status', 'queued', 'updated_at', stamp(now))
     end
@@ -241,6 +243,7 @@ local function finish(rkey, id, status, decision_json, event_type, now, run)
   local d = cjson.decode(decision_json)
   ins_outcome(now, ins_cell(f[1], f[5], f[6]), status, ins_text(d.decided_by),
     ins_text(d.reason), f[7])
+  return resumed, f[3]
 end
 
 -- Move a pending request to another handler queue: still pending, history entry, one more

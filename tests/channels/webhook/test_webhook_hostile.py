@@ -238,6 +238,7 @@ class Timed(WebhookSender):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.tries: list[tuple[float, float, str]] = []  # (start, end, outcome)
+        self.threads: list[str] = []  # the thread each try ran on
         self._tries_lock = threading.Lock()
 
     def deliver(self, task: Task) -> str | None:
@@ -251,6 +252,20 @@ class Timed(WebhookSender):
         finally:
             with self._tries_lock:
                 self.tries.append((start, time.monotonic(), outcome))
+                self.threads.append(threading.current_thread().name)
+
+    async def adeliver(self, task: Task) -> str | None:  # what the notifier calls
+        start = time.monotonic()
+        outcome = "ok"
+        try:
+            return await super().adeliver(task)
+        except Exception as exc:
+            outcome = f"{type(exc).__name__}: {exc}"
+            raise
+        finally:
+            with self._tries_lock:
+                self.tries.append((start, time.monotonic(), outcome))
+                self.threads.append(threading.current_thread().name)
 
 
 @dataclass
@@ -309,6 +324,25 @@ def _hostile_channel(broker: Broker, url: str) -> Timed:
 def _healthy_channel(broker: Broker, url: str, **extra: Any) -> Timed:
     config = WebhookConfig(url=url, secret=SECRET, timeout_s=DEADLINE_S, **extra)
     return Timed("webhook:healthy", config, broker.deliveries, concurrency=2)
+
+
+def test_a_webhook_attempt_runs_on_its_endpoints_loop_without_a_delivery_thread(
+    broker: Broker, healthy: Healthy
+) -> None:
+    good = _healthy_channel(broker, healthy.url)
+    run = _dispatcher(broker, {good.name: good})
+    try:
+        for n in range(3):
+            run.dispatcher.submit(_task(f"loop-{n}", good.name))
+        wait_for(lambda: len(run.settled(good.name)) == 3, timeout=10)
+        assert len(healthy.got) == 3
+        assert set(good.threads) == {"webhook-http"}  # the endpoint client's loop thread
+        pool_threads = [t for t in threading.enumerate() if t.name.startswith("notify-webhook")]
+        assert pool_threads == []  # no delivery thread was started for it
+        assert run.dispatcher.load(good.name) == 0
+    finally:
+        run.dispatcher.close()
+        good.close()
 
 
 @pytest.mark.parametrize("behaviour", [*BEHAVIOURS, "redirect"])
