@@ -176,8 +176,12 @@ def worker_process(
         "PYTHONPATH": os.pathsep.join([str(ROOT / "bench"), str(code)]),
     }
     log = (tmp / "worker.log").open("w")
-    worker = subprocess.Popen(
-        [sys.executable, "-m", "approval_broker", "worker"], env=env, stdout=log, stderr=log
+    worker = subprocess.Popen(  # in `code`: `python -m` puts the working directory first
+        [sys.executable, "-m", "approval_broker", "worker"],
+        env=env,
+        stdout=log,
+        stderr=log,
+        cwd=code,
     )
     redis = Redis.from_url(url)
     broker = Broker(redis, parse_config(tomllib.loads(config_text)), prefix="ab:")
@@ -190,10 +194,11 @@ def worker_process(
         _cycles(broker, WARM_UP)
         redis.config_resetstat()
         cpu = cpu_seconds(worker.pid)
+        loop_cpu = _thread_cpu(worker.pid, worker.pid)
         profiler = None
         if spy:
             profiler = subprocess.Popen(
-                ["py-spy", "record", "--gil", "--pid", str(worker.pid), "--rate", "50",
+                ["py-spy", "record", "--gil", "--threads", "--pid", str(worker.pid), "--rate", "100",
                  "--format", "raw", "--output", spy, "--nonblocking"],
                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
             )  # fmt: skip
@@ -204,7 +209,9 @@ def worker_process(
             profiler.send_signal(2)
             profiler.wait(30)
         spent = cpu_seconds(worker.pid) - cpu
+        loop_spent = _thread_cpu(worker.pid, worker.pid) - loop_cpu
         calls = sum(int(v["calls"]) for v in redis.info("commandstats").values())
+        reads = int(redis.info("stats")["total_reads_processed"])
     finally:
         worker.terminate()
         worker.wait(30)
@@ -212,8 +219,19 @@ def worker_process(
     return {
         "cycles/s": runs / took,
         "worker CPU ms per cycle": spent * 1000 / runs,
+        "  of which its event loop's thread (the agents' coroutines)": loop_spent * 1000 / runs,
         "redis commands per cycle (start and decision included)": calls / runs,
+        "redis round trips per cycle (start and decision included)": reads / runs,
     }
+
+
+def _thread_cpu(pid: int, tid: int) -> float:
+    """CPU seconds so far of one thread of a process (Linux /proc)."""
+    try:
+        fields = Path(f"/proc/{pid}/task/{tid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def _cycles(broker: Broker, n: int) -> None:

@@ -215,7 +215,7 @@ class AgentRunner:
                 # the worker died in the step, but before any tool with effects started:
                 # take the step again from where it began
                 decided = None
-                if pause.calls:  # it was the step applying round `round_no`'s outcomes
+                if pause.applies:  # it was the step applying round `round_no`'s outcomes
                     decided = requests
                     if decided is None:
                         decided = self.broker.round_requests(run_id, round_no)
@@ -257,7 +257,9 @@ class AgentRunner:
             kwargs["message_history"] = history
         if results is not None:
             kwargs["deferred_tool_results"] = results
-        applying = [] if results is None or pause is None else pause.calls
+        applying = results is not None
+        if not applying and not writes.running:  # the model is first: say so now, on this thread
+            writes.write(None)
         guard = ToolGuard(self.broker, writes, kept=fields, approved=decided)
         drive = self._drive(run_id, round_no, loaded, guard, prompt, kwargs, applying)
         result = run_sync(tracing.carry(drive))  # the job's trace, on the worker's shared loop
@@ -282,13 +284,13 @@ class AgentRunner:
         guard: ToolGuard,
         prompt: str | None,
         kwargs: dict[str, Any],
-        applying: list[dict[str, Any]],
+        applying: bool,
     ) -> AgentRunResult[Any]:
         """Run the agent to its end: a marker before the first tool with effects of a step
         starts (the guard writes it), a checkpoint once a step's tools returned.
 
-        `applying` is the round's calls when this attempt starts by applying their outcomes: the
-        first marker keeps them, so a step taken again applies them again.
+        `applying`: this attempt starts by applying the round's outcomes; the first marker says
+        so, so a step taken again applies them again.
         """
         writes = guard.writes
         try:
@@ -301,8 +303,8 @@ class AgentRunner:
                         node = await agent_run.next(node)
                         continue
                     messages = agent_run.all_messages()
-                    marker = Pause(round_no, TOOLS, calls=applying, worker=_worker())
-                    applying = []
+                    marker = Pause(round_no, TOOLS, worker=_worker(), applies=applying)
+                    applying = False
                     guard.arm(tools_field(round_no, len(messages)), marker, messages)
                     try:
                         node = await agent_run.next(node)

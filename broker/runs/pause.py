@@ -60,8 +60,8 @@ class Pause:
     """Where a run stands between attempts, and the history it stands on.
 
     `stage` is WAITING (paused on round `round`'s `calls`), TOOLS (round `round`'s tools may be
-    running; `calls`: the outcomes that step applies) or CONTINUE (round `round`'s tools
-    returned; continue from the history). `messages`: how many messages that history has, in
+    running; `applies`: that step applies the round's outcomes) or CONTINUE (round `round`'s
+    tools returned; continue from the history). `messages`: how many messages that history has, in
     the first `log.entries` entries of the log (`history_json`: them, as one JSON array, once
     read).
     """
@@ -70,6 +70,7 @@ class Pause:
     stage: str = WAITING
     calls: list[dict[str, Any]] = field(default_factory=list)
     worker: str = ""  # TOOLS: the worker process taking the step (`host:pid`), for the error
+    applies: bool = False
     messages: int = 0
     log: RunLog = field(default_factory=RunLog)
     history_json: bytes = b"[]"
@@ -82,8 +83,9 @@ class Pause:
                 "stage": self.stage,
                 "messages": self.messages,
                 "entries": self.log.entries,
-                "calls": self.calls,
+                **({"calls": self.calls} if self.calls else {}),
                 **({"worker": self.worker} if self.worker else {}),
+                **({"applies": True} if self.applies else {}),
             }
         )
 
@@ -105,6 +107,7 @@ class Pause:
             str(data.get("stage") or WAITING),
             data.get("calls") or [],
             str(data.get("worker") or ""),
+            bool(data.get("applies")),
             messages,
             RunLog(entries, messages),
             b"[" + b",".join(parts) + b"]",
@@ -120,11 +123,13 @@ class Pause:
         if not isinstance(data, dict) or "round" not in data:
             return None  # not written by this module
         messages = data.get("messages") or []
+        calls = data.get("calls") or []
         return cls(
             int(data["round"]),
             str(data.get("stage") or WAITING),
-            data.get("calls") or [],
+            calls,
             str(data.get("worker") or ""),
+            bool(calls) and data.get("stage") == TOOLS,  # its marker kept the calls it applied
             len(messages),
             RunLog(),
             json.dumps(messages).encode(),
