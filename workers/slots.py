@@ -10,8 +10,9 @@ threads and one loop.
 
 What a forking worker got from its horse, a slot gets otherwise:
 
-* job timeouts: RQ's `TimerDeathPenalty` (the death penalty RQ documents for workers that
-  don't fork), behind the shared loop's own, shorter, per-run deadline;
+* job timeouts: the shared loop's per-round deadline (`[workers] run_timeout_s`), which cancels
+  the run's coroutine; the slot's death penalty (RQ's documented way to kill a job in an
+  application's own manner) is that deadline, so no timer thread is started per job;
 * heartbeats: one thread keeps every busy slot's execution alive in RQ's started registry with
   a short TTL (`[workers] abandoned_after_s`), so when the whole process is SIGKILLed, its jobs
   are found abandoned within that TTL and retried (RQ's `Retry`) by the maintenance of any
@@ -44,7 +45,7 @@ from rq.queue import Queue
 from rq.registry import StartedJobRegistry
 from rq.scheduler import RQScheduler
 from rq.serializers import JSONSerializer
-from rq.timeouts import TimerDeathPenalty
+from rq.timeouts import BaseDeathPenalty, TimerDeathPenalty
 
 log = logging.getLogger("workers.slots")
 
@@ -66,15 +67,28 @@ IDLE_POLL_S = 2
 """How long a slot blocks on an empty queue before it checks whether to stop."""
 
 
+class LoopDeadline(BaseDeathPenalty):
+    """A slot's job timeout: the shared loop's deadline for the job's agent run
+    (`workers.shared_loop.SharedLoop.run`, `[workers] run_timeout_s`), which cancels the run
+    and fails its round; everything else a job does on its slot is bounded by Redis's socket
+    timeouts. RQ's `TimerDeathPenalty` started a thread per job to raise in the slot's thread."""
+
+    def setup_death_penalty(self) -> None:
+        return None
+
+    def cancel_death_penalty(self) -> None:
+        return None
+
+
 class SlotWorker(SimpleWorker):
-    """RQ's SimpleWorker with a death penalty that works off the main thread, a short heartbeat
+    """RQ's SimpleWorker whose job timeout is the shared loop's deadline, with a short heartbeat
     TTL, and a record of the job it is running (for the heartbeat thread).
 
     Its worker key is beaten by the slots' keeper thread (`Slots._beat`), so the heartbeats RQ
     sends on their own around each dequeue are left out (those sent within RQ's pipelines, as a
     job starts, stay); and it writes its state only when it changes."""
 
-    death_penalty_class = TimerDeathPenalty
+    death_penalty_class = LoopDeadline
     heartbeat_ttl_s: int = HEARTBEAT_TTL_S
 
     def __init__(self, *args: object, **kwargs: object) -> None:
