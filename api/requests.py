@@ -184,7 +184,7 @@ async def decide(
     body: Annotated[DecisionBody, Body()],
     decider: Caller,
     state: State,
-) -> JSONResponse:
+) -> Response:
     """Decide a pending request; the first decision wins, a repeat of it is not an error.
 
     A bearer token decides through the `inbox` channel: only requests whose queue lists

@@ -23,6 +23,11 @@ pauses durably, a decision arrives, the run resumes, the tool runs once, the run
 DBOS and LangGraph's PostgresSaver run on a PostgreSQL this script starts (Debian's postgresql,
 a temp dir, a free loopback port, fsync on: bench/throwaway_postgres.py).
 
+Each side is warmed up with a burst as large as the one it is measured on (`--runs`): the first
+burst of 200 grows every connection pool to that size (the API's asyncio client opened about 190
+Redis connections in it, a millisecond of the API's CPU per cycle), which a running fleet did
+long before; the other sides' pools likewise.
+
 Printed: runs/s with `--runs` started at once (each approved as soon as it waits); decision ->
 run finished one at a time, p50/p99; the double-approve race (two deciders approve one paused
 run at once: how often the tool ran, the HTTP codes); CPU per cycle in the throughput phase (each
@@ -176,7 +181,7 @@ async def measure(args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
         ) as client:
             await up.ready(client)
             side = BrokerSide(up, client)
-            await throughput(side, "fast", 20)  # warm up
+            await throughput(side, "fast", args.runs)  # warm up (the module's docstring)
             cpu = up.cpu_by_role()
             store = await asyncio.to_thread(up.store_counters)
             b: dict[str, Any] = {"runs_per_s": await throughput(side, "fast", args.runs)}
@@ -225,7 +230,7 @@ async def in_process_phases(
 ) -> dict[str, Any]:
     """The phases of a side that runs in this process (pydantic-ai alone, DBOS, LangGraph);
     `slow` runs the slow phase if not the side itself; `pg` is the PostgreSQL it writes to."""
-    await throughput(side, "fast", 20)
+    await throughput(side, "fast", args.runs)  # warm up (the module's docstring)
     cpu, pg_cpu = time.process_time(), pg.cpu_seconds() if pg else 0.0
     counters = await pg.counters() if pg else (0, 0)
     r: dict[str, Any] = {"runs_per_s": await throughput(side, "fast", args.runs)}

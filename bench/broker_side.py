@@ -65,6 +65,7 @@ class Up:
              "--data-dir", str(tmp / "data"),
              *(["--workers", str(workers)] if workers else [])],
             env=env, stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True,
+            cwd=code,  # `python -m` puts the working directory first on the path: run `code`'s
         )  # fmt: skip
         self.base = f"http://127.0.0.1:{self.port}"
         self.redis: Redis | None = None

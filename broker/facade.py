@@ -333,10 +333,6 @@ class Broker:
     def get_run(self, run_id: str) -> Run:
         return self.run_store.get_run(run_id)
 
-    def run_state(self, run_id: str) -> tuple[dict[str, str], bytes | None]:
-        """The run's fields and stored history, in one round trip."""
-        return self.run_store.run_state(run_id)
-
     def update_run(self, run_id: str, **fields: Any) -> None:
         self.run_store.update_run(run_id, **fields)
 

@@ -10,12 +10,16 @@ threads and one loop.
 
 What a forking worker got from its horse, a slot gets otherwise:
 
-* job timeouts: RQ's `TimerDeathPenalty` (the death penalty RQ documents for workers that
-  don't fork), behind the shared loop's own, shorter, per-run deadline;
+* job timeouts: the shared loop's per-round deadline (`[workers] run_timeout_s`), which cancels
+  the run's coroutine; the slot's death penalty (RQ's documented way to kill a job in an
+  application's own manner) is that deadline, so no timer thread is started per job;
 * heartbeats: one thread keeps every busy slot's execution alive in RQ's started registry with
   a short TTL (`[workers] abandoned_after_s`), so when the whole process is SIGKILLed, its jobs
   are found abandoned within that TTL and retried (RQ's `Retry`) by the maintenance of any
   live worker;
+* that thread also beats every slot's worker key (RQ's `heartbeat`, on one pipeline) and a slot
+  writes its state only when it changes, so taking a job costs no heartbeat of its own before
+  and after each dequeue, nor an `idle` written twice between two jobs;
 * maintenance and the scheduler (retries after their back-off) run in that same thread, with
   RQ's public `clean_registries` and `RQScheduler.enqueue_scheduled_jobs`, each under a lock
   of ours with a short TTL: RQ's scheduler lock lives a minute, so a worker SIGKILLed while
@@ -33,6 +37,7 @@ import uuid
 from typing import Any
 
 from redis import Redis
+from redis.client import Pipeline
 from redis.exceptions import LockError, RedisError
 from redis.lock import Lock
 from rq import SimpleWorker
@@ -41,7 +46,7 @@ from rq.queue import Queue
 from rq.registry import StartedJobRegistry
 from rq.scheduler import RQScheduler
 from rq.serializers import JSONSerializer
-from rq.timeouts import TimerDeathPenalty
+from rq.timeouts import BaseDeathPenalty, TimerDeathPenalty
 
 log = logging.getLogger("workers.slots")
 
@@ -63,11 +68,28 @@ IDLE_POLL_S = 2
 """How long a slot blocks on an empty queue before it checks whether to stop."""
 
 
-class SlotWorker(SimpleWorker):
-    """RQ's SimpleWorker with a death penalty that works off the main thread, a short heartbeat
-    TTL, and a record of the job it is running (for the heartbeat thread)."""
+class LoopDeadline(BaseDeathPenalty):
+    """A slot's job timeout: the shared loop's deadline for the job's agent run
+    (`workers.shared_loop.SharedLoop.run`, `[workers] run_timeout_s`), which cancels the run
+    and fails its round; everything else a job does on its slot is bounded by Redis's socket
+    timeouts. RQ's `TimerDeathPenalty` started a thread per job to raise in the slot's thread."""
 
-    death_penalty_class = TimerDeathPenalty
+    def setup_death_penalty(self) -> None:
+        return None
+
+    def cancel_death_penalty(self) -> None:
+        return None
+
+
+class SlotWorker(SimpleWorker):
+    """RQ's SimpleWorker whose job timeout is the shared loop's deadline, with a short heartbeat
+    TTL, and a record of the job it is running (for the heartbeat thread).
+
+    Its worker key is beaten by the slots' keeper thread (`Slots._beat`), so the heartbeats RQ
+    sends on their own around each dequeue are left out (those sent within RQ's pipelines, as a
+    job starts, stay); and it writes its state only when it changes."""
+
+    death_penalty_class = LoopDeadline
     heartbeat_ttl_s: int = HEARTBEAT_TTL_S
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
@@ -76,6 +98,20 @@ class SlotWorker(SimpleWorker):
 
     def get_heartbeat_ttl(self, job: Job) -> int:
         return self.heartbeat_ttl_s
+
+    def heartbeat(self, timeout: int | None = None, pipeline: Pipeline | None = None) -> None:
+        if pipeline is None:
+            return  # the keeper beats this worker's key with the others'
+        super().heartbeat(timeout, pipeline)
+
+    def beat(self, pipeline: Pipeline) -> None:
+        """RQ's heartbeat of this worker's key, queued on the keeper's pipeline."""
+        super().heartbeat(None, pipeline)
+
+    def set_state(self, state: str, pipeline: Pipeline | None = None) -> None:
+        if pipeline is None and state == self.get_state():
+            return  # `idle` as a job ends, `idle` again as the next dequeue begins: once
+        super().set_state(state, pipeline)
 
     def execute_job(self, job: Job, queue: Queue) -> None:
         self.running = job
@@ -217,6 +253,12 @@ class Slots:
                 log.exception("worker upkeep failed; trying again")
 
     def _beat(self) -> None:
+        """Every slot's worker key in one pipeline, then each busy slot's job and execution
+        (RQ's `maintain_heartbeats`, which beats its worker key again)."""
+        with self.connection.pipeline(transaction=False) as pipe:
+            for worker in self.workers:
+                worker.beat(pipe)
+            pipe.execute()
         for worker in self.workers:
             job = worker.running
             if job is None:

@@ -88,9 +88,26 @@ class ReceiptChecks:
         Returns the receipt's claims (None when receipts are off); raises `ReceiptRefused`,
         after recording the refusal, when the tool must not run.
         """
-        receipts = self.receipts
-        if receipts is None:
+        if self.receipts is None:
             return None
+        claims = self.check(request, tool_name=tool_name, args=args)
+        reply = self._step(
+            request,
+            claims["jti"],
+            mode="spend",
+            jti_ttl=spent_ttl(claims),
+            run_field=run_field,
+            with_run=run_field is not None,
+        )
+        self.spent(request, reply)
+        return claims
+
+    def check(self, request: Request, *, tool_name: str, args: dict[str, Any]) -> dict[str, Any]:
+        """The claims of `request`'s receipt if it proves `tool_name` may run with `args` now
+        (all but single use, which spending checks); else the refusal is recorded and raised
+        as `ReceiptRefused`. Receipts must be on."""
+        receipts = self.receipts
+        assert receipts is not None
         token = request.decision.receipt if request.decision is not None else None
         try:
             claims = receipts.verify(token, request_id=request.id, tool_name=tool_name, args=args)
@@ -103,27 +120,48 @@ class ReceiptChecks:
         except ReceiptRefused as exc:
             self.refuse(request, exc.reason)
             raise
-        reply = self._step(
+        return claims
+
+    def queue_spend(
+        self, pipe: Any, request: Request, claims: dict[str, Any], *, run_field: str | None
+    ) -> Any:
+        """Queue on `pipe` (a MULTI beside the run's own writes) the step that spends the
+        checked receipt and counts its tool as started in `run_field`; `spent` reads its
+        reply (given a client rather than a pipeline, the step runs now: its reply)."""
+        return self._step(
             request,
             claims["jti"],
             mode="spend",
             jti_ttl=spent_ttl(claims),
             run_field=run_field,
             with_run=run_field is not None,
+            client=pipe,
         )
-        if reply[0] == "spent":
+
+    def spent(self, request: Request, reply: Any) -> None:
+        """`ReceiptRefused` when the spending step's `reply` says the jti was spent before
+        (the step recorded the refusal)."""
+        word = reply[0] if isinstance(reply, list | tuple) and reply else reply
+        if word in ("spent", b"spent"):
             raise ReceiptRefused("spent", f"the receipt of request {request.id} was already used")
-        return claims
 
     def refuse(self, request: Request, reason: str) -> None:
         """Record a refusal: event `approval.receipt_refused`, history, the counter."""
         self._step(request, "", mode="refuse", reason=reason, with_run=False)
 
-    def _step(self, request: Request, jti: str, *, with_run: bool, **args: Any) -> list[Any]:
+    def _step(
+        self, request: Request, jti: str, *, with_run: bool, client: Any = None, **args: Any
+    ) -> list[Any]:
         store = self.broker.store
         run_id = request.run_id if with_run else None
         keys = store.keys.receipt_keys(request.id, request.queue, jti_digest(jti), run_id)
         values = {k: v for k, v in args.items() if v is not None}
         return store.scripts.run(
-            "receipt", keys, id=request.id, queue=request.queue, maxlen=store.maxlen, **values
+            "receipt",
+            keys,
+            client=client,
+            id=request.id,
+            queue=request.queue,
+            maxlen=store.maxlen,
+            **values,
         )

@@ -3,21 +3,24 @@
 Every step can be repeated safely, because a job can be retried or re-read from the outbox:
 
 * a job for a round that is no longer the run's current round (or a finished run) does nothing;
-* the agent is driven node by node (`Agent.iter`). Before a step that may run tools, a marker
-  is saved; as soon as the tools have returned, the messages so far are saved as a checkpoint.
-  A retry (after a model's 503, say) continues from the checkpoint, without the prompt and
-  without the round's deferred results, so no tool that already returned runs again;
+* the agent is driven node by node (`Agent.iter`). Before a tool with effects starts, a marker
+  is saved (with the first such tool's count, `broker.runs.tool_guard`); as soon as the tools
+  have returned, the history so far is saved as a checkpoint. A retry (after a model's 503,
+  say) continues from the checkpoint, without the prompt and without the round's deferred
+  results, so no tool that already returned runs again;
 * a retry that finds the marker instead of a checkpoint (the worker died, or Redis failed, in
-  the tool step) takes the step again when no tool with effects was still running, the tools
-  that had returned giving back their kept return values (`broker.runs.tool_guard`); when one was
-  still running it fails the run with a clear error rather than running it a second time; an
-  error raised by the tool step itself fails the run at once for the same reason;
-* a pause stores the messages together with the next round's calls *before* registering them,
+  the tool step) takes the step again when no tool with effects had started; when one had, it
+  fails the run with a clear error rather than running it a second time; an error raised by
+  the tool step itself fails the run at once for the same reason;
+* a pause stores the history together with the next round's calls *before* registering them,
   so a job that dies in between registers the same round on its next attempt;
 * registering a round is idempotent in the broker (`create_round`).
 
-What is kept between attempts is `broker.runs.pause`; where the agent's coroutine runs (the
-worker's shared loop, or this thread's) is `broker.runs.agent_loop`.
+What a round starts from is one read (`RunStore.read_round`: the run, its history and, for a
+resume, the round's requests); each step is one write that appends only the messages it added
+(`broker.runs.agent_runner_writes`). What is kept between attempts is `broker.runs.pause`; where
+the agent's coroutine runs (the worker's shared loop, or this thread's) is
+`broker.runs.agent_loop`.
 """
 
 from __future__ import annotations
@@ -38,7 +41,7 @@ from pydantic_ai.exceptions import (
     ModelQuotaExceededError,
     ModelRequestRejectedError,
 )
-from pydantic_ai.messages import ModelMessage
+from pydantic_ai.messages import ModelMessage, ModelMessagesTypeAdapter
 from pydantic_ai.run import AgentRun, AgentRunResult
 from pydantic_core import to_jsonable_python
 from pydantic_graph import End
@@ -50,11 +53,12 @@ from broker.domain.errors import BrokerError, NotFound
 from broker.domain.models import Request, RunStatus
 from broker.facade import Broker
 from broker.runs.agent_loader import AgentLoadError, LoadedAgent, load_agent
-from broker.runs.agent_loop import off_loop, run_sync
+from broker.runs.agent_loop import run_sync
+from broker.runs.agent_runner_writes import RoundWrites
 from broker.runs.agents import LocalAgents
 from broker.runs.live_wait import owned_round, wait_and_claim
 from broker.runs.new_prompt import prompt_field
-from broker.runs.pause import CONTINUE, TOOLS, WAITING, Pause, json_messages
+from broker.runs.pause import CONTINUE, TOOLS, WAITING, Pause, RunLog
 from broker.runs.pending_calls import BadCallMetadata, new_requests, tool_schemas
 from broker.runs.tool_guard import NO_EFFECT_KINDS, ToolGuard, tools_field
 from broker.tracing import telemetry as tracing
@@ -146,29 +150,39 @@ class AgentRunner:
         A transient error is raised again for the job to be retried unless this is the final
         attempt; any other error fails the run with the error stored.
         """
-        try:
-            fields, stored = self.broker.run_state(run_id)  # one round trip for both
+        try:  # one round trip: the run, its history and (a resume) the round's requests
+            read = self.broker.run_store.read_round(run_id, round_no, requests=round_no > 0)
         except NotFound:
             log.warning("run %s does not exist; nothing to do", run_id)
             return SKIPPED
+        fields = read.fields
         status = RunStatus(fields["status"])
         current = int(fields.get("round") or 0)
-        round_no = owned_round(fields, round_no)  # rounds this job went on with live count
-        if current != round_no or status in (
+        owned = owned_round(fields, round_no)  # rounds this job went on with live count
+        if current != owned or status in (
             RunStatus.waiting,
             RunStatus.finished,
             RunStatus.failed,
         ):
-            log.info("run %s is %s in round %s; job for round %s skipped", run_id, status.value, current, round_no)  # fmt: skip
+            log.info("run %s is %s in round %s; job for round %s skipped", run_id, status.value, current, owned)  # fmt: skip
             return SKIPPED
+        decided = read.requests
+        if owned != round_no:  # a live job went on past the round this job was for
+            decided = self.broker.round_requests(run_id, owned) if owned > 0 else None
         try:
-            pause = Pause.load(stored)
-            if pause is not None and pause.stage == WAITING and pause.round == round_no + 1:
+            pause = Pause.read(fields, read.log, read.legacy)
+            writes = RoundWrites(
+                self.broker,
+                run_id,
+                pause.log if pause is not None else RunLog(),
+                running=status is RunStatus.running,
+            )
+            if pause is not None and pause.stage == WAITING and pause.round == owned + 1:
                 return self._register(run_id, fields, pause)  # an attempt died after saving
-            return self._step(run_id, round_no, fields, pause)
+            return self._step(run_id, owned, fields, pause, decided, writes)
         except Exception as exc:
             if is_transient(exc) and not final_attempt:
-                log.warning("run %s round %s: %s; will retry", run_id, round_no, describe(exc))
+                log.warning("run %s round %s: %s; will retry", run_id, owned, describe(exc))
                 raise
             log.warning("run %s failed: %s", run_id, describe(exc))
             self._record_failure(run_id, describe(exc))
@@ -187,16 +201,24 @@ class AgentRunner:
                 time.sleep(delay)
 
     def _start(
-        self, run_id: str, round_no: int, fields: dict[str, str], pause: Pause | None
+        self,
+        run_id: str,
+        round_no: int,
+        fields: dict[str, str],
+        pause: Pause | None,
+        requests: list[Request] | None,
     ) -> tuple[str | None, list[ModelMessage] | None, list[Request] | None]:
-        """Where this attempt starts: (prompt, history, the decided requests it applies)."""
+        """Where this attempt starts: (prompt, history, the decided requests it applies).
+        `requests`: round `round_no`'s, as read with the run."""
         if pause is not None and pause.round == round_no and pause.stage == TOOLS:
-            if not int(fields.get(tools_field(pause.round, len(pause.messages))) or 0):
+            if not int(fields.get(tools_field(pause.round, pause.messages)) or 0):
                 # the worker died in the step, but before any tool with effects started:
                 # take the step again from where it began
                 decided = None
-                if pause.calls:  # it was the step applying round `round_no`'s outcomes
-                    decided = self.broker.round_requests(run_id, round_no)
+                if pause.applies:  # it was the step applying round `round_no`'s outcomes
+                    decided = requests
+                    if decided is None:
+                        decided = self.broker.round_requests(run_id, round_no)
                 return None, pause.history(), decided
             on = f" on worker {pause.worker}" if pause.worker else ""
             raise RunFailed(
@@ -211,10 +233,20 @@ class AgentRunner:
         if pause is None or pause.round != round_no or pause.stage != WAITING:
             raise RunFailed(f"the stored history of run {run_id} round {round_no} is missing")
         prompt = fields.get(prompt_field(round_no)) or None  # a new prompt instead of answers
-        return prompt, pause.history(), self.broker.round_requests(run_id, round_no)
+        if requests is None:
+            requests = self.broker.round_requests(run_id, round_no)
+        return prompt, pause.history(), requests
 
-    def _step(self, run_id: str, round_no: int, fields: dict[str, str], pause: Pause | None) -> str:
-        prompt, history, decided = self._start(run_id, round_no, fields, pause)
+    def _step(
+        self,
+        run_id: str,
+        round_no: int,
+        fields: dict[str, str],
+        pause: Pause | None,
+        requests: list[Request] | None,
+        writes: RoundWrites,
+    ) -> str:
+        prompt, history, decided = self._start(run_id, round_no, fields, pause, requests)
         results = results_for(decided) if decided is not None else None
         loaded = load_agent(self.broker, fields["agent"], self.local)
         deps = loaded.deps(self.broker, run_id, json.loads(fields.get("deps") or "null"))
@@ -225,14 +257,16 @@ class AgentRunner:
             kwargs["message_history"] = history
         if results is not None:
             kwargs["deferred_tool_results"] = results
-        self.broker.update_run(run_id, status=RunStatus.running)
-        applying = [] if results is None or pause is None else pause.calls
-        guard = ToolGuard(self.broker, run_id, kept=fields, approved=decided)
+        applying = results is not None
+        if not applying and not writes.running:  # the model is first: say so now, on this thread
+            writes.write(None)
+        guard = ToolGuard(self.broker, writes, kept=fields, approved=decided)
         drive = self._drive(run_id, round_no, loaded, guard, prompt, kwargs, applying)
         result = run_sync(tracing.carry(drive))  # the job's trace, on the worker's shared loop
         output = result.output
         if isinstance(output, DeferredToolRequests):
-            return self._pause(run_id, round_no + 1, loaded, fields, output, result.all_messages())
+            messages = result.all_messages()
+            return self._pause(run_id, round_no + 1, loaded, fields, output, messages, writes)
         self.broker.run_store.update_run(  # the store's: it takes the round, known here
             run_id,
             rounds=round_no,
@@ -250,38 +284,47 @@ class AgentRunner:
         guard: ToolGuard,
         prompt: str | None,
         kwargs: dict[str, Any],
-        applying: list[dict[str, Any]],
+        applying: bool,
     ) -> AgentRunResult[Any]:
-        """Run the agent to its end, saving a marker before and a checkpoint after tool steps.
+        """Run the agent to its end: a marker before the first tool with effects of a step
+        starts (the guard writes it), a checkpoint once a step's tools returned.
 
-        `applying` is the round's calls when this attempt starts by applying their outcomes: the
-        first marker keeps them, so a step taken again applies them again.
+        `applying`: this attempt starts by applying the round's outcomes; the first marker says
+        so, so a step taken again applies them again.
         """
-        async with loaded.agent.iter(prompt, capabilities=[guard], **kwargs) as agent_run:
-            node = agent_run.next_node
-            while not isinstance(node, End):
-                if not (isinstance(node, CallToolsNode) and _may_run_tools(agent_run, node)):
-                    node = await agent_run.next(node)
-                    continue
-                messages = json_messages(agent_run.all_messages())
-                marker = Pause(round_no, messages, calls=applying, stage=TOOLS, worker=_worker())
-                applying = []
-                guard.field = tools_field(round_no, len(messages))
-                await off_loop(self.broker.save_messages, run_id, marker.dump())
-                try:
-                    node = await agent_run.next(node)
-                except Exception as exc:
-                    if not is_transient(exc):
-                        raise
-                    raise RunFailed(
-                        f"{describe(exc)} (raised while the tools of round {round_no} ran; they "
-                        "are not run a second time, so the run was stopped)"
-                    ) from exc
-                if isinstance(node, ModelRequestNode):  # the tools returned; the model is next
-                    messages = [*agent_run.all_messages(), node.request]
-                    checkpoint = Pause(round_no, json_messages(messages), stage=CONTINUE)
-                    await off_loop(self.broker.save_messages, run_id, checkpoint.dump())
-            result = agent_run.result
+        writes = guard.writes
+        try:
+            async with loaded.agent.iter(prompt, capabilities=[guard], **kwargs) as agent_run:
+                node = agent_run.next_node
+                while not isinstance(node, End):
+                    if not (isinstance(node, CallToolsNode) and _may_run_tools(agent_run, node)):
+                        if isinstance(node, ModelRequestNode) and not writes.says_running:
+                            writes.ahead(None)  # `running`, committed while the model works
+                        node = await agent_run.next(node)
+                        continue
+                    messages = agent_run.all_messages()
+                    marker = Pause(round_no, TOOLS, worker=_worker(), applies=applying)
+                    applying = False
+                    guard.arm(tools_field(round_no, len(messages)), marker, messages)
+                    try:
+                        node = await agent_run.next(node)
+                    except Exception as exc:
+                        if not is_transient(exc):
+                            raise
+                        raise RunFailed(
+                            f"{describe(exc)} (raised while the tools of round {round_no} ran; "
+                            "they are not run a second time, so the run was stopped)"
+                        ) from exc
+                    finally:
+                        guard.disarm()
+                    if isinstance(node, ModelRequestNode):  # the tools returned; the model next
+                        checkpoint = Pause(round_no, CONTINUE)
+                        writes.ahead(checkpoint, [*agent_run.all_messages(), node.request])
+                result = agent_run.result
+        except BaseException:
+            await writes.drain(quiet=True)
+            raise
+        await writes.drain()  # the writes sent ahead are in before the run goes on
         if result is None:  # pragma: no cover - an End node always carries the result
             raise RunFailed(f"the agent of run {run_id} ended without a result")
         return result
@@ -294,6 +337,7 @@ class AgentRunner:
         fields: dict[str, str],
         output: DeferredToolRequests,
         messages: list[ModelMessage],
+        writes: RoundWrites,
     ) -> str:
         limit = loaded.spec.max_rounds
         if next_round > limit:
@@ -310,16 +354,16 @@ class AgentRunner:
                     f"tool {call.tool_name!r} routes its request to queue {call.queue!r}, "
                     "which is not defined"
                 )
-        pause = Pause(
-            round=next_round,
-            messages=json_messages(messages),
-            calls=[c.model_dump(mode="json") for c in calls],
-        )
-        self.broker.save_messages(run_id, pause.dump())
+        pause = Pause(next_round, WAITING, calls=[c.model_dump(mode="json") for c in calls])
+        writes.write(pause, messages)  # before registering: a retry registers the same round
         status = self._register(run_id, fields, pause)
         live = loaded.spec.live_wait_s if self.live_waits else 0
         if live > 0 and wait_and_claim(self.broker, run_id, next_round, live):
-            return self._step(run_id, next_round, self.broker.run_fields(run_id), pause)
+            decided = self.broker.round_requests(run_id, next_round)
+            fields = self.broker.run_fields(run_id)
+            pause.history_json = ModelMessagesTypeAdapter.dump_json(messages)
+            writes.running = False  # the round's outcomes made it `queued` again
+            return self._step(run_id, next_round, fields, pause, decided, writes)
         return status
 
     def _register(self, run_id: str, fields: dict[str, str], pause: Pause) -> str:

@@ -127,8 +127,14 @@ class Keys(Partitioned, StepKeys):
         return f"{self._run(run_id)}run:{run_id}:round:{round_no}"
 
     def run_messages(self, run_id: str) -> str:
-        """String: the run's message history (pydantic-ai JSON), kept to resume it."""
+        """String: the message history of a run paused before the run log existed (read once,
+        when such a run resumes; `run_log` holds it from then on)."""
         return f"{self._run(run_id)}run:{run_id}:messages"
+
+    def run_log(self, run_id: str) -> str:
+        """List: the run's message history (pydantic-ai JSON), one entry per step that wrote
+        some, each a JSON array of the messages that step added (`broker.store.run_state`)."""
+        return f"{self._run(run_id)}run:{run_id}:log"
 
     def delivery(self, request_id: str) -> str:
         """Hash: per-channel delivery state of a request (posted Slack message, etc.)."""

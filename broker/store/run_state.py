@@ -1,22 +1,27 @@
-"""Runs as stored: the run hash, its pending set and rounds, and its message checkpoints.
+"""Runs as stored: the run hash, its pending set and rounds, and its history (the run's log).
 
 Starting a run on the fleet (enqueueing its job) is `broker.runs.starting`; this module only reads and
-writes the records, and never enqueues.
+writes the records, and never enqueues. What a round starts from is read in one round trip
+(`read_round`: the hash, the log and, for a resume, the round's requests); each step of a
+round is one write (`queue_step`: the log entry of the messages it added, and the hash's fields
+in the same MULTI), so a step never writes the history again.
 """
 
 from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from broker.domain.errors import NotFound
-from broker.domain.ids import new_id
-from broker.domain.models import Run, RunStatus, from_timestamp
+from broker.domain.ids import new_id, round_request_id
+from broker.domain.models import Request, Run, RunStatus, from_timestamp
 from broker.redis.replies import as_bytes, as_fields, as_str, as_str_dict
 from broker.store.handles import Store
 from broker.store.keys import Keys
+from broker.store.request_hash import parse_request
 
 ENDED = (RunStatus.finished.value, RunStatus.failed.value)
 ANNOUNCED = (RunStatus.waiting.value, *ENDED)
@@ -49,6 +54,20 @@ def run_from(run_id: str, f: dict[str, str], members: Iterable[Any]) -> Run:
         created_at=from_timestamp(float(f["created_at"])),
         updated_at=from_timestamp(float(f["updated_at"])),
     )
+
+
+@dataclass
+class RoundRead:
+    """What a round of a run starts from, as `RunStore.read_round` read it."""
+
+    fields: dict[str, str]
+    """The run's hash, as text."""
+    log: list[bytes]
+    """The run's log: each entry a JSON array of the messages one step added."""
+    legacy: bytes | None
+    """The history of a run paused before the log existed (`Keys.run_messages`), else None."""
+    requests: list[Request] | None
+    """The round's requests, in call order (when asked for)."""
 
 
 class RunStore:
@@ -99,16 +118,72 @@ class RunStore:
         """One field of a run's hash; None when the run or the field is not there."""
         return as_str(self.store.redis.hget(self.store.keys.run(run_id), name))
 
-    def run_state(self, run_id: str) -> tuple[dict[str, str], bytes | None]:
-        """The run's fields and its stored history in one round trip (what a round starts
-        from); NotFound for an unknown run."""
+    def read_round(self, run_id: str, round_no: int, *, requests: bool = False) -> RoundRead:
+        """The run's hash and log, and with `requests` the requests of its round `round_no`,
+        in one round trip: the first request of the round (`{run}.{round}.0`) is read with
+        them, so a round of one call costs no second one. NotFound for an unknown run."""
+        keys = self.store.keys
         pipe = self.store.redis.pipeline(transaction=False)
-        pipe.hgetall(self.store.keys.run(run_id))
-        pipe.get(self.store.keys.run_messages(run_id))
-        raw, messages = pipe.execute()
+        pipe.hgetall(keys.run(run_id))
+        pipe.lrange(keys.run_log(run_id), 0, -1)
+        pipe.get(keys.run_messages(run_id))
+        first = round_request_id(run_id, round_no, 0)
+        if requests:
+            pipe.lrange(keys.run_round(run_id, round_no), 0, -1)
+            pipe.hgetall(keys.request(first))
+        raw, log, legacy, *more = pipe.execute()
         if not raw:
             raise NotFound(f"no run with id {run_id!r}")
-        return as_str_dict(raw), messages
+        got: list[Request] | None = None
+        if requests:
+            ids, first_hash = [as_str(i) for i in more[0]], more[1]
+            if ids == [first] and first_hash:
+                got = [parse_request(first_hash)]
+            else:
+                got = self._requests(ids)
+        return RoundRead(as_str_dict(raw), list(log), legacy, got)
+
+    def _requests(self, ids: list[str]) -> list[Request]:
+        pipe = self.store.redis.pipeline(transaction=False)
+        for rid in ids:
+            pipe.hgetall(self.store.keys.request(rid))
+        return [parse_request(raw) for raw in pipe.execute() if raw]
+
+    def queue_step(
+        self,
+        pipe: Any,
+        run_id: str,
+        fields: Mapping[str, str | int],
+        *,
+        entry: bytes | None = None,
+        after: int = 0,
+    ) -> None:
+        """Queue on `pipe` (a MULTI, sync or asyncio) one step of a round: `fields` into the
+        run's hash (its stage, status, counts; `updated_at` too) and, when the step added
+        messages, their log `entry` after the log's first `after` entries (what the log held
+        before it, so a step taken again writes the same log)."""
+        keys = self.store.keys
+        if entry is not None:
+            log = keys.run_log(run_id)
+            if after:
+                pipe.ltrim(log, 0, after - 1)
+            else:
+                pipe.delete(log)
+            pipe.rpush(log, entry)
+        pipe.hset(keys.run(run_id), mapping={**fields, "updated_at": f"{time.time():.6f}"})
+
+    def write_step(
+        self,
+        run_id: str,
+        fields: Mapping[str, str | int],
+        *,
+        entry: bytes | None = None,
+        after: int = 0,
+    ) -> None:
+        """`queue_step` in a MULTI of its own."""
+        with self.store.redis.pipeline(transaction=True) as pipe:
+            self.queue_step(pipe, run_id, fields, entry=entry, after=after)
+            pipe.execute()
 
     def get_run(self, run_id: str) -> Run:
         """The run, its hash and pending set read in one round trip."""
@@ -151,14 +226,20 @@ class RunStore:
         keys = self.store.keys
         if rounds is None:
             rounds = int(self.store.redis.hget(keys.run(run_id), "round") or 0)
-        names = [keys.run(run_id), keys.run_pending(run_id), keys.run_messages(run_id)]
+        names = [keys.run(run_id), keys.run_pending(run_id), keys.run_log(run_id)]
+        names.append(keys.run_messages(run_id))
         names += [keys.run_round(run_id, n) for n in range(rounds + 1)]
         for key in names:
             pipe.expire(key, self.store.retention)
 
     def save_messages(self, run_id: str, messages_json: bytes) -> None:
-        """Checkpoint the run's message history (what a resume starts from)."""
+        """Keep a history the way runs paused before the log did (tests of the upgrade)."""
         self.store.redis.set(self.store.keys.run_messages(run_id), messages_json)
 
     def load_messages(self, run_id: str) -> bytes | None:
-        return as_bytes(self.store.redis.get(self.store.keys.run_messages(run_id)))
+        """The run's history as one JSON array of messages (its log's entries joined), or
+        what a run paused before the log kept (None: neither)."""
+        log = [as_bytes(e) for e in self.store.redis.lrange(self.store.keys.run_log(run_id), 0, -1)]
+        if not log:
+            return as_bytes(self.store.redis.get(self.store.keys.run_messages(run_id)))
+        return b"[" + b",".join(e[1:-1] for e in log if len(e) > 2) + b"]"

@@ -1,0 +1,142 @@
+"""The writes of one attempt at a round: each step of the round one MULTI, in order.
+
+Why a module of its own: the runner (`broker.runs.agent_runner`) and the tool guard
+(`broker.runs.tool_guard`) write the same run at different moments of one attempt, and every
+write must carry what the ones before it left out: the run's `running` status (not written
+until the attempt's first write), the log entry of the messages added since the last write
+(`broker.runs.pause.RunLog`), and the `Pause` the run now stands at. One object keeps that for
+the attempt, so each step is one round trip:
+
+* a tool step's marker (stage TOOLS) goes out with the first tool with effects that starts,
+  in the MULTI that counts it as started (and spends its receipt): a step none of whose tools
+  has effects writes nothing;
+* the checkpoint after a step's tools returned (stage CONTINUE) is sent *ahead*: the model's
+  next call starts while Redis commits it, and the next write (or the end of the attempt)
+  waits for it first, so writes never overtake one another;
+* before a model call, an attempt that has not written yet sends `running` ahead the same way.
+
+Writes from the agent's coroutine go to a thread (`broker.runs.agent_loop.off_loop`), never on
+the loop; the runner's own (the pause, the end) are made on the job's thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from typing import Any
+
+from pydantic_ai.messages import ModelMessage
+
+from broker.domain.models import RunStatus
+from broker.facade import Broker
+from broker.runs.agent_loop import off_loop
+from broker.runs.pause import STAGE_FIELD, Pause, RunLog
+
+Extra = Callable[[Any], Any]
+"""Queues more commands on a step's MULTI, after the run's own (a tool counted, a receipt).
+On a Redis Cluster it is given the client instead, and runs them at once (its reply counts)."""
+
+
+class RoundWrites:
+    """One attempt's writes of run `run_id`, starting from what its log holds (`log`)."""
+
+    def __init__(self, broker: Broker, run_id: str, log: RunLog, *, running: bool) -> None:
+        self.broker = broker
+        self.run_id = run_id
+        self.log = log
+        self.running = running
+        """Whether the run's hash already says `running` (else the next write says it)."""
+        self._ahead: asyncio.Task[list[Any]] | None = None
+        self._lock: asyncio.Lock | None = None
+
+    def write(
+        self,
+        pause: Pause | None,
+        messages: list[ModelMessage] | None = None,
+        *,
+        extra: Extra | None = None,
+        fields: dict[str, str] | None = None,
+    ) -> list[Any]:
+        """One step, now, on this thread: `pause` (standing at `messages`, whose new ones are
+        appended to the log) into the run's hash, `running` if not yet, `fields`, then `extra`'s
+        commands, in one MULTI; returns the replies of `extra`'s commands."""
+        entry = None
+        mapping: dict[str, str] = dict(fields or {})
+        if not self.running:
+            mapping["status"] = RunStatus.running.value
+        log = self.log
+        if pause is not None:
+            if messages is not None:
+                entry = log.entry_for(messages)
+                pause.messages = len(messages)
+            pause.log = log.written(entry, pause.messages)
+            mapping[STAGE_FIELD] = pause.dump()
+        store = self.broker.run_store
+        redis = self.broker.redis
+        with redis.pipeline(transaction=True) as pipe:
+            store.queue_step(pipe, self.run_id, mapping, entry=entry, after=log.entries)
+            own = len(pipe)
+            if self.broker.store.clustered and extra is not None:
+                # a cluster runs a step's script at once, not in a MULTI: after the stage
+                pipe.execute()
+                replies = [extra(redis)]
+            else:
+                if extra is not None:
+                    extra(pipe)
+                replies = list(pipe.execute())[own:]
+        if pause is not None:
+            self.log = pause.log
+        self.running = True
+        return replies
+
+    async def step(
+        self,
+        pause: Pause | None,
+        messages: list[ModelMessage] | None = None,
+        *,
+        extra: Extra | None = None,
+        prepare: Callable[[], Extra] | None = None,
+    ) -> list[Any]:
+        """`write` from the agent's coroutine (in a thread), after the writes sent ahead.
+        `prepare`, when given, runs first in that thread and gives `extra` (what it raises,
+        the step does not write)."""
+        await self.drain()
+
+        def in_thread() -> list[Any]:
+            return self.write(pause, messages, extra=prepare() if prepare else extra)
+
+        async with self._locked():
+            return await off_loop(in_thread)
+
+    def ahead(self, pause: Pause | None, messages: list[ModelMessage] | None = None) -> None:
+        """Send a step now and let the coroutine go on; the next write waits for it."""
+        before = self._ahead
+
+        async def send() -> list[Any]:
+            if before is not None:
+                await before
+            async with self._locked():
+                return await off_loop(lambda: self.write(pause, messages))
+
+        self._ahead = asyncio.ensure_future(send())
+
+    async def drain(self, *, quiet: bool = False) -> None:
+        """Wait for the writes sent ahead, if any (`quiet`: an error of theirs is dropped, as
+        when the attempt already fails for another reason)."""
+        if self._ahead is None:
+            return
+        try:
+            await self._ahead
+        except Exception:
+            if not quiet:
+                raise
+
+    @property
+    def says_running(self) -> bool:
+        """Whether the run's hash says `running`, or a write on its way (ahead) will."""
+        return self.running or self._ahead is not None
+
+    def _locked(self) -> asyncio.Lock:
+        if self._lock is None:  # made on the loop that runs the agent
+            self._lock = asyncio.Lock()
+        return self._lock
