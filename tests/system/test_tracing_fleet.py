@@ -3,7 +3,7 @@
 The roles run as OS processes on a real Redis with the standard `OTEL_*` environment pointing
 at a local OTLP/HTTP receiver (`tests.support.fakes.otlp_receiver`, decoding with `opentelemetry-proto`).
 A run started with `POST /v1/runs` pauses on a refund that needs approval, the notifier delivers
-it to a webhook, a person approves it over the API, the worker's resumer enqueues the resume
+it to a webhook, a person approves it over the API, which enqueues the resume itself,
 and the tool runs: every span of that is in ONE trace, each parent is a span of it, and the
 webhook got the trace in its `traceparent` header. With the collector down the same flow
 completes (spans are dropped, never waited for).
@@ -308,8 +308,10 @@ def test_an_approved_run_is_one_connected_trace_across_api_notifier_and_worker(
     )
     assert [j.attributes["approval.round"] for j in jobs] == [0, 1]
     assert all(j.attributes["approval.run.id"] == run_id for j in jobs)
-    assert by_id[jobs[1].parent_id].name == "send agent-runs"  # the resumer's enqueue
-    assert by_id[jobs[1].parent_id].service == "approval-broker-worker"
+    # the API enqueues the resume of the round its decision completes (the resumer only
+    # recovers an entry an API left behind)
+    assert by_id[jobs[1].parent_id].name == "send agent-runs"
+    assert by_id[jobs[1].parent_id].service == "approval-broker-api"
 
     ran = [s for s in spans if _ran_the_tool(s)]
     assert [s.service for s in ran] == ["approval-broker-worker"] * len(ran)
