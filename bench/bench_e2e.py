@@ -154,11 +154,52 @@ def make_backlog(broker: Broker, n: int) -> float:
     return rate
 
 
+def start_profiles(procs: list[Proc], where: Path) -> list[subprocess.Popen[bytes]]:
+    """`--profile DIR`: py-spy (`--gil`, raw collapsed stacks) on the first API and the first
+    notifier, one file each in DIR (CPU figures of a profiled run are not comparable)."""
+    where.mkdir(parents=True, exist_ok=True)
+    return [
+        subprocess.Popen(
+            [
+                "py-spy",
+                "record",
+                "--gil",
+                "--pid",
+                str(p.process.pid),
+                "--rate",
+                "200",
+                "--format",
+                "raw",
+                "--output",
+                str(where / f"{p.name}.txt"),
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )  # fmt: skip
+        for p in procs
+        if p.name in ("api-1", "notifier-1")
+    ]
+
+
+def stop_profiles(profilers: list[subprocess.Popen[bytes]]) -> None:
+    for profiler in profilers:
+        profiler.send_signal(signal.SIGINT)  # py-spy writes its output and exits
+        profiler.wait(30)
+
+
 def throughput(
-    broker: Broker, procs: list[Proc], receiver_url: str, n: int, timeout: float
+    broker: Broker,
+    procs: list[Proc],
+    receiver_url: str,
+    n: int,
+    timeout: float,
+    profile: Path | None = None,
 ) -> dict[str, Any]:
     """Rewind the notifiers' group onto the backlog and time it until every resume is enqueued."""
     stream = broker.keys.stream("default")
+    profilers = start_profiles(procs, profile) if profile else []
+    if profilers:
+        time.sleep(1.0)  # py-spy attached
     queue_key = run_queue(broker).key
     cpu_before = {p.name: p.cpu_s() for p in procs}
     trips_before = redis_round_trips(broker.redis)
@@ -169,6 +210,7 @@ def throughput(
     t0 = time.perf_counter()
     t_end = wait_queue_length(broker.redis, queue_key, n, timeout)
     seconds = t_end - t0
+    stop_profiles(profilers)
     cpu = {p.name: round(p.cpu_s() - cpu_before[p.name], 2) for p in procs}
     cpu["redis"] = round(_redis_cpu(broker.redis) - redis_before, 2)
     cpu["bench (this process)"] = round(sum(os.times()[:2]) - own_before, 2)
@@ -306,7 +348,7 @@ max_backoff_s = 1.0
             for proc, (_, _, ready) in zip(procs[1:], roles, strict=True):
                 proc.wait_for(ready)
 
-            fast = throughput(broker, procs, receiver_url, opts.cycles, opts.timeout)
+            fast = throughput(broker, procs, receiver_url, opts.cycles, opts.timeout, opts.profile)
             steady = latency(broker, procs, receiver_url, opts.rate, opts.seconds, opts.timeout)
             ceiling = raw_xadd_per_s(broker.redis, 50_000)
         finally:
@@ -404,6 +446,11 @@ def main() -> None:
         " http.server one",
     )
     parser.add_argument("--timeout", type=float, default=300.0)
+    parser.add_argument(
+        "--profile",
+        type=Path,
+        help="py-spy the first API and notifier in the throughput phase into this folder",
+    )
     parser.add_argument("--json", action="store_true", help="print one JSON object at the end")
     opts = parser.parse_args()
 

@@ -9,11 +9,12 @@ notifier` processes. The backlog of requests is created first, with the notifier
 pointed past it; once every notifier is up, the group is rewound and the clock starts, so
 start-up time is not counted. The clock stops when the receiver has accepted every request.
 
-`--transports`: the outbound HTTP client alone, the three ways side by side in one run, rounds
+`--transports`: the outbound HTTP client alone, four ways side by side in one run, rounds
 alternated: `--posts` signed webhook POSTs, `--in-flight` at once from one event loop in this
 process, to the same receiver, with httpx's own async pool (`httpx.AsyncClient`), with httpx's
-API on aiohttp's connections (`httpx_aiohttp.HttpxAiohttpClient`, what the notifier uses) and
-with aiohttp alone; this process's CPU per POST, the least of `--rounds` rounds.
+API on aiohttp's connections (`httpx_aiohttp.HttpxAiohttpClient`) on the stdlib's loop and on
+uvloop's (what the notifier uses), and with aiohttp alone; this process's CPU per POST, the
+least of `--rounds` rounds.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from typing import Any
 
 import aiohttp
 import httpx
+import uvloop
 from httpx_aiohttp import HttpxAiohttpClient
 from redis import Redis
 
@@ -235,7 +237,7 @@ async def _one_round(kind: str, url: str, n: int, in_flight: int) -> float:
             began = time.process_time()
             await _posts(post, url, n, in_flight)
             return (time.process_time() - began) / n * 1e6
-    client_class = HttpxAiohttpClient if kind == "httpx on aiohttp" else httpx.AsyncClient
+    client_class = httpx.AsyncClient if kind == "httpx's own pool" else HttpxAiohttpClient
     async with client_class(limits=limits, timeout=10) as client:
 
         async def post(u: str, body: bytes, headers: dict[str, str]) -> None:
@@ -263,16 +265,23 @@ def compare_transports(args: argparse.Namespace) -> None:
     if not line.startswith("listening on "):
         raise SystemExit(f"receiver did not start: {line!r}")
     receiver_url = line.removeprefix("listening on ")
-    kinds = ["httpx's own pool", "httpx on aiohttp", "aiohttp alone"]
+    kinds = [
+        "httpx's own pool",
+        "httpx on aiohttp",
+        "httpx on aiohttp, uvloop",  # what the notifier runs (channels.webhook.http)
+        "aiohttp alone",
+    ]
     seen: dict[str, list[float]] = {k: [] for k in kinds}
     try:
         for _ in range(args.rounds):
             for kind in kinds:
-                seen[kind].append(
-                    asyncio.run(
-                        _one_round(kind, f"{receiver_url}/hook", args.posts, args.in_flight)
+                factory = uvloop.new_event_loop if kind.endswith("uvloop") else None
+                with asyncio.Runner(loop_factory=factory) as runner:
+                    seen[kind].append(
+                        runner.run(
+                            _one_round(kind, f"{receiver_url}/hook", args.posts, args.in_flight)
+                        )
                     )
-                )
     finally:
         receiver.send_signal(signal.SIGTERM)
         receiver.wait(10)

@@ -31,6 +31,7 @@ from dataclasses import dataclass
 
 import aiohttp
 import httpx
+import uvloop
 from httpx_aiohttp import HttpxAiohttpClient
 
 MAX_BODY = 64 * 1024
@@ -79,7 +80,12 @@ class Poster:
     """POSTs to one URL for every delivery thread of an endpoint: one event loop on a thread of
     its own and one `AsyncClient` (up to `connections` kept-alive connections), made on first
     use. A delivery thread hands its request to the loop and waits for the answer, so the
-    network I/O of all deliveries runs on one thread (few hand-offs of the GIL per delivery)."""
+    network I/O of all deliveries runs on one thread (few hand-offs of the GIL per delivery).
+
+    The loop is uvloop's (`uvloop.new_event_loop`, as the API's uvicorn runs on): with the
+    stdlib's loop, its scheduling, its selector and the self-pipe wake-up of every attempt
+    handed over (`call_soon_threadsafe`) were most of a delivery's CPU after aiohttp itself
+    (bench/bench_notify.py `--transports` has both loops side by side)."""
 
     def __init__(self, url: str, deadline_s: float, connections: int = 1) -> None:
         parsed = check_url(url)
@@ -121,7 +127,7 @@ class Poster:
             if self._closed:
                 raise httpx.TransportError("this endpoint's client is closed")
             if self._loop is None:
-                loop = asyncio.new_event_loop()
+                loop = uvloop.new_event_loop()  # see `Poster`: the loop is most of a POST
                 self._client = _client(self.deadline_s, self.connections)
                 self._thread = threading.Thread(
                     target=loop.run_forever, name="webhook-http", daemon=True

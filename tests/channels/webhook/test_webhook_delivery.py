@@ -4,6 +4,7 @@ kept from the notifiers."""
 
 from __future__ import annotations
 
+import asyncio
 import gc
 import threading
 import weakref
@@ -14,6 +15,7 @@ from typing import Any
 
 import httpx
 import pytest
+import uvloop
 from redis import Redis
 
 from broker.domain.events import REQUESTED, parse_entry
@@ -109,6 +111,22 @@ def test_a_sender_keeps_one_connection_alive_across_posts(serve: Any) -> None:
     assert statuses == [204] * 5
     assert server.connections == 1
     assert server.requests == [b'{"n": %d}' % i for i in range(5)]
+
+
+def test_an_endpoints_posts_run_on_a_uvloop_loop_of_its_own(serve: Any) -> None:
+    """The endpoint's client runs on uvloop (the loop was most of a delivery's CPU on the
+    stdlib's), in a thread of its own, and answers there like any other loop."""
+    server = serve("keep")
+    sender = Poster(server.url, deadline_s=5)
+    try:
+        loop = sender.loop()
+        assert isinstance(loop, uvloop.Loop)
+        answer = asyncio.run_coroutine_threadsafe(sender.apost(b"on-loop", {}), loop).result(5)
+        assert answer.status == 204
+        assert sender.post(b"from-a-thread", {}).status == 204
+    finally:
+        sender.close()
+    assert server.requests == [b"on-loop", b"from-a-thread"]
 
 
 def test_a_sender_replaces_a_connection_the_server_closed_while_idle(serve: Any) -> None:
