@@ -1,0 +1,62 @@
+"""The request reads a busy API makes before its decide steps (`Decisions.aread`) go to Redis
+together: those asked for in one pass of the event loop are one round trip, and each caller
+gets its own request, or its own error (`broker.store.hash_reads`)."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from broker.domain.errors import NotFound
+from broker.domain.models import NewRequest
+from broker.facade import Broker
+from broker.redis.connection import connect_async
+
+
+async def _read_together(broker: Broker, url: str, ids: list[str]) -> tuple[list[Any], int]:
+    """Each id read by its own task, all at once; the round trips Redis counted for them."""
+    client = connect_async(url)
+    try:
+        before = (await client.info("stats"))["total_reads_processed"]
+        got = await asyncio.gather(
+            *(broker.decisions.aread(client, rid) for rid in ids), return_exceptions=True
+        )
+        after = (await client.info("stats"))["total_reads_processed"]
+    finally:
+        await client.aclose()
+    return got, after - before - 1  # less the second INFO
+
+
+def test_the_reads_of_one_pass_of_the_loop_are_one_round_trip(
+    broker: Broker, redis_url: str
+) -> None:
+    ids = [
+        broker.create_request(NewRequest(tool_name="refund", args={"i": i})).id for i in range(5)
+    ]
+    got, trips = asyncio.run(_read_together(broker, redis_url, [*ids, "req_missing"]))
+    assert trips == 1
+    assert [r.id for r in got[:5]] == ids
+    assert [r.args for r in got[:5]] == [{"i": i} for i in range(5)]
+    assert isinstance(got[5], NotFound)
+
+
+def test_a_read_alone_is_one_command_and_a_caller_that_goes_away_leaves_the_others(
+    broker: Broker, redis_url: str
+) -> None:
+    first = broker.create_request(NewRequest(tool_name="refund", args={"i": 1})).id
+    second = broker.create_request(NewRequest(tool_name="refund", args={"i": 2})).id
+
+    async def scenario() -> tuple[str, str, bool]:
+        client = connect_async(redis_url)
+        try:
+            alone = await broker.decisions.aread(client, first)
+            leaving = asyncio.ensure_future(broker.decisions.aread(client, first))
+            staying = asyncio.ensure_future(broker.decisions.aread(client, second))
+            await asyncio.sleep(0)  # both are waiting for the batch now
+            leaving.cancel()
+            kept = await staying
+            return alone.id, kept.id, leaving.cancelled()
+        finally:
+            await client.aclose()
+
+    assert asyncio.run(scenario()) == (first, second, True)
