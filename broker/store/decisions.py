@@ -19,7 +19,6 @@ from broker.domain.errors import NotFound
 from broker.domain.models import Request
 from broker.store.decide_step import Resume, Step, StepCall
 from broker.store.handles import Store
-from broker.store.hash_reads import HashReads
 from broker.store.request_hash import parse_request
 from broker.store.requests import Requests
 
@@ -30,7 +29,6 @@ class Decisions:
     def __init__(self, store: Store, requests: Requests) -> None:
         self.store = store
         self.requests = requests
-        self._reads = HashReads()  # the reads of one pass of the loop in one round trip
 
     @property
     def runs_async(self) -> bool:
@@ -79,8 +77,10 @@ class Decisions:
 
     async def aread(self, client: Any, request_id: str) -> Request:
         """The request, read on `client` (`Requests.get_request`'s async twin: one HGETALL, in
-        one pipeline with the others this pass of the loop asks for: `broker.store.hash_reads`)."""
-        raw = await self._reads.hgetall(client, self.store.keys.request(request_id))
+        one pipeline with the others this pass of the loop sends: `broker.store.coalesced`)."""
+        raw = await self.store.scripts.coalesced.hgetall(
+            client, self.store.keys.request(request_id)
+        )
         if not raw:
             raise NotFound(f"no request with id {request_id!r}")
         return parse_request(raw)

@@ -37,6 +37,7 @@ from redis.exceptions import NoScriptError
 
 from broker.redis.cluster import wait_for_replicas
 from broker.redis.replies import as_str
+from broker.store.coalesced import Coalesced
 from broker.store.keys import Keys
 from broker.store.script_keys import ScriptKeys
 
@@ -94,6 +95,7 @@ class Scripts:
         self._lock = threading.Lock()
         self._fallback: dict[str, Script] | None = None
         self.keys: Keys | None = None  # the Store's, so `note(args=...)` names keys alike
+        self.coalesced = Coalesced()  # `arun`'s steps and the async reads beside them
         self._loader = _watch_connections(redis)
         if self._loader is None:
             self._fallback = {n: redis.register_script(t) for n, t in self._sources.items()}
@@ -152,8 +154,10 @@ class Scripts:
         again (nothing ran)."""
         argv = [keys.args(**args)]
         sha = self._shas[name]
-        try:
-            reply = await client.evalsha(sha, len(keys.keys), *keys.keys, *argv)
+        try:  # with the other commands of this pass of the loop (`broker.store.coalesced`)
+            reply = await self.coalesced.send(
+                client, "evalsha", sha, len(keys.keys), *keys.keys, *argv
+            )
         except NoScriptError:
             await client.script_load(self._sources[name])
             reply = await client.evalsha(sha, len(keys.keys), *keys.keys, *argv)

@@ -1,15 +1,18 @@
-"""The request reads a busy API makes before its decide steps (`Decisions.aread`) go to Redis
-together: those asked for in one pass of the event loop are one round trip, and each caller
-gets its own request, or its own error (`broker.store.hash_reads`)."""
+"""The commands a busy API sends for its decisions (the request reads, `Decisions.aread`, and
+the decide steps, `Scripts.arun`) go to Redis together: those of one pass of the event loop are
+one round trip, and each caller gets its own reply, or its own error
+(`broker.store.coalesced`)."""
 
 from __future__ import annotations
 
 import asyncio
 from typing import Any
 
-from broker.domain.errors import NotFound
-from broker.domain.models import NewRequest
+from broker.domain.errors import Conflict, NotFound
+from broker.domain.models import Decision, NewRequest, Outcome, Status
+from broker.domain.principals import operator
 from broker.facade import Broker
+from broker.judge import Judge
 from broker.redis.connection import connect_async
 
 
@@ -60,3 +63,37 @@ def test_a_read_alone_is_one_command_and_a_caller_that_goes_away_leaves_the_othe
             await client.aclose()
 
     assert asyncio.run(scenario()) == (first, second, True)
+
+
+def test_concurrent_decisions_are_a_round_trip_for_their_reads_and_one_for_their_steps(
+    broker: Broker, redis_url: str
+) -> None:
+    """Five decisions at once: their reads in one round trip, their steps in the next; each
+    recorded as its own, and the one that lost its race (decided already) gets its conflict."""
+    ids = [
+        broker.create_request(NewRequest(tool_name="refund", args={"i": i})).id for i in range(5)
+    ]
+    Judge(broker).decide(ids[4], Decision(outcome=Outcome.rejected), operator("root"), via=())
+
+    async def decide_all() -> tuple[list[Any], int]:
+        client = connect_async(redis_url)
+        judge = Judge(broker, async_redis=lambda: client)
+        try:
+            before = (await client.info("stats"))["total_reads_processed"]
+            got = await asyncio.gather(
+                *(
+                    judge.adecide(rid, Decision(outcome=Outcome.approved), operator("root"), via=())
+                    for rid in ids
+                ),
+                return_exceptions=True,
+            )
+            after = (await client.info("stats"))["total_reads_processed"]
+        finally:
+            await client.aclose()
+        return got, after - before - 1
+
+    got, trips = asyncio.run(decide_all())
+    assert trips == 2
+    assert [d.request.status for d in got[:4]] == [Status.approved] * 4
+    assert isinstance(got[4], Conflict)
+    assert broker.get_request(ids[4]).status is Status.rejected
