@@ -1,28 +1,22 @@
-"""POST one webhook delivery with aiohttp's client, under one overall deadline, reading a bounded answer.
+"""POST one webhook delivery with httpx, under one overall deadline, reading a bounded answer.
 
-Why an `aiohttp.ClientSession` on an event loop, not a sync client: a sync client's timeouts
-are per phase (each read may wait its full timeout), so an endpoint that drips a header byte
-every few seconds, sends `100 Continue` lines for ever or streams an endless body would hold it
-far past any timeout. Inside an `asyncio.timeout` scope the whole exchange (connect, send, the
-answer's head and body) is cancelled at the deadline, whatever phase it is in. Each endpoint has
-one loop thread (uvloop's) and one session; the notifier runs the endpoint's attempts on that
-loop (`apost`, see notifiers.on_loop), and a caller on another thread hands its request over and
-waits at most the deadline for the answer (`post`).
-
-Why aiohttp's client itself rather than httpx's API on it (`httpx_aiohttp`, as before): the
-httpx layer (its `Request` and `Response` models, cookie jar, auth flow, transport mounts) cost
-about twice aiohttp's own CPU per POST (`bench/bench_notify.py --transports`: 199 µs on uvloop
-against 74 µs for aiohttp alone): bench_e2e's notifiers went from 0.83-0.90 to 0.53 ms of CPU
-per delivery.
+Why an `httpx.AsyncClient` on an event loop, not a sync `Client`:
+httpx's timeouts are per phase (each read may wait its full `read` timeout), so an endpoint
+that drips a header byte every few seconds, sends `100 Continue` lines for ever or streams an
+endless body would hold a sync client far past any timeout. Inside an `asyncio.timeout` scope
+the whole exchange (connect, send, the answer's head and body) is cancelled at the deadline,
+whatever phase it is in. Each endpoint has one loop thread and one client; the notifier runs
+the endpoint's attempts on that loop (`apost`, see notifiers.on_loop), and a caller on another
+thread hands its request over and waits at most the deadline for the answer (`post`).
 
 What this module must never do: follow a redirect (a 3xx is the endpoint's answer, a failed
 delivery), read more than `MAX_BODY` bytes of an answer, outlive the deadline, or ignore the
-proxy environment (`HTTP_PROXY`, `HTTPS_PROXY`, `ALL_PROXY`, `NO_PROXY`, read once per endpoint
-with the stdlib's `urllib.request.getproxies` and `proxy_bypass`). A `user:pass@` in the URL is
-sent as basic auth (`aiohttp.encode_basic_auth`; the URL goes out without it). aiohttp's errors are
-httpx's as the sender has always named them (`httpx_aiohttp.transport.map_aiohttp_exceptions`,
-a refused connection a `ConnectError`, an answer aiohttp refuses to parse a
-`RemoteProtocolError`), so its history notes read as before.
+proxy environment (`HTTP_PROXY`, `HTTPS_PROXY`, `ALL_PROXY`, `NO_PROXY`: httpx's `trust_env`).
+A `user:pass@` in the URL is sent as basic auth (httpx's `BasicAuth`; the URL goes out without
+it, as httpx's own transport sends it). aiohttp's errors that `httpx_aiohttp` leaves as they
+are (an answer aiohttp refuses to parse: too many or too long headers) are httpx's
+`RemoteProtocolError` here, and a refused connection (which it calls a `ConnectTimeout`) a
+`ConnectError`, so the sender sees httpx's errors, named as httpx names them.
 """
 
 from __future__ import annotations
@@ -33,13 +27,12 @@ import functools
 import ssl
 import threading
 import time
-import urllib.request
 from dataclasses import dataclass
 
 import aiohttp
 import httpx
 import uvloop
-from httpx_aiohttp.transport import map_aiohttp_exceptions
+from httpx_aiohttp import HttpxAiohttpClient
 
 MAX_BODY = 64 * 1024
 """Bytes of an answer's body read at most; a longer answer is a failed delivery."""
@@ -95,19 +88,14 @@ class Poster:
 
     def __init__(self, url: str, deadline_s: float, connections: int = 1) -> None:
         parsed = check_url(url)
-        self.auth = (
-            {"authorization": aiohttp.encode_basic_auth(parsed.username, parsed.password)}
-            if parsed.userinfo
-            else {}
-        )
-        self.url = str(parsed.copy_with(userinfo=b"") if parsed.userinfo else parsed)
-        self.proxy = env_proxy(parsed)
+        self.auth = httpx.BasicAuth(parsed.username, parsed.password) if parsed.userinfo else None
+        self.url = parsed.copy_with(userinfo=b"") if parsed.userinfo else parsed
         self.deadline_s = deadline_s
         self.connections = connections
         self._lock = threading.Lock()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
-        self._client: aiohttp.ClientSession | None = None
+        self._client: httpx.AsyncClient | None = None
         self._closed = False
 
     def post(self, body: bytes, headers: dict[str, str]) -> Answer:
@@ -139,6 +127,7 @@ class Poster:
                 raise httpx.TransportError("this endpoint's client is closed")
             if self._loop is None:
                 loop = uvloop.new_event_loop()  # see `Poster`
+                self._client = _client(self.deadline_s, self.connections)
                 self._thread = threading.Thread(
                     target=loop.run_forever, name="webhook-http", daemon=True
                 )
@@ -147,25 +136,19 @@ class Poster:
             return self._loop
 
     async def _post(self, body: bytes, headers: dict[str, str], deadline: float) -> Answer:
-        if self._client is None:  # made on its loop, as aiohttp wants
-            self._client = _client(self.deadline_s, self.connections)
+        assert self._client is not None
         loop = asyncio.get_running_loop()
         try:
             async with asyncio.timeout_at(loop.time() + deadline - time.monotonic()):
-                with map_aiohttp_exceptions():
-                    async with self._client.post(
-                        self.url,
-                        data=body,
-                        headers={**headers, **self.auth} if self.auth else headers,
-                        proxy=self.proxy,
-                        allow_redirects=False,
-                    ) as response:
-                        read = 0
-                        async for chunk in response.content.iter_any():
-                            read += len(chunk)
-                            if read > MAX_BODY:
-                                raise AnswerTooLarge(f"the answer's body passed {MAX_BODY} bytes")
-                        return Answer(response.status, response.headers.get("retry-after"))
+                async with self._client.stream(
+                    "POST", self.url, content=body, headers=headers, auth=self.auth
+                ) as response:
+                    read = 0
+                    async for chunk in response.aiter_raw():
+                        read += len(chunk)
+                        if read > MAX_BODY:
+                            raise AnswerTooLarge(f"the answer's body passed {MAX_BODY} bytes")
+                    return Answer(response.status_code, response.headers.get("retry-after"))
         except httpx.ConnectTimeout as exc:
             if isinstance(exc.__cause__, aiohttp.ClientConnectorError):  # refused, no such host
                 raise httpx.ConnectError(str(exc)) from exc.__cause__
@@ -183,7 +166,7 @@ class Poster:
             return
         try:
             if client is not None:
-                asyncio.run_coroutine_threadsafe(client.close(), loop).result(timeout=5)
+                asyncio.run_coroutine_threadsafe(client.aclose(), loop).result(timeout=5)
         except Exception:  # closing is best effort: the sockets go with the loop
             pass
         finally:
@@ -193,23 +176,18 @@ class Poster:
                 loop.close()
 
 
-def env_proxy(url: httpx.URL) -> str | None:
-    """The proxy the environment names for `url` (`HTTP_PROXY`/`HTTPS_PROXY` by its scheme,
-    else `ALL_PROXY`; none for a host `NO_PROXY` lists), by the stdlib's own reading of it."""
-    if urllib.request.proxy_bypass(url.host):
-        return None
-    proxies = urllib.request.getproxies()
-    return proxies.get(url.scheme) or proxies.get("all")
+def _client(deadline_s: float, connections: int) -> httpx.AsyncClient:
+    """No redirects followed, proxies from the environment, every phase within the deadline
+    (the `asyncio.timeout` around the exchange is what bounds it as a whole).
 
-
-def _client(deadline_s: float, connections: int) -> aiohttp.ClientSession:
-    """No redirects followed (`allow_redirects=False` on each POST), the proxy given per POST
-    (`env_proxy`), up to `connections` kept-alive connections, the answer's body as sent
-    (no decompression: we ask for `identity`). The `asyncio.timeout` around each exchange is
-    what bounds it; the session's own total is a backstop past it."""
-    return aiohttp.ClientSession(
-        connector=aiohttp.TCPConnector(limit=connections, ssl=tls_context()),
-        timeout=aiohttp.ClientTimeout(total=deadline_s + 1.0),
-        trust_env=False,
-        auto_decompress=False,
+    httpx's API on aiohttp's connections (`httpx_aiohttp.HttpxAiohttpClient`, an
+    `httpx.AsyncClient` whose transports, proxied ones too, are `AiohttpTransport`s): httpx's
+    own async pool cost 1.8-2.2 ms of CPU per POST at 16 in flight, this 0.3 ms
+    (`bench/bench_notify.py --transports`, docs/benchmarks.md)."""
+    return HttpxAiohttpClient(
+        timeout=httpx.Timeout(deadline_s),
+        follow_redirects=False,
+        trust_env=True,
+        verify=tls_context(),
+        limits=httpx.Limits(max_connections=connections, max_keepalive_connections=connections),
     )
