@@ -359,8 +359,8 @@ class AgentRunner:
         status = self._register(run_id, fields, pause)
         live = loaded.spec.live_wait_s if self.live_waits else 0
         if live > 0 and wait_and_claim(self.broker, run_id, next_round, live):
-            decided = self.broker.round_requests(run_id, next_round)
-            fields = self.broker.run_fields(run_id)
+            read = self.broker.run_store.read_round(run_id, next_round, requests=True)
+            decided, fields = read.requests, read.fields  # one round trip for both
             pause.history_json = ModelMessagesTypeAdapter.dump_json(messages)
             writes.running = False  # the round's outcomes made it `queued` again
             return self._step(run_id, next_round, fields, pause, decided, writes)
