@@ -33,6 +33,7 @@ from redis.typing import KeyT, StreamIdT
 
 from broker.facade import Broker
 from broker.redis.replies import as_str, as_streams
+from broker.store.run_state import RoundRead
 
 LIVE = "live"
 RESUMER = "resumer"
@@ -180,6 +181,12 @@ def _reader(broker: Broker, partition: int, streams: list[str]) -> _Reader:
         if partition not in mine:
             mine[partition] = _Reader(broker.redis, streams)
         return mine[partition]
+
+
+def claim_and_read(broker: Broker, run_id: str, round_no: int) -> RoundRead | None:
+    """Claim a completed round for the live job and read what it goes on with (the run's hash,
+    the round's requests) in the same round trip; None when the resumer owns the round."""
+    return broker.run_store.claim_round(run_id, round_no, claim_field(round_no), LIVE)
 
 
 def wait_and_claim(broker: Broker, run_id: str, round_no: int, timeout_s: float) -> bool:

@@ -106,3 +106,26 @@ def test_many_live_waits_share_one_blocking_read_and_each_wakes_on_its_own_round
         thread.join(10)
         assert out == [True]
     wait_for(lambda: blocked_reads(broker) == 0)  # the reader ends with its last wait
+
+
+def test_claim_and_read_gives_the_round_to_its_first_claimant_only(any_broker: Broker) -> None:
+    """The live job's claim and its reads in one round trip: the run and the round's decided
+    requests when the claim is its own; nothing when the resumer claimed the round first."""
+    from broker.runs.live_wait import claim_and_read
+
+    broker = any_broker
+    run_id, ids = run_outside_partition_0(broker, 2)
+    for rid in ids:
+        broker.decide(rid, Decision(outcome="approved"), decided_by="ann")
+    got = claim_and_read(broker, run_id, 1)
+    assert got is not None and got.fields["agent"] == "refunds"
+    assert [r.id for r in got.requests or []] == ids
+    assert all(r.decision is not None for r in got.requests or [])
+    assert claim_and_read(broker, run_id, 1) is not None  # its own claim, read again
+    run2 = f"{run_id}-b"
+    broker.create_run("refunds", "go", run_id=run2)
+    [req] = broker.create_round(run2, 1, [NewRequest(tool_name="refund")])
+    broker.decide(req.id, Decision(outcome="approved"), decided_by="ann")
+    assert claim(broker, run2, 1, RESUMER)
+    assert claim_and_read(broker, run2, 1) is None
+    assert claimed_by(broker, run2, 1) == RESUMER
