@@ -106,7 +106,7 @@ class AgentConfig(Section):
     tool_queues: dict[str, str] = Field(default_factory=dict)
     max_rounds: Annotated[int, Field(ge=1)] = 10
     # the job that paused a run waits this long for the round's outcomes (under its timeout)
-    live_wait_s: Annotated[float, Field(ge=0, le=600)] = 2.0
+    live_wait_s: Annotated[float, Field(ge=0, le=600)] = 0.0
     unanswered: Annotated[str, Field(pattern="^(reject|raise)$")] = "reject"  # on a new prompt
 
 

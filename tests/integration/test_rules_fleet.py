@@ -111,18 +111,11 @@ def fleet_config(slack: FakeSlack, smtp: SmtpSink, receiver: WebhookReceiver) ->
             "slack": slack_section(slack),
             "email": email_section(smtp, lists={"leads": {"to": ["lead@example.com"]}}),
             "approvers": {"alice": {"roles": ["finance"]}, "bob": {"roles": ["finance"]}},
-            # every round through its resume job, the path these tests count (a round its job
-            # waits for in place: tests/integration/test_remote_live_fleet.py)
             "agents": {
-                "refunds": {
-                    "path": "refunds_demo:agent",
-                    "deps": "refunds_demo:make_deps",
-                    "live_wait_s": 0,
-                },
+                "refunds": {"path": "refunds_demo:agent", "deps": "refunds_demo:make_deps"},
                 "trio": {
                     "path": "tests.integration.test_rules_fleet:trio",
                     "deps": "tests.support.agents:make_recorder",
-                    "live_wait_s": 0,
                 },
             },
             "rules": [
