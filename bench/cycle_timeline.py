@@ -7,7 +7,7 @@ commands from the decision to the run's end, in milliseconds after the decision 
 each cycle's decision -> finished time as the client saw it. A command run inside a Lua step
 is not starred (it ran inside the step above it).
 
-    uv run --group bench python bench/cycle_timeline.py [--cycles 3] [--width 110]
+    uv run --group bench python bench/cycle_timeline.py [--cycles 3] [--width 110] [--broker-code DIR]
 
 MONITOR costs Redis time for every command, so the times are a little longer than the
 bench's; read the gaps between the steps, not the total.
@@ -26,7 +26,7 @@ from typing import Any
 
 import aiohttp
 from bench_agents import throughput
-from broker_side import IDLE_S, BrokerSide, Up
+from broker_side import IDLE_S, ROOT, BrokerSide, Up
 
 STOP = "cycle-timeline-stop"
 
@@ -43,7 +43,7 @@ def monitor(redis: Any, lines: list[tuple[float, str, str]], watching: threading
 
 
 async def measure(args: argparse.Namespace, tmp: Path) -> None:
-    up = Up(tmp)
+    up = Up(tmp, code=args.broker_code)
     try:
         async with aiohttp.ClientSession(
             base_url=up.base,
@@ -88,6 +88,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--cycles", type=int, default=3, help="one-at-a-time cycles")
     parser.add_argument("--width", type=int, default=110, help="characters of each command")
+    parser.add_argument(
+        "--broker-code", type=Path, default=ROOT, help="run `up` from this checkout (before/after)"
+    )
     args = parser.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="cycle-timeline-"))
     try:

@@ -27,17 +27,22 @@ def slow_s() -> float:
     return float(os.environ.get("BENCH_MODEL_SLEEP_S", "1.0"))
 
 
-CONFIG = """
+LIVE_WAIT_S = float(os.environ.get("BENCH_LIVE_WAIT_S", "0"))
+"""The agents' `live_wait_s` (BENCH_LIVE_WAIT_S; 0, the default, unless set)."""
+
+CONFIG = f"""
 [queues.default]
 channels = ["inbox"]
 
 [agents.fast]
 path = "fake_agents:fast"
 deps = "fake_agents:deps"
+live_wait_s = {LIVE_WAIT_S}
 
 [agents.slow]
 path = "fake_agents:slow"
 deps = "fake_agents:deps"
+live_wait_s = {LIVE_WAIT_S}
 """
 """The broker config that names these agents (bench/ must be on the importing path)."""
 

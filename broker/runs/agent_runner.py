@@ -41,7 +41,7 @@ from pydantic_ai.exceptions import (
     ModelQuotaExceededError,
     ModelRequestRejectedError,
 )
-from pydantic_ai.messages import ModelMessage, ModelMessagesTypeAdapter
+from pydantic_ai.messages import ModelMessage
 from pydantic_ai.run import AgentRun, AgentRunResult
 from pydantic_core import to_jsonable_python
 from pydantic_graph import End
@@ -56,7 +56,7 @@ from broker.runs.agent_loader import AgentLoadError, LoadedAgent, load_agent
 from broker.runs.agent_loop import run_sync
 from broker.runs.agent_runner_writes import RoundWrites
 from broker.runs.agents import LocalAgents
-from broker.runs.live_wait import owned_round, wait_and_claim
+from broker.runs.live_wait import claim_and_read, owned_round, wait_round
 from broker.runs.new_prompt import prompt_field
 from broker.runs.pause import CONTINUE, TOOLS, WAITING, Pause, RunLog
 from broker.runs.pending_calls import BadCallMetadata, new_requests, tool_schemas
@@ -358,10 +358,12 @@ class AgentRunner:
         writes.write(pause, messages)  # before registering: a retry registers the same round
         status = self._register(run_id, fields, pause)
         live = loaded.spec.live_wait_s if self.live_waits else 0
-        if live > 0 and wait_and_claim(self.broker, run_id, next_round, live):
-            decided = self.broker.round_requests(run_id, next_round)
-            fields = self.broker.run_fields(run_id)
-            pause.history_json = ModelMessagesTypeAdapter.dump_json(messages)
+        if live > 0 and wait_round(self.broker, run_id, next_round, live):
+            claimed = claim_and_read(self.broker, run_id, next_round)  # one round trip
+            if claimed is None:  # the resumer's: its resume job goes on with the round
+                return status
+            decided, fields = claimed.requests, claimed.fields
+            pause.kept = messages  # the history it paused on, as it is (no trip through JSON)
             writes.running = False  # the round's outcomes made it `queued` again
             return self._step(run_id, next_round, fields, pause, decided, writes)
         return status

@@ -11,24 +11,33 @@ leaves a completed round nobody claimed alone until then (`broker/scripts/resume
 waiting job is woken by the same outcome and claims it first; a job that died meanwhile costs
 the round at most the rest of its wait.
 
-The wait reads the handler queues' streams (XREAD BLOCK), where every outcome is announced in
-the same atomic step that records it; it checks the round's pending set after fixing its stream
-positions, so an outcome can't slip between the check and the read. A round's requests live in
-their run's partition (`Keys.of_run`), so the wait reads that partition's streams only: one
-slot, one blocking XREAD, on a single Redis and on a Redis Cluster alike.
+The waits are woken from the handler queues' streams (XREAD BLOCK), where every outcome is
+announced in the same atomic step that records it: one reader thread per process and partition
+reads them for all the process's waits and wakes the wait whose request an event names (a wait
+checks the round's pending set after the reader's positions are fixed, so an outcome can't slip
+between the check and the read). A round's requests live in their run's partition
+(`Keys.of_run`), so a reader reads that partition's streams only: one slot, one blocking XREAD,
+on a single Redis and on a Redis Cluster alike.
 """
 
 from __future__ import annotations
 
+import logging
+import threading
 import time
+import weakref
 
+from redis import Redis
+from redis.exceptions import RedisError
 from redis.typing import KeyT, StreamIdT
 
 from broker.facade import Broker
 from broker.redis.replies import as_str, as_streams
+from broker.store.run_state import RoundRead
 
 LIVE = "live"
 RESUMER = "resumer"
+log = logging.getLogger("broker.runs.live_wait")
 BLOCK_S = 1.0
 """Longest single XREAD BLOCK, well below any socket timeout."""
 
@@ -70,35 +79,114 @@ def claimed_by(broker: Broker, run_id: str, round_no: int) -> str | None:
 def wait_round(broker: Broker, run_id: str, round_no: int, timeout_s: float) -> bool:
     """Block until every call of the run's round has an outcome; False after `timeout_s`.
 
-    The pending set is checked again only when an event names one of the round's requests.
+    The pending set is checked again only when the process's reader (`_Reader`) saw an event
+    naming one of the round's requests, or every `BLOCK_S` whatever happened (a reader that
+    lost Redis for a while costs a waiter at most that).
     """
-    mine_keys = broker.keys.of_run(run_id)  # the round's requests announce there
-    streams = [mine_keys.stream(q) for q in broker.config.queues]
+    keys = broker.keys.of_run(run_id)  # the round's requests announce in the run's partition
     pipe = broker.redis.pipeline(transaction=False)
     pipe.hset(broker.keys.run(run_id), live_field(round_no), f"{time.time() + timeout_s:.6f}")
-    for stream in streams:
-        pipe.xrevrange(stream, count=1)
     pipe.lrange(broker.keys.run_round(run_id, round_no), 0, -1)
-    _, *newest, ids = pipe.execute()
-    positions: dict[KeyT, StreamIdT] = {
-        s: rows[0][0] if rows else b"0-0" for s, rows in zip(streams, newest, strict=True)
-    }
-    mine = set(ids)
+    _, ids = pipe.execute()
+    mine = [bytes(i) for i in ids]
     pending = broker.keys.run_pending(run_id)
-    deadline = time.monotonic() + timeout_s
-    check = True
-    while True:
-        if check and broker.redis.scard(pending) == 0:
-            return True
-        left = deadline - time.monotonic()
-        if left <= 0:
-            return False
-        block_ms = max(1, int(min(left, BLOCK_S) * 1000))
-        check = False
-        got = as_streams(broker.redis.xread(positions, count=500, block=block_ms))
-        for name, entries in got:
-            positions[name.decode()] = entries[-1][0]
-            check = check or any(f.get(b"request_id") in mine for _, f in entries)
+    woken = threading.Event()
+    reader = _reader(broker, keys.at, [keys.stream(q) for q in broker.config.queues])
+    reader.watch(mine, woken)  # from here on, an outcome announced wakes this wait
+    try:
+        deadline = time.monotonic() + timeout_s
+        while True:
+            woken.clear()
+            if broker.redis.scard(pending) == 0:
+                return True
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return False
+            woken.wait(min(left, BLOCK_S))
+    finally:
+        reader.unwatch(mine, woken)
+
+
+class _Reader:
+    """One partition's announcements, read for every live wait of this process at once.
+
+    A wait per slot reading the streams itself woke every waiting slot on every event of the
+    partition (N waits: N XREADs and N wake-ups per event, however few were theirs); one reader
+    thread per process and partition reads each event once and wakes only the waits whose
+    requests it names. It starts with the first wait (its stream positions fixed before that
+    wait checks the pending set, so no outcome slips between) and ends when none is left.
+    """
+
+    def __init__(self, redis: Redis, streams: list[str]) -> None:
+        self.redis = redis  # not the Broker: the registry's key must not be kept alive by it
+        self.streams = streams
+        self.lock = threading.Lock()
+        self.waits: dict[bytes, set[threading.Event]] = {}
+        self.positions: dict[KeyT, StreamIdT] = {}
+        self.running = False
+
+    def watch(self, ids: list[bytes], woken: threading.Event) -> None:
+        with self.lock:
+            for rid in ids:
+                self.waits.setdefault(rid, set()).add(woken)
+            if not self.running:
+                pipe = self.redis.pipeline(transaction=False)
+                for stream in self.streams:
+                    pipe.xrevrange(stream, count=1)
+                self.positions = {
+                    s: rows[0][0] if rows else b"0-0"
+                    for s, rows in zip(self.streams, pipe.execute(), strict=True)
+                }
+                self.running = True
+                threading.Thread(target=self._read, name="live-wait-reader", daemon=True).start()
+
+    def unwatch(self, ids: list[bytes], woken: threading.Event) -> None:
+        with self.lock:
+            for rid in ids:
+                events = self.waits.get(rid)
+                if events is not None:
+                    events.discard(woken)
+                    if not events:
+                        del self.waits[rid]
+
+    def _read(self) -> None:
+        block_ms = int(BLOCK_S * 1000)
+        while True:
+            with self.lock:
+                if not self.waits:
+                    self.running = False
+                    return
+                positions = dict(self.positions)
+            try:
+                got = as_streams(self.redis.xread(positions, count=500, block=block_ms))
+            except RedisError as exc:  # the waits check their round every BLOCK_S meanwhile
+                log.warning("live waits: reading the announcements failed (%s)", exc)
+                time.sleep(BLOCK_S)
+                continue
+            with self.lock:
+                for name, entries in got:
+                    self.positions[name.decode()] = entries[-1][0]
+                    for _, fields in entries:
+                        for woken in self.waits.get(fields.get(b"request_id") or b"", ()):
+                            woken.set()
+
+
+_readers: weakref.WeakKeyDictionary[Broker, dict[int, _Reader]] = weakref.WeakKeyDictionary()
+_readers_lock = threading.Lock()
+
+
+def _reader(broker: Broker, partition: int, streams: list[str]) -> _Reader:
+    with _readers_lock:
+        mine = _readers.setdefault(broker, {})
+        if partition not in mine:
+            mine[partition] = _Reader(broker.redis, streams)
+        return mine[partition]
+
+
+def claim_and_read(broker: Broker, run_id: str, round_no: int) -> RoundRead | None:
+    """Claim a completed round for the live job and read what it goes on with (the run's hash,
+    the round's requests) in the same round trip; None when the resumer owns the round."""
+    return broker.run_store.claim_round(run_id, round_no, claim_field(round_no), LIVE)
 
 
 def wait_and_claim(broker: Broker, run_id: str, round_no: int, timeout_s: float) -> bool:

@@ -74,6 +74,9 @@ class Pause:
     messages: int = 0
     log: RunLog = field(default_factory=RunLog)
     history_json: bytes = b"[]"
+    kept: list[ModelMessage] | None = field(default=None, repr=False, compare=False)
+    """The history as this process still has it (a live job going on with the messages it
+    paused on): `history` gives them without a trip through JSON."""
 
     def dump(self) -> str:
         """The `stage` field: everything but the history."""
@@ -136,6 +139,8 @@ class Pause:
         )
 
     def history(self) -> list[ModelMessage]:
+        if self.kept is not None:
+            return list(self.kept)
         return ModelMessagesTypeAdapter.validate_json(self.history_json)
 
     def requests(self) -> list[NewRequest]:

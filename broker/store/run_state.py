@@ -143,6 +143,29 @@ class RunStore:
                 got = self._requests(ids)
         return RoundRead(as_str_dict(raw), list(log), legacy, got)
 
+    def claim_round(self, run_id: str, round_no: int, field: str, who: str) -> RoundRead | None:
+        """Claim round `round_no` (`HSETNX field who`) and read the run's hash and the round's
+        requests in the same round trip (read after the claim, in order); None when the round
+        is someone else's. The log is not read: the claimant has the history already."""
+        keys = self.store.keys
+        first = round_request_id(run_id, round_no, 0)
+        pipe = self.store.redis.pipeline(transaction=False)
+        pipe.hsetnx(keys.run(run_id), field, who)
+        pipe.hget(keys.run(run_id), field)
+        pipe.hgetall(keys.run(run_id))
+        pipe.lrange(keys.run_round(run_id, round_no), 0, -1)
+        pipe.hgetall(keys.request(first))
+        _, owner, raw, ids, first_hash = pipe.execute()
+        if owner is None or as_str(owner) != who:
+            return None
+        names = [as_str(i) for i in ids]
+        got = (
+            [parse_request(first_hash)]
+            if names == [first] and first_hash
+            else self._requests(names)
+        )
+        return RoundRead(as_str_dict(raw), [], None, got)
+
     def _requests(self, ids: list[str]) -> list[Request]:
         pipe = self.store.redis.pipeline(transaction=False)
         for rid in ids:

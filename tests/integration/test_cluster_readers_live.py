@@ -72,3 +72,60 @@ def test_a_live_wait_gives_up_after_its_time_with_the_round_still_open(any_broke
     assert claimed_by(broker, run_id, 1) is None
     broker.decide(ids[0], Decision(outcome="approved"), decided_by="ann")
     assert wait_round(broker, run_id, 1, 5) is True  # decided before: at once
+
+
+def test_many_live_waits_share_one_blocking_read_and_each_wakes_on_its_own_round(
+    any_broker: Broker,
+) -> None:
+    """Ten slots waiting at once (one partition): one XREAD reads the announcements for all of
+    them (not one per wait, each woken by every event), and an outcome ends only its own wait."""
+    broker = any_broker
+    first, _ = run_outside_partition_0(broker, 1)
+    partition = broker.keys.partition_of_run(first)
+    runs: list[tuple[str, str]] = []
+    n = 0
+    while len(runs) < 10:
+        run_id = f"run-many{n}"
+        n += 1
+        if broker.keys.partition_of_run(run_id) != partition:
+            continue
+        broker.create_run("refunds", "go", run_id=run_id)
+        [req] = broker.create_round(run_id, 1, [NewRequest(tool_name="refund")])
+        runs.append((run_id, req.id))
+    waits = [in_thread(lambda r=r: wait_round(broker, r, 1, 30)) for r, _ in runs]
+    wait_for(lambda: sum(bool(broker.redis.hget(broker.keys.run(r), "live_until:1")) for r, _ in runs) == 10)  # fmt: skip
+    wait_for(lambda: blocked_reads(broker) == 1)
+    broker.decide(runs[0][1], Decision(outcome="approved"), decided_by="ann")
+    waits[0][0].join(10)
+    assert waits[0][1] == [True]
+    assert all(t.is_alive() and out == [] for t, out in waits[1:])  # the others still wait
+    assert blocked_reads(broker) == 1
+    for _, rid in runs[1:]:
+        broker.decide(rid, Decision(outcome="approved"), decided_by="ann")
+    for thread, out in waits[1:]:
+        thread.join(10)
+        assert out == [True]
+    wait_for(lambda: blocked_reads(broker) == 0)  # the reader ends with its last wait
+
+
+def test_claim_and_read_gives_the_round_to_its_first_claimant_only(any_broker: Broker) -> None:
+    """The live job's claim and its reads in one round trip: the run and the round's decided
+    requests when the claim is its own; nothing when the resumer claimed the round first."""
+    from broker.runs.live_wait import claim_and_read
+
+    broker = any_broker
+    run_id, ids = run_outside_partition_0(broker, 2)
+    for rid in ids:
+        broker.decide(rid, Decision(outcome="approved"), decided_by="ann")
+    got = claim_and_read(broker, run_id, 1)
+    assert got is not None and got.fields["agent"] == "refunds"
+    assert [r.id for r in got.requests or []] == ids
+    assert all(r.decision is not None for r in got.requests or [])
+    assert claim_and_read(broker, run_id, 1) is not None  # its own claim, read again
+    run2 = f"{run_id}-b"
+    broker.create_run("refunds", "go", run_id=run2)
+    [req] = broker.create_round(run2, 1, [NewRequest(tool_name="refund")])
+    broker.decide(req.id, Decision(outcome="approved"), decided_by="ann")
+    assert claim(broker, run2, 1, RESUMER)
+    assert claim_and_read(broker, run2, 1) is None
+    assert claimed_by(broker, run2, 1) == RESUMER

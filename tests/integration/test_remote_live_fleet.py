@@ -180,3 +180,35 @@ def test_twenty_claimants_one_owner(broker: Broker) -> None:
     for t in threads:
         t.join(10)
     assert len(set(won)) == 1 and len(won) == 10  # one side owns it; every claim of it says so
+
+
+def test_a_decision_over_the_api_leaves_the_round_to_its_live_job(fleet: Broker) -> None:
+    """The REST decide route completes the round: its step claims a round for the resume job it
+    enqueues itself, unless a live job waits for it (`live_until:N`); here the live job does, so
+    it claims the round and goes on: no resume job; the resumer acknowledges the entry."""
+    from fastapi.testclient import TestClient
+
+    from api.app import create_app
+    from broker.domain.settings import Settings
+
+    admin = "tok-admin-of-the-live-api-test-01"
+    run = start_run(fleet, "live", "Refund $120")
+    job, out = in_thread(jobs.run_agent, run.id)
+    [rid] = wait_for(lambda: fleet.get_run(run.id).pending)
+    with TestClient(create_app(Settings(admin_token=admin), fleet.config, fleet)) as api:
+        resp = api.post(
+            f"/v1/requests/{rid}/decision",
+            json={"outcome": "approved"},
+            headers={"Authorization": f"Bearer {admin}"},
+        )
+        assert resp.status_code == 200, resp.text
+        job.join(30)
+    assert out == ["finished"]
+    assert fleet.redis.hget(fleet.keys.run(run.id), "claimed:1") == LIVE.encode()
+    assert not resume_job_exists(fleet.redis, run.id)
+    # the step left the round's entry in `resumes_direct` (the recovery path): the resumer
+    # acknowledges it, the round being the live job's
+    direct = Resumer(fleet, min_idle_ms=0, block_ms=None, direct=True, grace_s=0.0)
+    assert [h.action for h in direct.run_once()] == ["live"]
+    assert fleet.redis.xlen(fleet.keys.resumes_direct) == 0
+    assert executed == ["refund 120.0"]

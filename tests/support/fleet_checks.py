@@ -303,7 +303,8 @@ def check_resumes(
     runs: dict[str, Run],
     by_run: dict[str, Request],
 ) -> None:
-    """One resume job per answered round (its id is deterministic, so RQ holds one), every
+    """One resume job per answered round (its id is deterministic, so RQ holds one) unless the
+    job that paused it went on with it (a live wait), every
     refund step of an approved call run once (what a doubled resume would break), each run's
     output what its decision says, and the outbox drained. `rq` is where RQ keeps its jobs."""
     once, resumes, twice, wrong = 0, [], [], []
@@ -313,7 +314,14 @@ def check_resumes(
             continue
         ledger = Ledger(broker.redis, broker.keys.prefix, s.customer)
         refunds = ledger.all()
-        if not Job.exists(resume_job_id(s.run_id, 1), connection=rq):
+        # the round went on either in the job that paused it (a live wait, claimed `live`) or
+        # in its resume job: one of the two, never both
+        live = broker.redis.hget(broker.keys.run(s.run_id), "claimed:1") == b"live"
+        resumed = Job.exists(resume_job_id(s.run_id, 1), connection=rq)
+        if live and resumed:
+            resumes.append(f"{s.run_id}: round 1 went on live and has a resume job too")
+            continue
+        if not live and not resumed:
             resumes.append(f"{s.run_id}: no resume job for its answered round 1")
             continue
         if Job.exists(resume_job_id(s.run_id, 2), connection=rq):
@@ -347,7 +355,8 @@ def check_resumes(
         if not ok:
             wrong.append(f"{s.run_id} {request.status.value}: {output} refunds={refunds}")
     found.bad(
-        "answered rounds without their resume job (one id per round), or with a round 2", resumes
+        "answered rounds neither gone on live nor with their resume job (one id per round), or with both, or with a round 2",
+        resumes,
     )
     found.bad(
         "refund steps that ran other than once per approved call (never when not approved)",

@@ -33,7 +33,7 @@ decided by the endpoint, silence -> timed out by the sweeper; the one allowed ex
 reply that landed after its request expired, and the sweeper's time proves it. The Telegram
 requests likewise (`tests/support/fleet_telegram_checks.py`): one outcome event each, what tg-ann meant,
 decided by tg-ann, and a card in the chat edited to show it. No round resumed
-twice (one RQ resume job per answered round); no tool step ran twice: the ledger counts exactly
+twice (a live wait went on with it or one RQ resume job did, never both); no tool step ran twice: the ledger counts exactly
 one refund attempt for each approved call of a finished run, at most one for a failed run, none
 when not approved; every role was SIGKILLed; the outbox is empty; every dead letter has a cause.
 The counts are printed and written to `fleet-counts.txt` in the test's tmp dir.
