@@ -12,8 +12,9 @@ the others:
   thread, and the handler raises `LoopBlocked` inside the task that holds the loop, so that run
   fails with its cause and the others continue.
 
-It never runs anything but agent coroutines: Redis calls from a run go to a thread
-(`broker.runs.agent_runner`), and everything else of a job stays on its slot's thread.
+It never runs anything but agent coroutines: a run's steps go to the loop's own asyncio Redis
+client (or a thread, `broker.runs.agent_runner_writes`), and everything else of a job stays on
+its slot's thread.
 """
 
 from __future__ import annotations

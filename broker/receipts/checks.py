@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import anyio.to_thread
+
 from broker.domain.config import Config
 from broker.domain.models import Outcome, Request
 from broker.domain.persons import EMAIL, WEBHOOK, approver_known_as, webhook_person
@@ -106,20 +108,40 @@ class ReceiptChecks:
         """The claims of `request`'s receipt if it proves `tool_name` may run with `args` now
         (all but single use, which spending checks); else the refusal is recorded and raised
         as `ReceiptRefused`. Receipts must be on."""
-        receipts = self.receipts
-        assert receipts is not None
-        token = request.decision.receipt if request.decision is not None else None
         try:
-            claims = receipts.verify(token, request_id=request.id, tool_name=tool_name, args=args)
-            if claims.get("tool_call_id") != request.tool_call_id:
-                raise ReceiptRefused("other_request", "the receipt is for another call")
-            if self.broker.config.receipts.recheck_roles:
-                why = revoked(self.broker.config, request, claims)
-                if why:
-                    raise ReceiptRefused("approver_revoked", why)
+            return self.verify(request, tool_name=tool_name, args=args)
         except ReceiptRefused as exc:
             self.refuse(request, exc.reason)
             raise
+
+    async def acheck(
+        self, request: Request, *, tool_name: str, args: dict[str, Any]
+    ) -> dict[str, Any]:
+        """`check` from a coroutine: the check itself on the loop (CPU, microseconds), the
+        refusal's record, and the scripts' loading if they are not yet (before a caller queues
+        the spend on an asyncio MULTI), in a thread: never blocking the loop."""
+        try:
+            claims = self.verify(request, tool_name=tool_name, args=args)
+        except ReceiptRefused as exc:
+            await anyio.to_thread.run_sync(self.refuse, request, exc.reason)
+            raise
+        scripts = self.broker.store.scripts
+        if not scripts.loaded:
+            await anyio.to_thread.run_sync(scripts.load)
+        return claims
+
+    def verify(self, request: Request, *, tool_name: str, args: dict[str, Any]) -> dict[str, Any]:
+        """`check`'s one core, without recording a refusal: the claims, or `ReceiptRefused`."""
+        receipts = self.receipts
+        assert receipts is not None
+        token = request.decision.receipt if request.decision is not None else None
+        claims = receipts.verify(token, request_id=request.id, tool_name=tool_name, args=args)
+        if claims.get("tool_call_id") != request.tool_call_id:
+            raise ReceiptRefused("other_request", "the receipt is for another call")
+        if self.broker.config.receipts.recheck_roles:
+            why = revoked(self.broker.config, request, claims)
+            if why:
+                raise ReceiptRefused("approver_revoked", why)
         return claims
 
     def queue_spend(

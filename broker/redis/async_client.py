@@ -26,9 +26,12 @@ CLUSTER_CONNECTIONS = 1000
 stream as many while it reads the partitions that rang (the default, 100, is soon reached)."""
 
 
-def async_client(url: str | None, sync: Redis | RedisCluster) -> AsyncRedis:
+def async_client(
+    url: str | None, sync: Redis | RedisCluster, *, patient: bool = False
+) -> AsyncRedis:
     """A new asyncio client on the Redis (or Redis Cluster) `sync` talks to: by `url` when one
-    is given, else with `sync`'s own connection settings."""
+    is given, else with `sync`'s own connection settings; `patient` (a single Redis): with the
+    patient client's timeouts and retries (`broker.redis.connection.connect`)."""
     if isinstance(sync, RedisCluster):
         if url:
             return AsyncRedisCluster.from_url(
@@ -45,9 +48,10 @@ def async_client(url: str | None, sync: Redis | RedisCluster) -> AsyncRedis:
             **_cluster_timeouts(),
         )
     if url:
-        return connect_async(url)
+        return connect_async(url, patient=patient)
     kwargs: dict[str, Any] = sync.connection_pool.connection_kwargs
-    return connect_async(**{k: kwargs[k] for k in _KWARGS if kwargs.get(k) is not None})
+    picked = {k: kwargs[k] for k in _KWARGS if kwargs.get(k) is not None}
+    return connect_async(patient=patient, **picked)
 
 
 def _cluster_timeouts() -> dict[str, Any]:

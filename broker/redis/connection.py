@@ -87,16 +87,31 @@ the blocking stream reads). redis.asyncio's default pool refuses the 101st at on
 (`MaxConnectionsError`): 200 long-polls reading their runs together got 503s."""
 
 
-def connect_async(url: str | None = None, **connection: Any) -> aredis.Redis:
+def patient_async_options() -> dict[str, Any]:
+    """Keyword arguments for a patient asyncio client: the patient sync client's (`connect`),
+    so a background role's asyncio commands ride out a Redis restart as its sync ones do."""
+    return {
+        "socket_connect_timeout": PATIENT_CONNECT_TIMEOUT_S,
+        "socket_timeout": PATIENT_SOCKET_TIMEOUT_S,
+        "retry": AsyncRetry(ExponentialBackoff(cap=2.0, base=0.05), PATIENT_RETRIES),
+        "retry_on_error": PATIENT_ERRORS,
+    }
+
+
+def connect_async(
+    url: str | None = None, *, patient: bool = False, **connection: Any
+) -> aredis.Redis:
     """An asyncio client for `url` (or for the `connection` keyword arguments: host, port,
-    path for a Unix socket, password...) with the impatient client's timeouts and retry.
+    path for a Unix socket, password...) with the impatient client's timeouts and retry (or,
+    `patient`, the patient one's).
 
     Its pool holds up to ASYNC_CONNECTIONS; a command that finds them all busy waits for one up
     to SOCKET_TIMEOUT_S (then a ConnectionError: the API's 503), never fails at once. A
     redis.asyncio client is bound to the event loop it first runs on: make one per loop.
     """
     limits = {"max_connections": ASYNC_CONNECTIONS, "timeout": SOCKET_TIMEOUT_S}
-    options = {**connection, **async_options(), **limits}
+    timeouts = patient_async_options() if patient else async_options()
+    options = {**connection, **timeouts, **limits}
     if url is not None:
         pool = aredis.BlockingConnectionPool.from_url(url, **options)
     elif "path" in connection:

@@ -4,7 +4,8 @@ A worker process installs its one shared loop (`run_coroutines_with`), so the jo
 slots advance their runs on it; `broker.testing` and in-process test workers keep a loop per
 thread, as `Agent.run_sync` does, so cached clients keep their loop. A forked child (an RQ work
 horse) never reuses, nor lets the collector close, a loop its parent made. Blocking calls from
-an agent's coroutine go to a thread (`off_loop`): never on the loop.
+an agent's coroutine go to a thread (`off_loop`), or to the loop's own asyncio client
+(`loop_client`): never on the loop.
 """
 
 from __future__ import annotations
@@ -18,11 +19,18 @@ from collections.abc import Callable, Coroutine
 from typing import Any, Protocol, TypeVar
 
 import anyio.to_thread
+from redis import Redis
+
+from broker.redis.async_client import AsyncRedis, async_client
 
 _T = TypeVar("_T")
 
 _LOOPS: weakref.WeakSet[asyncio.AbstractEventLoop] = weakref.WeakSet()
 """Every loop `event_loop` made, in any thread of this process."""
+_LOOP_CLIENTS: weakref.WeakKeyDictionary[
+    asyncio.AbstractEventLoop, weakref.WeakKeyDictionary[Redis, AsyncRedis]
+] = weakref.WeakKeyDictionary()
+"""Per loop, the asyncio client made for each sync client (`loop_client`)."""
 _INHERITED_LOOPS: list[asyncio.AbstractEventLoop] = []
 """In a forked child, the loops the parent had made: held so the child never collects them."""
 
@@ -91,3 +99,19 @@ def run_sync(coro: Coroutine[Any, Any, _T]) -> _T:
 async def off_loop(fn: Callable[..., _T], *args: Any) -> _T:
     """A blocking call (sync Redis) from the agent's coroutine, in a thread: never on the loop."""
     return await anyio.to_thread.run_sync(fn, *args)
+
+
+def loop_client(sync: Redis) -> AsyncRedis:
+    """The running loop's asyncio client on the Redis `sync` talks to (made on first use, with
+    the patient client's timeouts and retries, `broker.redis.connection`, as the worker's sync
+    client has: a run's step rides out a Redis restart). A redis.asyncio client is bound to the
+    loop it first runs on, so each loop (the worker's shared one, a test's per thread) keeps its
+    own, for as long as it lives."""
+    loop = asyncio.get_running_loop()
+    clients = _LOOP_CLIENTS.get(loop)
+    if clients is None:
+        clients = _LOOP_CLIENTS[loop] = weakref.WeakKeyDictionary()
+    client = clients.get(sync)
+    if client is None:
+        client = clients[sync] = async_client(None, sync, patient=True)
+    return client

@@ -15,8 +15,11 @@ the attempt, so each step is one round trip:
   waits for it first, so writes never overtake one another;
 * before a model call, an attempt that has not written yet sends `running` ahead the same way.
 
-Writes from the agent's coroutine go to a thread (`broker.runs.agent_loop.off_loop`), never on
-the loop; the runner's own (the pause, the end) are made on the job's thread.
+Writes from the agent's coroutine go on the loop's own redis.asyncio client
+(`broker.runs.agent_loop.loop_client`) on a single Redis, else to a thread
+(`broker.runs.agent_loop.off_loop`): never blocking the loop. `write` and `awrite` build their
+MULTI with one core (`_begin`, the store's `queue_step`); the runner's own writes (the pause,
+the end) are made on the job's thread.
 """
 
 from __future__ import annotations
@@ -29,7 +32,7 @@ from pydantic_ai.messages import ModelMessage
 
 from broker.domain.models import RunStatus
 from broker.facade import Broker
-from broker.runs.agent_loop import off_loop
+from broker.runs.agent_loop import loop_client, off_loop
 from broker.runs.pause import STAGE_FIELD, Pause, RunLog
 
 Extra = Callable[[Any], Any]
@@ -49,6 +52,33 @@ class RoundWrites:
         self._ahead: asyncio.Task[list[Any]] | None = None
         self._lock: asyncio.Lock | None = None
 
+    def _begin(
+        self,
+        pause: Pause | None,
+        messages: list[ModelMessage] | None,
+        fields: dict[str, str] | None,
+    ) -> tuple[dict[str, str], bytes | None]:
+        """What a step writes (the one core of `write` and `awrite`): the run hash's fields
+        (`pause`, standing at `messages`; `running` if not yet; `fields`) and the log entry of
+        `messages`' new ones (None: none)."""
+        entry = None
+        mapping: dict[str, str] = dict(fields or {})
+        if not self.running:
+            mapping["status"] = RunStatus.running.value
+        if pause is not None:
+            if messages is not None:
+                entry = self.log.entry_for(messages)
+                pause.messages = len(messages)
+            pause.log = self.log.written(entry, pause.messages)
+            mapping[STAGE_FIELD] = pause.dump()
+        return mapping, entry
+
+    def _end(self, pause: Pause | None) -> None:
+        """The step is in: the log now holds what `pause` says, the hash says `running`."""
+        if pause is not None:
+            self.log = pause.log
+        self.running = True
+
     def write(
         self,
         pause: Pause | None,
@@ -60,21 +90,11 @@ class RoundWrites:
         """One step, now, on this thread: `pause` (standing at `messages`, whose new ones are
         appended to the log) into the run's hash, `running` if not yet, `fields`, then `extra`'s
         commands, in one MULTI; returns the replies of `extra`'s commands."""
-        entry = None
-        mapping: dict[str, str] = dict(fields or {})
-        if not self.running:
-            mapping["status"] = RunStatus.running.value
-        log = self.log
-        if pause is not None:
-            if messages is not None:
-                entry = log.entry_for(messages)
-                pause.messages = len(messages)
-            pause.log = log.written(entry, pause.messages)
-            mapping[STAGE_FIELD] = pause.dump()
+        mapping, entry = self._begin(pause, messages, fields)
         store = self.broker.run_store
         redis = self.broker.redis
         with redis.pipeline(transaction=True) as pipe:
-            store.queue_step(pipe, self.run_id, mapping, entry=entry, after=log.entries)
+            store.queue_step(pipe, self.run_id, mapping, entry=entry, after=self.log.entries)
             own = len(pipe)
             if self.broker.store.clustered and extra is not None:
                 # a cluster runs a step's script at once, not in a MULTI: after the stage
@@ -84,9 +104,37 @@ class RoundWrites:
                 if extra is not None:
                     extra(pipe)
                 replies = list(pipe.execute())[own:]
-        if pause is not None:
-            self.log = pause.log
-        self.running = True
+        self._end(pause)
+        return replies
+
+    @property
+    def on_loop(self) -> bool:
+        """Whether steps from the agent's coroutine go on the loop's asyncio client: on a
+        single Redis (a cluster's steps, and a test double's, stay sync, in a thread)."""
+        store = self.broker.store
+        return store.scripts.runs_async and not store.clustered
+
+    async def awrite(
+        self,
+        pause: Pause | None,
+        messages: list[ModelMessage] | None = None,
+        *,
+        extra: Extra | None = None,
+    ) -> list[Any]:
+        """`write` on the running loop's asyncio client (`on_loop` only): the same MULTI,
+        awaited, so no thread hop; `extra` queues plain commands (no script: a script's
+        loading is sync)."""
+        mapping, entry = self._begin(pause, messages, None)
+        client = loop_client(self.broker.redis)
+        async with client.pipeline(transaction=True) as pipe:
+            self.broker.run_store.queue_step(
+                pipe, self.run_id, mapping, entry=entry, after=self.log.entries
+            )
+            own = len(pipe)
+            if extra is not None:
+                extra(pipe)
+            replies = list(await pipe.execute())[own:]
+        self._end(pause)
         return replies
 
     async def step(
@@ -97,15 +145,18 @@ class RoundWrites:
         extra: Extra | None = None,
         prepare: Callable[[], Extra] | None = None,
     ) -> list[Any]:
-        """`write` from the agent's coroutine (in a thread), after the writes sent ahead.
-        `prepare`, when given, runs first in that thread and gives `extra` (what it raises,
-        the step does not write)."""
+        """`write` from the agent's coroutine, after the writes sent ahead: on the loop's
+        asyncio client (`on_loop`), else in a thread. `prepare`, when given, runs first in a
+        thread and gives `extra` (what it raises, the step does not write): a receipt's check
+        and spend (a script) stay sync."""
         await self.drain()
-
-        def in_thread() -> list[Any]:
-            return self.write(pause, messages, extra=prepare() if prepare else extra)
-
         async with self._locked():
+            if prepare is None and self.on_loop:
+                return await self.awrite(pause, messages, extra=extra)
+
+            def in_thread() -> list[Any]:
+                return self.write(pause, messages, extra=prepare() if prepare else extra)
+
             return await off_loop(in_thread)
 
     def ahead(self, pause: Pause | None, messages: list[ModelMessage] | None = None) -> None:
@@ -116,6 +167,8 @@ class RoundWrites:
             if before is not None:
                 await before
             async with self._locked():
+                if self.on_loop:
+                    return await self.awrite(pause, messages)
                 return await off_loop(lambda: self.write(pause, messages))
 
         self._ahead = asyncio.ensure_future(send())

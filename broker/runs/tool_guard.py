@@ -114,30 +114,50 @@ class ToolGuard(AbstractCapability[Any]):
         if kept is not None:
             return json.loads(kept)  # it returned in an earlier attempt: never run twice
         if not receipted:
-            await self._start(field, lambda: lambda p: p.hincrby(self.key, field, 1))
+            await self._start(field, extra=lambda p: p.hincrby(self.key, field, 1))
             return await handler(args)
         assert request is not None
 
+        tool_name, call_args = call.tool_name, call.args_as_dict()
+
         def spend() -> Extra:
-            claims = self.checks.check(request, tool_name=call.tool_name, args=call.args_as_dict())
+            claims = self.checks.check(request, tool_name=tool_name, args=call_args)
             return lambda pipe: self.checks.queue_spend(pipe, request, claims, run_field=field)
 
         try:
-            replies = await self._start(field, spend)
+            if self.writes.on_loop:  # checked on the loop, spent in the marker's asyncio MULTI
+                claims = await self.checks.acheck(request, tool_name=tool_name, args=call_args)
+                replies = await self._start(
+                    field,
+                    extra=lambda pipe: self.checks.queue_spend(
+                        pipe, request, claims, run_field=field
+                    ),
+                )
+            else:
+                replies = await self._start(field, prepare=spend)
             self.checks.spent(request, replies[-1])
         except ReceiptRefused as exc:
             return f"{REFUSED_TEXT} ({exc.reason}); the tool was not run."
         return await handler(args)
 
-    async def _start(self, field: str | None, prepare: Callable[[], Extra]) -> list[Any]:
-        """Count a tool as started (`prepare` gives the commands, in the write's thread), with
-        the step's marker if it is the first: one MULTI, before the tool runs. Parallel tools:
-        the first writes the marker; the others write after it."""
+    async def _start(
+        self,
+        field: str | None,
+        *,
+        extra: Extra | None = None,
+        prepare: Callable[[], Extra] | None = None,
+    ) -> list[Any]:
+        """Count a tool as started (`extra`'s commands; or `prepare` gives them, in the write's
+        thread: a receipt's check and spend), with the step's marker if it is the first: one
+        MULTI, before the tool runs. Parallel tools: the first writes the marker; the others
+        write after it."""
         if field is not None and self._marker is not None:
             pause, messages = self._marker
             self._marker = None
-            self._marked = asyncio.ensure_future(self.writes.step(pause, messages, prepare=prepare))
+            self._marked = asyncio.ensure_future(
+                self.writes.step(pause, messages, extra=extra, prepare=prepare)
+            )
             return await self._marked
         if self._marked is not None:
             await self._marked
-        return await self.writes.step(None, prepare=prepare)
+        return await self.writes.step(None, extra=extra, prepare=prepare)

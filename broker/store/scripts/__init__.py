@@ -143,6 +143,12 @@ class Scripts:
         return [as_str(x) if isinstance(x, bytes) else x for x in reply]
 
     @property
+    def loaded(self) -> bool:
+        """Whether the scripts are known loaded on this client (else the next sync call loads
+        them first: an asyncio caller queuing one in a MULTI calls `load` off its loop first)."""
+        return self._loaded or (self._loader is not None and self._loader.loaded)
+
+    @property
     def runs_async(self) -> bool:
         """Can `arun` run these scripts: a single Redis called by SHA (a cluster's steps wait
         for a replica, a test double keeps redis-py's `Script`s: both only sync)."""
