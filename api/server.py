@@ -60,7 +60,6 @@ def bound_socket(config: uvicorn.Config) -> socket.socket:
 
 def build_server(settings: Settings, config: Config) -> tuple[uvicorn.Server, socket.socket]:
     app = create_app(settings, config)
-    sync_rules_at_start(settings, config)
     uv_config = uvicorn_config(app, settings.host, settings.port, graceful_s=GRACEFUL_SHUTDOWN_S)
     server = uvicorn.Server(uv_config)
     end_event_streams_with(app, server)
@@ -82,6 +81,7 @@ def sync_rules_at_start(settings: Settings, config: Config) -> None:
 
 def serve(settings: Settings, config: Config) -> None:
     """Serve on settings.host:settings.port until interrupted."""
+    sync_rules_at_start(settings, config)  # the config's [[rules]], before serving
     server, sock = build_server(settings, config)
     gc.freeze()  # start-up's objects live for ever: full collections need not scan them again
     server.run(sockets=[sock])
