@@ -24,7 +24,7 @@ from api.app import create_app
 from api.events import end_event_streams_with
 from broker.domain.config import Config
 from broker.domain.settings import Settings
-from broker.facade import sync_at_start
+from broker.facade import Broker, sync_at_start
 
 KEEP_ALIVE_S = 5
 """An idle keep-alive connection is closed after this (uvicorn's default, set explicitly)."""
@@ -60,7 +60,6 @@ def bound_socket(config: uvicorn.Config) -> socket.socket:
 
 def build_server(settings: Settings, config: Config) -> tuple[uvicorn.Server, socket.socket]:
     app = create_app(settings, config)
-    sync_at_start(app.state.api.broker.requests.rules)  # the config's [[rules]], before serving
     uv_config = uvicorn_config(app, settings.host, settings.port, graceful_s=GRACEFUL_SHUTDOWN_S)
     server = uvicorn.Server(uv_config)
     end_event_streams_with(app, server)
@@ -69,8 +68,20 @@ def build_server(settings: Settings, config: Config) -> tuple[uvicorn.Server, so
     return server, sock
 
 
+def sync_rules_at_start(settings: Settings, config: Config) -> None:
+    """The config's `[[rules]]` into Redis before serving, on a patient client: an API
+    (re)started while Redis restarts waits for it, as the other roles' start does, rather than
+    exit (its own client stays impatient: a request meets a stalled Redis with a 503)."""
+    starting = Broker.from_settings(settings, config, patient=True)
+    try:
+        sync_at_start(starting.requests.rules)
+    finally:
+        starting.redis.close()
+
+
 def serve(settings: Settings, config: Config) -> None:
     """Serve on settings.host:settings.port until interrupted."""
+    sync_rules_at_start(settings, config)  # the config's [[rules]], before serving
     server, sock = build_server(settings, config)
     gc.freeze()  # start-up's objects live for ever: full collections need not scan them again
     server.run(sockets=[sock])

@@ -17,6 +17,8 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
@@ -61,10 +63,10 @@ def screenshot(url: str, out: Path, chromium: str) -> None:
             browser.close()
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", type=Path, default=Path(__file__).parents[1] / "docs/inbox.png")
-    out = parser.parse_args().out
+@contextmanager
+def demo() -> Iterator[tuple[str, str]]:
+    """`up --demo` on a free port in a scratch data dir, its requests waiting: yields its URL and
+    the path of Chromium; stops it (SIGINT, as Ctrl-C would) however the block ends."""
     chromium = shutil.which("chromium")
     if chromium is None:
         sys.exit("error: no `chromium` on PATH (apt-get install chromium)")
@@ -76,8 +78,9 @@ def main() -> None:
         command += ["--port", str(port), "--data-dir", data_dir]
         proc = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL)
         try:
-            wait_for_demo(f"http://127.0.0.1:{port}", proc)
-            screenshot(f"http://127.0.0.1:{port}", out, chromium)
+            url = f"http://127.0.0.1:{port}"
+            wait_for_demo(url, proc)
+            yield url, chromium
         finally:
             proc.send_signal(signal.SIGINT)
             try:
@@ -85,6 +88,14 @@ def main() -> None:
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, default=Path(__file__).parents[1] / "docs/inbox.png")
+    out = parser.parse_args().out
+    with demo() as (url, chromium):
+        screenshot(url, out, chromium)
     print(f"wrote {out}")
 
 

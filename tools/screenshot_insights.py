@@ -12,19 +12,11 @@ screenshot once the charts are drawn, and stops the demo. Nothing is left runnin
 from __future__ import annotations
 
 import argparse
-import os
-import shutil
-import signal
-import subprocess
-import sys
-import tempfile
 from pathlib import Path
 
 import httpx
 from playwright.sync_api import expect, sync_playwright
-from screenshot_inbox import ADMIN, CHROMIUM_ARGS, wait_for_demo
-
-from broker.redis.embedded import free_port
+from screenshot_inbox import ADMIN, CHROMIUM_ARGS, demo
 
 
 def make_history(url: str) -> None:
@@ -64,28 +56,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=Path(__file__).parents[1] / "docs/insights.png")
     out = parser.parse_args().out
-    chromium = shutil.which("chromium")
-    if chromium is None:
-        sys.exit("error: no `chromium` on PATH (apt-get install chromium)")
-    port = free_port()
-    env = {k: v for k, v in os.environ.items() if not k.startswith("APPROVAL_BROKER_")}
-    env["APPROVAL_BROKER_ADMIN_TOKEN"] = ADMIN
-    with tempfile.TemporaryDirectory() as data_dir:
-        command = [sys.executable, "-m", "approval_broker", "up", "--demo"]
-        command += ["--port", str(port), "--data-dir", data_dir]
-        proc = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL)
-        try:
-            url = f"http://127.0.0.1:{port}"
-            wait_for_demo(url, proc)
-            make_history(url)
-            screenshot(url, out, chromium)
-        finally:
-            proc.send_signal(signal.SIGINT)
-            try:
-                proc.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+    with demo() as (url, chromium):
+        make_history(url)
+        screenshot(url, out, chromium)
     print(f"wrote {out}")
 
 

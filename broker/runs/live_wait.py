@@ -28,7 +28,6 @@ import time
 import weakref
 
 from redis import Redis
-from redis.exceptions import RedisError
 from redis.typing import KeyT, StreamIdT
 
 from broker.facade import Broker
@@ -159,7 +158,11 @@ class _Reader:
                 positions = dict(self.positions)
             try:
                 got = as_streams(self.redis.xread(positions, count=500, block=block_ms))
-            except RedisError as exc:  # the waits check their round every BLOCK_S meanwhile
+            except Exception as exc:  # noqa: BLE001 - the waits check their round every BLOCK_S
+                with self.lock:  # meanwhile; a client closed under the last wait ends the reader
+                    if not self.waits:
+                        self.running = False
+                        return
                 log.warning("live waits: reading the announcements failed (%s)", exc)
                 time.sleep(BLOCK_S)
                 continue

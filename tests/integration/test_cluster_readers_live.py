@@ -99,7 +99,8 @@ def test_many_live_waits_share_one_blocking_read_and_each_wakes_on_its_own_round
     waits[0][0].join(10)
     assert waits[0][1] == [True]
     assert all(t.is_alive() and out == [] for t, out in waits[1:])  # the others still wait
-    assert blocked_reads(broker) == 1
+    # the reader, woken by that outcome, blocks again: still one read for the nine left
+    wait_for(lambda: blocked_reads(broker) == 1)
     for _, rid in runs[1:]:
         broker.decide(rid, Decision(outcome="approved"), decided_by="ann")
     for thread, out in waits[1:]:

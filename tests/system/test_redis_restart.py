@@ -1,21 +1,29 @@
-"""Background roles ride out a Redis restart: after Redis comes back they carry on working."""
+"""Roles ride out a Redis restart: the background roles carry on working after Redis comes back,
+and an API started while Redis is down waits for it and then serves."""
 
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
 import sys
 from pathlib import Path
 
+import httpx
 from redis import Redis
 from rq import Worker
 
 from broker.domain.models import RunStatus
 from broker.facade import Broker
-from broker.redis.embedded import EmbeddedRedis
+from broker.redis.embedded import EmbeddedRedis, free_port
 from broker.runs.agents import register_agent
 from broker.runs.starting import start_run, wait_run
 from tests.support.waiting import wait_for
+
+ADMIN = "ab_test-admin-token-for-the-restart-test"
+DROPPED = 6
+"""Connections the stand-in drops before Redis comes back: an impatient client gives up
+after two per command."""
 
 
 def test_worker_and_sweeper_survive_a_redis_restart(tmp_path: Path):
@@ -58,3 +66,52 @@ def test_worker_and_sweeper_survive_a_redis_restart(tmp_path: Path):
                 exits.append(p.wait())
         server.close()
     assert exits == [0, 0], "a role did not stop cleanly on SIGTERM after the restart"
+
+
+def test_an_api_started_while_redis_is_down_waits_for_it_and_serves(tmp_path: Path):
+    """`approval-broker api` started while Redis restarts (here: a stand-in on Redis's port
+    that drops every connection) keeps trying at start, as the other roles do, and serves
+    once Redis is back, rather than exit with a Redis error."""
+    server = EmbeddedRedis(tmp_path / "redis").start()
+    server.kill()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("APPROVAL_BROKER_")}
+    env |= {"APPROVAL_BROKER_REDIS_URL": server.url, "APPROVAL_BROKER_ADMIN_TOKEN": ADMIN}
+    port = free_port()
+    api = subprocess.Popen(
+        [sys.executable, "-m", "approval_broker", "api", "--port", str(port)],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        with socket.create_server(("127.0.0.1", server.port)) as stand_in:
+            stand_in.settimeout(0.5)
+            dropped = 0
+            while dropped < DROPPED and api.poll() is None:  # more than an impatient start tries
+                try:
+                    conn, _ = stand_in.accept()
+                except TimeoutError:
+                    continue
+                conn.close()
+                dropped += 1
+        assert api.poll() is None, api.stdout.read() if api.stdout else ""
+        server.start()
+        health = f"http://127.0.0.1:{port}/healthz"
+
+        def healthy() -> bool:
+            try:
+                return httpx.get(health, timeout=2).status_code == 200
+            except httpx.HTTPError:
+                return False
+
+        wait_for(healthy, timeout=90)
+        assert api.poll() is None
+    finally:
+        api.terminate()
+        try:
+            api.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            api.kill()
+            api.wait()
+        server.close()
