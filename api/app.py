@@ -12,6 +12,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 from fastapi import APIRouter, FastAPI
+from fastapi.telemetry import TelemetryConfig
 
 from api import audit, events, health, metrics, queues, receipts, requests, rules, runs, stats
 from api.acks import router as acks_router
@@ -27,6 +28,7 @@ from api.waits import router as waits_router
 from broker.domain.config import Config
 from broker.domain.settings import Settings
 from broker.facade import Broker
+from broker.tracing import telemetry as tracing
 from channels import configured, plugins
 from channels.errors import not_configured
 from channels.inbound import HOST_ATTR
@@ -46,6 +48,18 @@ ROUTERS: tuple[APIRouter, ...] = (
     audit.router,
     stats.router,
 )
+
+
+def fastapi_telemetry() -> TelemetryConfig:
+    """FastAPI's native OpenTelemetry: on when the `OTEL_*` environment asks for traces (its
+    `POST /v1/runs` server spans are the roots of a traced fleet's traces), else off.
+
+    Left at FastAPI's default it asks OpenTelemetry for the global tracer, meter and logger
+    providers on every request to learn that none is set (environment lookups each time): 2-4 %
+    of the API's CPU in `bench/bench_e2e.py` and `bench/bench_agents.py` profiles, for nothing
+    when nobody traces."""
+    on = tracing.wanted()
+    return {"tracing": on, "metrics": on, "logs": on}
 
 
 def not_configured_router(kind: ChannelPlugin) -> APIRouter:
@@ -107,6 +121,7 @@ def create_app(
         lifespan=_lifespan,
         docs_url=None,  # api.openapi serves /docs from local files; ReDoc needs a CDN
         redoc_url=None,
+        telemetry=fastapi_telemetry(),
     )
     app.state.api = ApiState(settings, config, broker, ApiMetrics(broker))
     setattr(app.state, HOST_ATTR, app.state.api)  # what the channels' routes are handed

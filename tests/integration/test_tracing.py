@@ -13,6 +13,8 @@ import subprocess
 import sys
 
 import pytest
+from fastapi.testclient import TestClient
+from opentelemetry import trace
 
 from broker.domain.models import Decision, NewRequest
 from broker.facade import Broker
@@ -95,6 +97,37 @@ def test_off_a_request_and_its_resume_carry_no_trace_field(broker: Broker) -> No
     broker.decide(request.id, Decision(outcome="approved"), decided_by="alice")
     entries = broker.redis.xrange(broker.keys.part(0).resumes)
     assert entries and all(b"traceparent" not in fields for _, fields in entries)
+
+
+def test_off_fastapi_asks_opentelemetry_for_no_provider_per_request(
+    client: TestClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """FastAPI's native telemetry, left on, looks up the global tracer provider on every request
+    (and the meter and logger providers) only to find none set: off, it is not asked at all."""
+    asked: list[str] = []
+    real = trace.get_tracer_provider
+
+    def counted() -> trace.TracerProvider:
+        asked.append("tracer")
+        return real()
+
+    monkeypatch.setattr(trace, "get_tracer_provider", counted)
+    for _ in range(3):
+        assert client.get("/healthz").status_code == 200
+    assert asked == []
+
+
+def test_fastapi_telemetry_is_on_exactly_when_traces_are_wanted(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """With `OTEL_*` asking for traces, FastAPI's native telemetry stays on (its `POST /v1/runs`
+    spans are the roots of a traced fleet's traces: tests/system/test_tracing_fleet.py); without, off."""
+    from api.app import fastapi_telemetry
+
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:4318")
+    assert fastapi_telemetry() == {"tracing": True, "metrics": True, "logs": True}
+    monkeypatch.delenv("OTEL_EXPORTER_OTLP_ENDPOINT")
+    assert fastapi_telemetry() == {"tracing": False, "metrics": False, "logs": False}
 
 
 def test_a_traceparent_that_does_not_parse_names_no_parent() -> None:
