@@ -20,6 +20,12 @@ Writes from the agent's coroutine go on the loop's own redis.asyncio client
 (`broker.runs.agent_loop.off_loop`): never blocking the loop. `write` and `awrite` build their
 MULTI with one core (`_begin`, the store's `queue_step`); the runner's own writes (the pause,
 the end) are made on the job's thread.
+
+A Redis that restarted or failed over may know no scripts while a connection opened before is
+still in use (scripts are not replicated): a step's script (a receipt's spend) then meets
+NOSCRIPT inside the MULTI, where the commands before it ran and it did not. The scripts are
+loaded and the step is taken again, once: a step taken again writes the same (the log's LTRIM
+to what the step stands on, the same stage and fields) and its script runs this time.
 """
 
 from __future__ import annotations
@@ -29,6 +35,7 @@ from collections.abc import Callable
 from typing import Any
 
 from pydantic_ai.messages import ModelMessage
+from redis.exceptions import NoScriptError
 
 from broker.domain.models import RunStatus
 from broker.facade import Broker
@@ -91,6 +98,16 @@ class RoundWrites:
         appended to the log) into the run's hash, `running` if not yet, `fields`, then `extra`'s
         commands, in one MULTI; returns the replies of `extra`'s commands."""
         mapping, entry = self._begin(pause, messages, fields)
+        try:
+            replies = self._send(mapping, entry, extra)
+        except NoScriptError:  # Redis forgot its scripts: see the module docstring
+            self.broker.store.scripts.load()
+            replies = self._send(mapping, entry, extra)
+        self._end(pause)
+        return replies
+
+    def _send(self, mapping: dict[str, str], entry: bytes | None, extra: Extra | None) -> list[Any]:
+        """`write`'s MULTI on this thread's client; the replies of `extra`'s commands."""
         store = self.broker.run_store
         redis = self.broker.redis
         with redis.pipeline(transaction=True) as pipe:
@@ -99,13 +116,10 @@ class RoundWrites:
             if self.broker.store.clustered and extra is not None:
                 # a cluster runs a step's script at once, not in a MULTI: after the stage
                 pipe.execute()
-                replies = [extra(redis)]
-            else:
-                if extra is not None:
-                    extra(pipe)
-                replies = list(pipe.execute())[own:]
-        self._end(pause)
-        return replies
+                return [extra(redis)]
+            if extra is not None:
+                extra(pipe)
+            return list(pipe.execute())[own:]
 
     @property
     def on_loop(self) -> bool:
@@ -122,9 +136,21 @@ class RoundWrites:
         extra: Extra | None = None,
     ) -> list[Any]:
         """`write` on the running loop's asyncio client (`on_loop` only): the same MULTI,
-        awaited, so no thread hop; `extra` queues plain commands (no script: a script's
-        loading is sync)."""
+        awaited, so no thread hop. A script among `extra`'s commands must be loaded already
+        (`ReceiptChecks.acheck` sees to it): loading is sync."""
         mapping, entry = self._begin(pause, messages, None)
+        try:
+            replies = await self._asend(mapping, entry, extra)
+        except NoScriptError:  # Redis forgot its scripts: see the module docstring
+            await off_loop(self.broker.store.scripts.load)
+            replies = await self._asend(mapping, entry, extra)
+        self._end(pause)
+        return replies
+
+    async def _asend(
+        self, mapping: dict[str, str], entry: bytes | None, extra: Extra | None
+    ) -> list[Any]:
+        """`awrite`'s MULTI on the loop's client; the replies of `extra`'s commands."""
         client = loop_client(self.broker.redis)
         async with client.pipeline(transaction=True) as pipe:
             self.broker.run_store.queue_step(
@@ -133,9 +159,7 @@ class RoundWrites:
             own = len(pipe)
             if extra is not None:
                 extra(pipe)
-            replies = list(await pipe.execute())[own:]
-        self._end(pause)
-        return replies
+            return list(await pipe.execute())[own:]
 
     async def step(
         self,

@@ -20,6 +20,7 @@ from broker.domain.models import Decision, RunStatus
 from broker.domain.receipts import REFUSED_TEXT, ReceiptRefused
 from broker.facade import Broker
 from broker.receipts.checks import ReceiptChecks
+from broker.runs.agent_runner_writes import RoundWrites
 from broker.runs.agents import register_agent
 from broker.runs.starting import enqueue_resume, start_run
 from tests.support.agents import Recorder, recorder_for
@@ -97,6 +98,27 @@ def test_an_approved_call_runs_on_its_receipt_and_spends_it(
     assert [c["tool"] for c in recorder.all()] == ["refund"]
     assert broker.counts().get("receipt_spent") == 1
     assert [h.event for h in broker.get_request(rid).history][-1] == "receipt_spent"
+    assert _audited(broker, rid) == [("receipt_spent", "")]
+
+
+@pytest.mark.parametrize("on_loop", [True, False], ids=["loop client", "thread"])
+def test_an_approved_call_runs_after_redis_forgot_its_scripts(
+    redis: Redis, key: Path, recorder: Recorder, monkeypatch: pytest.MonkeyPatch, on_loop: bool
+) -> None:
+    """A restarted or failed-over Redis knows no scripts: the tool step's MULTI (its marker and
+    the receipt's spend, a script) loads them and is taken again, once, and the tool runs once;
+    on the loop's asyncio client (a single Redis) and in a thread (a cluster, a test double)."""
+    monkeypatch.setattr(RoundWrites, "on_loop", property(lambda self: on_loop))
+    broker = _broker(redis, key)
+    with jobs_bound_to(broker):
+        run_id, rid = _paused_run(broker)
+        broker.decide(rid, Decision(outcome="approved"), decided_by="ann")
+        redis.script_flush()
+        _resume(broker, run_id)
+    run = broker.get_run(run_id)
+    assert run.status is RunStatus.finished, run.error
+    assert [c["tool"] for c in recorder.all()] == ["refund"]
+    assert broker.counts().get("receipt_spent") == 1
     assert _audited(broker, rid) == [("receipt_spent", "")]
 
 
