@@ -27,8 +27,10 @@ from broker.domain.errors import BrokerError
 from broker.domain.settings import Settings
 from broker.facade import Broker, sync_at_start
 from broker.runs import agent_jobs as jobs
+from broker.runs import live_wait
 from broker.runs.agent_loader import AgentLoadError, load_agent
 from broker.runs.agent_loop import run_coroutines_with
+from broker.runs.live_wait import LiveWaits
 from broker.runs.starting import RUN_QUEUE, known_agents
 from workers.resumer import Resumer
 from workers.shared_loop import SharedLoop
@@ -88,6 +90,8 @@ def run_worker(
     slots_n = concurrency or section.concurrency
     shared = SharedLoop(run_timeout_s=section.run_timeout_s, loop_block_s=section.loop_block_s)
     run_coroutines_with(shared.run)
+    # live waits: the fleet's default for agents without their own, on half the slots at most
+    live_wait.serve(LiveWaits(0.0 if burst else section.live_wait_s, slots_n // 2))
     try:
         asyncio.run(
             _serve(
@@ -101,6 +105,7 @@ def run_worker(
         )
     finally:
         run_coroutines_with(None)
+        live_wait.serve(None)
         stop.set()
         if thread is not None:
             thread.join(timeout=5)

@@ -105,8 +105,9 @@ class AgentConfig(Section):
     queue: str = DEFAULT_QUEUE
     tool_queues: dict[str, str] = Field(default_factory=dict)
     max_rounds: Annotated[int, Field(ge=1)] = 10
-    # the job that paused a run waits this long for the round's outcomes (under its timeout)
-    live_wait_s: Annotated[float, Field(ge=0, le=600)] = 0.0
+    # the job that paused a run waits this long for the round's outcomes (under its timeout);
+    # unset: the worker process's `[workers] live_wait_s`; 0: never
+    live_wait_s: Annotated[float | None, Field(ge=0, le=600)] = None
     unanswered: Annotated[str, Field(pattern="^(reject|raise)$")] = "reject"  # on a new prompt
 
 
@@ -161,6 +162,10 @@ class WorkersSection(Section):
     concurrency: Annotated[int, Field(ge=1, le=1000)] = 50  # runs at once per worker process
     run_timeout_s: Annotated[float, Field(gt=0, le=3600)] = 600.0  # one round of one run, at most
     loop_block_s: Annotated[float, Field(ge=0.5, le=600)] = 10.0  # sync code holding the loop
+    # how long the job that paused a run waits in place for the round's outcomes, for agents
+    # that set no `live_wait_s` of their own (0: not at all); at most half the process's slots
+    # wait at once (`broker.runs.live_wait.LiveWaits`), a `--burst` worker never by default
+    live_wait_s: Annotated[float, Field(ge=0, le=600)] = 2.0
     # a killed worker process's jobs count as abandoned (and are retried) this long after its
     # last heartbeat; its heartbeats and the recovery pass run at a sixth and half of it
     abandoned_after_s: Annotated[int, Field(ge=5, le=3600)] = 30

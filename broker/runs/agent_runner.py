@@ -56,7 +56,7 @@ from broker.runs.agent_loader import AgentLoadError, LoadedAgent, load_agent
 from broker.runs.agent_loop import run_sync
 from broker.runs.agent_runner_writes import RoundWrites
 from broker.runs.agents import LocalAgents
-from broker.runs.live_wait import claim_and_read, owned_round, wait_round
+from broker.runs.live_wait import claim_and_read, owned_round, served, wait_round
 from broker.runs.new_prompt import prompt_field
 from broker.runs.pause import CONTINUE, TOOLS, WAITING, Pause, RunLog
 from broker.runs.pending_calls import BadCallMetadata, new_requests, tool_schemas
@@ -357,8 +357,13 @@ class AgentRunner:
         pause = Pause(next_round, WAITING, calls=[c.model_dump(mode="json") for c in calls])
         writes.write(pause, messages)  # before registering: a retry registers the same round
         status = self._register(run_id, fields, pause)
-        live = loaded.spec.live_wait_s if self.live_waits else 0
-        if live > 0 and wait_round(self.broker, run_id, next_round, live):
+        waits = served()
+        live = waits.seconds(loaded.spec.live_wait_s) if self.live_waits else 0
+        ready = False
+        if live > 0:
+            with waits.place() as free:  # a place to wait in (a slot is held meanwhile)
+                ready = free and wait_round(self.broker, run_id, next_round, live)
+        if ready:
             claimed = claim_and_read(self.broker, run_id, next_round)  # one round trip
             if claimed is None:  # the resumer's: its resume job goes on with the round
                 return status

@@ -22,10 +22,12 @@ on a single Redis and on a Redis Cluster alike.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
 import weakref
+from collections.abc import Iterator
 
 from redis import Redis
 from redis.typing import KeyT, StreamIdT
@@ -39,6 +41,56 @@ RESUMER = "resumer"
 log = logging.getLogger("broker.runs.live_wait")
 BLOCK_S = 1.0
 """Longest single XREAD BLOCK, well below any socket timeout."""
+
+
+class LiveWaits:
+    """How this process's jobs wait live: `default_s` for an agent that sets no `live_wait_s`,
+    and at most `most` of them waiting at once (None: no limit).
+
+    A waiting job holds its worker slot, and a round a person answers takes longer than any
+    short wait: with no limit, a burst of such pauses would leave no slot to run agents. The
+    worker process serves `[workers] live_wait_s` with half its slots (`serve`); a job that
+    finds them all taken ends as a job without a live wait does, and its round resumes through
+    a resume job. Jobs run anywhere else (tests, `broker.testing`) wait only as their agent says.
+    """
+
+    def __init__(self, default_s: float = 0.0, most: int | None = None) -> None:
+        self.default_s = default_s
+        self.most = most
+        self._waiting = 0
+        self._lock = threading.Lock()
+
+    def seconds(self, configured: float | None) -> float:
+        """How long a job of an agent with `live_wait_s = configured` (None: unset) waits."""
+        return self.default_s if configured is None else configured
+
+    @contextlib.contextmanager
+    def place(self) -> Iterator[bool]:
+        """Take one of the places to wait in, for the block: True if there was one."""
+        with self._lock:
+            free = self.most is None or self._waiting < self.most
+            if free:
+                self._waiting += 1
+        try:
+            yield free
+        finally:
+            if free:
+                with self._lock:
+                    self._waiting -= 1
+
+
+_served = LiveWaits()
+
+
+def serve(waits: LiveWaits | None) -> None:
+    """Make `waits` this process's (the worker process, at start); None: back to the default
+    (an agent's own `live_wait_s`, no limit)."""
+    global _served
+    _served = waits or LiveWaits()
+
+
+def served() -> LiveWaits:
+    return _served
 
 
 def claim_field(round_no: int) -> str:

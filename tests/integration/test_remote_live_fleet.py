@@ -26,7 +26,8 @@ from broker.domain.config import Config, parse_config
 from broker.domain.models import Decision, RunStatus
 from broker.facade import Broker
 from broker.runs import agent_jobs as jobs
-from broker.runs.live_wait import LIVE, RESUMER, claim
+from broker.runs import live_wait
+from broker.runs.live_wait import LIVE, RESUMER, LiveWaits, claim, claimed_by
 from broker.runs.outbox import Resumer
 from broker.runs.starting import resume_job_id, run_queue, start_run
 from tests.support.jobs import jobs_bound_to
@@ -63,6 +64,8 @@ def config() -> Config:
             "agents": {
                 "live": {"path": path, "live_wait_s": 20},
                 "short": {"path": path, "live_wait_s": 0.3},
+                "plain": {"path": path},  # no live_wait_s: the worker process's default
+                "never": {"path": path, "live_wait_s": 0},
             }
         }
     )
@@ -104,6 +107,67 @@ def test_decided_within_live_wait_the_run_goes_on_in_the_same_job(fleet: Broker)
     assert [h.action for h in Resumer(fleet, min_idle_ms=0, block_ms=None).run_once()] == ["live"]
     assert not resume_job_exists(fleet.redis, run.id)
     assert run_queue(fleet).job_ids == [f"run-{run.id}-0"]  # only the first job was ever enqueued
+
+
+@pytest.fixture
+def served() -> Iterator[LiveWaits]:
+    """A worker process's live waits: 20 s for agents without their own, one place to wait."""
+    waits = LiveWaits(20, 1)
+    live_wait.serve(waits)
+    try:
+        yield waits
+    finally:
+        live_wait.serve(None)
+
+
+def live_until(broker: Broker, run_id: str) -> bytes | None:
+    """The run's `live_until:1`: written when a job starts to wait live for round 1."""
+    return broker.redis.hget(broker.keys.run(run_id), "live_until:1")
+
+
+def test_an_agent_without_its_own_live_wait_waits_as_the_worker_process_serves(
+    fleet: Broker, served: LiveWaits
+) -> None:
+    run = start_run(fleet, "plain", "Refund $120")
+    job, out = in_thread(jobs.run_agent, run.id)
+    approve_when_pending(fleet, run.id)
+    job.join(30)
+    assert out == ["finished"]
+    assert executed == ["refund 120.0"]
+    assert claimed_by(fleet, run.id, 1) == LIVE
+    assert not resume_job_exists(fleet.redis, run.id)
+
+
+def test_an_agent_with_live_wait_zero_never_waits_live_whatever_the_worker_serves(
+    fleet: Broker, served: LiveWaits
+) -> None:
+    run = start_run(fleet, "never", "Refund $120")
+    assert jobs.run_agent(run.id) == "waiting"  # at once: a wait would last 20 s
+    assert live_until(fleet, run.id) is None
+
+
+def test_with_every_place_taken_a_job_ends_without_waiting_and_resumes_as_before(
+    fleet: Broker, served: LiveWaits
+) -> None:
+    run = start_run(fleet, "plain", "Refund $120")
+    with served.place() as mine:  # another slot waits live in the only place
+        assert mine
+        assert jobs.run_agent(run.id) == "waiting"
+    assert live_until(fleet, run.id) is None
+    approve_when_pending(fleet, run.id)
+    assert [h.action for h in Resumer(fleet, min_idle_ms=0, block_ms=None).run_once()] == [
+        "enqueued"
+    ]
+    assert jobs.resume_agent(run.id, 1) == "finished"
+    assert executed == ["refund 120.0"]
+    with served.place() as again:  # the place was given back
+        assert again
+
+
+def test_jobs_run_outside_a_worker_process_wait_only_as_their_agent_says(fleet: Broker) -> None:
+    run = start_run(fleet, "plain", "Refund $120")
+    assert jobs.run_agent(run.id) == "waiting"
+    assert live_until(fleet, run.id) is None
 
 
 def test_too_late_for_the_live_wait_it_stops_and_resumes_as_before(fleet: Broker) -> None:

@@ -18,13 +18,15 @@ from pathlib import Path
 
 import pytest
 from redis import Redis
+from rq.job import Job
 from rq.registry import StartedJobRegistry
 
 from broker.domain.config import load_config, parse_config
 from broker.domain.errors import ConfigError
-from broker.domain.models import RunStatus
+from broker.domain.models import Decision, RunStatus
 from broker.facade import Broker
-from broker.runs.starting import RUN_QUEUE, start_run
+from broker.runs.live_wait import LIVE, claimed_by
+from broker.runs.starting import RUN_QUEUE, resume_job_id, start_run
 from tests.support.slot_agents import TOGETHER, Where, effects_key, held_key
 from tests.support.waiting import wait_for
 from tests.support.worker_process import WorkerProcess  # noqa: F401
@@ -56,6 +58,10 @@ path = "tests.support.slot_agents:blocking_agent"
 [agents.held]
 path = "tests.support.slot_agents:held_agent"
 deps = "tests.support.slot_agents:held_run"
+
+[agents.refund]
+path = "tests.support.slot_agents:refund_agent"
+deps = "tests.support.agents:make_recorder"
 """
 
 FINAL = (RunStatus.finished, RunStatus.failed)
@@ -129,6 +135,22 @@ def test_one_worker_runs_many_runs_at_once_and_a_raising_hanging_or_blocking_one
     assert "ValueError: the model's answer made no sense" in (failed["raising"].error or "")
     assert "run_timeout_s = 10 s" in (failed["hanging"].error or "")
     assert "blocked the worker's event loop" in (failed["blocking"].error or "")
+
+
+def test_a_worker_goes_on_with_a_round_answered_within_its_default_live_wait(
+    fleet: tuple[Broker, Callable[[], WorkerProcess]],
+) -> None:
+    """The agent sets no `live_wait_s`: the worker's `[workers] live_wait_s` (2 s by default)
+    holds the paused job, which claims the answered round and goes on: no resume job."""
+    broker, start = fleet
+    start()
+    run = start_run(broker, "refund", "Refund A1.")
+    [rid] = wait_for(lambda: broker.get_run(run.id).pending, timeout=30)
+    broker.decide(rid, Decision(outcome="approved"), decided_by="ann")
+    wait_for(lambda: broker.get_run(run.id).status in FINAL, timeout=30)
+    assert broker.get_run(run.id).status is RunStatus.finished
+    assert claimed_by(broker, run.id, 1) == LIVE
+    assert not Job.exists(resume_job_id(run.id, 1), connection=broker.redis)
 
 
 HOLDS: tuple[Where, ...] = ("before", "tool", "after")
