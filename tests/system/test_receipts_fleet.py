@@ -35,6 +35,7 @@ channels = ["inbox"]
 [agents.refund]
 path = "tests.support.slot_agents:refund_agent"
 deps = "tests.support.agents:make_recorder"
+live_wait_s = 0  # the round resumes on whichever worker runs then, not in the job that paused
 
 [receipts]
 key_file = "{key}"

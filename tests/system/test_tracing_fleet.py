@@ -61,6 +61,7 @@ tool = "ping"
 [agents.refunds]
 path = "refunds_demo:agent"
 deps = "refunds_demo:make_deps"
+live_wait_s = 0  # the trace of a round resumed by its resume job, not continued in place
 """
 
 
