@@ -27,8 +27,13 @@ def slow_s() -> float:
     return float(os.environ.get("BENCH_MODEL_SLEEP_S", "1.0"))
 
 
-LIVE_WAIT_S = float(os.environ.get("BENCH_LIVE_WAIT_S", "0"))
-"""The agents' `live_wait_s` (BENCH_LIVE_WAIT_S; 0, the default, unless set)."""
+LIVE_WAIT = (
+    f"live_wait_s = {float(os.environ['BENCH_LIVE_WAIT_S'])}"
+    if os.environ.get("BENCH_LIVE_WAIT_S")
+    else ""
+)
+"""The agents' `live_wait_s` when BENCH_LIVE_WAIT_S sets it; else none, so the worker's
+`[workers] live_wait_s` applies, as for any agent that sets none."""
 
 CONFIG = f"""
 [queues.default]
@@ -37,12 +42,12 @@ channels = ["inbox"]
 [agents.fast]
 path = "fake_agents:fast"
 deps = "fake_agents:deps"
-live_wait_s = {LIVE_WAIT_S}
+{LIVE_WAIT}
 
 [agents.slow]
 path = "fake_agents:slow"
 deps = "fake_agents:deps"
-live_wait_s = {LIVE_WAIT_S}
+{LIVE_WAIT}
 """
 """The broker config that names these agents (bench/ must be on the importing path)."""
 
