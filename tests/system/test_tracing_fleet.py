@@ -30,6 +30,7 @@ from tests.support.waiting import wait_for
 PREFIX = "trace:"
 PROMPT = "Refund $120 on order A103 because the floor is torn."
 REJECTED_PROMPT = "Refund $75 on order A100 because the sole came off."
+LIVE_PROMPT = "Refund $60 on order A106 because the zip broke."
 START_S = 120.0  # a role imports the agent stack: far longer on a loaded machine
 AUTH = {"authorization": f"Bearer {ADMIN}"}
 
@@ -62,6 +63,10 @@ tool = "ping"
 path = "refunds_demo:agent"
 deps = "refunds_demo:make_deps"
 live_wait_s = 0  # the trace of a round resumed by its resume job, not continued in place
+
+[agents.refunds_live]  # the worker's default live wait: the round goes on in the paused job
+path = "refunds_demo:agent"
+deps = "refunds_demo:make_deps"
 """
 
 
@@ -133,10 +138,12 @@ def approve_a_run(url: str) -> str:
     return decide_a_run(url, PROMPT, {"outcome": "approved"}, refunded=True)
 
 
-def decide_a_run(url: str, prompt: str, decision: dict[str, str], *, refunded: bool) -> str:
+def decide_a_run(
+    url: str, prompt: str, decision: dict[str, str], *, refunded: bool, agent: str = "refunds"
+) -> str:
     """Start a refund run, decide its one request over the API, wait until it finished."""
     with httpx.Client(base_url=url, headers=AUTH, timeout=10) as api:
-        started = api.post("/v1/runs", json={"agent": "refunds", "prompt": prompt})
+        started = api.post("/v1/runs", json={"agent": agent, "prompt": prompt})
         assert started.status_code == 202, started.text
         run_id = started.json()["run_id"]
 
@@ -232,6 +239,17 @@ def complete(spans: list[Span]) -> bool:
     )
 
 
+def complete_live(spans: list[Span]) -> bool:
+    """A run whose round went on in the job that paused it: one job, the tool ran in it."""
+    names = [s.name for s in spans]
+    return (
+        "POST /v1/runs" in names
+        and "process agent-runs" in names
+        and "approval.decision" in names
+        and sum(_ran_the_tool(s) for s in spans) >= 2
+    )
+
+
 def _ran_the_tool(span: Span) -> bool:
     return (
         span.attributes.get("gen_ai.tool.name") == "issue_refund"
@@ -247,10 +265,17 @@ def test_an_approved_run_is_one_connected_trace_across_api_notifier_and_worker(
     try:
         with fleet(redis_url, tmp_path, hooks, otlp.endpoint) as url:
             run_id = approve_a_run(url)
+            live_id = decide_a_run(
+                url, LIVE_PROMPT, {"outcome": "approved"}, refunded=True, agent="refunds_live"
+            )
             rejection = {"outcome": "rejected", "reason": "Photo needed"}
             refused = decide_a_run(url, REJECTED_PROMPT, rejection, refunded=False)
             spans = wait_for(
                 lambda: (t := trace_of(otlp.snapshot(), run_id)) and complete(t) and t,
+                timeout=30,
+            )
+            live_spans = wait_for(
+                lambda: (t := trace_of(otlp.snapshot(), live_id)) and complete_live(t) and t,
                 timeout=30,
             )
             unanswered = ask_and_let_time_out(url)
@@ -317,6 +342,25 @@ def test_an_approved_run_is_one_connected_trace_across_api_notifier_and_worker(
     ran = [s for s in spans if _ran_the_tool(s)]
     assert [s.service for s in ran] == ["approval-broker-worker"] * len(ran)
     assert any(jobs[1] in ancestors(s) for s in ran)  # the tool ran in the resumed round
+
+    # a round answered within the worker's live wait goes on in the job that paused it: one
+    # trace still, the tool ran under that job (round 0's), and no resume job was sent
+    live_ids = {s.span_id for s in live_spans}
+    assert [s.name for s in live_spans if not s.parent_id] == ["POST /v1/runs"]
+    assert [s.name for s in live_spans if s.parent_id and s.parent_id not in live_ids] == []
+    [live_job] = [s for s in live_spans if s.name == "process agent-runs"]
+    assert live_job.attributes["approval.round"] == 0
+    assert sum(s.name == "send agent-runs" for s in live_spans) == 1  # the start's job only
+    live_by_id = {s.span_id: s for s in live_spans}
+
+    def live_ancestors(span: Span) -> list[Span]:
+        out = []
+        while span.parent_id:
+            span = live_by_id[span.parent_id]
+            out.append(span)
+        return out
+
+    assert all(live_job in live_ancestors(s) for s in live_spans if _ran_the_tool(s))
 
     # a rejected call leaves its span too, in its own run's trace
     [rejected] = refused_spans
