@@ -242,8 +242,3 @@ def claim_and_read(broker: Broker, run_id: str, round_no: int) -> RoundRead | No
     """Claim a completed round for the live job and read what it goes on with (the run's hash,
     the round's requests) in the same round trip; None when the resumer owns the round."""
     return broker.run_store.claim_round(run_id, round_no, claim_field(round_no), LIVE)
-
-
-def wait_and_claim(broker: Broker, run_id: str, round_no: int, timeout_s: float) -> bool:
-    """True when the round completed within `timeout_s` and this live job owns it now."""
-    return wait_round(broker, run_id, round_no, timeout_s) and claim(broker, run_id, round_no, LIVE)

@@ -127,44 +127,42 @@ class RunStore:
         pipe.hgetall(keys.run(run_id))
         pipe.lrange(keys.run_log(run_id), 0, -1)
         pipe.get(keys.run_messages(run_id))
-        first = round_request_id(run_id, round_no, 0)
         if requests:
-            pipe.lrange(keys.run_round(run_id, round_no), 0, -1)
-            pipe.hgetall(keys.request(first))
+            self._queue_round(pipe, run_id, round_no)
         raw, log, legacy, *more = pipe.execute()
         if not raw:
             raise NotFound(f"no run with id {run_id!r}")
-        got: list[Request] | None = None
-        if requests:
-            ids, first_hash = [as_str(i) for i in more[0]], more[1]
-            if ids == [first] and first_hash:
-                got = [parse_request(first_hash)]
-            else:
-                got = self._requests(ids)
+        got = self._round(run_id, round_no, *more) if requests else None
         return RoundRead(as_str_dict(raw), list(log), legacy, got)
 
     def claim_round(self, run_id: str, round_no: int, field: str, who: str) -> RoundRead | None:
         """Claim round `round_no` (`HSETNX field who`) and read the run's hash and the round's
         requests in the same round trip (read after the claim, in order); None when the round
         is someone else's. The log is not read: the claimant has the history already."""
-        keys = self.store.keys
-        first = round_request_id(run_id, round_no, 0)
+        key = self.store.keys.run(run_id)
         pipe = self.store.redis.pipeline(transaction=False)
-        pipe.hsetnx(keys.run(run_id), field, who)
-        pipe.hget(keys.run(run_id), field)
-        pipe.hgetall(keys.run(run_id))
-        pipe.lrange(keys.run_round(run_id, round_no), 0, -1)
-        pipe.hgetall(keys.request(first))
+        pipe.hsetnx(key, field, who)
+        pipe.hget(key, field)
+        pipe.hgetall(key)
+        self._queue_round(pipe, run_id, round_no)
         _, owner, raw, ids, first_hash = pipe.execute()
         if owner is None or as_str(owner) != who:
             return None
+        return RoundRead(as_str_dict(raw), [], None, self._round(run_id, round_no, ids, first_hash))
+
+    def _queue_round(self, pipe: Any, run_id: str, round_no: int) -> None:
+        """Queue the reads of round `round_no`'s requests: their ids and the first request
+        (`{run}.{round}.0`), so a round of one call costs no second round trip (`_round`)."""
+        keys = self.store.keys
+        pipe.lrange(keys.run_round(run_id, round_no), 0, -1)
+        pipe.hgetall(keys.request(round_request_id(run_id, round_no, 0)))
+
+    def _round(self, run_id: str, round_no: int, ids: list[Any], first: Any) -> list[Request]:
+        """The round's requests from `_queue_round`'s replies (the others read now, if any)."""
         names = [as_str(i) for i in ids]
-        got = (
-            [parse_request(first_hash)]
-            if names == [first] and first_hash
-            else self._requests(names)
-        )
-        return RoundRead(as_str_dict(raw), [], None, got)
+        if names == [round_request_id(run_id, round_no, 0)] and first:
+            return [parse_request(first)]
+        return self._requests(names)
 
     def _requests(self, ids: list[str]) -> list[Request]:
         pipe = self.store.redis.pipeline(transaction=False)

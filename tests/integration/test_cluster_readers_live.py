@@ -16,7 +16,15 @@ from redis.cluster import RedisCluster
 from broker.domain.config import Config
 from broker.domain.models import Decision, NewRequest
 from broker.facade import Broker
-from broker.runs.live_wait import LIVE, RESUMER, claim, claimed_by, wait_and_claim, wait_round
+from broker.runs.live_wait import (
+    LIVE,
+    RESUMER,
+    claim,
+    claim_and_read,
+    claimed_by,
+    live_field,
+    wait_round,
+)
 from tests.support.cluster_reads import blocked_reads
 from tests.support.waiting import wait_for
 
@@ -50,7 +58,11 @@ def test_a_live_wait_wakes_on_its_rounds_outcomes_and_claims_the_round(any_broke
     broker = any_broker
     run_id, ids = run_outside_partition_0(broker, 2)
     started = time.monotonic()
-    thread, out = in_thread(lambda: wait_and_claim(broker, run_id, 1, 30))
+
+    def live_job() -> bool:  # as the runner's live wait: wait, then claim the round and read it
+        return wait_round(broker, run_id, 1, 30) and claim_and_read(broker, run_id, 1) is not None
+
+    thread, out = in_thread(live_job)
     wait_for(lambda: blocked_reads(broker) == 1)  # one blocking read: the run's partition
     broker.decide(ids[0], Decision(outcome="approved"), decided_by="ann")
     thread.join(0.5)  # a bounded look: a wait that woke on the first outcome would be done
@@ -93,7 +105,7 @@ def test_many_live_waits_share_one_blocking_read_and_each_wakes_on_its_own_round
         [req] = broker.create_round(run_id, 1, [NewRequest(tool_name="refund")])
         runs.append((run_id, req.id))
     waits = [in_thread(lambda r=r: wait_round(broker, r, 1, 30)) for r, _ in runs]
-    wait_for(lambda: sum(bool(broker.redis.hget(broker.keys.run(r), "live_until:1")) for r, _ in runs) == 10)  # fmt: skip
+    wait_for(lambda: sum(bool(broker.redis.hget(broker.keys.run(r), live_field(1))) for r, _ in runs) == 10)  # fmt: skip
     wait_for(lambda: blocked_reads(broker) == 1)
     broker.decide(runs[0][1], Decision(outcome="approved"), decided_by="ann")
     waits[0][0].join(10)
@@ -112,8 +124,6 @@ def test_many_live_waits_share_one_blocking_read_and_each_wakes_on_its_own_round
 def test_claim_and_read_gives_the_round_to_its_first_claimant_only(any_broker: Broker) -> None:
     """The live job's claim and its reads in one round trip: the run and the round's decided
     requests when the claim is its own; nothing when the resumer claimed the round first."""
-    from broker.runs.live_wait import claim_and_read
-
     broker = any_broker
     run_id, ids = run_outside_partition_0(broker, 2)
     for rid in ids:
