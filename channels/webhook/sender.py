@@ -6,9 +6,9 @@ force, so receivers keep verifying during a secret rotation. 410 Gone switches t
 off; anything else that is not 2xx is retried with back-off, then dead-lettered. A 429 or 503
 with Retry-After pauses the whole endpoint for that long (capped), as Slack's 429 does.
 
-Requests go out with aiohttp's client (channels.webhook.http): one overall deadline per
-delivery (the endpoint's `timeout_s`), a bounded answer, no redirects followed, proxies from
-the environment.
+Requests go out with httpx's API on aiohttp's connections (channels.webhook.http): one overall
+deadline per delivery (the endpoint's `timeout_s`), a bounded answer, no redirects followed,
+proxies from the environment.
 The body is built from the stored request without a `Request` model (the router's
 `StoredRequest`, from the core's request store).
 """
