@@ -27,7 +27,7 @@ from broker.domain.models import Decision, RunStatus
 from broker.facade import Broker
 from broker.runs import agent_jobs as jobs
 from broker.runs import live_wait
-from broker.runs.live_wait import LIVE, RESUMER, LiveWaits, claim, claimed_by
+from broker.runs.live_wait import LIVE, RESUMER, LiveWaits, claim, claimed_by, live_field
 from broker.runs.outbox import Resumer
 from broker.runs.starting import resume_job_id, run_queue, start_run
 from tests.support.jobs import jobs_bound_to
@@ -122,7 +122,7 @@ def served() -> Iterator[LiveWaits]:
 
 def live_until(broker: Broker, run_id: str) -> bytes | None:
     """The run's `live_until:1`: written when a job starts to wait live for round 1."""
-    return broker.redis.hget(broker.keys.run(run_id), "live_until:1")
+    return broker.redis.hget(broker.keys.run(run_id), live_field(1))
 
 
 def test_an_agent_without_its_own_live_wait_waits_as_the_worker_process_serves(
@@ -268,7 +268,7 @@ def test_a_decision_over_the_api_leaves_the_round_to_its_live_job(fleet: Broker)
         assert resp.status_code == 200, resp.text
         job.join(30)
     assert out == ["finished"]
-    assert fleet.redis.hget(fleet.keys.run(run.id), "claimed:1") == LIVE.encode()
+    assert claimed_by(fleet, run.id, 1) == LIVE
     assert not resume_job_exists(fleet.redis, run.id)
     # the step left the round's entry in `resumes_direct` (the recovery path): the resumer
     # acknowledges it, the round being the live job's

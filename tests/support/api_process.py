@@ -33,15 +33,20 @@ def api_env(redis_url: str, tmp_path: Path, config: str | None = None) -> dict[s
     return env
 
 
-def start_api(env: dict[str, str], port: int = 0) -> tuple[subprocess.Popen[str], str]:
-    """`approval-broker api --port PORT`, and the URL it says it listens on."""
-    proc = subprocess.Popen(
+def spawn_api(env: dict[str, str], port: int = 0) -> subprocess.Popen[str]:
+    """`approval-broker api --port PORT`, its output (stdout and stderr) on a pipe; not waited for."""
+    return subprocess.Popen(
         [sys.executable, "-m", "approval_broker", "api", "--port", str(port)],
         env=env,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
     )
+
+
+def start_api(env: dict[str, str], port: int = 0) -> tuple[subprocess.Popen[str], str]:
+    """`approval-broker api --port PORT`, and the URL it says it listens on."""
+    proc = spawn_api(env, port)
     assert proc.stdout is not None
     seen: list[str] = []
     deadline = time.monotonic() + START_TIMEOUT_S

@@ -22,6 +22,7 @@ from rq.serializers import JSONSerializer
 
 from broker.domain.models import Request, Run, RunStatus, Status
 from broker.facade import Broker
+from broker.runs.live_wait import LIVE, claimed_by
 from broker.runs.starting import resume_job_id, run_job_id, run_queue
 from broker.store.keys import RESUMER_GROUP
 from tests.support.fakes.deciding_receiver import Answered, DecidingReceiver, Intent
@@ -316,7 +317,7 @@ def check_resumes(
         refunds = ledger.all()
         # the round went on either in the job that paused it (a live wait, claimed `live`) or
         # in its resume job: one of the two, never both
-        live = broker.redis.hget(broker.keys.run(s.run_id), "claimed:1") == b"live"
+        live = claimed_by(broker, s.run_id, 1) == LIVE
         resumed = Job.exists(resume_job_id(s.run_id, 1), connection=rq)
         if live and resumed:
             resumes.append(f"{s.run_id}: round 1 went on live and has a resume job too")

@@ -18,9 +18,10 @@ from broker.facade import Broker
 from broker.redis.embedded import EmbeddedRedis, free_port
 from broker.runs.agents import register_agent
 from broker.runs.starting import start_run, wait_run
+from tests.support.api_process import api_env, spawn_api
+from tests.support.proc import stop_process
 from tests.support.waiting import wait_for
 
-ADMIN = "ab_test-admin-token-for-the-restart-test"
 DROPPED = 6
 """Connections the stand-in drops before Redis comes back: an impatient client gives up
 after two per command."""
@@ -74,16 +75,8 @@ def test_an_api_started_while_redis_is_down_waits_for_it_and_serves(tmp_path: Pa
     once Redis is back, rather than exit with a Redis error."""
     server = EmbeddedRedis(tmp_path / "redis").start()
     server.kill()
-    env = {k: v for k, v in os.environ.items() if not k.startswith("APPROVAL_BROKER_")}
-    env |= {"APPROVAL_BROKER_REDIS_URL": server.url, "APPROVAL_BROKER_ADMIN_TOKEN": ADMIN}
     port = free_port()
-    api = subprocess.Popen(
-        [sys.executable, "-m", "approval_broker", "api", "--port", str(port)],
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
+    api = spawn_api(api_env(server.url, tmp_path), port)
     try:
         with socket.create_server(("127.0.0.1", server.port)) as stand_in:
             stand_in.settimeout(0.5)
@@ -108,10 +101,5 @@ def test_an_api_started_while_redis_is_down_waits_for_it_and_serves(tmp_path: Pa
         wait_for(healthy, timeout=90)
         assert api.poll() is None
     finally:
-        api.terminate()
-        try:
-            api.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            api.kill()
-            api.wait()
+        stop_process(api, grace_s=30)
         server.close()

@@ -250,6 +250,16 @@ def complete_live(spans: list[Span]) -> bool:
     )
 
 
+def ancestors(span: Span, trace: list[Span]) -> list[Span]:
+    """`span`'s parent, its parent's parent, ... up to the root, within `trace`."""
+    by_id = {s.span_id: s for s in trace}
+    out = []
+    while span.parent_id:
+        span = by_id[span.parent_id]
+        out.append(span)
+    return out
+
+
 def _ran_the_tool(span: Span) -> bool:
     return (
         span.attributes.get("gen_ai.tool.name") == "issue_refund"
@@ -312,13 +322,6 @@ def test_an_approved_run_is_one_connected_trace_across_api_notifier_and_worker(
 
     by_id = {s.span_id: s for s in spans}
 
-    def ancestors(span: Span) -> list[Span]:
-        out = []
-        while span.parent_id:
-            span = by_id[span.parent_id]
-            out.append(span)
-        return out
-
     [decision] = [s for s in spans if s.name == "approval.decision"]
     assert decision.service == "approval-broker-api"
     assert decision.attributes["approval.outcome"] == "approved"
@@ -326,7 +329,9 @@ def test_an_approved_run_is_one_connected_trace_across_api_notifier_and_worker(
     assert decision.attributes["approval.queue"] == "default"
     assert decision.attributes["gen_ai.tool.name"] == "issue_refund"
     assert decision.attributes["gen_ai.tool.call.id"]
-    assert "process agent-runs" in [a.name for a in ancestors(decision)]  # the round that asked
+    assert "process agent-runs" in [
+        a.name for a in ancestors(decision, spans)
+    ]  # the round that asked
 
     jobs = sorted(
         (s for s in spans if s.name == "process agent-runs"),
@@ -341,7 +346,7 @@ def test_an_approved_run_is_one_connected_trace_across_api_notifier_and_worker(
 
     ran = [s for s in spans if _ran_the_tool(s)]
     assert [s.service for s in ran] == ["approval-broker-worker"] * len(ran)
-    assert any(jobs[1] in ancestors(s) for s in ran)  # the tool ran in the resumed round
+    assert any(jobs[1] in ancestors(s, spans) for s in ran)  # the tool ran in the resumed round
 
     # a round answered within the worker's live wait goes on in the job that paused it: one
     # trace still, the tool ran under that job (round 0's), and no resume job was sent
@@ -351,16 +356,7 @@ def test_an_approved_run_is_one_connected_trace_across_api_notifier_and_worker(
     [live_job] = [s for s in live_spans if s.name == "process agent-runs"]
     assert live_job.attributes["approval.round"] == 0
     assert sum(s.name == "send agent-runs" for s in live_spans) == 1  # the start's job only
-    live_by_id = {s.span_id: s for s in live_spans}
-
-    def live_ancestors(span: Span) -> list[Span]:
-        out = []
-        while span.parent_id:
-            span = live_by_id[span.parent_id]
-            out.append(span)
-        return out
-
-    assert all(live_job in live_ancestors(s) for s in live_spans if _ran_the_tool(s))
+    assert all(live_job in ancestors(s, live_spans) for s in live_spans if _ran_the_tool(s))
 
     # a rejected call leaves its span too, in its own run's trace
     [rejected] = refused_spans
