@@ -51,6 +51,9 @@ class Sender(ABC):
     """
 
     kind: str = ""
+    sends: bool = True
+    """False for a channel that never sends anything (the inbox: its page reads Redis). A
+    notifier whose channels all say so has nothing to deliver (`notifiers.router`)."""
 
     def __init__(self, name: str, *, policy: RetryPolicy, concurrency: int) -> None:
         self.name = name

@@ -24,6 +24,9 @@ from notifiers.router import Router
 log = logging.getLogger("notifiers")
 POLL_MS = 50
 """On a cluster, the pause after a round of reads that found nothing (no read blocks there)."""
+QUIET_S = 1.0
+"""With nothing to deliver (`Router.quiet`), the pause after a read that left nothing behind:
+the entries are only acknowledged, so they are read in batches, not one wake-up each."""
 
 
 class StreamReader:
@@ -46,9 +49,10 @@ class StreamReader:
         self.parker = parker
         self.ensure_groups = ensure_groups
         self.feed = broker.notifier_reads.feed(router.streams)
-        self._idle = threading.Event()  # never set: a pause between polls of a cluster
+        self._idle = threading.Event()  # set when stopping: the pauses between polls end
 
     def loop(self, stopping: threading.Event) -> None:
+        self._idle = stopping
         claim_every = max(0.05, min(self.options.claim_idle_s / 2, 5.0))
         next_claim = 0.0
         backoff = 0.1
@@ -80,11 +84,17 @@ class StreamReader:
         if room <= 0:
             return False
         count = min(self.options.batch, room)
-        # one Redis (or one partition): one blocking read of every stream; a cluster: one read
-        # per partition (a read spans one slot), none blocking, so the pause between polls is ours
-        got = self.feed.read(self.consumer, count, self.options.block_ms)
-        if not got and not self.feed.blocks:
-            self._idle.wait(min(self.options.block_ms or 0, POLL_MS) / 1000)
+        if self.router.quiet:  # nothing to deliver: no blocking read, a batch now and then
+            got = self.feed.read(self.consumer, count, None)
+            if sum(len(entries) for _, entries in got) < count:
+                self._idle.wait(QUIET_S)
+        else:
+            # one Redis (or one partition): one blocking read of every stream; a cluster: one
+            # read per partition (a read spans one slot), none blocking, so the pause between
+            # polls is ours
+            got = self.feed.read(self.consumer, count, self.options.block_ms)
+            if not got and not self.feed.blocks:
+                self._idle.wait(min(self.options.block_ms or 0, POLL_MS) / 1000)
         for stream, entries in got:
             self.router.handle(stream, entries, claimed=False)
         return True

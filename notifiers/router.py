@@ -1,5 +1,6 @@
 """From raw stream entries to tasks: parse each entry, load its request, pick the channels that
 want it (less those a done marker says already have it), and hand the tasks to the dispatcher.
+A notifier whose channels send nothing (`Sender.sends`: the inbox alone) only acknowledges.
 
 It decides nothing about a request and calls no channel itself.
 """
@@ -51,6 +52,9 @@ class Router:
         self.report = report
         self.dead_letters = dead_letters
         self._routes: dict[tuple[Any, ...], tuple[str, ...]] = {}
+        self.quiet = not any(channel.sends for channel in channels.values())
+        """No channel sends anything (the inbox alone, no webhook a request's callback could
+        name): every entry is acknowledged as read, with no request loaded."""
 
     def handle(self, stream: str, entries: list[Entry], *, claimed: bool) -> None:
         """Turn stream entries into in-flight entries and hand their tasks to the dispatcher."""
@@ -62,6 +66,12 @@ class Router:
             except MalformedEntry as exc:
                 self.dead_letters.entry(stream, entry_id, fields, f"malformed entry: {exc}")
         if not events:
+            return
+        if self.quiet:
+            for event in events:
+                entry = InflightEntry(event)
+                self.inflight.add(entry)
+                self.report(DeliveryResult(entry, ResultKind.finished))
             return
         requests, problems = self.fetch({e.request_id for e in events})
         # a redelivery needs the done markers; a later event also the copies posted so far

@@ -13,6 +13,7 @@ from channels.sender import Delivery, Sender
 
 class InboxSender(Sender):
     kind = "inbox"
+    sends = False
 
     def __init__(self) -> None:
         super().__init__("inbox", policy=RetryPolicy(1, 1.0, 1.0), concurrency=1)

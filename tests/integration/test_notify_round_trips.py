@@ -11,6 +11,7 @@ from redis import Redis
 from broker.domain.config import parse_config
 from broker.domain.models import NewRequest
 from broker.facade import Broker
+from channels.inbox.sender import InboxSender
 from channels.retry import RetryPolicy
 from channels.sender import Delivery, Sender
 from notifiers.consumer import Notifier
@@ -78,3 +79,29 @@ def test_a_batch_of_entries_costs_a_fixed_number_of_round_trips(redis_url: str) 
     assert pending == 0
     delivered = redis.hget(broker.keys.stats, "delivered:webhook")
     assert delivered is not None and int(delivered) == N + 1
+
+
+def test_a_notifier_with_nothing_to_deliver_acknowledges_a_batch_without_loading_requests(
+    redis_url: str,
+) -> None:
+    """The inbox sends nothing (its page reads Redis): a notifier whose channels are the inbox
+    alone reads a batch and acknowledges it, with no request loaded and no done marker read."""
+    redis = Redis.from_url(redis_url)
+    broker = Broker(
+        redis, parse_config({"queues": {"default": {"channels": ["inbox"]}}}), prefix="q:"
+    )
+    notifier = Notifier(broker, {"inbox": InboxSender()}, options(batch=N), name="n1")
+    try:  # driven by hand, as above
+        assert notifier.router.quiet
+        notifier.ensure_groups()
+        broker.create_requests([NewRequest(tool_name="refund", args={"i": i}) for i in range(N)])
+        loads = calls(redis, "hgetall") + calls(redis, "hkeys")
+        assert notifier.reader.read_once()
+        wait_for(lambda: len(notifier.inflight) == 0)  # every entry acknowledged
+        loads = calls(redis, "hgetall") + calls(redis, "hkeys") - loads
+    finally:
+        notifier.stop()
+    assert loads == 0
+    assert redis.xpending(broker.keys.stream("default"), "notifiers")["pending"] == 0
+    [group] = redis.xinfo_groups(broker.keys.stream("default"))
+    assert group["last-delivered-id"] == redis.xrevrange(broker.keys.stream("default"), count=1)[0][0]
