@@ -80,18 +80,21 @@ async def get_run(
 ) -> JSONResponse:
     """A run: status, round, pending request ids, output. Only its starter, an auditor and
     the admin see it (`api.visibility.may_see_run`); others get 404, at once, with or without
-    `?wait=`."""
-    starter, run = await read_run(state, run_id)
-    if not may_see_run(principal, starter):
-        raise NotFound(f"no run with id {run_id!r}")
-    if wait is not None and not settled(run):
+    `?wait=`. A long-poll reads the run once the stream reader's positions are fixed, so that
+    one read is both the answer for a run that is settled already and where the wait starts."""
+    if wait is None:
+        starter, run = await read_run(state, run_id)
+    else:
+        read: list[tuple[str | None, Run]] = []
 
         async def ready() -> bool:
-            nonlocal run
-            run = (await read_run(state, run_id))[1]
-            return settled(run)
+            read[:] = [await read_run(state, run_id)]
+            return settled(read[0][1]) or not may_see_run(principal, read[0][0])
 
-        await waiter_for(http, state).watch([run_id], wait, ready)
+        await waiter_for(http, state).watch([run_id], wait, ready)  # reads at least once
+        starter, run = read[0]
+    if not may_see_run(principal, starter):
+        raise NotFound(f"no run with id {run_id!r}")
     return JSONResponse(run.public())
 
 

@@ -196,7 +196,8 @@ class Broker:
         """A new asyncio face on this broker's Redis (by `redis_url` when given, else with the
         sync client's settings) for the API's stream and run reads. It is bound to the event
         loop it first runs on: one per loop, closed with `aclose`."""
-        return AsyncReads(async_client(redis_url, self.redis), self.keys)
+        client = async_client(redis_url, self.redis)
+        return AsyncReads(client, self.keys, self.store.scripts.coalesced)
 
     @property
     def rq_connection(self) -> Redis:

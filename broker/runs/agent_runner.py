@@ -267,14 +267,7 @@ class AgentRunner:
         if isinstance(output, DeferredToolRequests):
             messages = result.all_messages()
             return self._pause(run_id, round_no + 1, loaded, fields, output, messages, writes)
-        self.broker.run_store.update_run(  # the store's: it takes the round, known here
-            run_id,
-            rounds=round_no,
-            status=RunStatus.finished,
-            output=json.dumps(to_jsonable_python(output, fallback=str)),
-            error="",
-        )
-        return RunStatus.finished.value
+        return RunStatus.finished.value  # written by `_drive`
 
     async def _drive(
         self,
@@ -287,7 +280,8 @@ class AgentRunner:
         applying: bool,
     ) -> AgentRunResult[Any]:
         """Run the agent to its end: a marker before the first tool with effects of a step
-        starts (the guard writes it), a checkpoint once a step's tools returned.
+        starts (the guard writes it), a checkpoint once a step's tools returned, and the run's
+        end (`finished`, its output) when the agent returns one instead of deferred calls.
 
         `applying`: this attempt starts by applying the round's outcomes; the first marker says
         so, so a step taken again applies them again.
@@ -324,9 +318,15 @@ class AgentRunner:
         except BaseException:
             await writes.drain(quiet=True)
             raise
-        await writes.drain()  # the writes sent ahead are in before the run goes on
         if result is None:  # pragma: no cover - an End node always carries the result
+            await writes.drain()
             raise RunFailed(f"the agent of run {run_id} ended without a result")
+        if isinstance(result.output, DeferredToolRequests):
+            await writes.drain()  # the writes sent ahead are in before the run pauses
+        else:  # the end, on this loop, after the writes sent ahead
+            await writes.finish(
+                round_no, json.dumps(to_jsonable_python(result.output, fallback=str))
+            )
         return result
 
     def _pause(

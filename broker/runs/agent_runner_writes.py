@@ -208,6 +208,22 @@ class RoundWrites:
             if not quiet:
                 raise
 
+    async def finish(self, rounds: int, output: str) -> None:
+        """The run's end, from the agent's coroutine once the writes sent ahead are in:
+        `finished` with `output` (JSON), kept `retention_s`, announced to its long-polls; on the
+        loop's client (`on_loop`), else in a thread. The store's `queue_update` is the core."""
+        await self.drain()
+        fields: dict[str, Any] = {"status": RunStatus.finished, "output": output, "error": ""}
+        async with self._locked():
+            if not self.on_loop:
+                store = self.broker.run_store
+                await off_loop(lambda: store.update_run(self.run_id, rounds=rounds, **fields))
+                return
+            client = loop_client(self.broker.redis)
+            async with client.pipeline(transaction=True) as pipe:
+                self.broker.run_store.queue_update(pipe, self.run_id, rounds=rounds, **fields)
+                await pipe.execute()
+
     @property
     def says_running(self) -> bool:
         """Whether the run's hash says `running`, or a write on its way (ahead) will."""

@@ -6,7 +6,8 @@ The API follows those streams with XREAD (event streams, long-polls) and reads r
 asyncio client, so no read holds a thread. Which streams there are (one set per partition on a
 Redis Cluster, a slot each), their newest ids, the XREAD and the run's reads are here; where a
 reader stands, who is woken and what is sent are the API's (`api.follow`, `api.event_reads`).
-A run is read with the same commands as the sync store (`queue_run_read`, `run_from`). Built by
+A run is read with the same commands as the sync store (`run_read`, `run_from`), sent with
+the rest of a pass of the loop (`broker.store.coalesced`: the decide steps' batch). Built by
 `Broker.async_reads` on a client of its own: a redis.asyncio client is bound to the event loop it
 first runs on, so make one per loop. Reads only.
 """
@@ -18,8 +19,9 @@ from collections.abc import Iterable
 from broker.domain.models import Run
 from broker.redis.async_client import AsyncRedis, socket_timeout
 from broker.redis.replies import Entry, as_positions, as_str_dict, as_streams
+from broker.store.coalesced import Coalesced
 from broker.store.keys import Keys
-from broker.store.run_state import queue_run_read, run_from
+from broker.store.run_state import run_from, run_read
 
 Entries = list[Entry]
 """One stream's entries as Redis sends them: (id, fields), both as bytes."""
@@ -30,9 +32,12 @@ Batch = list[tuple[str, Entries]]
 class AsyncReads:
     """Reads on one asyncio client (`Broker.async_reads`); `aclose` when done with it."""
 
-    def __init__(self, client: AsyncRedis, keys: Keys) -> None:
+    def __init__(self, client: AsyncRedis, keys: Keys, coalesced: Coalesced | None = None) -> None:
         self.client = client
         self.keys = keys
+        self.coalesced = coalesced or Coalesced()
+        """Batches this client's commands per pass of the loop; the broker's scripts' own, so
+        the reads go with the decide steps (`Broker.async_reads`)."""
 
     @property
     def partitions(self) -> int:
@@ -76,9 +81,7 @@ class AsyncReads:
     async def run(self, run_id: str) -> tuple[Run, str | None]:
         """A run and who started it, its hash and pending set in one round trip; NotFound for
         an unknown run."""
-        async with self.client.pipeline(transaction=False) as pipe:
-            queue_run_read(pipe, self.keys, run_id)
-            raw, members = await pipe.execute()
+        raw, members = await self.coalesced.send_all(self.client, run_read(self.keys, run_id))
         fields = as_str_dict(raw)
         return run_from(run_id, fields, members), fields.get("started_by") or None
 

@@ -14,6 +14,7 @@ Nothing waits for company: the batch is sent as soon as the tasks that were read
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Sequence
 from typing import Any
 
 Pending = list[tuple[str, tuple[Any, ...], asyncio.Future[Any]]]
@@ -35,12 +36,39 @@ class Coalesced:
         `client`; its reply, or its error raised."""
         loop = asyncio.get_running_loop()
         done: asyncio.Future[Any] = loop.create_future()
+        self._batch(client, loop).append((command, args, done))
+        return await done
+
+    async def send_all(
+        self, client: Any, commands: Sequence[tuple[str, tuple[Any, ...]]]
+    ) -> list[Any]:
+        """Several commands of one caller (a run's hash and its pending set), in the same
+        pipeline as the rest of this pass of the loop; their replies in order, or the first
+        error raised."""
+        loop = asyncio.get_running_loop()
+        batch = self._batch(client, loop)
+        futures: list[asyncio.Future[Any]] = []
+        for command, args in commands:
+            futures.append(loop.create_future())
+            batch.append((command, args, futures[-1]))
+        try:
+            await asyncio.wait(futures)
+        finally:
+            for done in futures:  # the caller went away: `_run` leaves them alone
+                done.cancel()
+        errors = [done.exception() for done in futures]  # each looked at, so none is logged
+        first = next((e for e in errors if e is not None), None)
+        if first is not None:
+            raise first
+        return [done.result() for done in futures]
+
+    def _batch(self, client: Any, loop: asyncio.AbstractEventLoop) -> Pending:
+        """This pass's commands on `client`, sent once the tasks ready now have run."""
         found = self._pending.get(id(client))
         if found is None:
             found = self._pending[id(client)] = (client, [])
-            loop.call_soon(self._send, id(client), loop)  # after the tasks ready now
-        found[1].append((command, args, done))
-        return await done
+            loop.call_soon(self._send, id(client), loop)
+        return found[1]
 
     def _send(self, ident: int, loop: asyncio.AbstractEventLoop) -> None:
         client, batch = self._pending.pop(ident)

@@ -31,11 +31,17 @@ RUN_EVENTS_MAXLEN = 10_000
 entries written while it waits."""
 
 
+def run_read(keys: Keys, run_id: str) -> list[tuple[str, tuple[str]]]:
+    """The reads of a run (`run_from` reads their replies): its hash, then its pending set.
+    The sync store queues them on a pipeline (`queue_run_read`), the API's asyncio reads send
+    them with the rest of a pass of its loop (`broker.store.coalesced`)."""
+    return [("hgetall", (keys.run(run_id),)), ("smembers", (keys.run_pending(run_id),))]
+
+
 def queue_run_read(pipe: Any, keys: Keys, run_id: str) -> None:
-    """Queue the reads of a run on a pipeline, sync or asyncio (`run_from` reads the replies):
-    its hash, then its pending set. The sync store and the API's asyncio reads share it."""
-    pipe.hgetall(keys.run(run_id))
-    pipe.smembers(keys.run_pending(run_id))
+    """Queue `run_read` on a pipeline."""
+    for command, args in run_read(keys, run_id):
+        getattr(pipe, command)(*args)
 
 
 def run_from(run_id: str, f: dict[str, str], members: Iterable[Any]) -> Run:
@@ -219,16 +225,21 @@ class RunStore:
         A run that ends (finished or failed) is kept `retention_s`, like a decided request;
         `rounds` (its current round, when the caller knows it) saves reading it for that.
         """
+        pipe = self.store.redis.pipeline()
+        self.queue_update(pipe, run_id, rounds=rounds, **fields)
+        pipe.execute()
+
+    def queue_update(self, pipe: Any, run_id: str, *, rounds: int | None, **fields: Any) -> None:
+        """Queue `update_run`'s writes on a MULTI, sync or asyncio (an asyncio one must be
+        given `rounds` for a run that ends: nothing is read here then)."""
         mapping: dict[str, str] = {
             k: (v.value if isinstance(v, RunStatus) else v) for k, v in fields.items()
         }
         mapping["updated_at"] = f"{time.time():.6f}"
-        pipe = self.store.redis.pipeline()
         pipe.hset(self.store.keys.run(run_id), mapping=as_fields(mapping))
         if mapping.get("status") in ENDED:
             self.expire_run(pipe, run_id, rounds)
         self.announce(pipe, run_id, mapping.get("status"))
-        pipe.execute()
 
     def announce(self, pipe: Any, run_id: str, status: str | None) -> None:
         """Queue on `pipe` (after the status write) the entry that wakes the long-polls on

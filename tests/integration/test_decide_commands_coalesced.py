@@ -1,7 +1,8 @@
 """The commands a busy API sends for its decisions (the request reads, `Decisions.aread`, and
-the decide steps, `Scripts.arun`) go to Redis together: those of one pass of the event loop are
-one round trip, and each caller gets its own reply, or its own error
-(`broker.store.coalesced`)."""
+the decide steps, `Scripts.arun`) and the runs its long-polls read (`AsyncReads.run`) go to
+Redis together: those of one pass of the event loop are one round trip, and each caller gets
+its own reply, or its own error (`broker.store.coalesced`). The module has a Redis of its own:
+Redis counts round trips server-wide."""
 
 from __future__ import annotations
 
@@ -14,6 +15,9 @@ from broker.domain.principals import operator
 from broker.facade import Broker
 from broker.judge import Judge
 from broker.redis.connection import connect_async
+from broker.runs.agents import register_agent
+from broker.runs.starting import start_run
+from tests.support.counted_redis import redis_server  # noqa: F401 - counts need a Redis of their own
 
 
 async def _read_together(broker: Broker, url: str, ids: list[str]) -> tuple[list[Any], int]:
@@ -97,3 +101,41 @@ def test_concurrent_decisions_are_a_round_trip_for_their_reads_and_one_for_their
     assert [d.request.status for d in got[:4]] == [Status.approved] * 4
     assert isinstance(got[4], Conflict)
     assert broker.get_request(ids[4]).status is Status.rejected
+
+
+def test_run_reads_go_with_the_request_reads_of_the_same_pass_in_one_round_trip(
+    broker: Broker, redis_url: str
+) -> None:
+    """Three runs, a run that does not exist and a request, each read by its own task at
+    once: one round trip; a run read whose caller went away leaves the others their answers."""
+    register_agent(broker, "refunds", "refunds_demo:agent", deps="refunds_demo:make_deps")
+    runs = [
+        start_run(broker, "refunds", f"refund order {i}", started_by="svc").id for i in range(3)
+    ]
+    request = broker.create_request(NewRequest(tool_name="refund", args={"i": 0})).id
+
+    async def read_together() -> tuple[list[Any], int, bool]:
+        reads = broker.async_reads(redis_url)
+        try:
+            before = (await reads.client.info("stats"))["total_reads_processed"]
+            leaving = asyncio.ensure_future(reads.run(runs[0]))
+            got = asyncio.gather(
+                *(reads.run(run_id) for run_id in [*runs, "run_missing"]),
+                broker.decisions.aread(reads.client, request),
+                return_exceptions=True,
+            )
+            await asyncio.sleep(0)  # every read is waiting for the batch now
+            leaving.cancel()
+            answers = await got
+            after = (await reads.client.info("stats"))["total_reads_processed"]
+        finally:
+            await reads.aclose()
+        return answers, after - before - 1, leaving.cancelled()
+
+    got, trips, cancelled = asyncio.run(read_together())
+    assert trips == 1 and cancelled
+    assert [(run.id, run.status.value, starter) for run, starter in got[:3]] == [
+        (run_id, "queued", "svc") for run_id in runs
+    ]
+    assert isinstance(got[3], NotFound)
+    assert got[4].id == request
