@@ -14,7 +14,8 @@ stops when those in flight have returned (within `BLOCK_MS`), rather than cancel
 redis-py drops a connection whose reply is still due, so stopping at once cost a new Redis
 connection per long-poll (one per partition on a cluster). A long-poll that follows another
 (a client that waits for a run to pause, then for it to end) finds the reader still running,
-or its connections back in the pool.
+or its connections back in the pool and, within `KEEP_POSITIONS_S`, its positions to read on
+from.
 """
 
 from __future__ import annotations
@@ -36,6 +37,11 @@ log = logging.getLogger("approval_broker.api.follow")
 
 BLOCK_MS = 1000
 """XREAD BLOCK per call: short, well below any socket timeout, so a dead connection shows."""
+KEEP_POSITIONS_S = 5.0
+"""How long a reader that stopped keeps its stream positions for the next one: a long-poll that
+follows another (wait for a run to pause, decide, wait for it to end) reads on from there, with
+no round trip to look up the newest ids (entries in between are read, not missed). After a
+longer pause the backlog would cost more than that round trip."""
 BATCH = 500
 
 Fetch = Callable[[list[str]], Awaitable[list[Request]]]
@@ -78,6 +84,9 @@ class Waiter:
         self._subscribers: set[Subscriber] = set()
         self._positions: dict[str, str] = {}
         self._task: asyncio.Task[None] | None = None
+        self._stopped_at: float | None = None
+        """When the last reader stopped after reading to its positions (None: never, or it
+        stopped on an error)."""
         self._lock = asyncio.Lock()
         self._listening = asyncio.Event()
         """Set when someone starts listening: a reader letting its last reads finish sends the
@@ -120,7 +129,10 @@ class Waiter:
         async with self._lock:
             if self._task is not None and not self._task.done():
                 return
-            self._positions = await self.reads.newest(self.streams)
+            stopped = self._stopped_at
+            if stopped is None or self.loop.time() - stopped > KEEP_POSITIONS_S:
+                self._positions = await self.reads.newest(self.streams)
+            self._stopped_at = None
             self._task = asyncio.create_task(self._read())
 
     async def aclose(self) -> None:
@@ -171,6 +183,7 @@ class Waiter:
                         listener.cancel()
                 for n in [n for n, read in in_flight.items() if read in done]:
                     self._announce(n, in_flight.pop(n).result())
+            self._stopped_at = self.loop.time()  # every read answered: its positions hold
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # Redis went away: wake everyone to re-read (and restart us)
