@@ -337,12 +337,6 @@ class Broker:
     def update_run(self, run_id: str, **fields: Any) -> None:
         self.run_store.update_run(run_id, **fields)
 
-    def announce_run(self, run_id: str, status: str) -> None:
-        """Wake the long-polls on `run_id` (its status was written by a Lua step)."""
-        pipe = self.redis.pipeline(transaction=False)
-        self.run_store.announce(pipe, run_id, status)
-        pipe.execute()
-
     def save_messages(self, run_id: str, messages_json: bytes) -> None:
         self.run_store.save_messages(run_id, messages_json)
 

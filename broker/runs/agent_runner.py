@@ -25,6 +25,7 @@ the agent's coroutine runs (the worker's shared loop, or this thread's) is
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -56,7 +57,7 @@ from broker.runs.agent_loader import AgentLoadError, LoadedAgent, load_agent
 from broker.runs.agent_loop import run_sync
 from broker.runs.agent_runner_writes import RoundWrites
 from broker.runs.agents import LocalAgents
-from broker.runs.live_wait import claim_and_read, owned_round, served, wait_round
+from broker.runs.live_wait import claim_and_read, live_deadline, owned_round, served, wait_round
 from broker.runs.new_prompt import prompt_field
 from broker.runs.pause import CONTINUE, TOOLS, WAITING, Pause, RunLog
 from broker.runs.pending_calls import BadCallMetadata, new_requests, tool_schemas
@@ -178,7 +179,8 @@ class AgentRunner:
                 running=status is RunStatus.running,
             )
             if pause is not None and pause.stage == WAITING and pause.round == owned + 1:
-                return self._register(run_id, fields, pause)  # an attempt died after saving
+                self._register(run_id, fields, pause)  # an attempt died after saving
+                return RunStatus.waiting.value
             return self._step(run_id, owned, fields, pause, decided, writes)
         except Exception as exc:
             if is_transient(exc) and not final_attempt:
@@ -355,14 +357,22 @@ class AgentRunner:
                     "which is not defined"
                 )
         pause = Pause(next_round, WAITING, calls=[c.model_dump(mode="json") for c in calls])
-        writes.write(pause, messages)  # before registering: a retry registers the same round
-        status = self._register(run_id, fields, pause)
         waits = served()
         live = waits.seconds(loaded.spec.live_wait_s) if self.live_waits else 0
-        ready = False
-        if live > 0:
-            with waits.place() as free:  # a place to wait in (a slot is held meanwhile)
-                ready = free and wait_round(self.broker, run_id, next_round, live)
+        with contextlib.ExitStack() as held:
+            # a place to wait in, taken before the pause is written (a slot is held meanwhile)
+            until = time.time() + live if live > 0 and held.enter_context(waits.place()) else None
+            # the pause before registering: a retry registers the same round; with it the live
+            # wait's deadline, so a decision that completes the round sees the wait (decide.lua)
+            writes.write(
+                pause, messages, fields=live_deadline(next_round, until) if until else None
+            )
+            made = self._register(run_id, fields, pause)
+            ids = [r.id for r in made]
+            ready = until is not None and wait_round(
+                self.broker, run_id, next_round, live, until=until, request_ids=ids
+            )
+        status = RunStatus.waiting.value
         if ready:
             claimed = claim_and_read(self.broker, run_id, next_round)  # one round trip
             if claimed is None:  # the resumer's: its resume job goes on with the round
@@ -373,12 +383,11 @@ class AgentRunner:
             return self._step(run_id, next_round, fields, pause, decided, writes)
         return status
 
-    def _register(self, run_id: str, fields: dict[str, str], pause: Pause) -> str:
-        """Register the round `pause` waits on. `fields`: the run's, as this job read them (its
-        agent and starter never change)."""
+    def _register(self, run_id: str, fields: dict[str, str], pause: Pause) -> list[Request]:
+        """Register the round `pause` waits on; its requests. `fields`: the run's, as this job
+        read them (its agent and starter never change). The step that registers the round also
+        announces the pause to the run's long-polls (create.lua)."""
         # the run's starter asked for these calls: none of them counts their approval
         starter = fields.get("started_by") or None
         calls = [c.model_copy(update={"created_by": starter}) for c in pause.requests()]
-        self.broker.create_round(run_id, pause.round, calls, agent=fields.get("agent"))
-        self.broker.announce_run(run_id, RunStatus.waiting.value)
-        return RunStatus.waiting.value
+        return self.broker.create_round(run_id, pause.round, calls, agent=fields.get("agent"))

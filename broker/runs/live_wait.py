@@ -27,13 +27,13 @@ import logging
 import threading
 import time
 import weakref
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 
 from redis import Redis
 from redis.typing import KeyT, StreamIdT
 
 from broker.facade import Broker
-from broker.redis.replies import as_str, as_streams
+from broker.redis.replies import as_fields, as_str, as_streams
 from broker.store.run_state import RoundRead
 
 LIVE = "live"
@@ -104,6 +104,11 @@ def live_field(round_no: int) -> str:
     return f"live_until:{round_no}"
 
 
+def live_deadline(round_no: int, until: float) -> dict[str, str]:
+    """The run's field that says a live job waits for round `round_no` until `until` (epoch s)."""
+    return {live_field(round_no): f"{until:.6f}"}
+
+
 def claim(broker: Broker, run_id: str, round_no: int, who: str) -> bool:
     """Claim round `round_no` of the run for `who`; True if it is (now or already) `who`'s."""
     key, field = broker.keys.run(run_id), claim_field(round_no)
@@ -127,19 +132,37 @@ def claimed_by(broker: Broker, run_id: str, round_no: int) -> str | None:
     return as_str(owner)
 
 
-def wait_round(broker: Broker, run_id: str, round_no: int, timeout_s: float) -> bool:
+def wait_round(
+    broker: Broker,
+    run_id: str,
+    round_no: int,
+    timeout_s: float,
+    *,
+    until: float | None = None,
+    request_ids: Sequence[str] | None = None,
+) -> bool:
     """Block until every call of the run's round has an outcome; False after `timeout_s`.
 
-    The pending set is checked again only when the process's reader (`_Reader`) saw an event
-    naming one of the round's requests, or every `BLOCK_S` whatever happened (a reader that
-    lost Redis for a while costs a waiter at most that).
+    The wait's deadline goes on the run first (`live_deadline`), unless `until` says the
+    caller wrote it already (the runner, with the pause: a decision that completes the round
+    always sees it), and then the wait ends at `until`; `request_ids`, the round's, when the
+    caller has them (else read). The pending set is checked again only when the process's
+    reader (`_Reader`) saw an event naming one of the round's requests, or every `BLOCK_S`
+    whatever happened (a reader that lost Redis for a while costs a waiter at most that).
     """
     keys = broker.keys.of_run(run_id)  # the round's requests announce in the run's partition
-    pipe = broker.redis.pipeline(transaction=False)
-    pipe.hset(broker.keys.run(run_id), live_field(round_no), f"{time.time() + timeout_s:.6f}")
-    pipe.lrange(broker.keys.run_round(run_id, round_no), 0, -1)
-    _, ids = pipe.execute()
-    mine = [bytes(i) for i in ids]
+    if until is None or request_ids is None:
+        pipe = broker.redis.pipeline(transaction=False)
+        if until is None:
+            pipe.hset(
+                broker.keys.run(run_id),
+                mapping=as_fields(live_deadline(round_no, time.time() + timeout_s)),
+            )
+        pipe.lrange(broker.keys.run_round(run_id, round_no), 0, -1)
+        request_ids = [as_str(i) for i in pipe.execute()[-1]]
+    else:
+        timeout_s = until - time.time()
+    mine = [i.encode() for i in request_ids]
     pending = broker.keys.run_pending(run_id)
     woken = threading.Event()
     reader = _reader(broker, keys.at, [keys.stream(q) for q in broker.config.queues])

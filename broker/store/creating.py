@@ -38,6 +38,7 @@ from broker.store.create_routing import CreateRouting, RouteVerdict, cell_of
 from broker.store.handles import Store
 from broker.store.request_hash import decided, encode
 from broker.store.rule_store import RuleStore
+from broker.store.run_state import RUN_EVENTS_MAXLEN
 from broker.store.script_keys import ScriptKeys, create_batch_keys, insight_days
 from broker.store.shadow_rules import ShadowRecorder
 from broker.tracing import spans as traced
@@ -291,6 +292,7 @@ class Creating:
             values["copy"] = 1
         if run_id:
             values["run_id"] = run_id
+            values["run_events_maxlen"] = RUN_EVENTS_MAXLEN
         if not self.cluster:
             values["version"] = version.decode() if version else ""
         reply = self.store.scripts.run(

@@ -159,6 +159,7 @@ class KeyNames(Protocol):
     def run_pending(self, run_id: str) -> str: ...
     def run_requests(self, run_id: str) -> str: ...
     def run_round(self, run_id: str, round_no: int) -> str: ...
+    def run_events_of(self, run_id: str) -> str: ...
     def by_creator(self, name: str) -> str: ...
     def receipt_spent(self, request_id: str, jti_digest: str) -> str: ...
     def done(self, status: str) -> str: ...
@@ -315,7 +316,8 @@ def create_batch_keys(
     """create.lua: `partition`'s shared keys and the streams and indexes of `queues`, each
     creator's index (role `creator:NAME`), on a single Redis the rules' version and hit counts
     and each chosen rule's hash (role `rule:ID`; on a cluster they are in another slot), the
-    run's hash, round, pending set and index (for a round), then the request hashes in order.
+    run's hash, round, pending set, index and run-events stream (for a round), then the request
+    hashes in order.
     Returns the keys and the KEYS position of the first request hash."""
     part = keys.part(partition)
     script = part._shared(queues)
@@ -329,6 +331,7 @@ def create_batch_keys(
         script.name("run", keys.run(run_id)).name("round", keys.run_round(run_id, round_no))
         script.name("pending", keys.run_pending(run_id))
         script.name("run_requests", keys.run_requests(run_id))
+        script.name("run_events", keys.run_events_of(run_id))
     first = len(script.keys) + 1
     for rid in request_ids:
         script.keys.append(keys.request(rid))

@@ -104,4 +104,6 @@ def test_a_notifier_with_nothing_to_deliver_acknowledges_a_batch_without_loading
     assert loads == 0
     assert redis.xpending(broker.keys.stream("default"), "notifiers")["pending"] == 0
     [group] = redis.xinfo_groups(broker.keys.stream("default"))
-    assert group["last-delivered-id"] == redis.xrevrange(broker.keys.stream("default"), count=1)[0][0]
+    assert (
+        group["last-delivered-id"] == redis.xrevrange(broker.keys.stream("default"), count=1)[0][0]
+    )

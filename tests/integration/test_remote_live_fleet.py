@@ -109,6 +109,22 @@ def test_decided_within_live_wait_the_run_goes_on_in_the_same_job(fleet: Broker)
     assert run_queue(fleet).job_ids == [f"run-{run.id}-0"]  # only the first job was ever enqueued
 
 
+def test_the_live_wait_is_on_the_run_before_its_round_can_be_decided(fleet: Broker) -> None:
+    """The pause's write carries the live wait's deadline, before the step that registers the
+    round: a decision that completes the round, however soon, finds the wait (decide.lua and
+    the resumer's claim step leave the round to the live job). Redis's clock dates the round's
+    requests; the deadline is the job's clock, on the same machine, plus the 20 s wait."""
+    run = start_run(fleet, "live", "Refund $120")
+    job, out = in_thread(jobs.run_agent, run.id)
+    [rid] = wait_for(lambda: fleet.get_run(run.id).pending)
+    deadline = live_until(fleet, run.id)
+    created = fleet.get_request(rid).created_at.timestamp()
+    fleet.decide(rid, Decision(outcome="approved"), decided_by="alice")
+    job.join(30)
+    assert out == ["finished"] and claimed_by(fleet, run.id, 1) == LIVE
+    assert deadline is not None and float(deadline) - 20 <= created
+
+
 @pytest.fixture
 def served() -> Iterator[LiveWaits]:
     """A worker process's live waits: 20 s for agents without their own, one place to wait."""

@@ -3,9 +3,9 @@
 -- KEYS by role: expiry, requests, counts, resumes, the shared and per-queue listing indexes,
 --   the streams of the queues; 'creator:NAME' (the index of each creator); on a single Redis
 --   rule_version, rule_hits and 'rule:ID' (the hash of each rule chosen to decide one); for a
---   run also run, round, pending and run_requests. Then the request hashes, in the order of
+--   run also run, round, pending, run_requests and run_events. Then the request hashes, in the order of
 --   the requests, from KEYS[A.req_at].
--- A (ARGV[1]): maxlen, round, run_id, retention, audit_keep (absent: no audit entries); version: the rules' version the caller matched
+-- A (ARGV[1]): maxlen, round, run_id, run_events_maxlen (a round), retention, audit_keep (absent: no audit entries); version: the rules' version the caller matched
 --   with ('' for none; absent: not checked here, as on a cluster); rules = {[position] = {id,
 --   effect, status, decision (JSON text), entry (JSON text), cell}} for requests a rule decides;
 --   routes = {[position] = {id, entry (JSON text), cell}} for requests a routing rule placed
@@ -262,6 +262,9 @@ if round_key then
     redis.call('HSET', key('run'), 'status', 'queued', 'round', A.round, 'updated_at', created)
   else
     redis.call('HSET', key('run'), 'status', 'waiting', 'round', A.round, 'updated_at', created)
+    -- the pause, announced to the run's long-polls in the step that makes it (`RunStore.announce`)
+    redis.call('XADD', key('run_events'), 'MAXLEN', '~', A.run_events_maxlen, '*',
+      'run_id', A.run_id, 'status', 'waiting')
   end
 end
 return out
