@@ -361,7 +361,8 @@ class AgentRunner:
         live = waits.seconds(loaded.spec.live_wait_s) if self.live_waits else 0
         with contextlib.ExitStack() as held:
             # a place to wait in, taken before the pause is written (a slot is held meanwhile)
-            until = time.time() + live if live > 0 and held.enter_context(waits.place()) else None
+            free = live > 0 and held.enter_context(waits.place())
+            until = time.time() + live if free else None
             # the pause before registering: a retry registers the same round; with it the live
             # wait's deadline, so a decision that completes the round sees the wait (decide.lua)
             writes.write(
