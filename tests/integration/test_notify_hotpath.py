@@ -45,7 +45,7 @@ def test_history_notes_are_pydantics_text_at_whole_seconds_too() -> None:
 
 def test_routes_worked_out_once_per_kind_of_event_are_the_routes(redis: Redis) -> None:
     from broker.domain.config import parse_config
-    from broker.facade import Broker, StoredRequest
+    from broker.facade import Broker
     from channels.inbox.sender import InboxSender
     from channels.retry import RetryPolicy
     from channels.sender import Sender
@@ -104,10 +104,9 @@ def test_routes_worked_out_once_per_kind_of_event_are_the_routes(redis: Redis) -
                 events.append(parse_entry("s", queue, f"{n + 1}-0", fields))
     seen = set()
     for callback in (None, "cb"):
-        request = StoredRequest("x", callback, None, None, None)
         for _ in range(2):  # worked out, then from what was kept
             for event in events:
-                routed = router.route(event, request)
-                assert routed == router._route(event, request)
+                routed = router.route(event, callback)
+                assert routed == router._route(event, callback)
                 seen.add(tuple(routed))
     assert len(seen) >= 6  # the kinds of event really route differently

@@ -9,7 +9,8 @@ from typing import Any
 from redis import Redis
 
 from broker.domain.config import parse_config
-from broker.domain.models import NewRequest
+from broker.domain.events import REQUESTED, Event
+from broker.domain.models import Decision, NewRequest
 from broker.facade import Broker
 from channels.inbox.sender import InboxSender
 from channels.retry import RetryPolicy
@@ -107,3 +108,46 @@ def test_a_notifier_with_nothing_to_deliver_acknowledges_a_batch_without_loading
     assert (
         group["last-delivered-id"] == redis.xrevrange(broker.keys.stream("default"), count=1)[0][0]
     )
+
+
+class RequestedOnly(Delivered):
+    """A webhook endpoint sent `approval.requested` only (its `events`)."""
+
+    def wants(self, event: Event) -> bool:
+        return event.type == REQUESTED
+
+
+def test_outcomes_no_channel_wants_are_acknowledged_without_loading_their_requests(
+    redis_url: str,
+) -> None:
+    """Decide and sweep name an outcome's callback webhook in its entry ('' for none): when no
+    channel keeps copies, an outcome that neither the queue's channels nor that callback want
+    is acknowledged as read; a request created before and decided now is not loaded again."""
+    redis = Redis.from_url(redis_url)
+    config = parse_config(
+        {
+            "queues": {"default": {"channels": ["webhook:a"]}},
+            "webhooks": {"a": {"url": "http://127.0.0.1:9/h", "secret": SECRET}},
+        }
+    )
+    broker = Broker(redis, config, prefix="o:")
+    notifier = Notifier(broker, {"webhook:a": RequestedOnly()}, options(batch=N), name="n1")
+    try:  # driven by hand, as above
+        notifier.ensure_groups()
+        made = broker.create_requests(
+            [NewRequest(tool_name="refund", args={"i": i}) for i in range(N)]
+        )
+        assert notifier.reader.read_once()
+        wait_for(lambda: len(notifier.inflight) == 0)  # the requests delivered
+        for request in made:
+            broker.decide(request.id, Decision(outcome="approved"), decided_by="alice")
+        loads = calls(redis, "hgetall") + calls(redis, "hkeys")
+        assert notifier.reader.read_once()
+        wait_for(lambda: len(notifier.inflight) == 0)  # the outcomes acknowledged
+        loads = calls(redis, "hgetall") + calls(redis, "hkeys") - loads
+    finally:
+        notifier.stop()
+    assert loads == 0
+    assert redis.xpending(broker.keys.stream("default"), "notifiers")["pending"] == 0
+    delivered = redis.hget(broker.keys.stats, "delivered:webhook")
+    assert delivered is not None and int(delivered) == N  # the requests, not their outcomes

@@ -220,14 +220,15 @@ end
 -- Returns the outbox entry's id and the round when it wrote one (else nothing).
 local function finish(rkey, id, status, decision_json, event_type, now, run)
   local f = redis.call('HMGET', rkey, 'queue', 'run_id', 'round', 'traceparent',
-    'allowed_roles', 'created_by', 'created_at')
+    'allowed_roles', 'created_by', 'created_at', 'callback')
   redis.call('HSET', rkey, 'status', status, 'decision', decision_json)
   redis.call('EXPIRE', rkey, A.retention)
   redis.call('ZREM', key('expiry'), id)
   redis.call('ZADD', key('requests'), stamp(now), id)  -- the index is by last change
   count('pending:' .. f[1], -1)
   count(status .. ':' .. f[1], 1)
-  emit(f[1], 'type', event_type, 'request_id', id, 'queue', f[1])
+  -- the callback webhook the outcome goes to ('' for none): a notifier routes it unread
+  emit(f[1], 'type', event_type, 'request_id', id, 'queue', f[1], 'callback', f[8] or '')
   local resumed
   if f[2] and f[2] ~= '' then
     if redis.call('SREM', run.pending, id) == 1 and redis.call('SCARD', run.pending) == 0 then
