@@ -46,7 +46,9 @@ def calls(redis: Redis, command: str) -> int:
     return int(stats.get(f"cmdstat_{command}", {}).get("calls", 0))
 
 
-def test_a_batch_of_entries_costs_a_fixed_number_of_round_trips(redis_url: str) -> None:
+def on_webhook(redis_url: str, prefix: str) -> tuple[Redis, Broker]:
+    """A broker whose queue sends to the webhook endpoint `a` (its notifier's sender is the
+    test's own)."""
     redis = Redis.from_url(redis_url)
     config = parse_config(
         {
@@ -54,7 +56,11 @@ def test_a_batch_of_entries_costs_a_fixed_number_of_round_trips(redis_url: str) 
             "webhooks": {"a": {"url": "http://127.0.0.1:9/h", "secret": SECRET}},
         }
     )
-    broker = Broker(redis, config, prefix="rt:")
+    return redis, Broker(redis, config, prefix=prefix)
+
+
+def test_a_batch_of_entries_costs_a_fixed_number_of_round_trips(redis_url: str) -> None:
+    redis, broker = on_webhook(redis_url, "rt:")
     notifier = Notifier(broker, {"webhook:a": Delivered()}, options(batch=N), name="n1")
     try:  # driven by hand (no threads of its own but the pools and the committer)
         notifier.ensure_groups()
@@ -82,6 +88,15 @@ def test_a_batch_of_entries_costs_a_fixed_number_of_round_trips(redis_url: str) 
     assert delivered is not None and int(delivered) == N + 1
 
 
+def loads_of_a_batch(redis: Redis, notifier: Notifier) -> int:
+    """Read one batch and wait until its entries are acknowledged: how many requests and
+    done-marker sets it loaded."""
+    before = calls(redis, "hgetall") + calls(redis, "hkeys")
+    assert notifier.reader.read_once()
+    wait_for(lambda: len(notifier.inflight) == 0)
+    return calls(redis, "hgetall") + calls(redis, "hkeys") - before
+
+
 def test_a_notifier_with_nothing_to_deliver_acknowledges_a_batch_without_loading_requests(
     redis_url: str,
 ) -> None:
@@ -96,10 +111,7 @@ def test_a_notifier_with_nothing_to_deliver_acknowledges_a_batch_without_loading
         assert notifier.router.quiet
         notifier.ensure_groups()
         broker.create_requests([NewRequest(tool_name="refund", args={"i": i}) for i in range(N)])
-        loads = calls(redis, "hgetall") + calls(redis, "hkeys")
-        assert notifier.reader.read_once()
-        wait_for(lambda: len(notifier.inflight) == 0)  # every entry acknowledged
-        loads = calls(redis, "hgetall") + calls(redis, "hkeys") - loads
+        loads = loads_of_a_batch(redis, notifier)
     finally:
         notifier.stop()
     assert loads == 0
@@ -123,14 +135,7 @@ def test_outcomes_no_channel_wants_are_acknowledged_without_loading_their_reques
     """Decide and sweep name an outcome's callback webhook in its entry ('' for none): when no
     channel keeps copies, an outcome that neither the queue's channels nor that callback want
     is acknowledged as read; a request created before and decided now is not loaded again."""
-    redis = Redis.from_url(redis_url)
-    config = parse_config(
-        {
-            "queues": {"default": {"channels": ["webhook:a"]}},
-            "webhooks": {"a": {"url": "http://127.0.0.1:9/h", "secret": SECRET}},
-        }
-    )
-    broker = Broker(redis, config, prefix="o:")
+    redis, broker = on_webhook(redis_url, "o:")
     notifier = Notifier(broker, {"webhook:a": RequestedOnly()}, options(batch=N), name="n1")
     try:  # driven by hand, as above
         notifier.ensure_groups()
@@ -141,10 +146,7 @@ def test_outcomes_no_channel_wants_are_acknowledged_without_loading_their_reques
         wait_for(lambda: len(notifier.inflight) == 0)  # the requests delivered
         for request in made:
             broker.decide(request.id, Decision(outcome="approved"), decided_by="alice")
-        loads = calls(redis, "hgetall") + calls(redis, "hkeys")
-        assert notifier.reader.read_once()
-        wait_for(lambda: len(notifier.inflight) == 0)  # the outcomes acknowledged
-        loads = calls(redis, "hgetall") + calls(redis, "hkeys") - loads
+        loads = loads_of_a_batch(redis, notifier)  # the outcomes'
     finally:
         notifier.stop()
     assert loads == 0
