@@ -84,19 +84,22 @@ class StreamReader:
         if room <= 0:
             return False
         count = min(self.options.batch, room)
+        pause = 0.0
         if self.router.quiet:  # nothing to deliver: no blocking read, a batch now and then
             got = self.feed.read(self.consumer, count, None)
             if sum(len(entries) for _, entries in got) < count:
-                self._idle.wait(QUIET_S)
+                pause = QUIET_S
         else:
             # one Redis (or one partition): one blocking read of every stream; a cluster: one
             # read per partition (a read spans one slot), none blocking, so the pause between
             # polls is ours
             got = self.feed.read(self.consumer, count, self.options.block_ms)
             if not got and not self.feed.blocks:
-                self._idle.wait(min(self.options.block_ms or 0, POLL_MS) / 1000)
+                pause = min(self.options.block_ms or 0, POLL_MS) / 1000
         for stream, entries in got:
             self.router.handle(stream, entries, claimed=False)
+        if pause:  # after what was read is on its way
+            self._idle.wait(pause)
         return True
 
     def _make_groups(self) -> None:
