@@ -109,16 +109,6 @@ def live_deadline(round_no: int, until: float) -> dict[str, str]:
     return {live_field(round_no): f"{until:.6f}"}
 
 
-def claim(broker: Broker, run_id: str, round_no: int, who: str) -> bool:
-    """Claim round `round_no` of the run for `who`; True if it is (now or already) `who`'s."""
-    key, field = broker.keys.run(run_id), claim_field(round_no)
-    pipe = broker.redis.pipeline()
-    pipe.hsetnx(key, field, who)
-    pipe.hget(key, field)
-    _, owner = pipe.execute()
-    return owner is not None and owner.decode() == who
-
-
 def owned_round(fields: dict[str, str], round_no: int) -> int:
     """The round a job for `round_no` is really on: later rounds it went on with live count."""
     current = int(fields.get("round") or 0)

@@ -19,13 +19,13 @@ from broker.facade import Broker
 from broker.runs.live_wait import (
     LIVE,
     RESUMER,
-    claim,
     claim_and_read,
     claimed_by,
     live_field,
     wait_round,
 )
 from tests.support.cluster_reads import blocked_reads
+from tests.support.round_claims import claim
 from tests.support.waiting import wait_for
 
 

@@ -27,10 +27,11 @@ from broker.domain.models import Decision, RunStatus
 from broker.facade import Broker
 from broker.runs import agent_jobs as jobs
 from broker.runs import live_wait
-from broker.runs.live_wait import LIVE, RESUMER, LiveWaits, claim, claimed_by, live_field
+from broker.runs.live_wait import LIVE, RESUMER, LiveWaits, claimed_by, live_field
 from broker.runs.outbox import Resumer
 from broker.runs.starting import resume_job_id, run_queue, start_run
 from tests.support.jobs import jobs_bound_to
+from tests.support.round_claims import claim
 from tests.support.waiting import wait_for
 
 executed: list[str] = []

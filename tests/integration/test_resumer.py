@@ -18,7 +18,7 @@ from broker.domain.config import Config
 from broker.domain.models import Decision, NewRequest, RunStatus
 from broker.facade import Broker
 from broker.runs import resume_step
-from broker.runs.live_wait import LIVE, claim
+from broker.runs.live_wait import LIVE
 from broker.runs.outbox import Resumer
 from broker.runs.starting import RESUME_JOB, enqueue_resume, resume_job_id, run_queue
 from broker.store.keys import RESUMER_GROUP
@@ -31,6 +31,7 @@ from tests.support.backends import (  # noqa: F401 - redis, broker, api_broker o
 )
 from tests.support.jobs import work
 from tests.support.resumes import answered_run, pending_entries  # noqa: F401
+from tests.support.round_claims import claim
 from tests.support.waiting import wait_for
 from workers import resumer as resumer_module
 

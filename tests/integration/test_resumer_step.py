@@ -17,7 +17,7 @@ from broker.domain.config import Config
 from broker.domain.models import RunStatus
 from broker.facade import Broker
 from broker.runs import resume_step
-from broker.runs.live_wait import LIVE, RESUMER, claim, claim_field, claimed_by, live_field
+from broker.runs.live_wait import LIVE, RESUMER, claim_field, claimed_by, live_field
 from broker.runs.outbox import Resumer
 from broker.runs.resume_step import ClaimStep
 from broker.runs.starting import resume_job_id, run_queue
@@ -32,6 +32,7 @@ from tests.support.backends import (  # noqa: F401 - redis, broker, api_broker o
 from tests.support.counted_redis import redis_server  # noqa: F401 - counts need a Redis of their own
 from tests.support.jobs import work
 from tests.support.resumes import answered_run, pending_entries
+from tests.support.round_claims import claim
 
 
 def _outbox(broker: Broker, run_ids: list[str], round_no: int = 1) -> None:
