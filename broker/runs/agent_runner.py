@@ -320,15 +320,12 @@ class AgentRunner:
         except BaseException:
             await writes.drain(quiet=True)
             raise
+        await writes.drain()  # the writes sent ahead are in before the run goes on
         if result is None:  # pragma: no cover - an End node always carries the result
-            await writes.drain()
             raise RunFailed(f"the agent of run {run_id} ended without a result")
-        if isinstance(result.output, DeferredToolRequests):
-            await writes.drain()  # the writes sent ahead are in before the run pauses
-        else:  # the end, on this loop, after the writes sent ahead
-            await writes.finish(
-                round_no, json.dumps(to_jsonable_python(result.output, fallback=str))
-            )
+        if not isinstance(result.output, DeferredToolRequests):  # the end, on this loop
+            output = json.dumps(to_jsonable_python(result.output, fallback=str))
+            await writes.finish(round_no, output)
         return result
 
     def _pause(
