@@ -18,8 +18,9 @@ the attempt, so each step is one round trip:
 Writes from the agent's coroutine go on the loop's own redis.asyncio client
 (`broker.runs.agent_loop.loop_client`) on a single Redis, else to a thread
 (`broker.runs.agent_loop.off_loop`): never blocking the loop. `write` and `awrite` build their
-MULTI with one core (`_begin`, the store's `queue_step`); the runner's own writes (the pause,
-the end) are made on the job's thread.
+MULTI with one core (`_begin`, the store's `queue_step`); the run's end goes the same way
+(`finish`, on the store's `queue_update`). The pause and its round are written on the job's
+thread.
 
 A Redis that restarted or failed over may know no scripts while a connection opened before is
 still in use (scripts are not replicated): a step's script (a receipt's spend) then meets
