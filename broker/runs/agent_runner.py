@@ -57,7 +57,7 @@ from broker.runs.agent_loader import AgentLoadError, LoadedAgent, load_agent
 from broker.runs.agent_loop import run_sync
 from broker.runs.agent_runner_writes import RoundWrites
 from broker.runs.agents import LocalAgents
-from broker.runs.live_wait import claim_and_read, live_deadline, owned_round, served, wait_round
+from broker.runs.live_wait import live_deadline, owned_round, served, wait_and_claim
 from broker.runs.new_prompt import prompt_field
 from broker.runs.pause import CONTINUE, TOOLS, WAITING, Pause, RunLog
 from broker.runs.pending_calls import BadCallMetadata, new_requests, tool_schemas
@@ -367,14 +367,13 @@ class AgentRunner:
             )
             made = self._register(run_id, fields, pause)
             ids = [r.id for r in made]
-            ready = until is not None and wait_round(
+            # the round, claimed with what it goes on with in the step that found it complete;
+            # None: not in time, or the resumer's (its resume job goes on with the round)
+            claimed = until is not None and wait_and_claim(
                 self.broker, run_id, next_round, live, until=until, request_ids=ids
             )
         status = RunStatus.waiting.value
-        if ready:
-            claimed = claim_and_read(self.broker, run_id, next_round)  # one round trip
-            if claimed is None:  # the resumer's: its resume job goes on with the round
-                return status
+        if claimed:
             decided, fields = claimed.requests, claimed.fields
             pause.kept = messages  # the history it paused on, as it is (no trip through JSON)
             writes.running = False  # the round's outcomes made it `queued` again

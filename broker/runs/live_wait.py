@@ -14,8 +14,10 @@ the round at most the rest of its wait.
 The waits are woken from the handler queues' streams (XREAD BLOCK), where every outcome is
 announced in the same atomic step that records it: one reader thread per process and partition
 reads them for all the process's waits and wakes the wait whose request an event names (a wait
-checks the round's pending set after the reader's positions are fixed, so an outcome can't slip
-between the check and the read). A round's requests live in their run's partition
+tries its claim after the reader's positions are fixed, so an outcome can't slip between the
+try and the read). The claim is taken only once the round's pending set is empty, in the same
+step that checks it and reads what the job goes on with (`claim.lua`): one round trip per
+wake-up. A round's requests live in their run's partition
 (`Keys.of_run`), so a reader reads that partition's streams only: one slot, one blocking XREAD,
 on a single Redis and on a Redis Cluster alike.
 """
@@ -122,7 +124,7 @@ def claimed_by(broker: Broker, run_id: str, round_no: int) -> str | None:
     return as_str(owner)
 
 
-def wait_round(
+def wait_and_claim(
     broker: Broker,
     run_id: str,
     round_no: int,
@@ -130,15 +132,18 @@ def wait_round(
     *,
     until: float | None = None,
     request_ids: Sequence[str] | None = None,
-) -> bool:
-    """Block until every call of the run's round has an outcome; False after `timeout_s`.
+) -> RoundRead | None:
+    """Block until every call of the run's round has an outcome, and claim the round for this
+    live job: what it goes on with (the run's hash, the round's requests), or None after
+    `timeout_s` or when the round is someone else's (the resumer's, once the deadline passed).
 
     The wait's deadline goes on the run first (`live_deadline`), unless `until` says the
     caller wrote it already (the runner, with the pause: a decision that completes the round
     always sees it), and then the wait ends at `until`; `request_ids`, the round's, when the
-    caller has them (else read). The pending set is checked again only when the process's
-    reader (`_Reader`) saw an event naming one of the round's requests, or every `BLOCK_S`
-    whatever happened (a reader that lost Redis for a while costs a waiter at most that).
+    caller has them (else read). The claim is tried again only when the process's reader
+    (`_Reader`) saw an event naming one of the round's requests, or every `BLOCK_S` whatever
+    happened (a reader that lost Redis for a while costs a waiter at most that); a try while a
+    call still waits writes nothing (`RunStore.claim_round`).
     """
     keys = broker.keys.of_run(run_id)  # the round's requests announce in the run's partition
     if until is None or request_ids is None:
@@ -153,7 +158,7 @@ def wait_round(
     else:
         timeout_s = until - time.time()
     mine = [i.encode() for i in request_ids]
-    pending = broker.keys.run_pending(run_id)
+    field = claim_field(round_no)
     woken = threading.Event()
     reader = _reader(broker, keys.at, [keys.stream(q) for q in broker.config.queues])
     reader.watch(mine, woken)  # from here on, an outcome announced wakes this wait
@@ -161,11 +166,12 @@ def wait_round(
         deadline = time.monotonic() + timeout_s
         while True:
             woken.clear()
-            if broker.redis.scard(pending) == 0:
-                return True
+            claim = broker.run_store.claim_round(run_id, round_no, field, LIVE)
+            if claim.state != "pending":
+                return claim.read
             left = deadline - time.monotonic()
             if left <= 0:
-                return False
+                return None
             woken.wait(min(left, BLOCK_S))
     finally:
         reader.unwatch(mine, woken)
@@ -249,9 +255,3 @@ def _reader(broker: Broker, partition: int, streams: list[str]) -> _Reader:
         if partition not in mine:
             mine[partition] = _Reader(broker.redis, streams)
         return mine[partition]
-
-
-def claim_and_read(broker: Broker, run_id: str, round_no: int) -> RoundRead | None:
-    """Claim a completed round for the live job and read what it goes on with (the run's hash,
-    the round's requests) in the same round trip; None when the resumer owns the round."""
-    return broker.run_store.claim_round(run_id, round_no, claim_field(round_no), LIVE)

@@ -13,7 +13,7 @@ import json
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 from broker.domain.errors import NotFound
 from broker.domain.ids import new_id, round_request_id
@@ -74,6 +74,17 @@ class RoundRead:
     """The history of a run paused before the log existed (`Keys.run_messages`), else None."""
     requests: list[Request] | None
     """The round's requests, in call order (when asked for)."""
+
+
+@dataclass(frozen=True)
+class RoundClaim:
+    """A claim of a round that must be complete first (`RunStore.claim_round`)."""
+
+    state: Literal["mine", "pending", "other"]
+    """mine: claimed by the caller (now or before); pending: a call still waits for its
+    outcome, nothing was written; other: someone else's round, or the run is gone."""
+    read: RoundRead | None
+    """What the claimant goes on with (the run's hash, the round's requests) when it is mine."""
 
 
 class RunStore:
@@ -141,20 +152,30 @@ class RunStore:
         got = self._round(run_id, round_no, *more) if requests else None
         return RoundRead(as_str_dict(raw), list(log), legacy, got)
 
-    def claim_round(self, run_id: str, round_no: int, field: str, who: str) -> RoundRead | None:
-        """Claim round `round_no` (`HSETNX field who`) and read the run's hash and the round's
-        requests in the same round trip (read after the claim, in order); None when the round
-        is someone else's. The log is not read: the claimant has the history already."""
-        key = self.store.keys.run(run_id)
-        pipe = self.store.redis.pipeline(transaction=False)
-        pipe.hsetnx(key, field, who)
-        pipe.hget(key, field)
-        pipe.hgetall(key)
-        self._queue_round(pipe, run_id, round_no)
-        _, owner, raw, ids, first_hash = pipe.execute()
-        if owner is None or as_str(owner) != who:
-            return None
-        return RoundRead(as_str_dict(raw), [], None, self._round(run_id, round_no, ids, first_hash))
+    def claim_round(self, run_id: str, round_no: int, field: str, who: str) -> RoundClaim:
+        """Claim round `round_no` for `who` (`HSETNX field who`) if all its calls have an
+        outcome, and read the run's hash and the round's requests, in one step (`claim.lua`).
+        The log is not read: the claimant has the history already."""
+        keys = self.store.keys
+        reply = self.store.scripts.run_flat(
+            "claim",
+            [
+                keys.run(run_id),
+                keys.run_pending(run_id),
+                keys.run_round(run_id, round_no),
+                keys.request(round_request_id(run_id, round_no, 0)),
+            ],
+            [field, who],
+        )
+        state = reply[0]
+        if state != "mine":
+            return RoundClaim(state, None)
+        _, run, ids, first = reply
+        fields = as_str_dict(dict(zip(run[::2], run[1::2], strict=True)))
+        first_hash = dict(zip(first[::2], first[1::2], strict=True))
+        return RoundClaim(
+            "mine", RoundRead(fields, [], None, self._round(run_id, round_no, ids, first_hash))
+        )
 
     def _queue_round(self, pipe: Any, run_id: str, round_no: int) -> None:
         """Queue the reads of round `round_no`'s requests: their ids and the first request

@@ -1,6 +1,7 @@
 """A run's live wait (`broker.runs.live_wait`, an agent's `live_wait_s`) on a single Redis and on the
 local Redis Cluster: the waiting job wakes on the outcome of its round's requests, which live in
-the run's partition (chosen here outside partition 0), and claims the round once."""
+the run's partition (chosen here outside partition 0), and claims the round once it is complete,
+in the step that finds it so."""
 
 from __future__ import annotations
 
@@ -19,11 +20,12 @@ from broker.facade import Broker
 from broker.runs.live_wait import (
     LIVE,
     RESUMER,
-    claim_and_read,
+    claim_field,
     claimed_by,
     live_field,
-    wait_round,
+    wait_and_claim,
 )
+from broker.store.run_state import RoundClaim
 from tests.support.cluster_reads import blocked_reads
 from tests.support.round_claims import claim
 from tests.support.waiting import wait_for
@@ -59,8 +61,8 @@ def test_a_live_wait_wakes_on_its_rounds_outcomes_and_claims_the_round(any_broke
     run_id, ids = run_outside_partition_0(broker, 2)
     started = time.monotonic()
 
-    def live_job() -> bool:  # as the runner's live wait: wait, then claim the round and read it
-        return wait_round(broker, run_id, 1, 30) and claim_and_read(broker, run_id, 1) is not None
+    def live_job() -> bool:  # as the runner's live wait: the round claimed and read once complete
+        return wait_and_claim(broker, run_id, 1, 30) is not None
 
     thread, out = in_thread(live_job)
     wait_for(lambda: blocked_reads(broker) == 1)  # one blocking read: the run's partition
@@ -79,11 +81,12 @@ def test_a_live_wait_gives_up_after_its_time_with_the_round_still_open(any_broke
     broker = any_broker
     run_id, ids = run_outside_partition_0(broker, 1)
     started = time.monotonic()
-    assert wait_round(broker, run_id, 1, 0.3) is False
+    assert wait_and_claim(broker, run_id, 1, 0.3) is None
     assert time.monotonic() - started >= 0.3
-    assert claimed_by(broker, run_id, 1) is None
+    assert claimed_by(broker, run_id, 1) is None  # a try while the call waited wrote nothing
     broker.decide(ids[0], Decision(outcome="approved"), decided_by="ann")
-    assert wait_round(broker, run_id, 1, 5) is True  # decided before: at once
+    assert wait_and_claim(broker, run_id, 1, 5) is not None  # decided before: at once
+    assert claimed_by(broker, run_id, 1) == LIVE
 
 
 def test_many_live_waits_share_one_blocking_read_and_each_wakes_on_its_own_round(
@@ -104,7 +107,7 @@ def test_many_live_waits_share_one_blocking_read_and_each_wakes_on_its_own_round
         broker.create_run("refunds", "go", run_id=run_id)
         [req] = broker.create_round(run_id, 1, [NewRequest(tool_name="refund")])
         runs.append((run_id, req.id))
-    waits = [in_thread(lambda r=r: wait_round(broker, r, 1, 30)) for r, _ in runs]
+    waits = [in_thread(lambda r=r: wait_and_claim(broker, r, 1, 30) is not None) for r, _ in runs]
     wait_for(lambda: sum(bool(broker.redis.hget(broker.keys.run(r), live_field(1))) for r, _ in runs) == 10)  # fmt: skip
     wait_for(lambda: blocked_reads(broker) == 1)
     broker.decide(runs[0][1], Decision(outcome="approved"), decided_by="ann")
@@ -121,22 +124,35 @@ def test_many_live_waits_share_one_blocking_read_and_each_wakes_on_its_own_round
     wait_for(lambda: blocked_reads(broker) == 0)  # the reader ends with its last wait
 
 
-def test_claim_and_read_gives_the_round_to_its_first_claimant_only(any_broker: Broker) -> None:
-    """The live job's claim and its reads in one round trip: the run and the round's decided
-    requests when the claim is its own; nothing when the resumer claimed the round first."""
+def claim_live(broker: Broker, run_id: str, round_no: int) -> RoundClaim:
+    return broker.run_store.claim_round(run_id, round_no, claim_field(round_no), LIVE)
+
+
+def test_the_live_claim_takes_a_complete_round_for_its_first_claimant_only(
+    any_broker: Broker,
+) -> None:
+    """The live job's claim and its reads in one step: nothing written while a call of the
+    round waits; then the run and the round's decided requests when the claim is its own;
+    nothing when the resumer claimed the round first, or the run is gone."""
     broker = any_broker
     run_id, ids = run_outside_partition_0(broker, 2)
-    for rid in ids:
-        broker.decide(rid, Decision(outcome="approved"), decided_by="ann")
-    got = claim_and_read(broker, run_id, 1)
-    assert got is not None and got.fields["agent"] == "refunds"
-    assert [r.id for r in got.requests or []] == ids
-    assert all(r.decision is not None for r in got.requests or [])
-    assert claim_and_read(broker, run_id, 1) is not None  # its own claim, read again
+    broker.decide(ids[0], Decision(outcome="approved"), decided_by="ann")
+    assert claim_live(broker, run_id, 1) == RoundClaim("pending", None)
+    assert claimed_by(broker, run_id, 1) is None  # the other call still waits: not claimed
+    broker.decide(ids[1], Decision(outcome="approved"), decided_by="ann")
+    got = claim_live(broker, run_id, 1)
+    assert got.state == "mine" and got.read is not None
+    assert got.read.fields["agent"] == "refunds" and got.read.fields["claimed:1"] == LIVE
+    assert [r.id for r in got.read.requests or []] == ids
+    assert all(r.decision is not None for r in got.read.requests or [])
+    assert claim_live(broker, run_id, 1).state == "mine"  # its own claim, read again
     run2 = f"{run_id}-b"
     broker.create_run("refunds", "go", run_id=run2)
     [req] = broker.create_round(run2, 1, [NewRequest(tool_name="refund")])
     broker.decide(req.id, Decision(outcome="approved"), decided_by="ann")
     assert claim(broker, run2, 1, RESUMER)
-    assert claim_and_read(broker, run2, 1) is None
+    assert claim_live(broker, run2, 1) == RoundClaim("other", None)
     assert claimed_by(broker, run2, 1) == RESUMER
+    gone = f"{run_id}-gone"
+    assert claim_live(broker, gone, 1) == RoundClaim("other", None)
+    assert not broker.redis.exists(broker.keys.run(gone))  # the claim made no run of it

@@ -13,9 +13,10 @@ before every pipeline, one round trip more on the hot path. Clients without a pl
 pool (Redis Cluster, test doubles) keep redis-py's `Script` objects. A cluster pipeline refuses
 EVALSHA, so a call given one runs at once on the cluster (routed by its keys, all of one slot).
 
-Two steps take their arguments flat (`Scripts.run_flat`), not as one JSON object: the notifier's
-batch steps (`commit.lua`, the committer's batch; `take_parked.lua`), whose long lists would
-cost a JSON round on each side of every batch. They are loaded and called like the others.
+Three steps take their arguments flat (`Scripts.run_flat`), not as one JSON object: the
+notifier's batch steps (`commit.lua`, the committer's batch; `take_parked.lua`), whose long lists
+would cost a JSON round on each side of every batch, and a live job's claim (`claim.lua`), two
+words on its hot path. They are loaded and called like the others.
 """
 
 from __future__ import annotations
@@ -53,11 +54,12 @@ class StepArgs(Protocol):
 
 NAMES = (
     "create", "decide", "escalate", "due", "sweep", "note", "ack", "remember", "receipt", "audit",
-    "commit", "take_parked",
+    "commit", "take_parked", "claim",
 )  # fmt: skip
 FLAT: dict[str, tuple[str, ...]] = {
     "commit": ("chain.lua", "commit.lua"),  # appends audit entries: the chain, without lib.lua
     "take_parked": ("take_parked.lua",),
+    "claim": ("claim.lua",),  # a live job's claim of its completed round: no audit, no JSON
 }
 """The steps that take flat KEYS and ARGV (`Scripts.run_flat`), with the files each is made of;
 every other step is `chain.lua`, `lib.lua` (which decodes the one JSON argument) and its own."""
