@@ -36,6 +36,7 @@ def test_a_live_wait_claims_and_reads_its_complete_round_in_one_round_trip(
         before = counter.info("stats")["total_reads_processed"]
         got = wait_and_claim(broker, "run-done", 1, 5, until=time.time() + 5, request_ids=[done.id])
         trips = counter.info("stats")["total_reads_processed"] - before - 1  # less this INFO
+        counter.close()
     finally:
         broker.decide(still.id, Decision(outcome="approved"), decided_by="ann")
         other.join(10)
