@@ -47,7 +47,9 @@ def test_decision_racing_the_sweeper_leaves_one_outcome(broker: Broker, new_redi
 
     Both outcomes must occur (else the race was never run: it goes on past 150 rounds, up to
     1,000, until each side has won once), and each request gets exactly one outcome event in its
-    stream, whichever side won.
+    stream, whichever side won. The decision sets off up to 2 ms after the sweep, a different
+    offset each round: on a loaded machine (a cluster's extra hops) one side took every one of
+    1,000 rounds released at exactly the same moment, and the race went untested.
     """
     broker.config.queues["default"].escalate_to = None  # time out instead of escalating
     other = Broker(new_redis(), config, prefix="t:")
@@ -60,8 +62,9 @@ def test_decision_racing_the_sweeper_leaves_one_outcome(broker: Broker, new_redi
         ids.append(request.id)
         due = time.time() + 1
 
-        def act(which: int, rid: str = request.id, due: float = due):
+        def act(which: int, rid: str = request.id, due: float = due, late: float = (i % 9) / 4000):
             if which == 0:
+                time.sleep(late)  # not a wait for the other side: where in its step it starts
                 return broker.decide(rid, Decision(outcome="approved"), decided_by="alice")
             return other.sweep(now=due)
 
