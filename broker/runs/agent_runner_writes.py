@@ -22,11 +22,6 @@ MULTI with one core (`_begin`, the store's `queue_step`); the run's end goes the
 (`finish`, on the store's `queue_update`). The pause and its round are written on the job's
 thread.
 
-On a Redis Cluster each step waits for a replica of the run's master before the next one is
-built on it (`RunStore.replicate`): a step that died with its master, under a later one written
-to the promoted replica, would leave the run's log short of what its stage names (found by the
-cluster fleet test with masters killed: "the run's log has 2 entries, its stage needs 3").
-
 A Redis that restarted or failed over may know no scripts while a connection opened before is
 still in use (scripts are not replicated): a step's script (a receipt's spend) then meets
 NOSCRIPT inside the MULTI, where the commands before it ran and it did not. The scripts are
@@ -122,13 +117,10 @@ class RoundWrites:
             if self.broker.store.clustered and extra is not None:
                 # a cluster runs a step's script at once, not in a MULTI: after the stage
                 pipe.execute()
-                replies = [extra(redis)]
-            else:
-                if extra is not None:
-                    extra(pipe)
-                replies = list(pipe.execute())[own:]
-        store.replicate(self.run_id)  # on a cluster: the next step builds on this one
-        return replies
+                return [extra(redis)]
+            if extra is not None:
+                extra(pipe)
+            return list(pipe.execute())[own:]
 
     @property
     def on_loop(self) -> bool:
@@ -226,12 +218,7 @@ class RoundWrites:
         async with self._locked():
             if not self.on_loop:
                 store = self.broker.run_store
-
-                def in_thread() -> None:
-                    store.update_run(self.run_id, rounds=rounds, **fields)
-                    store.replicate(self.run_id)  # on a cluster: an end acknowledged stays
-
-                await off_loop(in_thread)
+                await off_loop(lambda: store.update_run(self.run_id, rounds=rounds, **fields))
                 return
             client = loop_client(self.broker.redis)
             async with client.pipeline(transaction=True) as pipe:

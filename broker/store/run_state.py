@@ -18,7 +18,6 @@ from typing import Any, Literal
 from broker.domain.errors import NotFound
 from broker.domain.ids import new_id, round_request_id
 from broker.domain.models import Request, Run, RunStatus, from_timestamp
-from broker.redis.cluster import wait_for_replicas
 from broker.redis.replies import as_bytes, as_fields, as_str, as_str_dict
 from broker.store.handles import Store
 from broker.store.keys import Keys
@@ -171,23 +170,12 @@ class RunStore:
         state = reply[0]
         if state != "mine":
             return RoundClaim(state, None)
-        self.replicate(run_id)  # a claim lost in a failover could let the resumer claim too
         _, run, ids, first = reply
         fields = as_str_dict(dict(zip(run[::2], run[1::2], strict=True)))
         first_hash = dict(zip(first[::2], first[1::2], strict=True))
         return RoundClaim(
             "mine", RoundRead(fields, [], None, self._round(run_id, round_no, ids, first_hash))
         )
-
-    def replicate(self, run_id: str) -> None:
-        """On a Redis Cluster, wait for a replica of the run's master to hold every write made
-        to it so far (`wait_for_replicas`; none in time is logged): a run's steps build on the
-        ones before them, so one that died with a master a later step was written over would
-        leave the run's log short of what its stage names. A master that failed over first
-        raises `FailedOver` (a connection error: the step is retried). Nothing on a single
-        Redis, where a write acknowledged is fsynced."""
-        if self.store.clustered:
-            wait_for_replicas(self.store.redis, self.store.keys.run(run_id), strict=False)
 
     def _queue_round(self, pipe: Any, run_id: str, round_no: int) -> None:
         """Queue the reads of round `round_no`'s requests: their ids and the first request

@@ -6,25 +6,20 @@ tags), so every Lua step must touch one slot only, or the cluster refuses it wit
 
 from __future__ import annotations
 
-import asyncio
 import threading
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
-from pydantic_ai.messages import ModelRequest, UserPromptPart
 from redis import Redis
 from redis.cluster import RedisCluster
 
 from broker.domain.config import Config
 from broker.domain.errors import Conflict
-from broker.domain.models import Decision, NewRequest, RunStatus, Status
+from broker.domain.models import Decision, NewRequest, Status
 from broker.facade import Broker
 from broker.redis.cluster import marker_key
-from broker.runs.agent_runner_writes import RoundWrites
-from broker.runs.live_wait import LIVE, claim_field
-from broker.runs.pause import WAITING, Pause, RunLog
 from broker.store.partitions import CLUSTER_PARTITIONS
 
 
@@ -147,28 +142,3 @@ def test_a_decision_waits_for_a_replica_on_a_cluster_only(any_broker: Broker):
     first = any_broker.keys.of_request(made.id).expiry  # the step's first key
     waited = any_broker.redis.exists(marker_key(first))  # WAIT's marker, beside it
     assert waited == (1 if isinstance(any_broker.redis, RedisCluster) else 0)
-
-
-def test_a_runs_steps_and_its_live_claim_wait_for_a_replica_on_a_cluster_only(any_broker: Broker):
-    """A run's step builds on the ones before it: on a cluster each waits for a replica of its
-    master first (a step that died with its master, under a later one, left the run's log short
-    of what its stage names), as the live claim of a round does."""
-    broker = any_broker
-    clustered = isinstance(broker.redis, RedisCluster)
-    broker.create_run("refunds", "go", run_id="run-w1")
-    marker = marker_key(broker.keys.run("run-w1"))  # WAIT's marker, in the run's slot
-
-    def waited() -> bool:
-        return bool(broker.redis.delete(marker))
-
-    writes = RoundWrites(broker, "run-w1", RunLog(), running=False)
-    writes.write(Pause(1, WAITING), [ModelRequest(parts=[UserPromptPart("go")])])
-    assert waited() is clustered  # the pause
-    [req] = broker.create_round("run-w1", 1, [new()])
-    broker.decide(req.id, Decision(outcome="approved"), decided_by="ann")
-    waited()  # the create and decide steps' own waits
-    claim = broker.run_store.claim_round("run-w1", 1, claim_field(1), LIVE)
-    assert claim.state == "mine" and waited() is clustered
-    asyncio.run(writes.finish(1, '"done"'))
-    assert waited() is clustered  # the run's end
-    assert broker.get_run("run-w1").status is RunStatus.finished
