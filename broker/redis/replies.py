@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, TypedDict, cast, overload
 
 import orjson
@@ -104,6 +104,11 @@ def as_str_dict(raw: Fields | None) -> dict[str, str]:
         return {k.decode("utf-8", "replace"): v.decode("utf-8", "replace") for k, v in raw.items()}  # type: ignore[union-attr]  # a str raises AttributeError: the path below
     except AttributeError:  # already text (or mixed)
         return {as_str(k): as_str(v) for k, v in raw.items()}
+
+
+def as_hash(flat: Sequence[Any]) -> dict[Any, Any]:
+    """A hash a Lua step replies with (its HGETALL: field, value, field, value...) as a dict."""
+    return dict(zip(flat[::2], flat[1::2], strict=True))
 
 
 def json_loads(text: str) -> Any:

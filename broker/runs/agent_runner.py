@@ -369,11 +369,13 @@ class AgentRunner:
             ids = [r.id for r in made]
             # the round, claimed with what it goes on with in the step that found it complete;
             # None: not in time, or the resumer's (its resume job goes on with the round)
-            claimed = until is not None and wait_and_claim(
-                self.broker, run_id, next_round, live, until=until, request_ids=ids
+            claimed = (
+                wait_and_claim(self.broker, run_id, next_round, live, until=until, request_ids=ids)
+                if until is not None
+                else None
             )
         status = RunStatus.waiting.value
-        if claimed:
+        if claimed is not None:
             decided, fields = claimed.requests, claimed.fields
             pause.kept = messages  # the history it paused on, as it is (no trip through JSON)
             writes.running = False  # the round's outcomes made it `queued` again

@@ -23,7 +23,7 @@ from pydantic_core import to_json
 from broker.domain.args_hash import canonical_json
 from broker.domain.models import HistoryEntry, NewRequest, Request, Status, from_timestamp
 from broker.domain.rules.matching import suggested_rules as suggest
-from broker.redis.replies import Fields, as_str_dict, json_loads
+from broker.redis.replies import Fields, as_hash, as_str_dict, json_loads
 from broker.tracing import telemetry as tracing
 
 JSON_FIELDS = (
@@ -344,7 +344,7 @@ def parse_request(raw: Fields) -> Request:
 
 def parse_flat(flat: list[str]) -> Request:
     """A request from a flat field, value, field, value... list (a Lua step's HGETALL)."""
-    return parse_request(dict(zip(flat[::2], flat[1::2], strict=True)))
+    return parse_request(as_hash(flat))
 
 
 def history_json(entry: HistoryEntry) -> str:

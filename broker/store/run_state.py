@@ -18,7 +18,7 @@ from typing import Any, Literal
 from broker.domain.errors import NotFound
 from broker.domain.ids import new_id, round_request_id
 from broker.domain.models import Request, Run, RunStatus, from_timestamp
-from broker.redis.replies import as_bytes, as_fields, as_str, as_str_dict
+from broker.redis.replies import as_bytes, as_fields, as_hash, as_str, as_str_dict
 from broker.store.handles import Store
 from broker.store.keys import Keys
 from broker.store.request_hash import parse_request
@@ -171,11 +171,8 @@ class RunStore:
         if state != "mine":
             return RoundClaim(state, None)
         _, run, ids, first = reply
-        fields = as_str_dict(dict(zip(run[::2], run[1::2], strict=True)))
-        first_hash = dict(zip(first[::2], first[1::2], strict=True))
-        return RoundClaim(
-            "mine", RoundRead(fields, [], None, self._round(run_id, round_no, ids, first_hash))
-        )
+        requests = self._round(run_id, round_no, ids, as_hash(first))
+        return RoundClaim("mine", RoundRead(as_str_dict(as_hash(run)), [], None, requests))
 
     def _queue_round(self, pipe: Any, run_id: str, round_no: int) -> None:
         """Queue the reads of round `round_no`'s requests: their ids and the first request

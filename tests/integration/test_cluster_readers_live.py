@@ -20,14 +20,13 @@ from broker.facade import Broker
 from broker.runs.live_wait import (
     LIVE,
     RESUMER,
-    claim_field,
     claimed_by,
     live_field,
     wait_and_claim,
 )
 from broker.store.run_state import RoundClaim
 from tests.support.cluster_reads import blocked_reads
-from tests.support.round_claims import claim
+from tests.support.round_claims import claim, claim_round
 from tests.support.waiting import wait_for
 
 
@@ -124,10 +123,6 @@ def test_many_live_waits_share_one_blocking_read_and_each_wakes_on_its_own_round
     wait_for(lambda: blocked_reads(broker) == 0)  # the reader ends with its last wait
 
 
-def claim_live(broker: Broker, run_id: str, round_no: int) -> RoundClaim:
-    return broker.run_store.claim_round(run_id, round_no, claim_field(round_no), LIVE)
-
-
 def test_the_live_claim_takes_a_complete_round_for_its_first_claimant_only(
     any_broker: Broker,
 ) -> None:
@@ -137,22 +132,22 @@ def test_the_live_claim_takes_a_complete_round_for_its_first_claimant_only(
     broker = any_broker
     run_id, ids = run_outside_partition_0(broker, 2)
     broker.decide(ids[0], Decision(outcome="approved"), decided_by="ann")
-    assert claim_live(broker, run_id, 1) == RoundClaim("pending", None)
+    assert claim_round(broker, run_id, 1, LIVE) == RoundClaim("pending", None)
     assert claimed_by(broker, run_id, 1) is None  # the other call still waits: not claimed
     broker.decide(ids[1], Decision(outcome="approved"), decided_by="ann")
-    got = claim_live(broker, run_id, 1)
+    got = claim_round(broker, run_id, 1, LIVE)
     assert got.state == "mine" and got.read is not None
     assert got.read.fields["agent"] == "refunds" and got.read.fields["claimed:1"] == LIVE
     assert [r.id for r in got.read.requests or []] == ids
     assert all(r.decision is not None for r in got.read.requests or [])
-    assert claim_live(broker, run_id, 1).state == "mine"  # its own claim, read again
+    assert claim_round(broker, run_id, 1, LIVE).state == "mine"  # its own claim, read again
     run2 = f"{run_id}-b"
     broker.create_run("refunds", "go", run_id=run2)
     [req] = broker.create_round(run2, 1, [NewRequest(tool_name="refund")])
     broker.decide(req.id, Decision(outcome="approved"), decided_by="ann")
     assert claim(broker, run2, 1, RESUMER)
-    assert claim_live(broker, run2, 1) == RoundClaim("other", None)
+    assert claim_round(broker, run2, 1, LIVE) == RoundClaim("other", None)
     assert claimed_by(broker, run2, 1) == RESUMER
     gone = f"{run_id}-gone"
-    assert claim_live(broker, gone, 1) == RoundClaim("other", None)
+    assert claim_round(broker, gone, 1, LIVE) == RoundClaim("other", None)
     assert not broker.redis.exists(broker.keys.run(gone))  # the claim made no run of it

@@ -9,10 +9,15 @@ from __future__ import annotations
 
 from broker.facade import Broker
 from broker.runs.live_wait import claim_field
+from broker.store.run_state import RoundClaim
+
+
+def claim_round(broker: Broker, run_id: str, round_no: int, who: str) -> RoundClaim:
+    """The store's claim of the complete round `round_no` of the run for `who`, as it answers."""
+    return broker.run_store.claim_round(run_id, round_no, claim_field(round_no), who)
 
 
 def claim(broker: Broker, run_id: str, round_no: int, who: str) -> bool:
     """Claim the complete round `round_no` of the run for `who`; True if it is (now or
     already) `who`'s (False too while one of its calls still waits for an outcome)."""
-    got = broker.run_store.claim_round(run_id, round_no, claim_field(round_no), who)
-    return got.state == "mine"
+    return claim_round(broker, run_id, round_no, who).state == "mine"
