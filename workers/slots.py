@@ -43,16 +43,10 @@ from redis.lock import Lock
 from rq import SimpleWorker
 from rq.job import Job
 from rq.queue import Queue
-from rq.registry import (
-    DeferredJobRegistry,
-    FailedJobRegistry,
-    FinishedJobRegistry,
-    StartedJobRegistry,
-)
+from rq.registry import StartedJobRegistry
 from rq.scheduler import RQScheduler
 from rq.serializers import JSONSerializer
 from rq.timeouts import BaseDeathPenalty, TimerDeathPenalty
-from rq.worker_registration import clean_worker_registry
 
 log = logging.getLogger("workers.slots")
 
@@ -278,37 +272,23 @@ class Slots:
 
         Under a lock of its own with a short TTL: RQ's maintenance lock lives 15 minutes, so
         a worker SIGKILLed while holding it would stop every recovery for that long. Abandoned
-        jobs are cleaned with a death penalty that works off the main thread: RQ's own pass
-        (`Worker.clean_registries`) makes its started registry with the SIGALRM one, and a job
-        that ran out of heartbeat between a pass of ours and RQ's had its failure callback armed
-        with SIGALRM on this thread, which raised and ended the worker process (the fleet test,
-        under load). So the other registries are cleaned here with RQ's registry classes, under
-        RQ's maintenance lock, as its pass does, and its started registry is never made.
+        jobs are cleaned with a death penalty that works off the main thread (RQ's registry
+        would arm SIGALRM around their failure callback); then RQ's own pass, under its lock,
+        for the rest.
         """
         lock = UPKEEP_LOCK.format(queue=self.queue_name)
         if not self.connection.set(lock, self.upkeep_token, nx=True, ex=UPKEEP_LOCK_S):
             return
         try:
-            queue = self.upkeep.queues[0]
             StartedJobRegistry(
                 self.queue_name,
                 connection=self.connection,
                 serializer=JSONSerializer,
                 death_penalty_class=TimerDeathPenalty,
             ).cleanup()
+            queue = self.upkeep.queues[0]
             queue.intermediate_queue.cleanup(self.upkeep, queue)
-            if queue.acquire_maintenance_lock():
-                try:
-                    for registry in (FinishedJobRegistry, FailedJobRegistry, DeferredJobRegistry):
-                        registry(
-                            name=queue.name,
-                            connection=queue.connection,
-                            job_class=queue.job_class,
-                            serializer=queue.serializer,
-                        ).cleanup()
-                    clean_worker_registry(queue)
-                finally:
-                    queue.release_maintenance_lock()
+            self.upkeep.clean_registries()
         finally:
             self.connection.delete(lock)
 
