@@ -274,23 +274,37 @@ class Slots:
         a worker SIGKILLed while holding it would stop every recovery for that long. Abandoned
         jobs are cleaned with a death penalty that works off the main thread (RQ's registry
         would arm SIGALRM around their failure callback); then RQ's own pass, under its lock,
-        for the rest.
+        for the rest. A job whose heartbeat runs out between the two makes RQ's pass raise
+        before it touches the job: ours is run again, and RQ's lock released.
         """
         lock = UPKEEP_LOCK.format(queue=self.queue_name)
         if not self.connection.set(lock, self.upkeep_token, nx=True, ex=UPKEEP_LOCK_S):
             return
         try:
-            StartedJobRegistry(
-                self.queue_name,
-                connection=self.connection,
-                serializer=JSONSerializer,
-                death_penalty_class=TimerDeathPenalty,
-            ).cleanup()
+            self._recover_abandoned()
             queue = self.upkeep.queues[0]
             queue.intermediate_queue.cleanup(self.upkeep, queue)
-            self.upkeep.clean_registries()
+            try:
+                self.upkeep.clean_registries()
+            except ValueError as exc:
+                # A job's heartbeat ran out after our pass: RQ's registry armed SIGALRM around
+                # its failure callback, which Python refuses off the main thread, before the
+                # callback or any write. RQ's lock would hold its pass back for 15 minutes.
+                queue.release_maintenance_lock()
+                log.warning("RQ's maintenance pass stopped (%s); recovering with ours", exc)
+                self._recover_abandoned()
         finally:
             self.connection.delete(lock)
+
+    def _recover_abandoned(self) -> None:
+        """Fail or retry the jobs whose heartbeat ran out (RQ's started registry), their
+        failure callback bounded by a death penalty that works off the main thread."""
+        StartedJobRegistry(
+            self.queue_name,
+            connection=self.connection,
+            serializer=JSONSerializer,
+            death_penalty_class=TimerDeathPenalty,
+        ).cleanup()
 
     def _schedule(self) -> None:
         """Move due retries onto the queue, unless another process is doing it right now.
