@@ -27,11 +27,18 @@ still in use (scripts are not replicated): a step's script (a receipt's spend) t
 NOSCRIPT inside the MULTI, where the commands before it ran and it did not. The scripts are
 loaded and the step is taken again, once: a step taken again writes the same (the log's LTRIM
 to what the step stands on, the same stage and fields) and its script runs this time.
+
+A master that failed over before its replica had a step loses that step's log entry, though it
+acknowledged it (a run's steps wait for no replica). Each step's MULTI reads the log's length
+first; a log shorter than this attempt wrote it is written again whole, as one entry of the
+history the attempt holds, with the stage standing on it (`_lost`, `_whole`): else the stage
+named entries the log no longer had, and the run could not be read again.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Callable
 from typing import Any
 
@@ -40,8 +47,11 @@ from redis.exceptions import NoScriptError
 
 from broker.domain.models import RunStatus
 from broker.facade import Broker
+from broker.redis.cluster import wait_for_replicas
 from broker.runs.agent_loop import loop_client, off_loop
 from broker.runs.pause import STAGE_FIELD, Pause, RunLog
+
+logger = logging.getLogger("broker.runs.agent_runner_writes")
 
 Extra = Callable[[Any], Any]
 """Queues more commands on a step's MULTI, after the run's own (a tool counted, a receipt).
@@ -100,15 +110,21 @@ class RoundWrites:
         commands, in one MULTI; returns the replies of `extra`'s commands."""
         mapping, entry = self._begin(pause, messages, fields)
         try:
-            replies = self._send(mapping, entry, extra)
+            length, replies = self._send(mapping, entry, extra)
         except NoScriptError:  # Redis forgot its scripts: see the module docstring
             self.broker.store.scripts.load()
-            replies = self._send(mapping, entry, extra)
+            length, replies = self._send(mapping, entry, extra)
+        if self._lost(pause, messages, length):
+            mapping, entry = self._whole(pause, messages, fields)
+            self._send(mapping, entry, None)
         self._end(pause)
         return replies
 
-    def _send(self, mapping: dict[str, str], entry: bytes | None, extra: Extra | None) -> list[Any]:
-        """`write`'s MULTI on this thread's client; the replies of `extra`'s commands."""
+    def _send(
+        self, mapping: dict[str, str], entry: bytes | None, extra: Extra | None
+    ) -> tuple[int, list[Any]]:
+        """`write`'s MULTI on this thread's client: the log's length before it, and the replies
+        of `extra`'s commands."""
         store = self.broker.run_store
         redis = self.broker.redis
         with redis.pipeline(transaction=True) as pipe:
@@ -116,11 +132,35 @@ class RoundWrites:
             own = len(pipe)
             if self.broker.store.clustered and extra is not None:
                 # a cluster runs a step's script at once, not in a MULTI: after the stage
-                pipe.execute()
-                return [extra(redis)]
+                return int(pipe.execute()[0]), [extra(redis)]
             if extra is not None:
                 extra(pipe)
-            return list(pipe.execute())[own:]
+            replies = pipe.execute()
+            return int(replies[0]), list(replies[own:])
+
+    def _lost(self, pause: Pause | None, messages: list[ModelMessage] | None, length: int) -> bool:
+        """Whether the log held fewer entries than this attempt wrote (`length`, before the
+        step): Redis lost writes it had acknowledged, as a master that failed over before its
+        replica had them does. The step just written then stands on entries that are gone."""
+        if length >= self.log.entries or pause is None or messages is None:
+            return False
+        logger.warning(
+            "run %s: its log had %d entries where %d were written (Redis lost acknowledged "
+            "writes); it is written again whole",
+            self.run_id, length, self.log.entries,
+        )  # fmt: skip
+        return True
+
+    def _whole(
+        self,
+        pause: Pause | None,
+        messages: list[ModelMessage] | None,
+        fields: dict[str, str] | None,
+    ) -> tuple[dict[str, str], bytes | None]:
+        """The step again, standing on a log of one entry: the whole history, which the
+        attempt holds (`_begin` on an empty log)."""
+        self.log = RunLog()
+        return self._begin(pause, messages, fields)
 
     @property
     def on_loop(self) -> bool:
@@ -141,17 +181,20 @@ class RoundWrites:
         (`ReceiptChecks.acheck` sees to it): loading is sync."""
         mapping, entry = self._begin(pause, messages, None)
         try:
-            replies = await self._asend(mapping, entry, extra)
+            length, replies = await self._asend(mapping, entry, extra)
         except NoScriptError:  # Redis forgot its scripts: see the module docstring
             await off_loop(self.broker.store.scripts.load)
-            replies = await self._asend(mapping, entry, extra)
+            length, replies = await self._asend(mapping, entry, extra)
+        if self._lost(pause, messages, length):
+            mapping, entry = self._whole(pause, messages, None)
+            await self._asend(mapping, entry, None)
         self._end(pause)
         return replies
 
     async def _asend(
         self, mapping: dict[str, str], entry: bytes | None, extra: Extra | None
-    ) -> list[Any]:
-        """`awrite`'s MULTI on the loop's client; the replies of `extra`'s commands."""
+    ) -> tuple[int, list[Any]]:
+        """`awrite`'s MULTI on the loop's client: as `_send`."""
         client = loop_client(self.broker.redis)
         async with client.pipeline(transaction=True) as pipe:
             self.broker.run_store.queue_step(
@@ -160,7 +203,8 @@ class RoundWrites:
             own = len(pipe)
             if extra is not None:
                 extra(pipe)
-            return list(await pipe.execute())[own:]
+            replies = await pipe.execute()
+            return int(replies[0]), list(replies[own:])
 
     async def step(
         self,
@@ -217,13 +261,20 @@ class RoundWrites:
         fields: dict[str, Any] = {"status": RunStatus.finished, "output": output, "error": ""}
         async with self._locked():
             if not self.on_loop:
-                store = self.broker.run_store
-                await off_loop(lambda: store.update_run(self.run_id, rounds=rounds, **fields))
+                await off_loop(lambda: self._finish_sync(rounds, fields))
                 return
             client = loop_client(self.broker.redis)
             async with client.pipeline(transaction=True) as pipe:
                 self.broker.run_store.queue_update(pipe, self.run_id, rounds=rounds, **fields)
                 await pipe.execute()
+
+    def _finish_sync(self, rounds: int, fields: dict[str, Any]) -> None:
+        """`finish` on this thread's client. On a cluster it waits for a replica, as a run's
+        start does: the run's end is the last write of its attempt, so no later step would
+        find it lost, and a run whose master failed over just after would stay `running`."""
+        self.broker.run_store.update_run(self.run_id, rounds=rounds, **fields)
+        if self.broker.store.clustered:
+            wait_for_replicas(self.broker.redis, self.broker.keys.run(self.run_id), strict=False)
 
     @property
     def says_running(self) -> bool:

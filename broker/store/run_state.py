@@ -206,29 +206,21 @@ class RunStore:
         """Queue on `pipe` (a MULTI, sync or asyncio) one step of a round: `fields` into the
         run's hash (its stage, status, counts; `updated_at` too) and, when the step added
         messages, their log `entry` after the log's first `after` entries (what the log held
-        before it, so a step taken again writes the same log)."""
+        before it, so a step taken again writes the same log).
+
+        Its first reply is the log's length before the step: shorter than
+        `after` only when Redis lost writes it had acknowledged (a master that failed over
+        before its replica had them), and then the caller writes the log again whole."""
         keys = self.store.keys
+        log = keys.run_log(run_id)
+        pipe.llen(log)
         if entry is not None:
-            log = keys.run_log(run_id)
             if after:
                 pipe.ltrim(log, 0, after - 1)
             else:
                 pipe.delete(log)
             pipe.rpush(log, entry)
         pipe.hset(keys.run(run_id), mapping={**fields, "updated_at": f"{time.time():.6f}"})
-
-    def write_step(
-        self,
-        run_id: str,
-        fields: Mapping[str, str | int],
-        *,
-        entry: bytes | None = None,
-        after: int = 0,
-    ) -> None:
-        """`queue_step` in a MULTI of its own."""
-        with self.store.redis.pipeline(transaction=True) as pipe:
-            self.queue_step(pipe, run_id, fields, entry=entry, after=after)
-            pipe.execute()
 
     def get_run(self, run_id: str) -> Run:
         """The run, its hash and pending set read in one round trip."""
