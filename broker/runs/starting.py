@@ -28,6 +28,7 @@ from broker.facade import Broker
 from broker.redis.cluster import wait_for_replicas
 from broker.redis.replies import as_fields, as_str
 from broker.runs.agent_jobs import RESUME_JOB, RUN_JOB, mark_failed, resume_agent, run_agent
+from broker.store.run_state import run_from
 from broker.tracing import spans as traced
 
 __all__ = [
@@ -36,6 +37,7 @@ __all__ = [
     "RUN_JOB",
     "RUN_QUEUE",
     "enqueue_resume",
+    "is_known_agent",
     "known_agents",
     "resume_job_id",
     "run_job_id",
@@ -86,6 +88,12 @@ def known_agents(broker: Broker) -> set[str]:
     return set(broker.config.agents) | registered
 
 
+def is_known_agent(broker: Broker, name: str) -> bool:
+    """Whether `name` is in the config or registered at run time: Redis is asked (one
+    SISMEMBER) only for an agent the config doesn't have."""
+    return name in broker.config.agents or bool(broker.redis.sismember(broker.keys.agents, name))
+
+
 def unknown_agent(name: str, known: set[str]) -> str:
     """`no agent named 'x' is registered (known: a, b)`: what to start instead."""
     return f"no agent named {name!r} is registered (known: {', '.join(sorted(known)) or 'none'})"
@@ -100,9 +108,8 @@ def start_run(
     `started_by` (the API caller who started it) is kept: each request of the run records it,
     and the starter never counts as an approver of them.
     """
-    known = known_agents(broker)
-    if agent not in known:
-        raise NotFound(unknown_agent(agent, known), code="unknown_agent")
+    if not is_known_agent(broker, agent):
+        raise NotFound(unknown_agent(agent, known_agents(broker)), code="unknown_agent")
     if not isinstance(prompt, str):
         raise InvalidInput("prompt must be a string")
     try:
@@ -118,12 +125,12 @@ def start_run(
         broker.redis.hset(broker.keys.run(run_id), mapping=as_fields(fields))
         wait_for_replicas(broker.redis, broker.keys.run(run_id), strict=False)
         run_queue(broker).enqueue(run_agent, run_id, **options)
-        return broker.get_run(run_id)
-    with broker.redis.pipeline() as pipe:
-        run_queue(broker).enqueue(run_agent, run_id, pipeline=pipe, **options)
-        pipe.hset(broker.keys.run(run_id), mapping=as_fields(fields))
-        pipe.execute()
-    return broker.get_run(run_id)
+    else:
+        with broker.redis.pipeline() as pipe:
+            run_queue(broker).enqueue(run_agent, run_id, pipeline=pipe, **options)
+            pipe.hset(broker.keys.run(run_id), mapping=as_fields(fields))
+            pipe.execute()
+    return run_from(run_id, fields, [])  # as written: not read back (a worker may be on it)
 
 
 def enqueue_resume(broker: Broker, run_id: str, round_no: int) -> bool:
