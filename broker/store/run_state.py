@@ -208,9 +208,9 @@ class RunStore:
         messages, their log `entry` after the log's first `after` entries (what the log held
         before it, so a step taken again writes the same log).
 
-        Its first reply is the log's length before the step: shorter than
-        `after` only when Redis lost writes it had acknowledged (a master that failed over
-        before its replica had them), and then the caller writes the log again whole."""
+        Its first reply is the log's length before the step: shorter than `after` only when
+        Redis lost writes it had acknowledged (a master that failed over before its replica had
+        them), and then the caller writes the log again whole."""
         keys = self.store.keys
         log = keys.run_log(run_id)
         pipe.llen(log)
