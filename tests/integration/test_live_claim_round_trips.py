@@ -14,7 +14,10 @@ from broker.domain.models import Decision, NewRequest
 from broker.facade import Broker
 from broker.runs.live_wait import LIVE, claimed_by, wait_and_claim
 from tests.support.cluster_reads import blocked_reads
-from tests.support.counted_redis import redis_server  # noqa: F401 - counts need a Redis of their own
+from tests.support.counted_redis import (
+    redis_server,  # noqa: F401 - counts need a Redis of their own
+    round_trips,
+)
 from tests.support.waiting import wait_for
 
 
@@ -33,9 +36,9 @@ def test_a_live_wait_claims_and_reads_its_complete_round_in_one_round_trip(
     try:
         wait_for(lambda: blocked_reads(broker) == 1)
         counter = Redis.from_url(redis_url)
-        before = counter.info("stats")["total_reads_processed"]
+        before = round_trips(counter)
         got = wait_and_claim(broker, "run-done", 1, 5, until=time.time() + 5, request_ids=[done.id])
-        trips = counter.info("stats")["total_reads_processed"] - before - 1  # less this INFO
+        trips = round_trips(counter) - before - 1  # less this INFO
         counter.close()
     finally:
         broker.decide(still.id, Decision(outcome="approved"), decided_by="ann")

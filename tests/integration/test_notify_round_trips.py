@@ -4,8 +4,6 @@ it holds: one read, one load of their requests, and one bookkeeping step per com
 
 from __future__ import annotations
 
-from typing import Any
-
 from redis import Redis
 
 from broker.domain.config import parse_config
@@ -16,7 +14,11 @@ from channels.inbox.sender import InboxSender
 from channels.retry import RetryPolicy
 from channels.sender import Delivery, Sender
 from notifiers.consumer import Notifier
-from tests.support.counted_redis import redis_server  # noqa: F401 - counts need a Redis of their own
+from tests.support.counted_redis import (
+    calls,
+    redis_server,  # noqa: F401 - counts need a Redis of their own
+    round_trips,
+)
 from tests.support.fakes.harness import SECRET, options
 from tests.support.waiting import wait_for
 
@@ -33,17 +35,6 @@ class Delivered(Sender):
 
     def deliver(self, delivery: Delivery) -> str | None:
         return "ok"
-
-
-def round_trips(redis: Redis) -> int:
-    """Every client's round trips so far, as Redis counts them (one read per command sent alone
-    or per pipeline; a large pipeline may take a few)."""
-    return int(redis.info("stats")["total_reads_processed"])
-
-
-def calls(redis: Redis, command: str) -> int:
-    stats: dict[str, Any] = redis.info("commandstats")
-    return int(stats.get(f"cmdstat_{command}", {}).get("calls", 0))
 
 
 def on_webhook(redis_url: str, prefix: str) -> tuple[Redis, Broker]:

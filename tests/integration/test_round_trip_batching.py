@@ -18,7 +18,10 @@ from notifiers.commit import Committer
 from notifiers.parking import ParkedStore
 from notifiers.results import DeliveryResult, ResultKind
 from notifiers.tasks import InflightEntry
-from tests.support.counted_redis import redis_server  # noqa: F401 - counts need a Redis of their own
+from tests.support.counted_redis import (
+    redis_server,  # noqa: F401 - counts need a Redis of their own
+    round_trips,
+)
 from tests.support.waiting import wait_for
 
 
@@ -33,12 +36,6 @@ def pipeline_note(broker: Broker, request_id: str, detail: str) -> None:
         request_id, HistoryEntry(at=utcnow(), event="note", detail=detail), pipe=pipe
     )
     pipe.execute()
-
-
-def round_trips(redis: Redis) -> int:
-    """Every client's round trips so far, as Redis counts them: one read per command sent
-    alone or per pipeline (a pipeline larger than Redis's read buffer takes a few)."""
-    return int(redis.info("stats")["total_reads_processed"])
 
 
 def test_scripts_in_pipelines_send_no_script_exists(broker: Broker, redis: Redis) -> None:

@@ -24,7 +24,6 @@ from pydantic_ai.messages import (
     TextPart,
     UserPromptPart,
 )
-from redis import Redis
 from redis.cluster import RedisCluster
 
 from broker.domain.models import RunStatus
@@ -36,6 +35,7 @@ from broker.runs.pause import CONTINUE, TOOLS, WAITING, Pause, RunLog
 from broker.runs.starting import start_run
 from tests.support.agents import FLAKY
 from tests.support.backends import on_backend, on_backend_broker, single_only  # noqa: F401
+from tests.support.counted_redis import calls
 from tests.support.jobs import work
 
 cluster_only = pytest.mark.parametrize("backend", ["cluster"])
@@ -105,16 +105,10 @@ def test_a_runs_end_on_a_cluster_waits_for_a_replica(
     run_id = start_run(bound, "flaky", "Say something.").id  # waits for a replica itself
     master = cluster_client.get_node_from_key(bound.keys.run(run_id))
     node = next(n for n in redis_cluster.nodes if n.port == master.port).client()
-    waits_before = _waits(node)
+    waits_before = calls(node, "wait")
 
     work(bound)
 
     assert bound.get_run(run_id).status is RunStatus.finished
-    assert _waits(node) - waits_before == 1
+    assert calls(node, "wait") - waits_before == 1
     node.close()
-
-
-def _waits(node: Redis) -> int:
-    """How many WAITs the node has run (INFO commandstats)."""
-    stats = node.info("commandstats")
-    return int(stats.get("cmdstat_wait", {}).get("calls", 0))

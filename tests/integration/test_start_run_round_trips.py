@@ -18,7 +18,10 @@ from broker.domain.models import Run, RunStatus
 from broker.facade import Broker
 from broker.runs.agents import register_agent
 from broker.runs.starting import run_job_id, run_queue, start_run
-from tests.support.counted_redis import redis_server  # noqa: F401 - counts need a Redis of their own
+from tests.support.counted_redis import (
+    redis_server,  # noqa: F401 - counts need a Redis of their own
+    round_trips,
+)
 
 CONFIG = {
     "queues": {"default": {"channels": ["inbox"]}},
@@ -33,9 +36,9 @@ def starter(redis: Redis) -> Broker:
 
 def _round_trips(redis_url: str, action: Callable[[], Run]) -> tuple[int, Run]:
     counter = Redis.from_url(redis_url)
-    before = counter.info("stats")["total_reads_processed"]
+    before = round_trips(counter)
     run = action()
-    trips = counter.info("stats")["total_reads_processed"] - before - 1  # less this INFO
+    trips = round_trips(counter) - before - 1  # less this INFO
     counter.close()
     return trips, run
 

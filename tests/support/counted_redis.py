@@ -10,8 +10,10 @@ worker still exiting) would add to a test's sums. A module that counts imports t
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
+from redis import Redis
 
 from broker.redis.embedded import EmbeddedRedis
 
@@ -21,3 +23,15 @@ def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedR
     """Overrides the session's `redis_server` for one module."""
     with EmbeddedRedis(tmp_path_factory.mktemp("redis-counted")) as server:
         yield server
+
+
+def round_trips(redis: Redis) -> int:
+    """Every client's round trips so far, as Redis counts them: one read per command sent alone
+    or per pipeline (a pipeline larger than Redis's read buffer takes a few). This INFO is one."""
+    return int(redis.info("stats")["total_reads_processed"])
+
+
+def calls(redis: Redis, command: str) -> int:
+    """How many times the server ran `command` so far (INFO commandstats)."""
+    stats: dict[str, Any] = redis.info("commandstats")
+    return int(stats.get(f"cmdstat_{command}", {}).get("calls", 0))
